@@ -1,0 +1,103 @@
+"""The CPU kernel catalogue: what each `cortex_m::` op calls in CMSIS-NN, its layout and cost kind.
+
+The `cortex_m::` op set and its arguments are ExecuTorch's (`backends/cortex_m/ops/operators.yaml`);
+the CMSIS-NN entry points and the wrappers' dispatch rules are CMSIS-NN's public API
+(`Include/arm_nnfunctions.h`): the `*_wrapper_s8` functions pick a specialised kernel from the
+geometry, the same way for every ISA tier; the tier (Scalar/DSP/MVE) selects the implementation
+compiled into each function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class CpuKernel:
+    """One CMSIS-NN-backed `cortex_m::` op."""
+
+    op: str  # cortex_m op name without namespace/overload, e.g. "quantized_conv2d"
+    cmsis_function: str  # entry point the ExecuTorch kernel calls
+    cost_kind: str  # cost_models.op_shapes.OpShape.kind
+    reads_nhwc: bool  # 4-D activations are read/written as NHWC whatever the tensor's dim_order
+
+
+CPU_KERNELS: dict[str, CpuKernel] = {
+    k.op: k
+    for k in (
+        CpuKernel("quantized_conv2d", "arm_convolve_wrapper_s8", "conv", True),
+        CpuKernel("quantized_conv2d_nhwc", "arm_convolve_wrapper_s8", "conv", True),
+        CpuKernel("quantized_depthwise_conv2d", "arm_depthwise_conv_wrapper_s8", "depthwise_conv", True),
+        CpuKernel("quantized_depthwise_conv2d_nhwc", "arm_depthwise_conv_wrapper_s8", "depthwise_conv", True),
+        CpuKernel("quantized_transpose_conv2d", "arm_transpose_conv_wrapper_s8", "conv", True),
+        CpuKernel("quantized_transpose_conv2d_nhwc", "arm_transpose_conv_wrapper_s8", "conv", True),
+        CpuKernel("quantized_avg_pool2d", "arm_avgpool_s8", "avg_pool", True),
+        CpuKernel("quantized_avg_pool2d_nhwc", "arm_avgpool_s8", "avg_pool", True),
+        CpuKernel("quantized_max_pool2d", "arm_max_pool_s8", "max_pool", True),
+        CpuKernel("quantized_max_pool2d_nhwc", "arm_max_pool_s8", "max_pool", True),
+        CpuKernel("quantized_linear", "arm_fully_connected_s8", "fully_connected", False),
+        CpuKernel("quantized_batch_matmul", "arm_batch_matmul_s8", "batch_matmul", False),
+        CpuKernel("quantized_add", "arm_elementwise_add_s8", "add", False),
+        CpuKernel("quantized_mul", "arm_elementwise_mul_s8", "mul", False),
+        CpuKernel("quantized_div", "executorch cortex_m div (no CMSIS-NN entry)", "mul", False),
+        CpuKernel("softmax", "arm_softmax_s8", "softmax", False),
+        CpuKernel("quantized_activation", "executorch cortex_m int8 LUT", "lut_activation", False),
+        CpuKernel("minimum", "arm_minimum_s8", "add", False),
+        CpuKernel("maximum", "arm_maximum_s8", "add", False),
+        CpuKernel("transpose", "arm_transpose_s8", "transpose", False),
+        CpuKernel("pad", "arm_pad_s8", "pad", False),
+        CpuKernel("quantize_per_tensor", "executorch cortex_m quantize (MVE/scalar)", "quantize", False),
+        CpuKernel("dequantize_per_tensor", "executorch cortex_m dequantize (MVE/scalar)", "dequantize", False),
+    )
+}
+
+
+def cortex_m_op_name(target) -> str | None:
+    """`quantized_conv2d` for `cortex_m.quantized_conv2d.default`, None for any other op."""
+    text = str(getattr(target, "_op", target))
+    name = getattr(target, "__name__", "")
+    for candidate in (name, text):
+        if candidate.startswith("cortex_m."):
+            return candidate.split(".")[1]
+        if candidate.startswith("cortex_m::"):
+            return candidate.split("::")[1].split(".")[0]
+    return None
+
+
+def _tensor(node) -> torch.Tensor | None:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def specialised_function(op: str, node: torch.fx.Node) -> str:
+    """The kernel a CMSIS-NN wrapper dispatches to for this node's geometry.
+
+    Mirrors the documented dispatch of `arm_convolve_wrapper_s8` and `arm_depthwise_conv_wrapper_s8`
+    so a reader sees which code path runs (1x1 fast path, 3x3 depthwise, generic).
+    """
+    kernel = CPU_KERNELS[op]
+    if op.startswith("quantized_conv2d"):
+        weight = _tensor(node.args[1])
+        stride, padding, dilation = node.args[3], node.args[4], node.args[5]
+        if weight is not None:
+            kh, kw = (weight.shape[1], weight.shape[2]) if op.endswith("nhwc") or weight.dim_order() == (0, 2, 3, 1) else (weight.shape[2], weight.shape[3])
+            kh, kw = int(kh), int(kw)
+            if (kh, kw) == (1, 1) and list(padding) == [0, 0] and list(dilation) == [1, 1]:
+                return "arm_convolve_1x1_s8_fast" if list(stride) == [1, 1] else "arm_convolve_1x1_s8"
+            inp = _tensor(node.args[0])
+            if inp is not None and inp.shape[2] == 1 and kh == 1 and list(dilation) == [1, 1]:
+                return "arm_convolve_1_x_n_s8"
+        return "arm_convolve_s8"
+    if op.startswith("quantized_depthwise_conv2d"):
+        weight = _tensor(node.args[1])
+        padding, dilation = node.args[4], node.args[5]
+        if weight is not None and list(dilation) == [1, 1]:
+            dims = tuple(int(d) for d in weight.shape)
+            if dims[-2:] == (3, 3) or dims[1:3] == (3, 3):
+                if all(p <= 1 for p in padding):
+                    return "arm_depthwise_conv_3x3_s8 (non-MVE) / arm_depthwise_conv_s8_opt (MVE)"
+            return "arm_depthwise_conv_s8_opt"
+        return "arm_depthwise_conv_s8"
+    return kernel.cmsis_function

@@ -1,0 +1,73 @@
+"""What we compile for: a platform, its NPU (or none), its CPU and ISA tier, and the I/O type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.errors import UserError
+
+IO_TYPES = ("float", "int8")
+
+
+@dataclass(frozen=True)
+class Target:
+    platform: object  # platforms.platform.Platform
+    npu: str | None  # upstream name, e.g. "ethos-u55-128"; None for CPU-only
+    cpu: str  # upstream target string, e.g. "cortex-m55"
+    tier: str  # scalar | dsp | mve
+    io: str  # float | int8
+    cpu_hz: int
+    npu_hz: int | None
+    system_config: str | None
+    memory_mode: str | None
+
+    @property
+    def npu_macs(self) -> int | None:
+        return int(self.npu.rsplit("-", 1)[1]) if self.npu else None
+
+    def describe(self) -> str:
+        npu = self.npu or "no NPU"
+        return f"{self.platform.name}: {self.cpu} ({self.tier}) + {npu}, io {self.io}"
+
+    def to_json(self) -> dict:
+        return {
+            "platform": self.platform.name,
+            "npu": self.npu,
+            "cpu": self.cpu,
+            "isa_tier": self.tier,
+            "io": self.io,
+            "cpu_hz": self.cpu_hz,
+            "npu_hz": self.npu_hz,
+            "vela_system_config": self.system_config,
+            "vela_memory_mode": self.memory_mode,
+        }
+
+
+def resolve_target(platform: str, npu: str | None = None, cpu: str | None = None,
+                   io: str = "float", cpu_hz: int | None = None,
+                   npu_hz: int | None = None) -> Target:
+    """Resolve command-line choices against the platform YAML; one clear UserError on bad input."""
+    from platforms import PlatformError, cpu_tier, load_platform, normalize_cpu
+
+    try:
+        plat = load_platform(platform)
+        cpu_name = normalize_cpu(cpu) if cpu else plat.cpu_default
+        if npu is not None and npu.lower() == "none":
+            npu_name = None
+        else:
+            npu_name = npu.lower() if npu else plat.npu_default
+            plat.validate_npu(npu_name)
+        tier = cpu_tier(cpu_name)
+    except PlatformError as error:
+        raise UserError(str(error)) from None
+    if io not in IO_TYPES:
+        raise UserError(f"--io {io!r} is not supported; use one of: {', '.join(IO_TYPES)}")
+    system_config = memory_mode = None
+    if npu_name:
+        system_config, memory_mode = plat.vela_config(npu_name)
+    return Target(
+        platform=plat, npu=npu_name, cpu=cpu_name, tier=tier, io=io,
+        cpu_hz=int(cpu_hz or plat.cpu_hz),
+        npu_hz=int(npu_hz or plat.npu_hz) if npu_name else None,
+        system_config=system_config, memory_mode=memory_mode,
+    )

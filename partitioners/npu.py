@@ -1,0 +1,169 @@
+"""NPU partitioning: ExecuTorch's EthosUPartitioner, with its rejection reasons and Vela's artifacts kept.
+
+Upstream does the deciding (`EthosUPartitioner` and its operator-support checks) and the compiling
+(`vela_compile`). This module adds what a report needs and upstream throws away:
+
+- the partitioner's `WhyNoPartitionReporter` is local to `TOSAPartitioner.partition`; we capture
+  it by wrapping `_tag_module`, which receives it as an argument;
+- `vela_compile` writes every partition's TOSA and Vela CSVs to one folder, each call overwriting
+  the previous; we wrap it so each call gets a folder of its own, and we keep the exact TOSA bytes
+  Vela compiled so the twin can later run that very graph (matched by content hash).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+QDQ_TARGET_NAMES = ("quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel",
+                    "dequantize_per_channel")
+
+
+@dataclass(frozen=True)
+class NpuRejection:
+    """Why the Ethos-U partitioner left a node on the CPU, as the check that decided said it."""
+
+    node: str
+    message: str
+    context: str  # the node's own values the message refers to (stride, padding, kernel, dtypes)
+
+
+@dataclass(frozen=True)
+class VelaRun:
+    """One call of Vela: the TOSA graph it compiled and the delegate payload it produced."""
+
+    call_index: int
+    tosa_bytes: bytes
+    payload_bytes: bytes
+    out_dir: Path  # holds out.tosa and output/{out_per-layer.csv, out_summary_*.csv, out_vela.npz}
+
+    @property
+    def tosa_sha256(self) -> str:
+        return hashlib.sha256(self.tosa_bytes).hexdigest()
+
+    @property
+    def payload_sha256(self) -> str:
+        return hashlib.sha256(self.payload_bytes).hexdigest()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def node_context(node: torch.fx.Node) -> str:
+    """The values of a node a placement reason is about: conv/pool geometry and tensor dtypes."""
+    parts = []
+    name = str(getattr(node.target, "__name__", node.target))
+    args = node.args
+    if "convolution" in name and len(args) >= 7:
+        weight = args[1].meta.get("val") if isinstance(args[1], torch.fx.Node) else None
+        if weight is not None:
+            parts.append(f"kernel {tuple(weight.shape[2:])}")
+        parts.append(f"stride {tuple(args[3])}, padding {tuple(args[4])}, dilation {tuple(args[5])}")
+        if len(args) > 8 and args[8] != 1:
+            parts.append(f"groups {args[8]}")
+    elif "pool" in name and len(args) >= 2:
+        parts.append(f"kernel {tuple(args[1])}")
+        if len(args) > 2 and args[2]:
+            parts.append(f"stride {tuple(args[2])}")
+        if len(args) > 3 and any(args[3]):
+            parts.append(f"padding {tuple(args[3])}")
+    dtypes = []
+    for arg in node.all_input_nodes:
+        val = arg.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            dtypes.append(str(val.dtype).replace("torch.", ""))
+    out = node.meta.get("val")
+    if isinstance(out, torch.Tensor):
+        parts.append(f"{'/'.join(dtypes) or '-'} -> {str(out.dtype).replace('torch.', '')}")
+    return "; ".join(parts)
+
+
+@contextlib.contextmanager
+def vela_runs_recorded(work_dir: Path) -> Iterator[list[VelaRun]]:
+    """Give every Vela call its own folder under `work_dir` and record its input and output."""
+    import executorch.backends.arm.ethosu.backend as ethosu_backend
+
+    upstream_vela_compile = ethosu_backend.vela_compile
+    runs: list[VelaRun] = []
+
+    def recording_vela_compile(tosa_flatbuffer, args, verbose=False, intermediate_path=None,
+                               block_placements=None):
+        out_dir = work_dir / f"vela_call{len(runs)}"
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        out_dir.mkdir(parents=True)
+        # `--verbose-performance` makes Vela write the per-layer CSV the cost model reads.
+        flags = list(args)
+        if "--verbose-performance" not in flags:
+            flags.append("--verbose-performance")
+        with contextlib.redirect_stdout(_Discard()):
+            result = upstream_vela_compile(tosa_flatbuffer, flags, verbose=False,
+                                           intermediate_path=str(out_dir),
+                                           block_placements=block_placements)
+        runs.append(VelaRun(len(runs), bytes(tosa_flatbuffer), bytes(result.processed_bytes), out_dir))
+        return result
+
+    ethosu_backend.vela_compile = recording_vela_compile
+    try:
+        yield runs
+    finally:
+        ethosu_backend.vela_compile = upstream_vela_compile
+
+
+class _Discard:
+    """Vela prints its performance tables to stdout; the report shows them, the console need not."""
+
+    def write(self, _text: str) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass
+
+
+def capture_rejections(partitioner) -> list:
+    """Make `partitioner` hand us the WhyNoPartitionReporter it fills while tagging."""
+    reporters: list = []
+    upstream_tag_module = partitioner._tag_module
+
+    def tag_module(graph_module, exported_program, reporter):
+        reporters.append(reporter)
+        return upstream_tag_module(graph_module, exported_program, reporter)
+
+    partitioner._tag_module = tag_module
+    return reporters
+
+
+def rejections_from(reporters: list) -> dict[str, NpuRejection]:
+    """Operator rejections keyed by node name (placeholders, outputs and constants dropped)."""
+    rejections: dict[str, NpuRejection] = {}
+    for reporter in reporters:
+        for node, message in reporter._rejected_nodes.items():
+            if node.op != "call_function" or node.name in rejections:
+                continue
+            rejections[node.name] = NpuRejection(node.name, str(message), node_context(node))
+    return rejections
+
+
+def lower_to_npu(quantized_program, compile_spec, work_dir: Path):
+    """to_edge + EthosUPartitioner + Vela. Returns (edge manager, rejections, Vela runs)."""
+    from executorch.backends.arm.ethosu import EthosUPartitioner
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    partitioner = EthosUPartitioner(compile_spec)
+    reporters = capture_rejections(partitioner)
+    with vela_runs_recorded(work_dir) as runs:
+        edge = to_edge_transform_and_lower(
+            quantized_program,
+            partitioner=[partitioner],
+            # The quantized graphs do not pass edge IR validation (mixed dtypes); upstream's
+            # own Arm flow turns it off too.
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        )
+    return edge, rejections_from(reporters), list(runs)
