@@ -421,5 +421,9 @@ def im2col_bytes(op: OpShape) -> int:
     return 0
 
 
-def kernel_taps(op: OpShape) -> int:
-    return math.prod(op.kernel_hw)
+def im2col_taps(op: OpShape) -> int:
+    """How many C_in slices im2col_bytes is gathered in: one per output pixel per kernel tap,
+    each a bounds check, an address computation and a copy call in the kernel's gather loop."""
+    if im2col_bytes(op) == 0 or not op.out_channels:
+        return 0
+    return op.elements // op.out_channels * math.prod(op.kernel_hw)

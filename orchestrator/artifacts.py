@@ -5,6 +5,8 @@
       partitions/p<k>/model.tosa       the TOSA graph Vela compiled for delegate k
       partitions/p<k>/vela/            Vela's summary CSV, per-layer CSV and out_vela.npz
       plan.json                        the placement report (written by `compile`)
+      float.pt2, quantized.pt2         the captured float program and the quantized reference
+                                       (convert_pt2e), which `verify` compares the .pte against
 
 Partition k is the k-th Ethos-U delegate in the program's delegate list; the manifest records the
 SHA-256 of its TOSA graph and of its delegate payload so the twin matches them by content.
@@ -22,6 +24,8 @@ import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+
+import torch
 
 from orchestrator.errors import UserError
 
@@ -135,6 +139,8 @@ def write_outputs(compiled, pte_path: Path, extra_files: dict[str, bytes] | None
             for item in sorted(vela_out.iterdir()):
                 shutil.copy2(item, pdir / "vela" / item.name)
         (art_tmp / "manifest.json").write_text(json.dumps(manifest(compiled, partitions), indent=2))
+        torch.export.save(compiled.captured.program, art_tmp / "float.pt2")
+        torch.export.save(compiled.quantized.program, art_tmp / "quantized.pt2")
         for name, data in (extra_files or {}).items():
             (art_tmp / name).write_bytes(data)
         fd, pte_tmp = tempfile.mkstemp(prefix=".orchestrate-", suffix=".pte", dir=parent)

@@ -19,7 +19,10 @@ import torch
 from orchestrator.errors import OrchestrateError, UserError
 from orchestrator.sources import Calibration, LoadedModel
 from orchestrator.target import Target
-from partitioners.boundary import BoundaryLayoutError, BoundaryTensor, check_boundaries
+from orchestrator.placement import place, snapshot_pre_cpu
+from orchestrator.placement import place, snapshot_pre_cpu
+from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary_tensors,
+                                   check_boundaries)
 from partitioners.cpu import CpuDecision, route_to_cpu
 from partitioners.npu import NpuRejection, VelaRun, lower_to_npu
 
@@ -53,11 +56,13 @@ class Compiled:
     model: LoadedModel
     target: Target
     calibration: Calibration
+    captured: Captured
     quantized: Quantized
     lowered: Lowered
     final_program: torch.export.ExportedProgram  # edge program after CPU routing
     cpu_decisions: dict[str, CpuDecision]
     boundaries: tuple[BoundaryTensor, ...]
+    placements: tuple  # orchestrator.placement.OpPlacement, in execution order
     pte_bytes: bytes
     executorch_program: object  # exir schema Program (execution plans, delegates)
     io_quant: dict  # config-method name -> value, for --io int8
@@ -207,6 +212,7 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
         raise OrchestrateError(f"lowering failed in upstream code: {type(error).__name__}: "
                                f"{str(error).splitlines()[0] if str(error) else ''}") from error
     io_quant = quantize_io(lowered, target)
+    pre_cpu = snapshot_pre_cpu(lowered.edge.exported_program())
     final_program, decisions = timed("route_cpu", route_to_cpu, lowered.edge, target.cpu)
     if check_boundary_layouts:
         try:
@@ -214,9 +220,9 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
         except BoundaryLayoutError as error:
             raise OrchestrateError(str(error)) from None
     else:
-        from partitioners.boundary import boundary_tensors
-
         boundaries = tuple(boundary_tensors(final_program))
+    # Placement reads the graph before serialization, which rewrites it into out-variants.
+    placements = timed("place", place, final_program, lowered, decisions, pre_cpu, target)
     pte_bytes, et_program = timed("serialize", serialize, lowered.edge)
-    return Compiled(model, target, calibration, quantized, lowered, final_program, decisions,
-                    boundaries, pte_bytes, et_program, io_quant, seconds, work_dir)
+    return Compiled(model, target, calibration, captured, quantized, lowered, final_program, decisions,
+                    boundaries, placements, pte_bytes, et_program, io_quant, seconds, work_dir)

@@ -80,7 +80,7 @@ def node_context(node: torch.fx.Node) -> str:
         if isinstance(val, torch.Tensor):
             dtypes.append(str(val.dtype).replace("torch.", ""))
     out = node.meta.get("val")
-    if isinstance(out, torch.Tensor):
+    if isinstance(out, torch.Tensor) and not parts:
         parts.append(f"{'/'.join(dtypes) or '-'} -> {str(out.dtype).replace('torch.', '')}")
     return "; ".join(parts)
 

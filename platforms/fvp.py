@@ -133,7 +133,11 @@ def find_fvp(platform: Platform, npu_name: str, search_path: str | Sequence[str 
 
 def find_runner_elf(option: str | Path | None) -> Path | None:
     """The arm_executor_runner ELF named by `option`, else by $ORCHESTRATE_RUNNER_ELF, else None.
-    A name that points at no file raises: a typo must not quietly skip verification."""
+    A name that points at no file raises: a typo must not quietly skip verification.
+
+    The ELF must be built for the platform's NPU family with BundleIO and with the platform's
+    `fvp.load_address` as its PTE address, e.g. `examples/arm/run.sh --target=ethos-u55-128
+    --bundleio --pte_placement=0x38000000 --build_only` in an ExecuTorch checkout."""
     for value, origin in ((option, "runner ELF"), (os.environ.get(RUNNER_ELF_ENV), f"${RUNNER_ELF_ENV}")):
         if value:
             path = Path(value).expanduser()

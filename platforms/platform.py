@@ -12,7 +12,7 @@ import dataclasses
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -103,9 +103,11 @@ class Platform:
     npu_hz: int
     npu_hz_source: str
     vela_config_ini: str
-    vela: Mapping[str, VelaConfig]  # NPU family ("u55") -> Vela sections
+    # Mappings are read-only views; they stay out of the hash (which they would break) but not
+    # out of equality, so a Platform can still key a cache.
+    vela: Mapping[str, VelaConfig] = field(hash=False)  # NPU family ("u55") -> Vela sections
     memories: tuple[MemoryRegion, ...]
-    fvp: Mapping[str, FvpSpec]  # NPU family -> FVP
+    fvp: Mapping[str, FvpSpec] = field(hash=False)  # NPU family -> FVP
     fvp_load_address: int  # where `--data` puts the .bpte; the runner is built with this ET_MODEL_PTE_ADDR
     fvp_load_region: str  # the memory that address lies in, which bounds the .bpte size
 

@@ -43,6 +43,14 @@ def test_shipped_platforms_are_listed_and_load_by_name_and_alias():
         assert load_platform(name.upper()) == by_name
 
 
+def test_platforms_are_immutable_and_can_key_a_cache(platform):
+    assert {platform: "seen"}[load_platform(platform.name)] == "seen"
+    with pytest.raises(AttributeError):
+        platform.cpu_hz = 1
+    with pytest.raises(TypeError):
+        platform.vela["u99"] = platform.vela[platform.npu_family(platform.npu_default)]
+
+
 def test_corstone300_offers_u55_and_u65_with_m55():
     corstone300 = load_platform("corstone300")
     assert corstone300.cpu_default == "cortex-m55"
@@ -137,6 +145,19 @@ def test_user_yaml_by_path_loads(tmp_path):
     assert soc.npu_options == ("ethos-u55-64",)
     assert soc.vela_config("ethos-u55-64").memory_mode == "Shared_Sram"
     assert soc.source_file == tmp_path / "my_soc.yaml"
+
+
+def test_user_yaml_may_bring_its_own_vela_ini(tmp_path):
+    (tmp_path / "my_vela.ini").write_text(
+        "[System_Config.My_SoC]\ncore_clock=400e6\naxi0_port=Sram\naxi1_port=OffChipFlash\n"
+        "[Memory_Mode.My_Mode]\nconst_mem_area=Axi1\narena_mem_area=Axi0\ncache_mem_area=Axi0\n"
+    )
+    document = _shipped_document("corstone320")
+    document["vela_config_ini"] = "my_vela.ini"
+    document["vela"]["u85"] = {"system_config": "My_SoC", "memory_mode": "My_Mode"}
+    soc = load_platform(_write(tmp_path, document))
+    assert soc.vela_config("ethos-u85-512") == ("My_SoC", "My_Mode")
+    assert vela_ini_path(soc.vela_config_ini, soc.source_file) == tmp_path / "my_vela.ini"
 
 
 def test_bad_npu_name_lists_the_allowed_ones():

@@ -1,0 +1,69 @@
+"""The cost of one op or transition: cycles on the core that runs it, seconds, and where the
+number comes from.
+
+source names the estimator, so a report can say how much to trust a figure:
+  vela              NPU cycles from Vela's per-layer performance estimate
+  model:<tier>      our CMSIS-NN cost model for the CPU's ISA tier (model:scalar|dsp|mve)
+  model:portable    our cost model for ExecuTorch portable (float) kernels
+  model:transition  our cost model for hidden CPU work (NPU invocation, boundary q/dq, copies)
+  measured          timed on hardware or an FVP
+A sum over several sources keeps all of them, joined by '+', in first-seen order.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+_SOURCE_PART = re.compile(r"^(vela|measured|model:(scalar|dsp|mve|portable|transition))$")
+
+
+def _check_source(source: str) -> None:
+    parts = source.split("+")
+    bad = [p for p in parts if not _SOURCE_PART.match(p)]
+    if bad:
+        raise ValueError(
+            f"Cost source {source!r}: {bad} not one of vela, measured, model:scalar, model:dsp, "
+            "model:mve, model:portable, model:transition (joined by '+')"
+        )
+
+
+@dataclass(frozen=True)
+class Cost:
+    cycles: int
+    seconds: float
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.cycles < 0 or self.seconds < 0:
+            raise ValueError(f"Cost must be non-negative, got {self.cycles} cycles, {self.seconds} s")
+        _check_source(self.source)
+
+    @classmethod
+    def from_cycles(cls, cycles: float, hz: int, source: str) -> "Cost":
+        """Cycles of a clock running at hz; fractional model cycles round up to whole ones."""
+        if hz <= 0:
+            raise ValueError(f"clock must be positive, got {hz} Hz")
+        whole = int(-(-cycles // 1))
+        return cls(cycles=whole, seconds=whole / hz, source=source)
+
+    @staticmethod
+    def total(costs: Iterable["Cost"], hz: int) -> "Cost":
+        """The sum of costs counted in cycles of one clock (hz), e.g. the CPU's.
+
+        Seconds are summed as given, so costs measured on another clock (an NPU's) keep their
+        own time; cycles are each cost's seconds re-expressed at hz, so they add up.
+        """
+        costs = list(costs)
+        if hz <= 0:
+            raise ValueError(f"clock must be positive, got {hz} Hz")
+        seconds = sum(c.seconds for c in costs)
+        sources: list[str] = []
+        for cost in costs:
+            for part in cost.source.split("+"):
+                if part not in sources:
+                    sources.append(part)
+        if not sources:
+            raise ValueError("Cost.total needs at least one cost")
+        return Cost(cycles=round(seconds * hz), seconds=seconds, source="+".join(sources))

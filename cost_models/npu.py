@@ -1,0 +1,105 @@
+"""NPU costs from Vela's own estimates for a partition (its summary and per-layer CSVs).
+
+Vela reports, per partition, total cycles for the accelerator configuration, system config and
+memory mode it compiled for; per layer, the cycles and MAC count of each NPU operation it
+scheduled (named after its output tensor in the TOSA graph). We use those figures unchanged.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class VelaLayer:
+    original_op: str
+    npu_op: str
+    cycles: int
+    macs: int
+    name: str  # Vela's name for the layer: the TOSA output tensor
+
+
+@dataclass(frozen=True)
+class VelaPartitionEstimate:
+    """One partition as Vela estimated it (source: Vela)."""
+
+    cycles: int  # cycles_total from the summary CSV
+    npu_cycles: int
+    macs: int  # nn_macs
+    inference_seconds: float  # inference_time (at Vela's system-config clock)
+    core_clock_hz: float  # the clock of Vela's system config
+    sram_bytes: int  # sram_memory_used (KiB in Vela's CSV, converted)
+    scratch_bytes: int  # from out_vela.npz: the runtime scratch the delegate needs
+    weight_bytes: int  # encoded weights carried in the delegate
+    command_bytes: int
+    layers: tuple[VelaLayer, ...]
+
+    def utilisation(self, macs_per_cycle: int) -> float:
+        """MACs / (cycles x MACs per cycle): how busy the MAC array was."""
+        return self.macs / (self.cycles * macs_per_cycle) if self.cycles else 0.0
+
+    def seconds_at(self, npu_hz: float) -> float:
+        return self.cycles / npu_hz
+
+
+def read_vela_dir(vela_dir: Path) -> VelaPartitionEstimate:
+    """Read Vela's output folder (`partitions/p<k>/vela` or a Vela `output/` folder)."""
+    vela_dir = Path(vela_dir)
+    summaries = sorted(vela_dir.glob("out_summary_*.csv"))
+    if not summaries:
+        raise FileNotFoundError(f"no Vela summary CSV in {vela_dir}")
+    with open(summaries[0], newline="") as handle:
+        summary = next(csv.DictReader(handle))
+    layers = []
+    per_layer = vela_dir / "out_per-layer.csv"
+    if per_layer.exists():
+        with open(per_layer, newline="") as handle:
+            for row in csv.DictReader(handle):
+                layers.append(VelaLayer(row["Original Operator"], row["NNG Operator"],
+                                        int(float(row["Op Cycles"])), int(float(row["MAC Count"])),
+                                        row["Name"]))
+    scratch = weights = commands = 0
+    npz = vela_dir / "out_vela.npz"
+    if npz.exists():
+        with np.load(npz, allow_pickle=False) as data:
+            scratch = int(data["scratch_shape"][0])
+            weights = int(data["weight_data"].size)
+            commands = int(data["cmd_data"].size) * int(data["cmd_data"].itemsize)
+    return VelaPartitionEstimate(
+        cycles=int(float(summary["cycles_total"])),
+        npu_cycles=int(float(summary["cycles_npu"])),
+        macs=int(float(summary["nn_macs"])),
+        inference_seconds=float(summary["inference_time"]),
+        core_clock_hz=float(summary["core_clock"]),
+        sram_bytes=int(round(float(summary["sram_memory_used"]) * 1024)),
+        scratch_bytes=scratch, weight_bytes=weights, command_bytes=commands,
+        layers=tuple(layers),
+    )
+
+
+def match_layers_to_ops(estimate: VelaPartitionEstimate, op_macs: list[tuple[str, int]]
+                        ) -> tuple[dict[str, int], int]:
+    """Give each op of a partition the cycles of the Vela layer that computes it.
+
+    Vela names layers after TOSA tensors, not after our graph nodes, so ops are matched in
+    order by MAC count (conv/linear/pool layers have distinctive counts). Layers that match no op
+    (rescales, layout ops Vela inserted, elementwise ops fused differently) are returned as the
+    partition's unattributed cycles, so per-op cycles plus that remainder equal Vela's total.
+    """
+    cycles: dict[str, int] = {}
+    remaining = list(op_macs)
+    attributed = 0
+    for layer in estimate.layers:
+        if layer.macs <= 0:
+            continue
+        for i, (name, macs) in enumerate(remaining):
+            if macs == layer.macs:
+                cycles[name] = cycles.get(name, 0) + layer.cycles
+                attributed += layer.cycles
+                del remaining[i]
+                break
+    return cycles, estimate.cycles - attributed

@@ -1,0 +1,63 @@
+"""Attach a Cost to every row of a plan: Vela for NPU work, our models for CPU work.
+
+- NPU ops: the cycles of the Vela layer computing the op (matched by MAC count); Vela cycles no op
+  claims (rescales, layout ops Vela adds) go on the partition's invocation row, so the rows of a
+  partition add up to Vela's own total for it.
+- NPU invocation: the remainder above plus the CPU-side driver cost (model:transition).
+- CMSIS-NN ops: the per-tier CPU model; boundary quantize/dequantize and layout copies: the
+  transition model; portable ops: the portable (float) model.
+Seconds use the target's clocks (platform YAML, overridable with --cpu-hz/--npu-hz).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cost_models.cost import Cost
+from cost_models.cpu import cmsis_nn_cost, portable_cost, transition_cost
+from cost_models.npu import VelaPartitionEstimate, match_layers_to_ops
+
+
+def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate]):
+    """Return the rows with `cost` set. `estimates` maps NPU partition index to Vela's figures."""
+    npu_hz = target.npu_hz or 1
+    cpu_hz = target.cpu_hz
+    per_op: dict[int, dict[str, int]] = {}
+    remainder: dict[int, int] = {}
+    for index, estimate in estimates.items():
+        ops = [(r.name, r.macs) for r in rows if r.placement == "npu" and r.partition == index
+               and r.kind != "npu-invocation"]
+        per_op[index], remainder[index] = match_layers_to_ops(estimate, ops)
+    costed = []
+    for row in rows:
+        cost = None
+        if row.kind == "npu-invocation":
+            npu_part = Cost.from_cycles(remainder.get(row.partition, 0), npu_hz, "vela")
+            estimate = estimates.get(row.partition)
+            # The driver cleans/invalidates the command stream and the scratch (which holds IO).
+            invoke_bytes = (estimate.scratch_bytes + estimate.command_bytes) if estimate else 0
+            driver = transition_cost("npu_invocation", target.cpu, cpu_hz, invoke_bytes)
+            cost = Cost(npu_part.cycles + driver.cycles, npu_part.seconds + driver.seconds,
+                        "vela+model:transition")
+        elif row.placement == "npu":
+            cycles = per_op.get(row.partition, {}).get(row.name, 0)
+            cost = Cost.from_cycles(cycles, npu_hz, "vela")
+        elif row.kind in ("boundary-quantize", "boundary-dequantize"):
+            kind = "quantize" if row.kind == "boundary-quantize" else "dequantize"
+            elements = _numel(row.output_shape)
+            cost = transition_cost(kind, target.cpu, cpu_hz, elements)
+        elif row.kind == "layout" and row.info is not None:
+            cost = transition_cost("layout_copy", target.cpu, cpu_hz, row.info.op_shape.output_bytes)
+        elif row.info is not None and row.placement == "cmsis-nn":
+            cost = cmsis_nn_cost(row.info.op_shape, target.cpu, cpu_hz)
+        elif row.info is not None:
+            cost = portable_cost(row.info.op_shape, target.cpu, cpu_hz)
+        costed.append(replace(row, cost=cost))
+    return tuple(costed)
+
+
+def _numel(shape) -> int:
+    total = 1
+    for s in shape:
+        total *= int(s)
+    return total if shape else 0

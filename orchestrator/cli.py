@@ -1,0 +1,225 @@
+"""`orchestrate`: a thin shell over the Python API (plan, compile, verify).
+
+Exit codes: 0 ok, 1 internal error, 2 user error (one clear line), 3 gate failed,
+4 verification failed, 5 a requested check could not run (e.g. no FVP).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+from orchestrator.errors import NotRun, OrchestrateError, UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on bad options already; keep its message to one line."""
+
+    def error(self, message: str):
+        self.exit(2, f"orchestrate: error: {message}; see `orchestrate {self.prog.split()[-1]} --help`\n")
+
+
+def _add_target_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="zoo name (ds-cnn, mixed, ...), path/file.py:factory, "
+                   "a .py defining ModelUnderTest/ModelInputs, or a saved .pt2")
+    p.add_argument("--platform", default="corstone300",
+                   help="corstone300, corstone320, or a platform YAML of your own SoC")
+    p.add_argument("--npu", help="e.g. ethos-u55-128, ethos-u65-256, ethos-u85-256; 'none' for CPU only")
+    p.add_argument("--cpu", help="e.g. cortex-m55, cortex-m33, cortex-m0plus (default: the platform's)")
+    p.add_argument("--io", default="float", choices=("float", "int8"),
+                   help="program input/output type; int8 removes the fp32 I/O buffers")
+    p.add_argument("--calibration", help=".pt/.npz of samples or a folder of them")
+    p.add_argument("--cpu-hz", type=float, help="override the platform CPU clock")
+    p.add_argument("--npu-hz", type=float, help="override the platform NPU clock")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="orchestrate", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    plan = sub.add_parser("plan", help="where every op runs and why, with costs and memory")
+    _add_target_options(plan)
+    plan.add_argument("--format", default="table", choices=("table", "json", "markdown"))
+    plan.add_argument("-o", "--output", help="write the report to this file")
+    plan.add_argument("--pte", help="also write the compiled .pte (and its artifacts) here")
+    plan.add_argument("--runner-ops", help="file listing the operators your runner registers")
+    plan.add_argument("--fail-under-npu-coverage", type=float, metavar="PCT")
+    plan.add_argument("--max-partitions", type=int, metavar="N")
+    plan.add_argument("--require-fit", action="store_true")
+
+    comp = sub.add_parser("compile", help="compile to one .pte plus an artifacts folder")
+    _add_target_options(comp)
+    comp.add_argument("-o", "--output", required=True, help="output .pte path")
+    comp.add_argument("--bundle", action="store_true",
+                      help="also write a BundleIO .bpte with test inputs and expected outputs")
+
+    ver = sub.add_parser("verify", help="run the .pte on the host twin (or an FVP) and compare")
+    ver.add_argument("pte", help="a .pte written by `orchestrate compile` (artifacts beside it)")
+    ver.add_argument("--samples", type=int, default=16)
+    ver.add_argument("--calibration", help="inputs to verify with (.pt/.npz/folder)")
+    ver.add_argument("--per-op", action="store_true", help="localize a divergence op by op")
+    ver.add_argument("--max-steps", type=int, default=1,
+                     help="pass threshold: max int8 steps vs the quantized reference")
+    ver.add_argument("--format", default="table", choices=("table", "json"))
+    ver.add_argument("--fvp", action="store_true", help="run the .bpte on a Corstone FVP")
+    ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF (or ORCHESTRATE_RUNNER_ELF)")
+    ver.add_argument("--timeout", type=int, default=600)
+    return parser
+
+
+def _write_atomic(path: str, text: str) -> None:
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise UserError(f"output folder '{target.parent}' does not exist; create it or choose another -o")
+    fd, tmp = tempfile.mkstemp(prefix=".orchestrate-", dir=target.parent)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, target)
+
+
+def _compile(args):
+    from orchestrator.pipeline import compile_model
+    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.target import resolve_target
+
+    target = resolve_target(args.platform, npu=args.npu, cpu=args.cpu, io=args.io,
+                            cpu_hz=args.cpu_hz, npu_hz=args.npu_hz)
+    model = load_model(args.model)
+    calibration = load_calibration(args.calibration, model.example_inputs)
+    if calibration.warning and args.command == "compile":
+        print(f"warning: {calibration.warning}", file=sys.stderr)
+    return compile_model(model, calibration, target)
+
+
+def cmd_plan(args) -> int:
+    from orchestrator.artifacts import write_outputs
+    from orchestrator.plan import Gates, check_gates, make_plan
+    from orchestrator.report import read_runner_ops, render_json, render_markdown, render_text
+
+    runner_ops = read_runner_ops(args.runner_ops) if args.runner_ops else None
+    if args.pte and not args.pte.endswith(".pte"):
+        raise UserError(f"--pte '{args.pte}' must end in .pte")
+    compiled = _compile(args)
+    plan = make_plan(compiled, runner_ops)
+    render = {"table": render_text, "json": render_json, "markdown": render_markdown}[args.format]
+    text = render(compiled, plan.rows, plan.summary)
+    if args.output:
+        _write_atomic(args.output, text + ("\n" if not text.endswith("\n") else ""))
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        print(text)
+    if args.pte:
+        write_outputs(compiled, Path(args.pte),
+                      {"plan.json": render_json(compiled, plan.rows, plan.summary).encode()})
+    check_gates(plan, Gates(args.fail_under_npu_coverage, args.max_partitions, args.require_fit,
+                            runner_ops is not None))
+    return 0
+
+
+def cmd_compile(args) -> int:
+    from orchestrator.artifacts import write_outputs
+    from orchestrator.plan import make_plan
+    from orchestrator.report import render_json
+
+    if not args.output.endswith(".pte"):
+        raise UserError(f"-o '{args.output}' must end in .pte")
+    compiled = _compile(args)
+    plan = make_plan(compiled)
+    art = write_outputs(compiled, Path(args.output),
+                        {"plan.json": render_json(compiled, plan.rows, plan.summary).encode()})
+    s = plan.summary
+    print(f"wrote {args.output}: {len(compiled.pte_bytes):,} B, arena {compiled.arena_bytes:,} B "
+          f"(executorch plan); NPU partitions {s.npu_partitions}, NPU MAC coverage "
+          f"{s.npu_mac_coverage_pct:.1f}%; artifacts in {art}")
+    if args.bundle:
+        from orchestrator.bundle import write_bundle
+
+        bpte = Path(args.output).with_suffix(".bpte")
+        write_bundle(Path(args.output), bpte)
+        print(f"wrote {bpte} (BundleIO: test inputs with the host twin's expected outputs)")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from orchestrator.errors import VerificationFailure
+
+    pte = Path(args.pte)
+    if not pte.is_file():
+        raise UserError(f"'{args.pte}' not found; give a .pte written by `orchestrate compile`")
+    if args.fvp:
+        return _verify_fvp(args, pte)
+    from orchestrator.verify import render_text, report_json, verify
+
+    report = verify(pte, samples=args.samples, calibration=args.calibration,
+                    per_op=args.per_op, max_steps=args.max_steps)
+    if args.format == "json":
+        import json
+
+        print(json.dumps(report_json(report), indent=2))
+    else:
+        print(render_text(report))
+    if not report.passed:
+        raise VerificationFailure(report.failure or "verification failed")
+    return 0
+
+
+def _verify_fvp(args, pte: Path) -> int:
+    import json
+
+    from platforms import load_platform
+    from platforms.fvp import run_bpte
+
+    manifest_path = pte.with_name(pte.stem + ".artifacts") / "manifest.json"
+    if not manifest_path.is_file():
+        raise UserError(f"no artifacts beside '{pte}' ({manifest_path} missing); compile it with "
+                        "`orchestrate compile`")
+    target = json.loads(manifest_path.read_text())["target"]
+    bpte = pte.with_suffix(".bpte")
+    if not bpte.is_file():
+        raise UserError(f"'{bpte}' not found; compile with `orchestrate compile --bundle` first")
+    platform = load_platform(target["platform"])
+    result = run_bpte(platform, target["npu"], bpte, runner_elf=args.runner_elf,
+                      timeout_s=args.timeout)
+    print(f"method: Corstone FVP ({target['platform']}, {target['npu']}), BundleIO self-check")
+    print(result.summary())
+    if result.passed is not True:
+        from orchestrator.errors import VerificationFailure
+
+        raise VerificationFailure("FVP run did not report PASS")
+    return 0
+
+
+def _quiet_upstream() -> None:
+    # Upstream libraries log deprecation notes and Vela progress; the report is the output.
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _quiet_upstream()
+    handler = {"plan": cmd_plan, "compile": cmd_compile, "verify": cmd_verify}[args.command]
+    try:
+        return handler(args)
+    except NotRun as error:
+        print(f"orchestrate: {error}", file=sys.stderr)
+        return error.exit_code
+    except OrchestrateError as error:
+        kind = "error" if isinstance(error, UserError) else type(error).__name__
+        print(f"orchestrate: {kind}: {error}", file=sys.stderr)
+        if type(error) is OrchestrateError and os.environ.get("ORCHESTRATE_DEBUG"):
+            raise
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

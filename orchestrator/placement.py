@@ -1,0 +1,231 @@
+"""The Plan: one OpPlacement per op of the quantized graph, plus the hidden CPU work.
+
+Every reason here is data handed over by the check that decided (the Ethos-U partitioner's
+`WhyNoPartitionReporter`, the Cortex-M substitution that returned None), never re-derived from
+strings. Costs are attached by a later stage (`cost_models.plan_costs`), so a row has room for
+them from the start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from cost_models.cost import Cost
+from cost_models.graph_shapes import NodeInfo, describe
+from kernels.catalogue import CPU_KERNELS, cortex_m_op_name, specialised_function
+from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
+
+PLACEMENTS = ("npu", "cmsis-nn", "portable")
+ROW_KINDS = ("op", "boundary-quantize", "boundary-dequantize", "layout", "npu-invocation")
+
+# Nodes that move no data or are bookkeeping of the runtime, not ops a user asks about.
+_SKIPPED = ("getitem", "alloc", "executorch_call_delegate", "view_copy", "squeeze_copy",
+            "unsqueeze_copy", "_assert", "sym_size")
+_QDQ = ("quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel",
+        "dequantize_per_channel")
+_LAYOUT = ("_to_dim_order_copy", "_clone_dim_order", "permute_copy", "transpose", "clone")
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why an op is not in a better place: the check that decided and what it said."""
+
+    check: str  # e.g. "ethos-u partitioner", "AtenToCortexMPass (aten_to_cortex_m_pass.py:862)"
+    message: str
+    value: str = ""  # the node's values the message is about (stride, kernel, dtype, ...)
+
+    def text(self) -> str:
+        return f"{self.message} [{self.value}]" if self.value else self.message
+
+
+@dataclass(frozen=True)
+class OpPlacement:
+    name: str
+    op: str
+    kind: str  # one of ROW_KINDS
+    placement: str  # one of PLACEMENTS
+    partition: int | None  # NPU partition index for placement == "npu"
+    kernel: str | None  # CMSIS-NN function (cmsis-nn), portable kernel name, or NPU partition
+    tier: str | None  # ISA tier of a CPU kernel
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shape: tuple[int, ...]
+    dtypes: str
+    macs: int
+    reasons: tuple[Reason, ...]
+    info: NodeInfo | None = field(default=None, compare=False, repr=False)
+    cost: Cost | None = None
+    fused: tuple[str, ...] = ()  # pre-CPU-pass nodes folded into this kernel (e.g. a ReLU)
+
+
+def _op_text(target) -> str:
+    text = getattr(target, "__name__", None) or str(target)
+    return text
+
+
+def _is(target, names) -> bool:
+    text = _op_text(target)
+    return any(n in text for n in names)
+
+
+def _delegates(program) -> list[tuple[torch.fx.Node, str, object]]:
+    gm = program.graph_module
+    found = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and "executorch_call_delegate" in str(node.target):
+            name = node.args[0].target
+            found.append((node, name, getattr(gm, name)))
+    return found
+
+
+def _npu_rows(index: int, lowered, tier: str) -> list[OpPlacement]:
+    rows = []
+    for node in lowered.original_module.graph.nodes:
+        if node.op != "call_function" or _is(node.target, _QDQ) or _is(node.target, _SKIPPED):
+            continue
+        info = describe(node)
+        rows.append(OpPlacement(
+            name=node.name, op=info.op, kind="layout" if _is(node.target, _LAYOUT) else "op",
+            placement="npu", partition=index, kernel=f"ethos-u partition {index}", tier=None,
+            input_shapes=info.input_shapes, output_shape=info.output_shape,
+            dtypes=_npu_dtype(node, info.dtypes),
+            macs=info.macs, reasons=(), info=info))
+    return rows
+
+
+def _npu_dtype(node: torch.fx.Node, logical: str) -> str:
+    """Inside a delegate the graph is fake-quantized float; the NPU computes in the Q dtype."""
+    frontier, seen = list(node.users), set()
+    while frontier:
+        user = frontier.pop(0)
+        if user in seen:
+            continue
+        seen.add(user)
+        if _is(user.target, ("quantize_per_tensor",)) and len(user.args) > 5:
+            return f"{logical.split('->')[0].strip()} -> {str(user.args[5]).replace('torch.', '')}"
+        if len(seen) < 8:
+            frontier.extend(user.users)
+    return logical
+
+
+def _not_npu_reason(origin: str, target, lowered_stage, npu: str | None, kind: str) -> Reason:
+    if npu is None:
+        return Reason("target", "no NPU on this target (--npu none)")
+    rejection = lowered_stage.npu_rejections.get(origin)
+    if rejection is not None:
+        return Reason("ethos-u partitioner (WhyNoPartitionReporter)", rejection.message,
+                      rejection.context)
+    if kind == "boundary-quantize":
+        return Reason("ethos-u partitioner", "boundary quantize: converts a float value "
+                      "(model input or CPU result) to int8 for the next int8 consumer")
+    if kind == "boundary-dequantize":
+        return Reason("ethos-u partitioner", "boundary dequantize: converts int8 back to float "
+                      "for the model output or a float CPU consumer")
+    if origin not in lowered_stage.pre_cpu_nodes:
+        return Reason("cortex-m passes", "inserted by the Cortex-M passes after NPU "
+                      "partitioning (not part of any partition)")
+    return Reason("ethos-u partitioner", "supported, but left out of every partition "
+                  "(a partition must be a connected, quantized region)")
+
+
+def _not_cmsis_reason(origin: str, target, decision: CpuDecision | None,
+                      aten_target) -> Reason:
+    if decision is not None and decision.category != "lowered":
+        return Reason(f"AtenToCortexMPass ({decision.check})", decision.message)
+    name = _op_text(aten_target if aten_target is not None else target)
+    if aten_target is not None and has_cmsis_substitution(aten_target):
+        return Reason("AtenToCortexMPass", f"{name} has a CMSIS-NN substitution, but it was not applied")
+    return Reason("AtenToCortexMPass", f"no CMSIS-NN kernel for {name}: ExecuTorch's Cortex-M "
+                  "backend registers no substitution for it, so the portable kernel runs")
+
+
+def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
+          pre_cpu: dict[str, tuple[NodeInfo, object, tuple[str, ...]]], target) -> tuple[OpPlacement, ...]:
+    """Every op of the final program, in execution order, with where it runs and why.
+
+    `pre_cpu` maps each edge node name before CPU routing to (NodeInfo, aten target, input names):
+    MACs and shapes are reported for the op the user wrote, not its rewritten form.
+    """
+    rows: list[OpPlacement] = []
+    delegates = {node: (idx, name, mod) for idx, (node, name, mod) in enumerate(_delegates(final_program))}
+    seen_origins: set[str] = set()
+    for node in final_program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node in delegates:
+            index, name, lowered = delegates[node]
+            rows.append(OpPlacement(
+                name=f"{name}", op="EthosUBackend invocation", kind="npu-invocation",
+                placement="npu", partition=index, kernel=f"ethos-u partition {index}",
+                tier=None, input_shapes=tuple(tuple(int(s) for s in a.meta["val"].shape)
+                                              for a in node.args[1:] if "val" in a.meta),
+                output_shape=(), dtypes="", macs=0, reasons=()))
+            rows.extend(_npu_rows(index, lowered, target.tier))
+            continue
+        if _is(node.target, _SKIPPED):
+            continue
+        origin = node.meta.get(ORIGIN_KEY, node.name)
+        seen_origins.add(origin)
+        pre = pre_cpu.get(origin)
+        info = pre[0] if pre else describe(node)
+        aten_target = pre[1] if pre else None
+        cortex_op = cortex_m_op_name(node.target)
+        if _is(node.target, ("quantize_per_tensor",)) and not _is(node.target, ("dequantize",)):
+            kind = "boundary-quantize"
+        elif _is(node.target, ("dequantize_per_tensor",)):
+            kind = "boundary-dequantize"
+        elif _is(node.target, _LAYOUT) or cortex_op == "transpose":
+            kind = "layout"
+        else:
+            kind = "op"
+        reasons = [_not_npu_reason(origin, node.target, lowered_stage, target.npu, kind)]
+        if cortex_op is not None:
+            placement = "cmsis-nn"
+            kernel = specialised_function(cortex_op, node) if cortex_op in CPU_KERNELS else cortex_op
+        else:
+            placement = "portable"
+            kernel = _op_text(node.target)
+            reasons.append(_not_cmsis_reason(origin, node.target, decisions.get(origin), aten_target))
+        current = describe(node)
+        rows.append(OpPlacement(
+            name=origin, op=info.op, kind=kind, placement=placement, partition=None,
+            kernel=kernel, tier=target.tier if placement == "cmsis-nn" else None,
+            input_shapes=info.input_shapes, output_shape=info.output_shape, dtypes=current.dtypes,
+            macs=info.macs, reasons=tuple(reasons), info=info))
+    return tuple(_attach_fused(rows, pre_cpu, seen_origins, lowered_stage))
+
+
+def _attach_fused(rows, pre_cpu, seen_origins, lowered_stage):
+    """Name the CPU nodes a Cortex-M pass folded into a neighbour (e.g. ReLU into a conv's clamp)."""
+    by_name = {r.name: i for i, r in enumerate(rows)}
+    fused: dict[int, list[str]] = {}
+    for origin, (info, aten_target, inputs) in pre_cpu.items():
+        if origin in seen_origins or _is(aten_target, _QDQ) or _is(aten_target, _SKIPPED):
+            continue
+        producer = next((i for i in inputs if i in by_name), None)
+        # Walk through folded Q/DQ nodes to the kernel that absorbed this one.
+        frontier = list(inputs)
+        while producer is None and frontier:
+            candidate = frontier.pop(0)
+            if candidate in by_name:
+                producer = candidate
+            elif candidate in pre_cpu:
+                frontier.extend(pre_cpu[candidate][2])
+        if producer is not None:
+            fused.setdefault(by_name[producer], []).append(origin)
+    return [replace(r, fused=tuple(fused.get(i, ()))) for i, r in enumerate(rows)]
+
+
+def snapshot_pre_cpu(program) -> dict[str, tuple[NodeInfo, object, tuple[str, ...]]]:
+    """Describe each call_function node of the edge program before the Cortex-M passes rewrite it."""
+    snapshot = {}
+    for node in program.graph.nodes:
+        if node.op != "call_function" or "executorch_call_delegate" in str(node.target):
+            continue
+        try:
+            info = describe(node)
+        except Exception:  # noqa: BLE001 - a node without tensor metadata has nothing to report
+            continue
+        snapshot[node.name] = (info, node.target, tuple(a.name for a in node.all_input_nodes))
+    return snapshot

@@ -1,0 +1,383 @@
+"""The coverage report of `orchestrate plan`: a view of the placements, their costs and a summary.
+
+Formats: a terminal table (fits 100 columns: long reasons wrap), Markdown, and JSON following
+`plan.schema.json` (versioned by `schema_version`). Every figure names its source: `vela` (Vela's
+estimate), `model:<tier>` / `model:portable` / `model:transition` (our cost models), `executorch`
+(the memory plan of the serialized program), `platform` (the platform YAML).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+SCHEMA_VERSION = "1.0"
+SCHEMA_PATH = Path(__file__).with_name("plan.schema.json")
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    item: str  # arena | npu_scratch:p<k> | pte
+    bytes: int
+    source: str
+    region: str | None  # where it is placed (first region of the platform that may hold it)
+    region_bytes: int | None
+    fits: bool
+
+
+@dataclass(frozen=True)
+class Summary:
+    ops: dict  # placement -> op count (kind == op)
+    macs: dict  # placement -> MACs
+    npu_mac_coverage_pct: float
+    npu_partitions: int
+    transitions: int  # CPU<->NPU switches in execution order
+    hidden_rows: dict  # kind -> count of hidden CPU work rows
+    memory: tuple[MemoryUse, ...]
+    fits: bool
+    pte_bytes: int
+    weight_bytes: int
+    arena_bytes: int
+    npu_scratch_bytes: int
+    cmsis_scratch_bytes: int
+    operators: tuple[str, ...]  # operators the firmware must register (selective build)
+    missing_operators: tuple[str, ...] | None  # vs --runner-ops, None when not checked
+    latency_seconds: float | None
+    latency_cycles_cpu: int | None
+    latency_source: str | None
+    per_placement_seconds: dict
+    npu_utilisation: dict  # partition -> MAC utilisation from Vela
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+_ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2}
+
+
+def constant_tensor_bytes(executorch_program) -> int:
+    """Bytes of the CPU-side constant tensors (weights, biases, LUTs, kernel sums) in the .pte."""
+    total = 0
+    for value in executorch_program.execution_plan[0].values:
+        tensor = getattr(value, "val", None)
+        if getattr(tensor, "data_buffer_idx", 0) and getattr(tensor, "allocation_info", None) is None:
+            st = int(getattr(tensor.scalar_type, "value", tensor.scalar_type))
+            total += _numel(tensor.sizes) * _ELEMENT_BYTES.get(st, 4)
+    return total
+
+
+def program_operators(executorch_program) -> tuple[str, ...]:
+    names = []
+    for op in executorch_program.execution_plan[0].operators:
+        full = f"{op.name}.{op.overload}" if op.overload else op.name
+        names.append(full)
+    return tuple(sorted(set(names)))
+
+
+def read_runner_ops(path: str) -> set[str]:
+    from orchestrator.errors import UserError
+
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"--runner-ops file '{path}' not found; give a text file with one "
+                        "operator per line (e.g. cortex_m::quantized_conv2d.out)")
+    ops = set()
+    for line in file.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            ops.add(line)
+    return ops
+
+
+def _cmsis_scratch_bytes(final_program) -> int:
+    """Bytes of the scratch buffers the Cortex-M passes allocate for CMSIS-NN kernels."""
+    total = 0
+    for node in final_program.graph.nodes:
+        if node.op != "call_function" or "cortex_m" not in str(node.target):
+            continue
+        # Scratch buffers are positional alloc arguments; `out=` allocs are the op's outputs.
+        for arg in node.args:
+            if isinstance(arg, torch.fx.Node) and "alloc" in str(arg.target) and arg.args:
+                spec = arg.args[0]
+                if isinstance(spec, tuple) and spec and isinstance(spec[0], tuple):
+                    total += _numel(spec[0])
+    return total
+
+
+# Where each item goes first: the .pte stays in flash/DDR, the arena in the fastest RAM.
+_KIND_PREFERENCE = {"weights": ("flash", "ddr", "sram", "tcm"), "arena": ("tcm", "sram", "ddr"),
+                    "npu_scratch": ("sram", "ddr", "tcm")}
+
+
+def _place(platform, use: str, size: int, item: str, source: str) -> MemoryUse:
+    order = _KIND_PREFERENCE.get(use, ())
+    regions = sorted((r for r in platform.memories if use in r.holds),
+                     key=lambda r: order.index(r.kind) if r.kind in order else len(order))
+    if use == "npu_scratch":
+        regions = [r for r in regions if r.npu_accessible]
+    for region in regions:
+        if size <= region.size_bytes:
+            return MemoryUse(item, size, source, region.name, region.size_bytes, True)
+    largest = max(regions, key=lambda r: r.size_bytes) if regions else None
+    return MemoryUse(item, size, source, largest.name if largest else None,
+                     largest.size_bytes if largest else None, False)
+
+
+def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = None) -> Summary:
+    target = compiled.target
+    ops = {p: 0 for p in ("npu", "cmsis-nn", "portable")}
+    macs = {p: 0 for p in ("npu", "cmsis-nn", "portable")}
+    hidden: dict[str, int] = {}
+    seconds = {p: 0.0 for p in ("npu", "cmsis-nn", "portable")}
+    for row in rows:
+        if row.kind == "op":
+            ops[row.placement] += 1
+            macs[row.placement] += row.macs
+        else:
+            hidden[row.kind] = hidden.get(row.kind, 0) + 1
+        if row.cost is not None:
+            seconds[row.placement] += row.cost.seconds
+    total_macs = sum(macs.values())
+    sides = [("npu" if r.placement == "npu" else "cpu") for r in rows]
+    transitions = sum(1 for a, b in zip(sides, sides[1:]) if a != b)
+    scratch = {k: e.scratch_bytes for k, e in estimates.items()}
+    weight_bytes = sum(e.weight_bytes for e in estimates.values()) + constant_tensor_bytes(
+        compiled.executorch_program)
+    arena = compiled.arena_bytes
+    platform = target.platform
+    memory = [_place(platform, "arena", arena, "executorch arena", "executorch")]
+    for index, size in sorted(scratch.items()):
+        memory.append(_place(platform, "npu_scratch", size, f"npu scratch p{index}", "vela"))
+    memory.append(_place(platform, "weights", len(compiled.pte_bytes), ".pte (weights, code data)",
+                         "executorch"))
+    operators = program_operators(compiled.executorch_program)
+    missing = None
+    if runner_ops is not None:
+        missing = tuple(op for op in operators if op not in runner_ops
+                        and op.split(".")[0] not in runner_ops)
+    costs = [r.cost for r in rows if r.cost is not None]
+    latency = sum(c.seconds for c in costs) if costs else None
+    sources = []
+    for c in costs:
+        for part in c.source.split("+"):
+            if part not in sources:
+                sources.append(part)
+    return Summary(
+        ops=ops, macs=macs,
+        npu_mac_coverage_pct=(100.0 * macs["npu"] / total_macs) if total_macs else 0.0,
+        npu_partitions=len(estimates) if target.npu else 0,
+        transitions=transitions, hidden_rows=hidden, memory=tuple(memory),
+        fits=all(m.fits for m in memory), pte_bytes=len(compiled.pte_bytes),
+        weight_bytes=weight_bytes, arena_bytes=arena,
+        npu_scratch_bytes=sum(scratch.values()),
+        cmsis_scratch_bytes=_cmsis_scratch_bytes(compiled.final_program),
+        operators=operators, missing_operators=missing,
+        latency_seconds=latency,
+        latency_cycles_cpu=int(round(latency * target.cpu_hz)) if latency is not None else None,
+        latency_source="+".join(sources) if sources else None,
+        per_placement_seconds=seconds,
+        npu_utilisation={k: e.utilisation(target.npu_macs or 1) for k, e in estimates.items()},
+    )
+
+
+def _where(row) -> str:
+    if row.placement == "npu":
+        return f"NPU p{row.partition}"
+    if row.placement == "cmsis-nn":
+        return f"CMSIS-NN/{row.tier}"
+    return "portable"
+
+
+def _shape(shape) -> str:
+    return "x".join(str(s) for s in shape) if shape else "-"
+
+
+_SHORT_DTYPE = {"float32": "f32", "int8": "i8", "int16": "i16", "int32": "i32", "bool": "bool",
+                "int64": "i64", "uint8": "u8"}
+
+
+def _out_dtype(row) -> str:
+    out = row.dtypes.split("->")[-1].strip().split(" ")[0] if row.dtypes else ""
+    return _SHORT_DTYPE.get(out, out)
+
+
+def _short_op(op: str) -> str:
+    for prefix in ("aten.", "quantized_decomposed.", "dim_order_ops.", "cortex_m."):
+        op = op.replace(prefix, "")
+    return op.replace(".default", "").replace(".Tensor", "").replace(".self", "")
+
+
+def _cost_cell(row, sep: str = " ") -> str:
+    if row.cost is None:
+        return "-"
+    return f"{row.cost.seconds * 1e6:,.1f}us{sep}{row.cost.source}"
+
+
+def _reasons(row) -> list[str]:
+    parts = []
+    if row.placement != "npu":
+        for i, reason in enumerate(row.reasons):
+            parts.append(("not NPU: " if i == 0 else "not CMSIS-NN: ") + reason.text())
+    if row.fused:
+        parts.append("fused into this kernel: " + ", ".join(row.fused))
+    return parts
+
+
+_HIDDEN_LABEL = {"boundary-quantize": "quantize (boundary)", "boundary-dequantize":
+                 "dequantize (boundary)", "layout": "layout copy", "npu-invocation": "NPU invocation"}
+
+
+def _ellipsize(text: str, width: int) -> str:
+    """Keep both ends of a long node name: the numbered suffix tells nodes apart."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "~" + text[len(text) - (width - 1 - head):]
+
+
+def _rows_table(rows, markdown: bool) -> str:
+    """Markdown: one table with every column. Terminal: the op table, then the reasons keyed
+    by row number, so both fit 100 columns however long a reason is."""
+    if markdown:
+        table = [[i, r.name if r.kind == "op" else f"{r.name} [{r.kind}]", _short_op(r.op),
+                  f"{_shape(r.output_shape)} {_out_dtype(r)}", f"{r.macs:,}", _where(r),
+                  r.kernel or "", _cost_cell(r), "<br>".join(_reasons(r))]
+                 for i, r in enumerate(rows)]
+        return tabulate(table, ["#", "node", "op", "out", "MACs", "where", "kernel", "cost",
+                                "why not better"], tablefmt="github")
+    table, why = [], []
+    for i, r in enumerate(rows):
+        op = _short_op(r.op) if r.kind == "op" else f"{_HIDDEN_LABEL[r.kind]}"
+        table.append([i, _ellipsize(r.name, 26), _ellipsize(op, 21),
+                      f"{_shape(r.output_shape)} {_out_dtype(r)}", f"{r.macs:,}", _where(r),
+                      _cost_cell(r, "\n").split("\n")[0], r.cost.source if r.cost else "-"])
+        for line in _reasons(r):
+            why.append([i, textwrap.fill(line, 90)])
+        if r.placement == "cmsis-nn" and r.kernel:
+            why.append([i, textwrap.fill(f"kernel: {r.kernel}", 90)])
+    text = tabulate(table, ["#", "node", "op", "out", "MACs", "where", "cost", "source"],
+                    tablefmt="simple", disable_numparse=True,
+                    colalign=("right", "left", "left", "left", "right", "left", "right", "left"))
+    if why:
+        text += "\n\nwhy each CPU op is not in a better place (# = row above):\n"
+        text += tabulate(why, ["#", "reason (from the check that decided)"], tablefmt="simple")
+    return text
+
+
+def _summary_lines(compiled, s: Summary) -> list[str]:
+    t = compiled.target
+    lines = [
+        f"ops: NPU {s.ops['npu']}, CMSIS-NN {s.ops['cmsis-nn']}, portable {s.ops['portable']}"
+        f"  (hidden CPU work rows: " + ", ".join(f"{k} {v}" for k, v in sorted(s.hidden_rows.items())) + ")",
+        f"MACs: NPU {s.macs['npu']:,}, CMSIS-NN {s.macs['cmsis-nn']:,}, portable {s.macs['portable']:,}"
+        f"  -> NPU MAC coverage {s.npu_mac_coverage_pct:.1f}%",
+        f"NPU partitions: {s.npu_partitions}, CPU<->NPU transitions: {s.transitions}",
+    ]
+    for k, u in sorted(s.npu_utilisation.items()):
+        lines.append(f"  partition p{k}: MAC utilisation {100 * u:.1f}% (vela)")
+    if s.latency_seconds is not None:
+        lines.append(
+            f"estimated latency: {s.latency_seconds * 1e3:.3f} ms end to end, CPU and NPU serialized "
+            f"(NPU {s.per_placement_seconds['npu'] * 1e3:.3f} ms, CMSIS-NN "
+            f"{s.per_placement_seconds['cmsis-nn'] * 1e3:.3f} ms, portable "
+            f"{s.per_placement_seconds['portable'] * 1e3:.3f} ms) at CPU {t.cpu_hz / 1e6:g} MHz"
+            + (f", NPU {t.npu_hz / 1e6:g} MHz" if t.npu_hz else "") + f"; source {s.latency_source}")
+    lines.append(f".pte: {s.pte_bytes:,} B, weights {s.weight_bytes:,} B (executorch + vela); "
+                 f"arena {s.arena_bytes:,} B (executorch plan, incl. CMSIS-NN scratch "
+                 f"{s.cmsis_scratch_bytes:,} B); NPU scratch {s.npu_scratch_bytes:,} B (vela)")
+    for m in s.memory:
+        verdict = "fits" if m.fits else "DOES NOT FIT"
+        region = f"{m.region} ({m.region_bytes:,} B)" if m.region else "no region may hold it"
+        lines.append(f"  {m.item}: {m.bytes:,} B ({m.source}) -> {region}: {verdict}")
+    lines.append(f"memory verdict: {'fits' if s.fits else 'DOES NOT FIT'} ({t.platform.name}, platform YAML)")
+    lines.append(f"operators to register ({len(s.operators)}): " + ", ".join(s.operators))
+    if s.missing_operators is not None:
+        lines.append("runner ops check: " + ("all present" if not s.missing_operators else
+                                             "MISSING " + ", ".join(s.missing_operators)))
+    return lines
+
+
+def render_text(compiled, rows, summary: Summary, width: int = 100) -> str:
+    header = (f"orchestrate plan: {compiled.model.name} ({compiled.model.source}) on "
+              f"{compiled.target.describe()}")
+    if compiled.target.npu:
+        header += f"; Vela {compiled.target.system_config} / {compiled.target.memory_mode}"
+    out = [header]
+    if compiled.calibration.warning:
+        out.append("warning: " + compiled.calibration.warning)
+    out.append(_rows_table(rows, markdown=False))
+    out.append("")
+    out.extend(_summary_lines(compiled, summary))
+    out.append("cost sources: vela = Vela estimate; model:<tier>/portable/transition = "
+               "orchestrate cost model (cost_models/data/cpu_cost.yaml); nothing here is measured")
+    return "\n".join(out)
+
+
+def render_markdown(compiled, rows, summary: Summary) -> str:
+    out = [f"# orchestrate plan: {compiled.model.name} on {compiled.target.describe()}", ""]
+    if compiled.calibration.warning:
+        out += [f"> warning: {compiled.calibration.warning}", ""]
+    out.append(_rows_table(rows, markdown=True))
+    out += ["", "## Summary", ""]
+    out += [f"- {line.strip()}" for line in _summary_lines(compiled, summary)]
+    return "\n".join(out) + "\n"
+
+
+def _cost_json(cost):
+    if cost is None:
+        return None
+    return {"cycles": cost.cycles, "seconds": cost.seconds, "source": cost.source}
+
+
+def to_json(compiled, rows, summary: Summary) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": {"name": compiled.model.name, "source": compiled.model.source,
+                  "kind": compiled.model.kind},
+        "platform": compiled.target.to_json(),
+        "calibration": {"source": compiled.calibration.source,
+                        "generated": compiled.calibration.generated,
+                        "warning": compiled.calibration.warning},
+        "ops": [{
+            "name": r.name, "op": r.op, "kind": r.kind, "placement": r.placement,
+            "partition": r.partition, "kernel": r.kernel, "isa_tier": r.tier,
+            "input_shapes": [list(s) for s in r.input_shapes], "output_shape": list(r.output_shape),
+            "dtypes": r.dtypes, "macs": r.macs,
+            "reasons": [{"check": x.check, "message": x.message, "value": x.value} for x in r.reasons],
+            "fused": list(r.fused), "cost": _cost_json(r.cost),
+        } for r in rows],
+        "summary": {
+            "ops": summary.ops, "macs": summary.macs,
+            "npu_mac_coverage_pct": summary.npu_mac_coverage_pct,
+            "npu_partitions": summary.npu_partitions, "transitions": summary.transitions,
+            "hidden_rows": summary.hidden_rows,
+            "npu_utilisation": {f"p{k}": v for k, v in summary.npu_utilisation.items()},
+            "latency": None if summary.latency_seconds is None else {
+                "seconds": summary.latency_seconds, "cpu_cycles": summary.latency_cycles_cpu,
+                "source": summary.latency_source,
+                "per_placement_seconds": summary.per_placement_seconds},
+            "memory": {
+                "arena_bytes": summary.arena_bytes, "npu_scratch_bytes": summary.npu_scratch_bytes,
+                "cmsis_scratch_bytes": summary.cmsis_scratch_bytes, "pte_bytes": summary.pte_bytes,
+                "weight_bytes": summary.weight_bytes, "fits": summary.fits,
+                "items": [{"item": m.item, "bytes": m.bytes, "source": m.source,
+                           "region": m.region, "region_bytes": m.region_bytes, "fits": m.fits}
+                          for m in summary.memory]},
+            "operators": list(summary.operators),
+            "missing_operators": None if summary.missing_operators is None
+            else list(summary.missing_operators),
+        },
+    }
+
+
+def render_json(compiled, rows, summary: Summary) -> str:
+    return json.dumps(to_json(compiled, rows, summary), indent=2)
