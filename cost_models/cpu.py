@@ -16,7 +16,7 @@ CMSIS-NN, ops with MACs (conv, depthwise_conv, fully_connected, batch_matmul):
   - lane_utilization is the fraction of SIMD lanes doing work: the reduction depth (k_h*k_w*C_in)
     of a conv/fc padded to the tier's conv_lanes, the channels of a depthwise to depthwise_lanes.
   - im2col_bytes: the C_in slices the kernel gathers per output pixel per tap (not for 1x1
-    convs, which take arm_convolve_1x1_s8_fast straight from the input; not for depthwise on
+    convs, which CMSIS-NN reads in place (arm_convolve_1x1_s8_fast); not for depthwise on
     tiers whose depthwise kernel reads its input in place); im2col_taps: how many slices, each
     costing a bounds check, an address computation and a copy call whatever its size.
   - per_output_cycles: requantize, clamp, store and the matrix loop's per-output bookkeeping.
@@ -28,9 +28,10 @@ copy): op_overhead_cycles + elements * the tier's cycles per element of that kin
 being input elements for pools (the window reads dominate) and output elements otherwise.
 quantize/dequantize run float math: cycles per element depend on whether the core has an FPU.
 
-Portable (ExecuTorch portable kernels, float): op_overhead_cycles + macs * float_mac_cycles +
-elements * float_element_cycles, plus dequantizing the op's int8 inputs and weights and
-quantizing its outputs, since a portable op sits between dq/q nodes of the int8 graph.
+Portable (ExecuTorch portable kernels, float): op_overhead_cycles + macs * (conv_mac_cycles or
+matmul_mac_cycles) + elements * element_cycles, plus dequantizing the op's int8 inputs and
+weights and quantizing its outputs, since a portable op sits between dq/q nodes of the int8
+graph.
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ class TierKernels:
 
 @dataclass(frozen=True)
 class PortableRates:
-    float_mac_cycles: float
-    float_element_cycles: float
+    conv_mac_cycles: float  # conv / depthwise: op_convolution's index arithmetic per MAC
+    matmul_mac_cycles: float  # fully_connected / batch_matmul: vec_ops matmul loop per MAC
+    element_cycles: float
 
 
 @dataclass(frozen=True)
@@ -349,12 +351,14 @@ def portable_cost(op: OpShape, cpu: str, cpu_hz: int) -> Cost:
     data, core = _core(cpu)
     rates = data.portable[cpu]
     elements = op.input_bytes if op.kind in _PER_INPUT_KINDS else op.elements
-    # int8 tensors are one byte per element; weights arrive as int8 constants plus a dequantize.
+    mac_cycles = rates.conv_mac_cycles if op.kind in ("conv", "depthwise_conv") else rates.matmul_mac_cycles
+    # int8 tensors are one byte per element; weights arrive as int8 constants plus a dequantize
+    # (bias bytes are counted as elements too: a small overcount, int32 being 4 bytes).
     dequantized = op.input_bytes + op.weight_bytes
     cycles = (
         data.cmsis_nn[cpu].op_overhead_cycles
-        + op.macs * rates.float_mac_cycles
-        + elements * rates.float_element_cycles
+        + op.macs * mac_cycles
+        + elements * rates.element_cycles
         + dequantized * _float_cycles_per_element(data, core, "dequantize")
         + op.output_bytes * _float_cycles_per_element(data, core, "quantize")
     )

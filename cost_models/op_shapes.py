@@ -211,13 +211,15 @@ def _linear_shape(module: nn.Linear, x: torch.Tensor, y: torch.Tensor) -> tuple[
     return shape, has_bias
 
 
-def _pool_shape(kind: str, x: torch.Tensor, y: torch.Tensor) -> OpShape:
-    # The window of an adaptive pool, as the deployed fixed pool sees it (integer ratio).
-    kernel_hw = (
-        (max(1, x.shape[-2] // y.shape[-2]), max(1, x.shape[-1] // y.shape[-1]))
-        if x.dim() == 4
-        else (1, max(1, x.shape[-1] // y.shape[-1]))
-    )
+def _pool_shape(kind: str, x: torch.Tensor, y: torch.Tensor, kernel_size: Any = None) -> OpShape:
+    if kernel_size is not None:
+        size = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+        kernel_hw = (size[0], size[-1]) if len(size) == 2 else (1, size[0])
+    elif x.dim() == 4:
+        # An adaptive pool's window, as the fixed pool it deploys as sees it (integer ratio).
+        kernel_hw = (max(1, x.shape[-2] // y.shape[-2]), max(1, x.shape[-1] // y.shape[-1]))
+    else:
+        kernel_hw = (1, max(1, x.shape[-1] // y.shape[-1]))
     return OpShape(
         kind=kind,
         macs=0,
@@ -247,9 +249,9 @@ def _module_hook(recorder: _Recorder) -> Callable[[nn.Module, tuple, Any], None]
         elif isinstance(module, _BATCHNORM_MODULES):
             recorder.batchnorm(x, output, module.num_features)
         elif isinstance(module, (nn.AvgPool1d, nn.AvgPool2d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d)):
-            recorder.emit(_pool_shape("avg_pool", x, output), output)
+            recorder.emit(_pool_shape("avg_pool", x, output, getattr(module, "kernel_size", None)), output)
         elif isinstance(module, (nn.MaxPool1d, nn.MaxPool2d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d)):
-            recorder.emit(_pool_shape("max_pool", x, output), output)
+            recorder.emit(_pool_shape("max_pool", x, output, getattr(module, "kernel_size", None)), output)
         elif isinstance(module, _CLAMP_MODULES):
             recorder.clamp(x, output)
         elif isinstance(module, _LUT_MODULES):
@@ -340,7 +342,9 @@ class _FunctionRecorder(TorchFunctionMode):
             inputs = args[0] if func in (torch.cat, torch.concat) else args[:1]
             recorder.emit(_elementwise(_UNARY_FUNCTIONS[func], _tensors(inputs), output), output)
         elif func in _POOL_FUNCTIONS:
-            recorder.emit(_pool_shape(_POOL_FUNCTIONS[func], args[0], output), output)
+            adaptive = func in (F.adaptive_avg_pool2d, F.adaptive_max_pool2d)
+            kernel_size = None if adaptive or len(args) < 2 else args[1]
+            recorder.emit(_pool_shape(_POOL_FUNCTIONS[func], args[0], output, kernel_size), output)
         elif func in _MATMUL_FUNCTIONS:
             lhs, rhs = args[0], args[1]
             recorder.emit(
@@ -412,7 +416,8 @@ def im2col_bytes(op: OpShape) -> int:
     """Input bytes CMSIS-NN gathers into its im2col buffer: one C_in slice per output pixel per
     kernel tap (arm_convolve_s8.c and arm_depthwise_conv_s8_opt.c copy `input_ch` bytes per tap).
 
-    A 1x1 conv runs arm_convolve_1x1_s8_fast straight from the input, with no gather.
+    A 1x1 conv reads its input in place (arm_convolve_1x1_s8_fast, or arm_convolve_1x1_s8 when
+    strided or padded), with no gather.
     """
     if op.kind == "depthwise_conv":
         return op.macs

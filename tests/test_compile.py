@@ -1,0 +1,140 @@
+"""`orchestrate compile`: one hybrid .pte, checked on the serialized program itself."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.errors import OrchestrateError
+
+
+def _program(pte_bytes: bytes):
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    return deserialize_pte_binary(pte_bytes).program
+
+
+def _operators(pte_bytes: bytes) -> set[str]:
+    plan = _program(pte_bytes).execution_plan[0]
+    return {f"{op.name}.{op.overload}" for op in plan.operators}
+
+
+def _delegate_specs(pte_bytes: bytes) -> list[tuple[str, dict]]:
+    plan = _program(pte_bytes).execution_plan[0]
+    return [(d.id, {s.key: bytes(s.value) for s in d.compile_specs}) for d in plan.delegates]
+
+
+@pytest.mark.parametrize("platform,npu", [("corstone300", "ethos-u55-128"),
+                                          ("corstone300", "ethos-u65-256"),
+                                          ("corstone320", "ethos-u85-256")])
+def test_pte_carries_ethos_u_delegates_for_the_requested_npu(compiles, platform, npu):
+    compiled, _ = compiles.get("ds-cnn", platform, npu)
+    delegates = _delegate_specs(compiled.pte_bytes)
+    assert delegates, "no delegate in the .pte"
+    for backend, specs in delegates:
+        assert backend == "EthosUBackend"
+        assert specs["target"] == npu.encode()
+        assert f"--accelerator-config={npu}".encode() in specs["compile_flags"]
+
+
+def test_ds_cnn_avg_pool_runs_on_cmsis_nn_on_u55(compiles):
+    compiled, _ = compiles.get("ds-cnn", "corstone300", "ethos-u55-128")
+    ops = _operators(compiled.pte_bytes)
+    assert "cortex_m::quantized_avg_pool2d.out" in ops
+    assert not any(op.startswith("aten::") for op in ops), ops
+    assert len(_delegate_specs(compiled.pte_bytes)) == 2
+
+
+def test_cpu_only_m55_uses_cmsis_nn_kernels_and_no_portable_op(compiles):
+    compiled, _ = compiles.get("ds-cnn", "corstone300", "none", "cortex-m55")
+    ops = _operators(compiled.pte_bytes)
+    assert not _delegate_specs(compiled.pte_bytes)
+    assert {"cortex_m::quantized_conv2d.out", "cortex_m::quantized_depthwise_conv2d.out",
+            "cortex_m::quantized_linear.out"} <= ops
+    assert not any(op.startswith("aten::") for op in ops), ops
+
+
+def test_portable_ops_only_where_no_cmsis_nn_kernel_exists(compiles):
+    compiled, _ = compiles.get("mixed", "corstone300", "ethos-u55-128")
+    portable = {op for op in _operators(compiled.pte_bytes) if not op.startswith("cortex_m::")}
+    assert portable == {"aten::gt.Tensor_out", "aten::where.self_out", "aten::sort.values"}
+    assert "cortex_m::quantized_conv2d.out" in _operators(compiled.pte_bytes)
+
+
+def test_every_boundary_tensor_has_one_layout_on_both_sides(compiles):
+    compiled, _ = compiles.get("mixed", "corstone300", "ethos-u55-128")
+    assert len(compiled.boundaries) >= 6
+    for boundary in compiled.boundaries:
+        assert boundary.cpu_dim_order == boundary.npu_dim_order
+        if len(boundary.shape) == 4:
+            assert boundary.npu_dim_order == (0, 2, 3, 1), boundary
+
+
+def test_boundary_check_fails_an_nchw_mixed_model_lowered_the_upstream_way():
+    from orchestrator.pipeline import compile_model
+    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.target import resolve_target
+
+    model = load_model("mixed")
+    with pytest.raises(OrchestrateError, match=r"layout mismatch at a CPU/NPU boundary: tensor '"):
+        compile_model(model, load_calibration(None, model.example_inputs),
+                      resolve_target("corstone300", npu="ethos-u55-128"), channels_last=False)
+
+
+def test_io_int8_takes_int8_and_shrinks_the_arena(compiles):
+    floating, _ = compiles.get("mobilenet-v1-025", "corstone300", "none", "cortex-m55")
+    int8, _ = compiles.get("mobilenet-v1-025", "corstone300", "none", "cortex-m55", io="int8")
+    plan = _program(int8.pte_bytes).execution_plan[0]
+    first_input = plan.values[plan.inputs[0]].val
+    assert int(getattr(first_input.scalar_type, "value", first_input.scalar_type)) == 1  # Char = int8
+    # The fp32 input (1x3x96x96x4 B = 110,592 B) becomes a 27,648 B int8 one; the planner
+    # overlaps lifetimes, so at least half of the fp32 buffer must leave the arena.
+    assert floating.arena_bytes - int8.arena_bytes >= 96 * 96 * 3 * 4 // 2
+    assert "input0_scale" in int8.io_quant
+
+
+def test_artifacts_keep_each_partitions_tosa_and_vela_reports_apart(compiles):
+    compiled, pte = compiles.get("mixed", "corstone300", "ethos-u55-128", write=True)
+    art = pte.with_name(pte.stem + ".artifacts")
+    manifest = json.loads((art / "manifest.json").read_text())
+    assert len(manifest["partitions"]) == 3
+    tosa_hashes = set()
+    for part in manifest["partitions"]:
+        tosa = (art / part["tosa"]).read_bytes()
+        assert hashlib.sha256(tosa).hexdigest() == part["tosa_sha256"]
+        tosa_hashes.add(part["tosa_sha256"])
+        vela = art / part["vela_dir"]
+        assert (vela / "out_per-layer.csv").is_file()
+        assert list(vela.glob("out_summary_*.csv"))
+    assert len(tosa_hashes) == 3
+    assert manifest["pte"]["sha256"] == hashlib.sha256(pte.read_bytes()).hexdigest()
+    assert manifest["versions"]["executorch"] == "1.5.1"
+
+
+def _run(capsys, argv):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_unknown_model_is_a_one_line_user_error(capsys, tmp_path):
+    code, _, err = _run(capsys, ["compile", "resnet9", "-o", str(tmp_path / "x.pte")])
+    assert code == 2
+    assert err.count("\n") == 1 and "resnet9" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_unknown_npu_names_the_allowed_ones(capsys, tmp_path):
+    code, _, err = _run(capsys, ["compile", "ds-cnn", "--npu", "ethos-u85-256", "-o",
+                                 str(tmp_path / "x.pte")])
+    assert code == 2
+    assert "ethos-u85-256" in err and "ethos-u55-128" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_output_must_be_a_pte(capsys, tmp_path):
+    code, _, err = _run(capsys, ["compile", "ds-cnn", "-o", str(tmp_path / "x.bin")])
+    assert code == 2 and ".pte" in err
