@@ -118,17 +118,18 @@ def fit(cpu: str) -> CmsisNNRates:
     for point in points:
         terms = _summed_terms(point.model, cpu)
         measured_cycles = point.latency_s * point.cpu_hz
+        # Dividing each equation by its measured cycles makes the residuals relative errors.
         rows.append(
-            [terms.mac_work, terms.output_elements, terms.streamed_weight_bytes]
+            [v / measured_cycles for v in (terms.mac_work, terms.output_elements, terms.streamed_weight_bytes)]
         )
-        rhs.append((measured_cycles - terms.fixed_cycles))
-        rows[-1] = [v / measured_cycles for v in rows[-1]]
-        rhs[-1] /= measured_cycles
+        rhs.append((measured_cycles - terms.fixed_cycles) / measured_cycles)
     inv_macs, per_output, inv_bytes = _nnls(np.array(rows), np.array(rhs))
+    if inv_macs == 0 or inv_bytes == 0:
+        raise ValueError(f"fit({cpu!r}): the points leave a MAC or weight-streaming rate unbounded")
     return CmsisNNRates(
-        conv_macs_per_cycle=1.0 / inv_macs,
-        per_output_cycles=per_output,
-        weight_bytes_per_cycle=1.0 / inv_bytes,
+        conv_macs_per_cycle=float(1.0 / inv_macs),
+        per_output_cycles=float(per_output),
+        weight_bytes_per_cycle=float(1.0 / inv_bytes),
         op_overhead_cycles=data.cmsis_nn[cpu].op_overhead_cycles,
     )
 

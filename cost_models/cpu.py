@@ -301,6 +301,7 @@ def _float_mode(core: CoreFacts) -> str:
 
 
 def cmsis_nn_terms(op: OpShape, cpu: str) -> CycleTerms:
+    """The CMSIS-NN model of the module docstring, split into CycleTerms."""
     data, core = _core(cpu)
     tier = data.tiers[core.tier]
     overhead = data.cmsis_nn[cpu].op_overhead_cycles
@@ -368,9 +369,11 @@ def portable_cost(op: OpShape, cpu: str, cpu_hz: int) -> Cost:
 def transition_cost(kind: str, cpu: str, cpu_hz: int, bytes_: int = 0) -> Cost:
     """Cost of hidden CPU work around an NPU partition or a CPU/NPU layout boundary.
 
-    npu_invocation: one Ethos-U delegate call; bytes_ = bytes the driver cleans/invalidates in
-        the data cache (command stream + scratch, which holds the IO). The IO copies into and
-        out of the scratch are separate layout_copy transitions.
+    npu_invocation: one Ethos-U delegate call; bytes_ = bytes the driver cleans before and
+        invalidates after the run: ethosu_driver.c walks the command stream and every base
+        region it was given (weights, scratch holding the IO, fast scratch). Free on cores
+        without a data cache. The IO copies into and out of the scratch are separate
+        layout_copy transitions.
     quantize / dequantize: bytes_ int8 elements converted at a float/int8 boundary.
     layout_copy: bytes_ bytes permuted or copied (NCHW <-> NHWC, IO into/out of NPU scratch).
     """

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -293,7 +294,16 @@ _BINARY_FUNCTIONS: dict[Any, str] = {
     torch.mul: "mul", torch.Tensor.mul: "mul", torch.Tensor.__mul__: "mul",
     torch.Tensor.__rmul__: "mul", torch.Tensor.__imul__: "mul", torch.Tensor.mul_: "mul",
     operator.add: "add", operator.mul: "mul",
+    # Comparisons, min/max and select are one elementwise pass over two inputs, the add class
+    # (the Cortex-M backend lowers minimum/maximum to CMSIS-NN elementwise kernels).
+    torch.gt: "add", torch.Tensor.gt: "add", torch.Tensor.__gt__: "add",
+    torch.lt: "add", torch.Tensor.lt: "add", torch.Tensor.__lt__: "add",
+    torch.ge: "add", torch.Tensor.__ge__: "add", torch.le: "add", torch.Tensor.__le__: "add",
+    torch.minimum: "add", torch.maximum: "add", torch.where: "add",
 }
+# Functions whose fresh output is only a dtype/memory-format change of their input.
+_NOT_COMPUTE = frozenset({torch.Tensor.contiguous, torch.Tensor.clone, torch.clone, torch.Tensor.to,
+                          torch.Tensor.float, torch.Tensor.type_as, torch.Tensor.detach})
 _CLAMP_FUNCTIONS = frozenset({
     F.relu, F.relu_, torch.relu, torch.relu_, torch.Tensor.relu, torch.Tensor.relu_,
     F.relu6, F.hardtanh, F.hardtanh_, torch.clamp, torch.Tensor.clamp, torch.Tensor.clamp_,
@@ -325,17 +335,29 @@ class _FunctionRecorder(TorchFunctionMode):
     def __init__(self, recorder: _Recorder) -> None:
         super().__init__()
         self.recorder = recorder
+        self.uncosted: set[str] = set()  # compute functions with no OpShape kind (sort, topk ...)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         output = func(*args, **(kwargs or {}))
-        if self.recorder.module_depth == 0 and isinstance(output, torch.Tensor):
-            self._record(func, args, output)
+        if self.recorder.module_depth == 0:
+            if isinstance(output, torch.Tensor):
+                self._record(func, args, output)
+            elif isinstance(output, tuple):
+                # Multi-output functions computing new tensors (sort, topk ...) have no OpShape
+                # kind; ones returning views (split, chunk, unbind) cost nothing.
+                source = next((a for a in args if isinstance(a, torch.Tensor)), None)
+                fresh = [o for o in output if isinstance(o, torch.Tensor)
+                         and (source is None or not _shares_storage(source, o))]
+                if fresh:
+                    self.uncosted.add(getattr(func, "__name__", str(func)))
         return output
 
     def _record(self, func: Any, args: tuple, output: torch.Tensor) -> None:
         recorder = self.recorder
         if func in _BINARY_FUNCTIONS:
-            recorder.emit(_elementwise(_BINARY_FUNCTIONS[func], _tensors(args[:2]), output), output)
+            # torch.where(cond, x, y) reads its two value inputs; the others read args 0 and 1.
+            inputs = args[1:3] if func is torch.where else args[:2]
+            recorder.emit(_elementwise(_BINARY_FUNCTIONS[func], _tensors(inputs), output), output)
         elif func in _CLAMP_FUNCTIONS:
             recorder.clamp(args[0], output)
         elif func in _UNARY_FUNCTIONS:
@@ -360,20 +382,28 @@ class _FunctionRecorder(TorchFunctionMode):
                 output,
             )
         else:
-            # Views (flatten, reshape, squeeze, getitem ...) and shape queries move no data in
-            # the deployed graph; they pass their producer on so a later ReLU can still fuse.
             source = next((a for a in args if isinstance(a, torch.Tensor)), None)
-            producer = recorder.producer(source)
-            if producer is not None and source is not None and source.numel() == output.numel():
-                recorder.mark(output, producer)
+            if source is not None and _shares_storage(source, output):
+                # A view (flatten, reshape, squeeze, getitem ...) moves no data in the deployed
+                # graph; it passes its producer on so a later ReLU can still fuse.
+                producer = recorder.producer(source)
+                if producer is not None and source.numel() == output.numel():
+                    recorder.mark(output, producer)
+            elif source is not None and func not in _NOT_COMPUTE:
+                self.uncosted.add(getattr(func, "__name__", str(func)))
+
+
+def _shares_storage(source: torch.Tensor, output: torch.Tensor) -> bool:
+    return source.untyped_storage().data_ptr() == output.untyped_storage().data_ptr()
 
 
 def op_shapes_from_module(module: nn.Module, example_inputs: tuple[Any, ...]) -> list[OpShape]:
     """The int8-deployment ops of `module`, in execution order, from one float forward pass.
 
     Leaf modules must be of a kind listed here (conv, linear, pools, BatchNorm, activations,
-    softmax, pads, dropout/identity/flatten); any other leaf module raises ValueError rather
-    than being silently left out of the cost.
+    softmax, pads, dropout/identity/flatten); any other leaf module with parameters raises
+    ValueError rather than being silently left out of the cost. A function call outside the
+    tables above that computes a new tensor (sort, topk ...) is left out with a warning.
     """
     # A leaf module we do not map but whose parameters feed its compute (LSTM, LayerNorm,
     # Embedding ...) would silently vanish from the cost; parameter-free ones are fine, their
@@ -398,13 +428,19 @@ def op_shapes_from_module(module: nn.Module, example_inputs: tuple[Any, ...]) ->
             handles.append(m.register_forward_hook(_module_hook(recorder)))
     was_training = module.training
     module.eval()
+    functions = _FunctionRecorder(recorder)
     try:
-        with torch.no_grad(), _FunctionRecorder(recorder):
+        with torch.no_grad(), functions:
             module(*example_inputs)
     finally:
         for handle in handles:
             handle.remove()
         module.train(was_training)
+    if functions.uncosted:
+        warnings.warn(
+            f"op_shapes_from_module: no OpShape kind for {sorted(functions.uncosted)}; left out of the cost",
+            stacklevel=2,
+        )
     return [pending.freeze() for pending in recorder.ops]
 
 

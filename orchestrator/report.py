@@ -232,8 +232,17 @@ def _reasons(row) -> list[str]:
     return parts
 
 
-_HIDDEN_LABEL = {"boundary-quantize": "quantize (boundary)", "boundary-dequantize":
-                 "dequantize (boundary)", "layout": "layout copy", "npu-invocation": "NPU invocation"}
+_HIDDEN_LABEL = {"boundary-quantize": "quantize (edge)", "boundary-dequantize": "dequantize (edge)",
+                 "layout": "layout copy", "npu-invocation": "NPU invocation"}
+_SOURCE_ABBREVIATION = {"vela": "V", "model:transition": "T", "model:portable": "P",
+                        "model:scalar": "S", "model:dsp": "D", "model:mve": "M", "measured": "meas"}
+SOURCE_LEGEND = ("cost source: V = Vela estimate; M/D/S = orchestrate CMSIS-NN cost model for the "
+                 "MVE/DSP/Scalar tier; P = portable-kernel model; T = transition model "
+                 "(cost_models/data/cpu_cost.yaml); nothing here is measured")
+
+
+def _short_source(source: str) -> str:
+    return "+".join(_SOURCE_ABBREVIATION.get(p, p) for p in source.split("+"))
 
 
 def _ellipsize(text: str, width: int) -> str:
@@ -257,16 +266,17 @@ def _rows_table(rows, markdown: bool) -> str:
     table, why = [], []
     for i, r in enumerate(rows):
         op = _short_op(r.op) if r.kind == "op" else f"{_HIDDEN_LABEL[r.kind]}"
-        table.append([i, _ellipsize(r.name, 26), _ellipsize(op, 21),
-                      f"{_shape(r.output_shape)} {_out_dtype(r)}", f"{r.macs:,}", _where(r),
-                      _cost_cell(r, "\n").split("\n")[0], r.cost.source if r.cost else "-"])
+        cost = "-" if r.cost is None else f"{r.cost.seconds * 1e6:,.1f}us {_short_source(r.cost.source)}"
+        table.append([i, _ellipsize(r.name, 22), _ellipsize(op, 16),
+                      f"{_shape(r.output_shape)} {_out_dtype(r)}", f"{r.macs:,}",
+                      _where(r).replace("CMSIS-NN/", "CMSIS/"), cost])
         for line in _reasons(r):
             why.append([i, textwrap.fill(line, 90)])
         if r.placement == "cmsis-nn" and r.kernel:
             why.append([i, textwrap.fill(f"kernel: {r.kernel}", 90)])
-    text = tabulate(table, ["#", "node", "op", "out", "MACs", "where", "cost", "source"],
+    text = tabulate(table, ["#", "node", "op", "out", "MACs", "where", "cost (source)"],
                     tablefmt="simple", disable_numparse=True,
-                    colalign=("right", "left", "left", "left", "right", "left", "right", "left"))
+                    colalign=("right", "left", "left", "left", "right", "left", "right"))
     if why:
         text += "\n\nwhy each CPU op is not in a better place (# = row above):\n"
         text += tabulate(why, ["#", "reason (from the check that decided)"], tablefmt="simple")
@@ -317,8 +327,7 @@ def render_text(compiled, rows, summary: Summary, width: int = 100) -> str:
     out.append(_rows_table(rows, markdown=False))
     out.append("")
     out.extend(_summary_lines(compiled, summary))
-    out.append("cost sources: vela = Vela estimate; model:<tier>/portable/transition = "
-               "orchestrate cost model (cost_models/data/cpu_cost.yaml); nothing here is measured")
+    out.append(SOURCE_LEGEND)
     return "\n".join(out)
 
 

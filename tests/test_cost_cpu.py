@@ -216,3 +216,13 @@ def test_cost_total_adds_time_and_keeps_every_source():
 def test_cost_source_is_a_closed_set():
     with pytest.raises(ValueError, match="not one of"):
         Cost(cycles=1, seconds=1e-9, source="cost-model")
+
+
+def test_a_function_with_no_cost_kind_is_reported_not_silently_dropped():
+    class Sorts(nn.Module):
+        def forward(self, x):
+            return torch.sort(x, dim=-1).values + x
+
+    with pytest.warns(UserWarning, match="sort"):
+        shapes = op_shapes_from_module(Sorts(), (torch.rand(1, 8),))
+    assert [op.kind for op in shapes] == ["add"]

@@ -1,0 +1,187 @@
+"""`orchestrate plan`: every op gets a row, and each reason comes from the check that decided."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.errors import GateFailure
+from orchestrator.plan import Gates, check_gates, make_plan
+from orchestrator.report import SCHEMA_PATH, render_json, render_markdown, render_text
+
+
+def _rows(plan, name_part=None, op_part=None):
+    return [r for r in plan.rows if (name_part is None or name_part in r.name)
+            and (op_part is None or op_part in r.op)]
+
+
+@pytest.fixture(scope="module")
+def ds_cnn_u55(compiles):
+    return make_plan(compiles.get("ds-cnn", "corstone300", "ethos-u55-128")[0])
+
+
+@pytest.fixture(scope="module")
+def mixed_u55(compiles):
+    return make_plan(compiles.get("mixed", "corstone300", "ethos-u55-128")[0])
+
+
+@pytest.fixture(scope="module")
+def mixed_u85(compiles):
+    return make_plan(compiles.get("mixed", "corstone320", "ethos-u85-256")[0])
+
+
+def test_ds_cnn_avg_pool_is_on_cmsis_nn_with_the_kernel_size_reason(ds_cnn_u55):
+    (pool,) = _rows(ds_cnn_u55, op_part="avg_pool2d")
+    assert pool.placement == "cmsis-nn" and pool.tier == "mve"
+    assert pool.kernel == "arm_avgpool_s8"
+    not_npu = pool.reasons[0]
+    assert "WhyNoPartitionReporter" in not_npu.check
+    assert "kernel dims < 8, got [24, 5]" in not_npu.message
+    assert "kernel (24, 5)" in not_npu.value
+
+
+def test_mixed_on_u55_gives_distinct_reasons_for_conv_where_and_sort(mixed_u55):
+    conv = next(r for r in mixed_u55.rows if r.name == "aten_convolution_default_1")
+    where = next(r for r in mixed_u55.rows if "where" in r.op)
+    sort = next(r for r in mixed_u55.rows if "sort" in r.op)
+    assert conv.placement == "cmsis-nn" and conv.kernel == "arm_convolve_s8"
+    assert "stride" in conv.reasons[0].message and "stride (4, 4)" in conv.reasons[0].value
+    assert where.placement == "portable" and "bool" in where.reasons[0].message
+    assert sort.placement == "portable" and "BaseTOSASupportList" in sort.reasons[0].message
+    assert len({conv.reasons[0].message, where.reasons[0].message, sort.reasons[0].message}) == 3
+    for row in (where, sort):
+        assert row.reasons[1].message.startswith(f"no CMSIS-NN kernel for {row.op}")
+
+
+def test_mixed_on_u85_moves_the_stride4_conv_and_where_to_the_npu(mixed_u85):
+    conv = next(r for r in mixed_u85.rows if r.name == "aten_convolution_default_1")
+    where = next(r for r in mixed_u85.rows if "where" in r.op)
+    sort = next(r for r in mixed_u85.rows if "sort" in r.op)
+    assert conv.placement == "npu" and where.placement == "npu"
+    assert sort.placement == "portable"
+
+
+def test_every_op_row_has_a_placement_and_cpu_rows_have_a_reason(mixed_u55):
+    for row in mixed_u55.rows:
+        assert row.placement in ("npu", "cmsis-nn", "portable")
+        if row.placement != "npu":
+            assert row.reasons, row
+        if row.placement == "portable":
+            assert len(row.reasons) == 2, row
+
+
+def test_hidden_cpu_work_is_reported(mixed_u55):
+    kinds = {r.kind for r in mixed_u55.rows}
+    assert {"boundary-quantize", "boundary-dequantize", "npu-invocation"} <= kinds
+    assert sum(r.kind == "npu-invocation" for r in mixed_u55.rows) == mixed_u55.summary.npu_partitions == 3
+
+
+def test_summary_counts_coverage_and_transitions(mixed_u55):
+    s = mixed_u55.summary
+    npu_macs = sum(r.macs for r in mixed_u55.rows if r.placement == "npu" and r.kind == "op")
+    cpu_macs = sum(r.macs for r in mixed_u55.rows if r.placement != "npu" and r.kind == "op")
+    assert s.macs["npu"] == npu_macs and npu_macs > 0 and cpu_macs > 0
+    assert s.npu_mac_coverage_pct == pytest.approx(100 * npu_macs / (npu_macs + cpu_macs))
+    assert s.transitions == 6
+    assert "aten::sort.values" in s.operators
+
+
+def test_npu_costs_of_a_partition_add_up_to_velas_own_total(mixed_u55, ds_cnn_u55):
+    for plan in (mixed_u55, ds_cnn_u55):
+        for index, estimate in plan.estimates.items():
+            rows = [r for r in plan.rows if r.placement == "npu" and r.partition == index]
+            npu_cycles = sum(r.cost.cycles for r in rows if r.kind != "npu-invocation")
+            invocation = next(r for r in rows if r.kind == "npu-invocation")
+            remainder = invocation.cost.cycles - _driver_cycles(plan, invocation)
+            assert npu_cycles + remainder == estimate.cycles
+            assert all(r.cost.source == "vela" for r in rows if r.kind != "npu-invocation")
+
+
+def _driver_cycles(plan, invocation):
+    from cost_models.cpu import transition_cost
+
+    estimate = plan.estimates[invocation.partition]
+    target = plan.compiled.target
+    driver = transition_cost("npu_invocation", target.cpu, target.cpu_hz,
+                             estimate.scratch_bytes + estimate.command_bytes)
+    return driver.cycles
+
+
+def test_vela_partition_totals_match_velas_summary_csv(ds_cnn_u55):
+    import csv
+
+    from orchestrator.artifacts import delegate_partitions
+
+    for part in delegate_partitions(ds_cnn_u55.compiled):
+        summary_csv = next((part.vela_dir / "output").glob("out_summary_*.csv"))
+        with open(summary_csv) as handle:
+            row = next(csv.DictReader(handle))
+        assert ds_cnn_u55.estimates[part.index].cycles == int(float(row["cycles_total"]))
+
+
+def test_json_report_validates_against_the_documented_schema(mixed_u55):
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text())
+    document = json.loads(render_json(mixed_u55.compiled, mixed_u55.rows, mixed_u55.summary))
+    jsonschema.validate(document, schema)
+    assert document["schema_version"] == "1.0"
+    bad = dict(document, ops=[dict(document["ops"][0], placement="gpu")])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+def test_terminal_table_fits_100_columns(mixed_u55):
+    text = render_text(mixed_u55.compiled, mixed_u55.rows, mixed_u55.summary)
+    table = text.split("\n\nops:")[0]
+    assert max(len(line) for line in table.splitlines()[2:]) <= 100
+    assert "aten_sort_default" in text and "BaseTOSASupportList" in text
+
+
+def test_markdown_report_has_a_row_per_op(mixed_u55):
+    text = render_markdown(mixed_u55.compiled, mixed_u55.rows, mixed_u55.summary)
+    assert sum(1 for line in text.splitlines() if line.startswith("| ") and "|" in line[2:]) \
+        == len(mixed_u55.rows) + 1
+
+
+def test_gates_name_the_violated_gate(mixed_u55):
+    check_gates(mixed_u55, Gates(min_npu_coverage_pct=50, max_partitions=3, require_fit=True))
+    with pytest.raises(GateFailure, match="--fail-under-npu-coverage"):
+        check_gates(mixed_u55, Gates(min_npu_coverage_pct=90))
+    with pytest.raises(GateFailure, match="--max-partitions: 3 NPU partitions > 1"):
+        check_gates(mixed_u55, Gates(max_partitions=1))
+
+
+def test_require_fit_fails_on_a_platform_too_small(compiles, tmp_path):
+    import dataclasses
+
+    plan_rows = make_plan(compiles.get("mixed", "corstone300", "ethos-u55-128")[0])
+    tiny = [dataclasses.replace(m, size_bytes=1024) for m in plan_rows.compiled.target.platform.memories]
+    platform = dataclasses.replace(plan_rows.compiled.target.platform, memories=tuple(tiny))
+    target = dataclasses.replace(plan_rows.compiled.target, platform=platform)
+    compiled = dataclasses.replace(plan_rows.compiled, target=target)
+    small = make_plan(compiled)
+    assert not small.summary.fits
+    with pytest.raises(GateFailure, match="--require-fit"):
+        check_gates(small, Gates(require_fit=True))
+
+
+def test_runner_ops_check_catches_a_missing_kernel(compiles):
+    compiled = compiles.get("mixed", "corstone300", "ethos-u55-128")[0]
+    have = {"cortex_m::quantize_per_tensor.out", "cortex_m::dequantize_per_tensor.out",
+            "cortex_m::quantized_conv2d.out", "aten::gt.Tensor_out", "aten::where.self_out"}
+    plan = make_plan(compiled, runner_ops=have)
+    assert plan.summary.missing_operators == ("aten::sort.values",)
+    with pytest.raises(GateFailure, match="aten::sort.values"):
+        check_gates(plan, Gates(require_runner_ops=True))
+
+
+def test_plan_cli_exits_3_on_a_failed_gate(capsys):
+    from orchestrator.cli import main
+
+    code = main(["plan", "mixed", "--fail-under-npu-coverage", "99", "--format", "json"])
+    captured = capsys.readouterr()
+    assert code == 3
+    assert "--fail-under-npu-coverage" in captured.err
+    json.loads(captured.out)
