@@ -19,7 +19,8 @@ CMSIS-NN, ops with MACs (conv, depthwise_conv, fully_connected, batch_matmul):
     convs, which CMSIS-NN reads in place (arm_convolve_1x1_s8_fast); not for depthwise on
     tiers whose depthwise kernel reads its input in place); im2col_taps: how many slices, each
     costing a bounds check, an address computation and a copy call whatever its size.
-  - per_output_cycles: requantize, clamp, store and the matrix loop's per-output bookkeeping.
+  - per_output_cycles: requantize, clamp, store and the matrix loop's per-output bookkeeping;
+    never below the tier's per_output_floor_cycles (saturate + store), which fit() enforces.
   - streamed_weight_bytes: fully-connected weights are used once per inference (batch 1), so
     they stream from wherever they live (flash, usually) at weight_bytes_per_cycle.
 
@@ -87,6 +88,9 @@ class TierKernels:
     depthwise_gathers: bool  # True when the depthwise kernel builds an im2col buffer
     im2col_cycles_per_byte: float
     im2col_cycles_per_tap: float
+    # The fewest cycles any int8 kernel of the tier spends per output (saturate + store): a
+    # physical lower bound on per_output_cycles that fit() enforces, not a fitted value.
+    per_output_floor_cycles: float
     element_cycles: Mapping[str, float]  # per data-movement kind; transpose doubles as layout copy
 
 

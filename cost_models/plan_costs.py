@@ -34,8 +34,10 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate]):
         if row.kind == "npu-invocation":
             npu_part = Cost.from_cycles(remainder.get(row.partition, 0), npu_hz, "vela")
             estimate = estimates.get(row.partition)
-            # The driver cleans/invalidates the command stream and the scratch (which holds IO).
-            invoke_bytes = (estimate.scratch_bytes + estimate.command_bytes) if estimate else 0
+            # ethos-u-core-driver cleans/invalidates the data cache over every base region it
+            # hands the NPU: command stream, weights and scratch (which holds the IO).
+            invoke_bytes = (estimate.scratch_bytes + estimate.command_bytes
+                            + estimate.weight_bytes) if estimate else 0
             driver = transition_cost("npu_invocation", target.cpu, cpu_hz, invoke_bytes)
             cost = Cost(npu_part.cycles + driver.cycles, npu_part.seconds + driver.seconds,
                         "vela+model:transition")

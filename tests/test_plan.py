@@ -104,7 +104,8 @@ def _driver_cycles(plan, invocation):
     estimate = plan.estimates[invocation.partition]
     target = plan.compiled.target
     driver = transition_cost("npu_invocation", target.cpu, target.cpu_hz,
-                             estimate.scratch_bytes + estimate.command_bytes)
+                             estimate.scratch_bytes + estimate.command_bytes
+                             + estimate.weight_bytes)
     return driver.cycles
 
 
@@ -185,3 +186,19 @@ def test_plan_cli_exits_3_on_a_failed_gate(capsys):
     assert code == 3
     assert "--fail-under-npu-coverage" in captured.err
     json.loads(captured.out)
+
+
+def test_plan_works_on_a_users_own_model_file(capsys, tmp_path):
+    from pathlib import Path
+
+    from orchestrator.cli import main
+
+    factory = Path(__file__).parents[1] / "examples" / "my_model.py"
+    report = tmp_path / "plan.md"
+    code = main(["plan", f"{factory}:factory", "--platform", "corstone300", "--npu",
+                 "ethos-u55-64", "--format", "markdown", "-o", str(report)])
+    assert code == 0
+    text = report.read_text()
+    assert "ethos-u55-64" in text
+    assert "convolution" in text and "NPU p0" in text
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".orchestrate-")]

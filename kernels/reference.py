@@ -1,0 +1,372 @@
+"""Host execution of the CPU ops of a `.pte`, byte for byte as the device kernels read and write.
+
+Every tensor arrives as raw bytes laid out by its dim_order (`RawTensor`). What a kernel makes of
+those bytes depends on the kernel, not on the tensor, and that is the point of this module:
+
+- CMSIS-NN kernels (`cortex_m::` ops with `CPU_KERNELS[op].reads_nhwc`) read and write 4-D
+  activations as NHWC bytes whatever dim_order the tensor records; weights and the other
+  operands as the row-major bytes of their sizes. The values are then computed by ExecuTorch's
+  reference implementations (`executorch/backends/cortex_m/ops/operators.py`, fixed-point,
+  CMSIS-NN requantization), called through their functional overloads because the `.out`
+  overloads in the program have no Python implementation.
+- The elementwise `cortex_m::` kernels (quantize, dequantize, LUT activation) walk the raw bytes.
+- Portable elementwise kernels (`kernels/portable/cpu/util/elementwise_util.h`,
+  `broadcast_indexes_range.h`) first require all operands to share a dim_order family
+  (`tensors_have_same_dim_order`: all contiguous or all channels-last), then walk the raw bytes
+  in lockstep when no operand is broadcast; when one is, they read inputs through their strides
+  and write the output as row-major bytes of its sizes.
+- `view_copy` is a memcpy that requires the default dim_order; the dim_order copies convert
+  between layouts; every other aten op is computed by torch on the tensors read by their
+  dim_order (the portable kernels' contract) and written back by the output's dim_order.
+
+A check a device kernel would fail is returned as a `KernelFault` (the device returns
+InvalidArgument at that instruction, or cannot load the program when the kernel is missing); the
+value is still computed as if the check had passed, so the rest of the program can be compared.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from kernels.catalogue import CPU_KERNELS
+
+CHANNELS_LAST = (0, 2, 3, 1)
+
+# Portable kernels built on apply_{uni,bi,tri}tensor_elementwise_fn.
+_ELEMENTWISE = frozenset({
+    "aten::add", "aten::sub", "aten::mul", "aten::div", "aten::rsub", "aten::remainder",
+    "aten::fmod", "aten::pow", "aten::atan2", "aten::maximum", "aten::minimum",
+    "aten::floor_divide", "aten::gt", "aten::ge", "aten::lt", "aten::le", "aten::eq", "aten::ne",
+    "aten::bitwise_and", "aten::bitwise_or", "aten::bitwise_xor", "aten::logical_and",
+    "aten::logical_or", "aten::logical_xor", "aten::where", "aten::clamp",
+})
+_DIM_ORDER_COPIES = frozenset({"dim_order_ops::_to_dim_order_copy", "dim_order_ops::_clone_dim_order"})
+_RAW_CMSIS = frozenset({"quantize_per_tensor", "dequantize_per_tensor", "quantized_activation"})
+
+
+class KernelError(Exception):
+    """An op the twin has no host execution for."""
+
+
+@dataclass(frozen=True)
+class RawTensor:
+    """A tensor EValue: its metadata and a writable view of exactly its bytes."""
+
+    dtype: torch.dtype
+    sizes: tuple[int, ...]
+    dim_order: tuple[int, ...]
+    data: memoryview
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * _itemsize(self.dtype)
+
+    @property
+    def physical_shape(self) -> tuple[int, ...]:
+        return tuple(self.sizes[d] for d in self.dim_order)
+
+
+@dataclass(frozen=True)
+class KernelFault:
+    """A check the device kernel performs and this call fails."""
+
+    op: str
+    check: str
+    message: str
+
+
+@dataclass(frozen=True)
+class LayoutRead:
+    """A kernel reading (or writing) a tensor's bytes in a layout other than its dim_order."""
+
+    argument: str
+    dim_order: tuple[int, ...]
+    used_as: str  # e.g. "NHWC"
+    direction: str  # "read" | "write"
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    semantics: str  # how the bytes were read and computed, for the trace
+    faults: tuple[KernelFault, ...]
+    layout_reads: tuple[LayoutRead, ...]
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _flat(t: RawTensor) -> torch.Tensor:
+    if t.nbytes == 0:
+        return torch.empty(0, dtype=t.dtype)
+    return torch.frombuffer(t.data, dtype=t.dtype, count=t.numel)
+
+
+def read_by_dim_order(t: RawTensor) -> torch.Tensor:
+    """The logical tensor the bytes hold when read by the recorded dim_order."""
+    inverse = tuple(int(i) for i in np.argsort(t.dim_order))
+    return _flat(t).reshape(t.physical_shape).permute(inverse).clone()
+
+
+def read_row_major(t: RawTensor) -> torch.Tensor:
+    """The bytes read as the row-major layout of the sizes, ignoring dim_order."""
+    return _flat(t).reshape(t.sizes).clone()
+
+
+def read_nhwc(t: RawTensor) -> torch.Tensor:
+    """A 4-D tensor's bytes read as NHWC for sizes (N, C, H, W): how CMSIS-NN sees activations."""
+    n, c, h, w = t.sizes
+    return _flat(t).reshape(n, h, w, c).permute(0, 3, 1, 2).clone()
+
+
+def _store(t: RawTensor, physical: torch.Tensor) -> None:
+    if physical.numel() != t.numel:
+        raise KernelError(f"kernel produced {physical.numel()} elements for a {list(t.sizes)} "
+                          "output")
+    data = physical.to(t.dtype).contiguous().numpy().tobytes()
+    t.data[:len(data)] = data
+
+
+def write_by_dim_order(t: RawTensor, value: torch.Tensor) -> None:
+    _store(t, value.reshape(t.sizes).permute(t.dim_order))
+
+
+def write_row_major(t: RawTensor, value: torch.Tensor) -> None:
+    _store(t, value.reshape(t.sizes))
+
+
+def write_nhwc(t: RawTensor, value: torch.Tensor) -> None:
+    _store(t, value.reshape(t.sizes).permute(0, 2, 3, 1))
+
+
+def layouts_differ(sizes, order_a, order_b) -> bool:
+    """Whether two dim_orders place the bytes differently (size-1 dims can move freely)."""
+    keep_a = [d for d in order_a if sizes[d] != 1]
+    keep_b = [d for d in order_b if sizes[d] != 1]
+    return keep_a != keep_b
+
+
+@functools.lru_cache(maxsize=1)
+def portable_kernel_names() -> frozenset[str]:
+    """`ns::name.overload` of every kernel in ExecuTorch's portable library (host build)."""
+    from executorch.extension.pybindings import portable_lib
+
+    return frozenset(portable_lib._get_operator_names())
+
+
+@functools.lru_cache(maxsize=None)
+def op_overload(name: str, overload: str):
+    """The torch OpOverload for a program operator, registering the namespaces it needs."""
+    namespace, op = name.split("::")
+    if namespace == "cortex_m":
+        # Importing the passes package first avoids a circular import inside operators.py.
+        import executorch.backends.cortex_m.passes  # noqa: F401
+        import executorch.backends.cortex_m.ops.operators  # noqa: F401
+    elif namespace == "dim_order_ops":
+        import executorch.exir.passes.dim_order_ops_registry  # noqa: F401
+    try:
+        packet = getattr(getattr(torch.ops, namespace), op)
+        return getattr(packet, overload or "default")
+    except (AttributeError, RuntimeError):
+        raise KernelError(f"no torch registration for {name}.{overload or 'default'}") from None
+
+
+def _is_out(argument) -> bool:
+    return bool(argument.kwarg_only and argument.alias_info is not None
+                and argument.alias_info.is_write)
+
+
+def _scalar_type(value):
+    from executorch.exir.scalar_type import ScalarType
+    from executorch.exir.tensor import get_scalar_type
+
+    return get_scalar_type(ScalarType(value)) if isinstance(value, int) else value
+
+
+def _convert(argument, value):
+    """A program value as torch expects it for this schema argument (tensors excluded)."""
+    real = str(getattr(argument, "real_type", argument.type))
+    if "ScalarType" in real and value is not None:
+        return _scalar_type(value)
+    if "Layout" in real and isinstance(value, int):
+        return torch.strided
+    return value
+
+
+def _tensor_args(schema, args):
+    return [(a, v) for a, v in zip(schema.arguments, args)
+            if isinstance(v, RawTensor) and not _is_out(a)]
+
+
+def _outs(schema, args) -> list[tuple[object, RawTensor]]:
+    outs = []
+    for argument, value in zip(schema.arguments, args):
+        if _is_out(argument):
+            if not isinstance(value, RawTensor):
+                raise KernelError(f"out argument {argument.name} is not a tensor")
+            outs.append((argument, value))
+    return outs
+
+
+def _same_dim_order_family(tensors: list[RawTensor]) -> bool:
+    """`tensors_have_same_dim_order` (runtime/core/exec_aten/util/tensor_util_portable.cpp)."""
+    def contiguous(t):
+        return tuple(t.dim_order) == tuple(range(len(t.dim_order)))
+
+    def channels_last(t):
+        n = len(t.dim_order)
+        return n in (4, 5) and tuple(t.dim_order) == (0, *range(2, n), 1)
+
+    return all(contiguous(t) for t in tensors) or all(channels_last(t) for t in tensors)
+
+
+def _drop_leading_ones(sizes) -> tuple[int, ...]:
+    sizes = list(sizes)
+    while sizes and sizes[0] == 1:
+        sizes.pop(0)
+    return tuple(sizes)
+
+
+def _missing_kernel(key: str) -> tuple[KernelFault, ...]:
+    if key in portable_kernel_names():
+        return ()
+    return (KernelFault(key, "kernel registered",
+                        f"ExecuTorch's portable kernel library has no {key}; the device "
+                        "program fails to load (Missing operator) unless the firmware links "
+                        "a custom kernel for it"),)
+
+
+def _cmsis(name: str, overload: str, schema, args) -> KernelResult:
+    op = name.split("::")[1]
+    kernel = CPU_KERNELS.get(op)
+    explicit_nhwc = op.endswith("_nhwc")  # sizes already NHWC: the bytes are row-major
+    nhwc_activations = kernel is not None and kernel.reads_nhwc and not explicit_nhwc
+    elementwise = op in _RAW_CMSIS
+    reads: list[LayoutRead] = []
+    values = []
+    for argument, value in zip(schema.arguments, args):
+        if _is_out(argument):
+            continue
+        if isinstance(value, RawTensor):
+            if nhwc_activations and argument.name == "input" and len(value.sizes) == 4:
+                if layouts_differ(value.sizes, value.dim_order, CHANNELS_LAST):
+                    reads.append(LayoutRead(argument.name, value.dim_order, "NHWC", "read"))
+                values.append(read_nhwc(value))
+            elif nhwc_activations or explicit_nhwc or elementwise:
+                values.append(read_row_major(value))
+            else:
+                values.append(read_by_dim_order(value))
+        elif isinstance(value, list) and value and isinstance(value[0], RawTensor):
+            values.append([read_by_dim_order(v) for v in value])
+        else:
+            values.append(_convert(argument, value))
+    result = op_overload(name, "default")(*values)
+    (argument, out), = _outs(schema, args)
+    if nhwc_activations and len(out.sizes) == 4:
+        if layouts_differ(out.sizes, out.dim_order, CHANNELS_LAST):
+            reads.append(LayoutRead(argument.name, out.dim_order, "NHWC", "write"))
+        write_nhwc(out, result)
+        semantics = "CMSIS-NN reference (activations as NHWC bytes)"
+    elif explicit_nhwc or elementwise:
+        write_row_major(out, result)
+        semantics = "CMSIS-NN reference (raw bytes)"
+    else:
+        write_by_dim_order(out, result)
+        semantics = "CMSIS-NN reference (by dim_order)"
+    return KernelResult(semantics, (), tuple(reads))
+
+
+def _elementwise(name: str, key: str, opov, schema, args) -> KernelResult:
+    tensors = _tensor_args(schema, args)
+    (out_arg, out), = _outs(schema, args)
+    faults = list(_missing_kernel(key))
+    if not _same_dim_order_family([t for _, t in tensors] + [out]):
+        orders = ", ".join(f"{a.name} {tuple(t.dim_order)}" for a, t in tensors)
+        faults.append(KernelFault(key, "tensors_have_same_dim_order",
+                                  f"{key} requires all tensors contiguous or all channels-last; "
+                                  f"got {orders}, out {tuple(out.dim_order)}: the portable kernel "
+                                  "returns InvalidArgument"))
+    broadcast = any(_drop_leading_ones(t.sizes) != _drop_leading_ones(out.sizes) for _, t in tensors)
+    values, outs = [], {}
+    for argument, value in zip(schema.arguments, args):
+        if _is_out(argument):
+            outs[argument.name] = torch.empty(out.sizes, dtype=out.dtype)
+        elif isinstance(value, RawTensor):
+            # Broadcasting reads inputs through their dim_order strides; otherwise all operands
+            # are walked as one linear run of raw bytes.
+            values.append(read_by_dim_order(value) if broadcast else
+                          read_row_major(value).reshape(out.sizes))
+        else:
+            values.append(_convert(argument, value))
+    opov(*values, **outs)
+    write_row_major(out, outs[out_arg.name])
+    semantics = ("portable elementwise (broadcast: inputs by strides, output row-major)"
+                 if broadcast else "portable elementwise (raw bytes in lockstep)")
+    return KernelResult(semantics, tuple(faults), ())
+
+
+def _view_copy(key: str, schema, args) -> KernelResult:
+    (_, source), = _tensor_args(schema, args)
+    (_, out), = _outs(schema, args)
+    faults = list(_missing_kernel(key))
+    default = tuple(range(len(source.dim_order)))
+    if not _same_dim_order_family([source, out]) or tuple(source.dim_order) != default:
+        faults.append(KernelFault(key, "tensor_is_default_dim_order",
+                                  f"view_copy needs a default dim_order input, got "
+                                  f"{tuple(source.dim_order)}: InvalidArgument on device"))
+    out.data[:source.nbytes] = source.data[:source.nbytes]
+    return KernelResult("portable view_copy (memcpy)", tuple(faults), ())
+
+
+def _by_dim_order(key: str, opov, schema, args, semantics: str) -> KernelResult:
+    faults = list(_missing_kernel(key))
+    values, kwargs = [], {}
+    outs = _outs(schema, args)
+    for argument, value in zip(schema.arguments, args):
+        if _is_out(argument):
+            kwargs[argument.name] = torch.empty(value.sizes, dtype=value.dtype)
+            continue
+        if isinstance(value, RawTensor):
+            converted = read_by_dim_order(value)
+        elif isinstance(value, list) and value and isinstance(value[0], RawTensor):
+            converted = [read_by_dim_order(v) for v in value]
+        else:
+            converted = _convert(argument, value)
+        if argument.kwarg_only:
+            kwargs[argument.name] = converted
+        else:
+            values.append(converted)
+    opov(*values, **kwargs)
+    for argument, out in outs:
+        write_by_dim_order(out, kwargs[argument.name])
+    return KernelResult(semantics, tuple(faults), ())
+
+
+def execute(name: str, overload: str, args: list) -> KernelResult:
+    """Run one KernelCall; `args` follow the op's schema (tensors as RawTensor, outs included)."""
+    key = f"{name}.{overload or 'default'}"
+    opov = op_overload(name, overload)
+    schema = opov._schema
+    if len(args) < len(schema.arguments):
+        raise KernelError(f"{key} expects {len(schema.arguments)} arguments, got {len(args)}")
+    args = list(args[:len(schema.arguments)])
+    if name.startswith("cortex_m::"):
+        return _cmsis(name, overload, schema, args)
+    if name in _ELEMENTWISE:
+        return _elementwise(name, key, opov, schema, args)
+    if name == "aten::view_copy":
+        return _view_copy(key, schema, args)
+    if name in _DIM_ORDER_COPIES:
+        return _by_dim_order(key, opov, schema, args, "portable dim_order copy (layout change)")
+    if not name.startswith(("aten::", "dim_order_ops::", "quantized_decomposed::")):
+        raise KernelError(f"the twin has no host execution for {key}")
+    return _by_dim_order(key, opov, schema, args, "torch, tensors by dim_order")
