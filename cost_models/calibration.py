@@ -109,8 +109,13 @@ def fit(cpu: str) -> CmsisNNRates:
     The model is linear in (1/conv_macs_per_cycle, per_output_cycles, 1/weight_bytes_per_cycle)
     once the sourced figures (tier kernels, op overhead) are fixed, so this is a non-negative
     least squares on relative error: each point weighs the same whatever its latency.
+
+    per_output_cycles is bounded below by the tier's per_output_floor_cycles (saturate + store,
+    a physical minimum, not fitted): the floor's cycles are moved to the known side of each
+    equation, the NNLS solves for the excess over the floor (>= 0), and the floor is added back.
     """
     data = load_cpu_cost_data()
+    floor = data.tiers[data.cores[cpu].tier].per_output_floor_cycles
     points = [p for p in data.calibration if p.core == cpu and p.role == "fit"]
     if len(points) < 3:
         raise ValueError(f"fit({cpu!r}) needs 3 fit points, the YAML has {len(points)}")
@@ -122,13 +127,14 @@ def fit(cpu: str) -> CmsisNNRates:
         rows.append(
             [v / measured_cycles for v in (terms.mac_work, terms.output_elements, terms.streamed_weight_bytes)]
         )
-        rhs.append((measured_cycles - terms.fixed_cycles) / measured_cycles)
-    inv_macs, per_output, inv_bytes = _nnls(np.array(rows), np.array(rhs))
+        known_cycles = terms.fixed_cycles + floor * terms.output_elements
+        rhs.append((measured_cycles - known_cycles) / measured_cycles)
+    inv_macs, per_output_excess, inv_bytes = _nnls(np.array(rows), np.array(rhs))
     if inv_macs == 0 or inv_bytes == 0:
         raise ValueError(f"fit({cpu!r}): the points leave a MAC or weight-streaming rate unbounded")
     return CmsisNNRates(
         conv_macs_per_cycle=float(1.0 / inv_macs),
-        per_output_cycles=float(per_output),
+        per_output_cycles=float(floor + per_output_excess),
         weight_bytes_per_cycle=float(1.0 / inv_bytes),
         op_overhead_cycles=data.cmsis_nn[cpu].op_overhead_cycles,
     )

@@ -295,6 +295,10 @@ def _elementwise(name: str, key: str, opov, schema, args) -> KernelResult:
                                   f"{key} requires all tensors contiguous or all channels-last; "
                                   f"got {orders}, out {tuple(out.dim_order)}: the portable kernel "
                                   "returns InvalidArgument"))
+    if faults:
+        # The device stops here; computing the op by dim_order keeps the rest comparable.
+        result = _by_dim_order(key, opov, schema, args, "torch by dim_order (device kernel faults)")
+        return KernelResult(result.semantics, tuple(faults), ())
     broadcast = any(_drop_leading_ones(t.sizes) != _drop_leading_ones(out.sizes) for _, t in tensors)
     values, outs = [], {}
     for argument, value in zip(schema.arguments, args):
@@ -349,6 +353,12 @@ def _by_dim_order(key: str, opov, schema, args, semantics: str) -> KernelResult:
     for argument, out in outs:
         write_by_dim_order(out, kwargs[argument.name])
     return KernelResult(semantics, tuple(faults), ())
+
+
+def out_positions(name: str, overload: str) -> tuple[int, ...]:
+    """Positions of the op's out arguments in a KernelCall's argument list."""
+    schema = op_overload(name, overload)._schema
+    return tuple(i for i, a in enumerate(schema.arguments) if _is_out(a))
 
 
 def execute(name: str, overload: str, args: list) -> KernelResult:

@@ -1,0 +1,481 @@
+"""The host twin of the device runtime: executes a final `.pte` byte for byte.
+
+The host ExecuTorch runtime cannot run our programs (no `cortex_m::` kernels, no EthosUBackend),
+and running the edge program in Python treats tensors logically, so it cannot see a layout
+mismatch at a CPU/NPU boundary. The twin instead walks `execution_plan[0].chains[0]` the way
+`runtime/executor/method.cpp` does, with every tensor EValue a slice of the planned memory arena
+(or of the program's constant data), holding bytes laid out by its dim_order:
+
+- a KernelCall runs through `kernels.reference`, which reads and writes those bytes the way the
+  device kernel does (CMSIS-NN: NHWC activations; portable: dim_order, raw or row-major);
+- a DelegateCall to EthosUBackend is matched by the SHA-256 of its payload to a partition in
+  `<stem>.artifacts/manifest.json`, whose TOSA graph (itself hash-checked) runs in the TOSA
+  reference model. Input and output bytes are handed over exactly as
+  `backends/arm/runtime/EthosUBackend.cpp::execute` (inputs: one memcpy of `nbytes` into the
+  scratch at the Vela offset, after the dtype/element-size and element-count checks) and
+  `EthosUBackend_Cortex_M.cpp::platform_execute` (outputs: memcpy, or the chunked
+  `copy_with_layout_adjustment` when the tensor and Vela byte counts differ) do it in ExecuTorch
+  commit cff6f4dd32e6 (August 2026; the same logic as the 1.5.1 wheel's `arm_vela.py` format).
+  No re-layout happens anywhere: the TOSA graph sees the producer's bytes reinterpreted as its
+  input shape, which is what the NPU sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kernels import reference
+from kernels.reference import KernelError, LayoutRead, RawTensor
+from npu_driver.payload import EthosUPayload, PayloadError, parse_payload
+from npu_driver.tosa_twin import TosaGraphIO, TosaTwinError, check_against_payload, graph_io, run_tosa
+from orchestrator.artifacts import artifacts_dir_for
+from orchestrator.errors import UserError
+
+ETHOS_U_BACKEND = "EthosUBackend"
+# EthosUBackend.cpp accepts these (ExecuTorch dtype, Vela element size) pairs for inputs.
+_NPU_INPUT_TYPES = {(torch.int32, 4), (torch.int8, 1), (torch.uint8, 1), (torch.int16, 2),
+                    (torch.bool, 1)}
+
+
+class TwinError(UserError):
+    """The twin cannot run this program faithfully (missing or mismatched artifacts, bad input)."""
+
+
+@dataclass(frozen=True)
+class NpuPartition:
+    """An Ethos-U delegate with the TOSA graph Vela compiled for it."""
+
+    index: int
+    delegate_name: str  # lowered_module_<k>, from the manifest
+    tosa_relpath: str
+    payload: EthosUPayload
+    tosa_bytes: bytes
+    io: TosaGraphIO
+
+
+@dataclass(frozen=True)
+class DeviceFault:
+    """A check the device runtime or a kernel would fail at this instruction."""
+
+    instruction: int
+    op: str
+    check: str
+    message: str
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    """One executed instruction: what ran, on which EValues, how bytes were interpreted."""
+
+    instruction: int
+    kind: str  # kernel | delegate | move | jump | free
+    op: str
+    inputs: tuple[int, ...]  # tensor EValue indices read
+    outputs: tuple[int, ...]  # tensor EValue indices written
+    semantics: str
+    layout_reads: tuple[LayoutRead, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class TwinRun:
+    outputs: tuple[torch.Tensor, ...]  # logical tensors (read by each output's dim_order)
+    output_bytes: tuple[bytes, ...]  # the output EValues' bytes as the device leaves them
+    input_bytes: tuple[bytes, ...]  # the input EValues' bytes as the twin wrote them
+    intermediates: dict[int, torch.Tensor]  # EValue index -> logical tensor after it was written
+    op_trace: tuple[TraceEntry, ...]
+    faults: tuple[DeviceFault, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    dtype: torch.dtype
+    sizes: tuple[int, ...]
+    dim_order: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TwinProgram:
+    """A parsed `.pte` with its delegates resolved to hash-checked TOSA graphs."""
+
+    pte_path: Path
+    pte_bytes: bytes = field(repr=False)
+    program: object = field(repr=False)  # executorch.exir.schema.Program
+    partitions: tuple[NpuPartition, ...]  # indexed like plan.delegates
+    config: dict  # config methods, e.g. {"input0_scale": 0.03, ...}
+
+    @property
+    def plan(self):
+        return self.program.execution_plan[0]
+
+    def _spec(self, index: int) -> TensorSpec:
+        from executorch.exir.tensor import get_scalar_type
+
+        value = self.plan.values[index].val
+        return TensorSpec(get_scalar_type(value.scalar_type), tuple(value.sizes),
+                          tuple(value.dim_order))
+
+    @property
+    def input_specs(self) -> tuple[TensorSpec, ...]:
+        return tuple(self._spec(i) for i in self.plan.inputs)
+
+    @property
+    def output_specs(self) -> tuple[TensorSpec, ...]:
+        return tuple(self._spec(i) for i in self.plan.outputs)
+
+    def producer(self, value_index: int):
+        """The (instruction index, KernelCall/DelegateCall, op name) that writes an EValue."""
+        for position, instruction in enumerate(self.plan.chains[0].instructions):
+            call = instruction.instr_args
+            if type(call).__name__ == "KernelCall":
+                op = self.plan.operators[call.op_index]
+                outs = reference.out_positions(op.name, op.overload)
+                if any(call.args[p] == value_index for p in outs):
+                    return position, call, f"{op.name}.{op.overload}"
+            elif type(call).__name__ == "DelegateCall":
+                partition = self.partitions[call.delegate_index]
+                n_in = len(partition.payload.inputs) if partition else 0
+                if value_index in call.args[n_in:]:
+                    name = partition.delegate_name if partition else f"delegate {call.delegate_index}"
+                    return position, call, f"{ETHOS_U_BACKEND} {name}"
+        return None
+
+    def run(self, inputs: tuple[torch.Tensor, ...], keep_intermediates: bool = False) -> TwinRun:
+        return _Execution(self, keep_intermediates).run(tuple(inputs))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _config_methods(program) -> dict:
+    config = {}
+    for plan in program.execution_plan[1:]:
+        if len(plan.outputs) != 1 or plan.chains and plan.chains[0].instructions:
+            continue
+        value = plan.values[plan.outputs[0]].val
+        kind = type(value).__name__
+        if kind == "Double":
+            config[plan.name] = float(value.double_val)
+        elif kind == "Int":
+            config[plan.name] = int(value.int_val)
+        elif kind == "Bool":
+            config[plan.name] = bool(value.bool_val)
+    return config
+
+
+def _load_partitions(pte_path: Path, program) -> tuple[NpuPartition, ...]:
+    from executorch.exir.schema import DataLocation
+
+    plan = program.execution_plan[0]
+    if not plan.delegates:
+        return ()
+    art_dir = artifacts_dir_for(pte_path)
+    manifest_path = art_dir / "manifest.json"
+    if not manifest_path.is_file():
+        raise TwinError(f"refusing to verify: {pte_path.name} has {len(plan.delegates)} Ethos-U "
+                        f"delegate(s) but {manifest_path} is missing; the twin needs the "
+                        "artifacts folder `orchestrate compile` writes next to the .pte")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        by_payload = {p["payload_sha256"]: p for p in manifest["partitions"]}
+    except (ValueError, KeyError, TypeError) as error:
+        raise TwinError(f"refusing to verify: {manifest_path} is not a valid manifest "
+                        f"({type(error).__name__}: {error})") from None
+    partitions = []
+    for index, delegate in enumerate(plan.delegates):
+        if delegate.id != ETHOS_U_BACKEND:
+            raise TwinError(f"delegate {index} targets backend {delegate.id}; the twin runs "
+                            f"{ETHOS_U_BACKEND} delegates only")
+        if delegate.processed.location != DataLocation.INLINE:
+            raise TwinError(f"delegate {index}'s payload is not inline after deserialization")
+        payload_bytes = bytes(program.backend_delegate_data[delegate.processed.index].data)
+        digest = _sha256(payload_bytes)
+        entry = by_payload.get(digest)
+        if entry is None:
+            raise TwinError(f"refusing to verify: delegate {index} of {pte_path.name} (payload "
+                            f"sha256 {digest[:16]}) is not in {manifest_path.name}; the artifacts "
+                            "folder belongs to a different compile")
+        tosa_path = art_dir / entry["tosa"]
+        if not tosa_path.is_file():
+            raise TwinError(f"refusing to verify: TOSA artifact {entry['tosa']} of delegate "
+                            f"{entry['delegate']} is missing from {art_dir}")
+        tosa_bytes = tosa_path.read_bytes()
+        actual = _sha256(tosa_bytes)
+        if actual != entry["tosa_sha256"]:
+            raise TwinError(f"refusing to verify: TOSA artifact {entry['tosa']} does not match "
+                            f"delegate {entry['delegate']} (sha256 {actual[:16]} != "
+                            f"{entry['tosa_sha256'][:16]})")
+        try:
+            payload = parse_payload(payload_bytes)
+            io = graph_io(tosa_bytes)
+            check_against_payload(io, payload, f"{entry['delegate']} ({entry['tosa']})")
+        except (PayloadError, TosaTwinError) as error:
+            raise TwinError(f"refusing to verify: {error}") from None
+        partitions.append(NpuPartition(index, entry["delegate"], entry["tosa"], payload,
+                                       tosa_bytes, io))
+    return tuple(partitions)
+
+
+def load_twin(pte_path) -> TwinProgram:
+    """Parse the `.pte` and resolve every Ethos-U delegate to its hash-checked TOSA graph."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    pte_path = Path(pte_path)
+    if not pte_path.is_file():
+        raise TwinError(f"program {pte_path} does not exist")
+    pte_bytes = pte_path.read_bytes()
+    try:
+        pte = deserialize_pte_binary(pte_bytes)
+    except Exception as error:  # noqa: BLE001 - any parse failure means "not a .pte"
+        raise TwinError(f"{pte_path} is not an ExecuTorch program ({type(error).__name__}: "
+                        f"{error})") from None
+    if pte.mutable_data or pte.named_data:
+        raise TwinError(f"{pte_path.name} has mutable or named data segments, which the twin "
+                        "does not load")
+    program = pte.program
+    return TwinProgram(pte_path, pte_bytes, program, _load_partitions(pte_path, program),
+                       _config_methods(program))
+
+
+def run_twin(pte_path, inputs: tuple[torch.Tensor, ...], keep_intermediates: bool = False) -> TwinRun:
+    """Execute the `.pte` on `inputs` (logical tensors in the program's input dtypes)."""
+    return load_twin(pte_path).run(tuple(inputs), keep_intermediates)
+
+
+def _without_ones(shape) -> tuple[int, ...]:
+    return tuple(int(d) for d in shape if d != 1)
+
+
+class _Execution:
+    """One run's state: the arena, the EValues and the trace."""
+
+    def __init__(self, twin: TwinProgram, keep_intermediates: bool):
+        from executorch.exir.tensor import get_scalar_type
+
+        self.twin = twin
+        self.plan = twin.plan
+        self.keep = keep_intermediates
+        self.arenas = [bytearray(int(size)) for size in self.plan.non_const_buffer_sizes]
+        self.values: list = []
+        for index, evalue in enumerate(self.plan.values):
+            value = evalue.val
+            if type(value).__name__ == "Tensor":
+                self.values.append(self._tensor(index, value, get_scalar_type(value.scalar_type)))
+            else:
+                self.values.append(value)
+        self.trace: list[TraceEntry] = []
+        self.faults: list[DeviceFault] = []
+        self.intermediates: dict[int, torch.Tensor] = {}
+
+    def _tensor(self, index: int, value, dtype: torch.dtype) -> RawTensor:
+        sizes = tuple(int(s) for s in value.sizes)
+        nbytes = math.prod(sizes) * torch.empty((), dtype=dtype).element_size()
+        offset = int(value.storage_offset) * torch.empty((), dtype=dtype).element_size()
+        if value.allocation_info is not None:
+            info = value.allocation_info
+            arena = self.arenas[info.memory_id]
+            start = info.memory_offset_low + (info.memory_offset_high << 32) + offset
+            if start + nbytes > len(arena):
+                raise TwinError(f"EValue {index} ({nbytes} B at {start}) overruns memory arena "
+                                f"{info.memory_id} of {len(arena)} B")
+            data = memoryview(arena)[start:start + nbytes]
+        elif value.data_buffer_idx > 0:
+            storage = self.twin.program.constant_buffer[value.data_buffer_idx].storage
+            data = memoryview(bytearray(storage[offset:offset + nbytes]))
+        else:
+            data = memoryview(bytearray(nbytes))  # unplanned: the runtime would allocate it
+        return RawTensor(dtype, sizes, tuple(int(d) for d in value.dim_order), data)
+
+    def resolve(self, index: int):
+        value = self.values[index]
+        if isinstance(value, RawTensor):
+            return value
+        kind = type(value).__name__
+        if kind == "Int":
+            return int(value.int_val)
+        if kind == "Double":
+            return float(value.double_val)
+        if kind == "Bool":
+            return bool(value.bool_val)
+        if kind == "String":
+            return value.string_val
+        if kind == "Null":
+            return None
+        if kind == "IntList":
+            return [self.resolve(i) for i in value.items]
+        if kind in ("DoubleList", "BoolList"):
+            return list(value.items)
+        if kind == "TensorList":
+            return [self.resolve(i) for i in value.items]
+        if kind == "OptionalTensorList":
+            return [None if i < 0 else self.resolve(i) for i in value.items]
+        return value
+
+    def _set_inputs(self, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, ...]:
+        indices = self.plan.inputs
+        if len(inputs) != len(indices):
+            raise TwinError(f"the program takes {len(indices)} input(s), got {len(inputs)}")
+        written = []
+        for position, (index, tensor) in enumerate(zip(indices, inputs)):
+            target = self.values[index]
+            if not isinstance(target, RawTensor):
+                raise TwinError(f"program input {position} is not a tensor")
+            if tuple(tensor.shape) != target.sizes or tensor.dtype != target.dtype:
+                hint = ""
+                if target.dtype == torch.int8 and tensor.dtype.is_floating_point:
+                    hint = (f"; the program takes int8 (--io int8): quantize with "
+                            f"input{position}_scale/_zp")
+                raise TwinError(f"program input {position} is {list(target.sizes)} "
+                                f"{target.dtype}, got {list(tensor.shape)} {tensor.dtype}{hint}")
+            reference.write_by_dim_order(target, tensor)
+            written.append(bytes(target.data))
+        return tuple(written)
+
+    def run(self, inputs: tuple[torch.Tensor, ...]) -> TwinRun:
+        start = time.perf_counter()
+        input_bytes = self._set_inputs(inputs)
+        instructions = self.plan.chains[0].instructions
+        position = 0
+        while position < len(instructions):
+            position = self._step(position, instructions[position].instr_args)
+        outputs, output_bytes = [], []
+        for index in self.plan.outputs:
+            raw = self.values[index]
+            outputs.append(reference.read_by_dim_order(raw))
+            output_bytes.append(bytes(raw.data))
+        return TwinRun(tuple(outputs), tuple(output_bytes), input_bytes, self.intermediates,
+                       tuple(self.trace), tuple(self.faults), time.perf_counter() - start)
+
+    def _record(self, position, kind, op, inputs, outputs, semantics, reads, began):
+        if self.keep:
+            for index in outputs:
+                self.intermediates[index] = reference.read_by_dim_order(self.values[index])
+        self.trace.append(TraceEntry(position, kind, op, tuple(inputs), tuple(outputs), semantics,
+                                     tuple(reads), time.perf_counter() - began))
+
+    def _step(self, position: int, call) -> int:
+        kind = type(call).__name__
+        began = time.perf_counter()
+        if kind == "KernelCall":
+            self._kernel(position, call, began)
+        elif kind == "DelegateCall":
+            self._delegate(position, call, began)
+        elif kind == "MoveCall":
+            self.values[call.move_to] = self.values[call.move_from]
+            self._record(position, "move", "move", (), (), "EValue move", (), began)
+        elif kind == "JumpFalseCall":
+            condition = self.resolve(call.cond_value_index)
+            if isinstance(condition, RawTensor):
+                condition = bool(reference.read_by_dim_order(condition).item())
+            self._record(position, "jump", "jump_false", (), (), "control flow", (), began)
+            if not condition:
+                return call.destination_instruction
+        elif kind == "FreeCall":
+            self._record(position, "free", "free", (), (), "no-op for planned memory", (), began)
+        else:
+            raise TwinError(f"instruction {position} has unknown kind {kind}")
+        return position + 1
+
+    def _kernel(self, position: int, call, began: float) -> None:
+        op = self.plan.operators[call.op_index]
+        key = f"{op.name}.{op.overload or 'default'}"
+        args = [self.resolve(i) for i in call.args]
+        try:
+            outs = reference.out_positions(op.name, op.overload)
+            result = reference.execute(op.name, op.overload, args)
+        except KernelError as error:
+            raise TwinError(f"instruction {position} ({key}): {error}") from None
+        for fault in result.faults:
+            self.faults.append(DeviceFault(position, key, fault.check, fault.message))
+        inputs = [i for p, i in enumerate(call.args[:len(args)])
+                  if p not in outs and isinstance(self.values[i], RawTensor)]
+        outputs = [call.args[p] for p in outs]
+        self._record(position, "kernel", key, inputs, outputs, result.semantics,
+                     result.layout_reads, began)
+
+    def _delegate(self, position: int, call, began: float) -> None:
+        partition = self.twin.partitions[call.delegate_index]
+        payload = partition.payload
+        n_in, n_out = len(payload.inputs), len(payload.outputs)
+        op = f"{ETHOS_U_BACKEND} {partition.delegate_name}"
+        if len(call.args) != n_in + n_out:
+            raise TwinError(f"instruction {position} ({op}) passes {len(call.args)} EValues; "
+                            f"the payload declares {n_in} inputs and {n_out} outputs")
+        ins = [self.resolve(i) for i in call.args[:n_in]]
+        outs = [self.resolve(i) for i in call.args[n_in:]]
+        reads: list[LayoutRead] = []
+        arrays = []
+        for slot, (tensor, vela, spec) in enumerate(zip(ins, payload.inputs, partition.io.inputs)):
+            if (tensor.dtype, vela.elem_size) not in _NPU_INPUT_TYPES:
+                self.faults.append(DeviceFault(position, op, "input type",
+                                               f"input {slot} is {tensor.dtype} but Vela expects "
+                                               f"{vela.elem_size}-byte elements: EthosUBackend "
+                                               "returns InvalidProgram"))
+            if tensor.numel != vela.elements:
+                raise TwinError(f"instruction {position} ({op}): input {slot} has "
+                                f"{tensor.numel} elements, Vela expects {vela.elements} (the "
+                                "device rejects the call)")
+            if _without_ones(tensor.physical_shape) != _without_ones(spec.shape):
+                reads.append(LayoutRead(f"input {slot}", tensor.dim_order,
+                                        f"TOSA {list(spec.shape)}", "read"))
+            # EthosUBackend.cpp: one memcpy of tensor_in.nbytes() into the scratch.
+            raw = bytes(tensor.data[:tensor.nbytes])
+            arrays.append(np.frombuffer(raw, dtype=spec.numpy_type).reshape(spec.shape).copy())
+        try:
+            results = run_tosa(partition.tosa_bytes, partition.io, arrays)
+        except TosaTwinError as error:
+            raise TwinError(f"instruction {position} ({op}): {error}") from None
+        for slot, (tensor, vela, spec, array) in enumerate(
+                zip(outs, payload.outputs, partition.io.outputs, results)):
+            if _without_ones(tensor.physical_shape) != _without_ones(spec.shape):
+                reads.append(LayoutRead(f"output {slot}", tensor.dim_order,
+                                        f"TOSA {list(spec.shape)}", "write"))
+            fault = _copy_output(array.tobytes(), vela, tensor)
+            if fault:
+                self.faults.append(DeviceFault(position, op, "output copy", fault))
+        self._record(position, "delegate", op,
+                     [i for i in call.args[:n_in]], [i for i in call.args[n_in:]],
+                     f"TOSA reference model on {partition.tosa_relpath}", reads, began)
+
+
+def _copy_output(scratch: bytes, vela, tensor: RawTensor) -> str | None:
+    """Copy one delegate output from the Ethos-U scratch into its EValue as the device does.
+
+    EthosUBackend_Cortex_M.cpp: memcpy when the byte counts agree; otherwise
+    `copy_with_layout_adjustment` copies `tensor_bytes / chunk_count` bytes out of every Vela
+    chunk (the last 6-D dim, possibly padded), or expands packed int4 to int8.
+    """
+    tensor_bytes = tensor.nbytes
+    if tensor_bytes == vela.nbytes:
+        tensor.data[:tensor_bytes] = scratch[:tensor_bytes]
+        return None
+    chunk_count = math.prod(d or 1 for d in vela.shape6d[:-1])
+    vela_chunk = (vela.shape6d[-1] or 1) * vela.elem_size
+    if tensor_bytes % chunk_count:
+        return f"tensor bytes {tensor_bytes} not divisible by Vela chunk count {chunk_count}"
+    chunk = tensor_bytes // chunk_count
+    if vela_chunk < chunk:
+        if chunk == 2 * vela_chunk and vela.elem_size == 1 and tensor.dtype == torch.int8:
+            packed = np.frombuffer(scratch, dtype=np.uint8)[:chunk_count * vela_chunk]
+            low = (packed & 0x0F).astype(np.int16)
+            high = ((packed >> 4) & 0x0F).astype(np.int16)
+            low[low >= 8] -= 16
+            high[high >= 8] -= 16
+            tensor.data[:tensor_bytes] = np.stack([low, high], axis=1).astype(np.int8).tobytes()
+            return None
+        return f"expansion factor {chunk // vela_chunk} with element size {vela.elem_size}"
+    out = bytearray(tensor_bytes)
+    for c in range(chunk_count):
+        out[c * chunk:(c + 1) * chunk] = scratch[c * vela_chunk:c * vela_chunk + chunk]
+    tensor.data[:tensor_bytes] = bytes(out)
+    return None
