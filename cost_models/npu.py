@@ -36,6 +36,7 @@ class VelaPartitionEstimate:
     scratch_bytes: int  # from out_vela.npz: the runtime scratch the delegate needs
     weight_bytes: int  # encoded weights carried in the delegate
     command_bytes: int
+    traffic_bytes: dict  # memory -> bytes moved per inference: sram, dram, on_chip_flash, off_chip_flash
     layers: tuple[VelaLayer, ...]
 
     def utilisation(self, macs_per_cycle: int) -> float:
@@ -67,8 +68,9 @@ def read_vela_dir(vela_dir: Path) -> VelaPartitionEstimate:
     if npz.exists():
         with np.load(npz, allow_pickle=False) as data:
             scratch = int(data["scratch_shape"][0])
-            weights = int(data["weight_data"].size)
-            commands = int(data["cmd_data"].size) * int(data["cmd_data"].itemsize)
+            # Vela stores each stream as one fixed-size bytes scalar (dtype |S<n>): use nbytes.
+            weights = int(data["weight_data"].nbytes)
+            commands = int(data["cmd_data"].nbytes)
     return VelaPartitionEstimate(
         cycles=int(float(summary["cycles_total"])),
         npu_cycles=int(float(summary["cycles_npu"])),
@@ -77,6 +79,8 @@ def read_vela_dir(vela_dir: Path) -> VelaPartitionEstimate:
         core_clock_hz=float(summary["core_clock"]),
         sram_bytes=int(round(float(summary["sram_memory_used"]) * 1024)),
         scratch_bytes=scratch, weight_bytes=weights, command_bytes=commands,
+        traffic_bytes={memory: int(float(summary.get(f"{memory}_total_bytes", 0) or 0))
+                       for memory in ("sram", "dram", "on_chip_flash", "off_chip_flash")},
         layers=tuple(layers),
     )
 

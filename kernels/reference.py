@@ -245,7 +245,7 @@ def _missing_kernel(key: str) -> tuple[KernelFault, ...]:
                         "a custom kernel for it"),)
 
 
-def _cmsis(name: str, overload: str, schema, args) -> KernelResult:
+def _cmsis(name: str, schema, args) -> KernelResult:
     op = name.split("::")[1]
     kernel = CPU_KERNELS.get(op)
     explicit_nhwc = op.endswith("_nhwc")  # sizes already NHWC: the bytes are row-major
@@ -300,22 +300,24 @@ def _elementwise(name: str, key: str, opov, schema, args) -> KernelResult:
         result = _by_dim_order(key, opov, schema, args, "torch by dim_order (device kernel faults)")
         return KernelResult(result.semantics, tuple(faults), ())
     broadcast = any(_drop_leading_ones(t.sizes) != _drop_leading_ones(out.sizes) for _, t in tensors)
-    values, outs = [], {}
+    values, kwargs = [], {}
     for argument, value in zip(schema.arguments, args):
         if _is_out(argument):
-            outs[argument.name] = torch.empty(out.sizes, dtype=out.dtype)
+            kwargs[argument.name] = torch.empty(out.sizes, dtype=out.dtype)
         elif isinstance(value, RawTensor):
             # Broadcasting reads inputs through their dim_order strides; otherwise all operands
             # are walked as one linear run of raw bytes.
             values.append(read_by_dim_order(value) if broadcast else
                           read_row_major(value).reshape(out.sizes))
+        elif argument.kwarg_only:
+            kwargs[argument.name] = _convert(argument, value)
         else:
             values.append(_convert(argument, value))
-    opov(*values, **outs)
-    write_row_major(out, outs[out_arg.name])
+    opov(*values, **kwargs)
+    write_row_major(out, kwargs[out_arg.name])
     semantics = ("portable elementwise (broadcast: inputs by strides, output row-major)"
                  if broadcast else "portable elementwise (raw bytes in lockstep)")
-    return KernelResult(semantics, tuple(faults), ())
+    return KernelResult(semantics, (), ())
 
 
 def _view_copy(key: str, schema, args) -> KernelResult:
@@ -370,7 +372,7 @@ def execute(name: str, overload: str, args: list) -> KernelResult:
         raise KernelError(f"{key} expects {len(schema.arguments)} arguments, got {len(args)}")
     args = list(args[:len(schema.arguments)])
     if name.startswith("cortex_m::"):
-        return _cmsis(name, overload, schema, args)
+        return _cmsis(name, schema, args)
     if name in _ELEMENTWISE:
         return _elementwise(name, key, opov, schema, args)
     if name == "aten::view_copy":

@@ -52,6 +52,7 @@ class Summary:
     latency_source: str | None
     per_placement_seconds: dict
     npu_utilisation: dict  # partition -> MAC utilisation from Vela
+    npu_traffic: dict  # partition -> memory -> bytes per inference, from Vela
 
 
 def _numel(shape) -> int:
@@ -186,6 +187,7 @@ def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = Non
         latency_source="+".join(sources) if sources else None,
         per_placement_seconds=seconds,
         npu_utilisation={k: e.utilisation(target.npu_macs or 1) for k, e in estimates.items()},
+        npu_traffic={k: dict(e.traffic_bytes) for k, e in estimates.items()},
     )
 
 
@@ -293,7 +295,9 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
         f"NPU partitions: {s.npu_partitions}, CPU<->NPU transitions: {s.transitions}",
     ]
     for k, u in sorted(s.npu_utilisation.items()):
-        lines.append(f"  partition p{k}: MAC utilisation {100 * u:.1f}% (vela)")
+        traffic = ", ".join(f"{m} {b:,} B" for m, b in s.npu_traffic.get(k, {}).items() if b)
+        lines.append(f"  partition p{k}: MAC utilisation {100 * u:.1f}%, traffic per inference: "
+                     f"{traffic or '-'} (vela)")
     if s.latency_seconds is not None:
         lines.append(
             f"estimated latency: {s.latency_seconds * 1e3:.3f} ms end to end, CPU and NPU serialized "
@@ -370,6 +374,7 @@ def to_json(compiled, rows, summary: Summary) -> dict:
             "npu_partitions": summary.npu_partitions, "transitions": summary.transitions,
             "hidden_rows": summary.hidden_rows,
             "npu_utilisation": {f"p{k}": v for k, v in summary.npu_utilisation.items()},
+            "npu_traffic_bytes": {f"p{k}": v for k, v in summary.npu_traffic.items()},
             "latency": None if summary.latency_seconds is None else {
                 "seconds": summary.latency_seconds, "cpu_cycles": summary.latency_cycles_cpu,
                 "source": summary.latency_source,

@@ -118,7 +118,11 @@ def test_vela_partition_totals_match_velas_summary_csv(ds_cnn_u55):
         summary_csv = next((part.vela_dir / "output").glob("out_summary_*.csv"))
         with open(summary_csv) as handle:
             row = next(csv.DictReader(handle))
-        assert ds_cnn_u55.estimates[part.index].cycles == int(float(row["cycles_total"]))
+        estimate = ds_cnn_u55.estimates[part.index]
+        assert estimate.cycles == int(float(row["cycles_total"]))
+        assert estimate.macs == int(float(row["nn_macs"]))
+        assert estimate.traffic_bytes["sram"] == int(float(row["sram_total_bytes"]))
+        assert ds_cnn_u55.summary.npu_traffic[part.index]["sram"] == estimate.traffic_bytes["sram"]
 
 
 def test_json_report_validates_against_the_documented_schema(mixed_u55):
@@ -202,3 +206,16 @@ def test_plan_works_on_a_users_own_model_file(capsys, tmp_path):
     assert "ethos-u55-64" in text
     assert "convolution" in text and "NPU p0" in text
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".orchestrate-")]
+
+
+def test_partition_memory_figures_come_from_velas_npz(ds_cnn_u55):
+    import numpy as np
+
+    from orchestrator.artifacts import delegate_partitions
+
+    for part in delegate_partitions(ds_cnn_u55.compiled):
+        with np.load(part.vela_dir / "output" / "out_vela.npz") as data:
+            estimate = ds_cnn_u55.estimates[part.index]
+            assert estimate.scratch_bytes == int(data["scratch_shape"][0])
+            assert estimate.weight_bytes == len(data["weight_data"].tobytes()) > 0
+            assert estimate.command_bytes == len(data["cmd_data"].tobytes()) > 0

@@ -1,0 +1,75 @@
+"""A self-checking BundleIO `.bpte`: the `.pte` plus test inputs and the twin's outputs.
+
+A firmware built with ExecuTorch's bundled-program support (the Arm executor runner's BundleIO
+mode) loads the inputs, runs the method and compares its outputs with the expected ones, so the
+device checks itself against the twin.
+
+`BundledProgram` validates against an `ExecutorchProgramManager`, which a finished `.pte` no
+longer has; it also accepts `pte_file_path`, taking the program bytes from the file unvalidated.
+We use that, and do the validation ourselves: every bundled tensor carries the exact bytes and
+dim_order of the program's input/output EValue as the twin laid them out. That matters because
+`bundled_program.cpp::tensors_are_close` requires the expected output's strides (derived from
+its dim_order) to equal the method output's, and a dim_order guessed from torch strides is
+ambiguous for size-1 dims (DS-CNN's input is [1, 1, 49, 10] with dim_order (0, 2, 1, 3)).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from orchestrator.artifacts import artifacts_dir_for
+from orchestrator.errors import UserError
+from orchestrator.twin import TwinRun, load_twin
+from orchestrator.verify import device_inputs, load_reference, sample_inputs
+
+METHOD_NAME = "forward"
+
+
+def _patch(bundled_tensor, spec, data: bytes) -> None:
+    bundled_tensor.dim_order = list(spec.dim_order)
+    bundled_tensor.sizes = list(spec.sizes)
+    bundled_tensor.data = data
+
+
+def write_bundle(pte_path, bpte_path, samples: int = 4) -> Path:
+    """Write `bpte_path` with `samples` seeded inputs and the twin's outputs as expected values."""
+    from executorch.devtools.bundled_program.config import MethodTestCase, MethodTestSuite
+    from executorch.devtools.bundled_program.core import BundledProgram
+    from executorch.devtools.bundled_program.serialize import (
+        serialize_from_bundled_program_to_flatbuffer,
+    )
+
+    pte_path, bpte_path = Path(pte_path), Path(bpte_path)
+    if bpte_path.suffix != ".bpte":
+        raise UserError(f"bundle '{bpte_path}' must end in .bpte")
+    if not bpte_path.parent.is_dir():
+        raise UserError(f"output folder '{bpte_path.parent}' does not exist")
+    twin = load_twin(pte_path)
+    float_program, _ = load_reference(artifacts_dir_for(pte_path) / "float.pt2")
+    inputs, _source = sample_inputs(float_program, samples, None)
+    cases, runs = [], []
+    for sample in inputs:
+        program_inputs = device_inputs(twin, sample)
+        run: TwinRun = twin.run(program_inputs)
+        runs.append(run)
+        cases.append(MethodTestCase(inputs=list(program_inputs), expected_outputs=list(run.outputs)))
+    bundle = BundledProgram(None, [MethodTestSuite(METHOD_NAME, cases)], pte_file_path=str(pte_path))
+    schema = bundle.serialize_to_schema()  # cached: the patches below are what gets serialized
+    (suite,) = schema.method_test_suites
+    for case, run in zip(suite.test_cases, runs):
+        for value, spec, data in zip(case.inputs, twin.input_specs, run.input_bytes):
+            _patch(value.val, spec, data)
+        for value, spec, data in zip(case.expected_outputs, twin.output_specs, run.output_bytes):
+            _patch(value.val, spec, data)
+    flatbuffer = serialize_from_bundled_program_to_flatbuffer(bundle)
+    fd, temporary = tempfile.mkstemp(prefix=".orchestrate-", suffix=".bpte", dir=bpte_path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(flatbuffer)
+        os.replace(temporary, bpte_path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return bpte_path

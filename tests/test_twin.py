@@ -1,0 +1,276 @@
+"""The host twin runs the final .pte byte for byte and `verify` judges it against the references."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+U55 = "ethos-u55-128"
+
+
+@pytest.fixture(scope="module")
+def mixed_u55(compiles) -> Path:
+    return compiles.get("mixed", npu=U55, write=True)[1]
+
+
+@pytest.fixture(scope="module")
+def ds_cnn_u55(compiles) -> Path:
+    return compiles.get("ds-cnn", npu=U55, write=True)[1]
+
+
+@pytest.fixture(scope="module")
+def mixed_cpu_only(compiles) -> Path:
+    return compiles.get("mixed", npu="none", write=True)[1]
+
+
+@pytest.fixture(scope="module")
+def mixed_u55_nchw(tmp_path_factory) -> Path:
+    """`mixed` compiled the upstream way: NCHW export, boundary check off."""
+    from orchestrator.artifacts import write_outputs
+    from orchestrator.pipeline import compile_model
+    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.target import resolve_target
+
+    model = load_model("mixed")
+    compiled = compile_model(model, load_calibration(None, model.example_inputs),
+                             resolve_target("corstone300", npu=U55), channels_last=False,
+                             check_boundary_layouts=False)
+    pte = tmp_path_factory.mktemp("nchw") / "mixed_nchw.pte"
+    write_outputs(compiled, pte)
+    return pte
+
+
+@pytest.fixture(scope="module")
+def mixed_u55_report(mixed_u55):
+    from orchestrator.verify import verify
+
+    return verify(mixed_u55, samples=16, per_op=True)
+
+
+def _delegate_payloads(pte: Path) -> list[bytes]:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte.read_bytes()).program
+    return [bytes(program.backend_delegate_data[d.processed.index].data)
+            for d in program.execution_plan[0].delegates]
+
+
+def test_payload_parse_agrees_with_vela_npz(mixed_u55):
+    from npu_driver.payload import parse_payload
+
+    payloads = _delegate_payloads(mixed_u55)
+    assert len(payloads) == 3
+    for index, data in enumerate(payloads):
+        payload = parse_payload(data)
+        vela_dir = mixed_u55.with_name(mixed_u55.stem + ".artifacts") / f"partitions/p{index}/vela"
+        with np.load(vela_dir / "out_vela.npz", allow_pickle=False) as npz:
+            assert payload.cmd_bytes == npz["cmd_data"].tobytes()
+            assert payload.weight_bytes == npz["weight_data"].tobytes()
+            assert payload.scratch_bytes == int(npz["scratch_shape"][0])
+            for side, ios in (("input", payload.inputs), ("output", payload.outputs)):
+                assert [list(io.shape6d) for io in ios] == npz[f"{side}_shape"].tolist()
+                assert [io.elem_size for io in ios] == npz[f"{side}_elem_size"].tolist()
+                assert [io.offset for io in ios] == npz[f"{side}_offset"].tolist()
+
+
+def test_payload_with_a_wrong_footer_is_rejected(mixed_u55):
+    from npu_driver.payload import PayloadError, parse_payload
+
+    data = bytearray(_delegate_payloads(mixed_u55)[0])
+    data[-32:-16] = b"not_the_footer\0\0"
+    with pytest.raises(PayloadError, match="vela_end_stream"):
+        parse_payload(bytes(data))
+
+
+def test_tosa_graph_io_matches_payload_sizes(mixed_u55):
+    from npu_driver.payload import parse_payload
+    from npu_driver.tosa_twin import graph_io
+
+    tosa = (mixed_u55.with_name(mixed_u55.stem + ".artifacts") / "partitions/p1/model.tosa").read_bytes()
+    io = graph_io(tosa)
+    payload = parse_payload(_delegate_payloads(mixed_u55)[1])
+    assert [t.shape for t in io.inputs] == [(1, 8, 8, 16)]
+    assert [(t.shape, t.numpy_type) for t in io.outputs] == [((1,), "int8"), ((1, 8, 8, 16), "int8")]
+    assert [t.nbytes for t in io.outputs] == [o.nbytes for o in payload.outputs] == [1, 1024]
+
+
+def test_mixed_u55_twin_is_within_one_step_of_quantized_reference(mixed_u55_report):
+    (output,) = mixed_u55_report.outputs
+    assert mixed_u55_report.samples == 16
+    assert mixed_u55_report.numerics_passed
+    assert output.max_steps <= 1
+    assert output.top1_vs_quantized == 1.0
+    assert output.snr_db_min > 25
+
+
+def test_mixed_u55_device_kernel_faults_are_reported(mixed_u55_report):
+    faults = {(f.op, f.check) for f in mixed_u55_report.faults}
+    # gt(x, zero) mixes a channels-last int8 map with a 1-D constant: the portable kernel's
+    # tensors_have_same_dim_order check fails; and the portable library has no sort kernel.
+    assert faults == {("aten::gt.Tensor_out", "tensors_have_same_dim_order"),
+                      ("aten::sort.values", "kernel registered")}
+    assert not mixed_u55_report.passed
+
+
+def test_mixed_u55_per_op_table_matches_every_npu_and_cpu_tensor(mixed_u55_report):
+    table = {(c.instruction, c.value): c for c in mixed_u55_report.per_op}
+    conv = table[(2, 18)]
+    assert conv.op == "cortex_m::quantized_conv2d.out" and conv.max_steps == 0
+    assert all(c.reference_node is not None for c in mixed_u55_report.per_op)
+    assert max(c.max_steps for c in mixed_u55_report.per_op if c.dtype == "int8") <= 2
+
+
+def test_ds_cnn_u55_verify_passes_bit_exact(ds_cnn_u55):
+    from orchestrator.verify import METHOD, verify
+
+    report = verify(ds_cnn_u55, samples=16)
+    assert report.passed
+    assert report.outputs[0].max_steps == 0
+    assert report.outputs[0].differing_elements == 0
+    assert METHOD in report.verdict
+
+
+def test_cpu_only_mixed_divergence_is_traced_to_int8_gt_scalar(mixed_cpu_only):
+    from orchestrator.verify import verify
+
+    report = verify(mixed_cpu_only, samples=16)
+    # The Cortex-M passes fold the dequantize into gt(x, 0) but keep the threshold 0 instead of
+    # the zero point (-8), so int8 values in (-8, 0] take the wrong branch of `where`.
+    assert not report.numerics_passed
+    assert report.outputs[0].max_steps > 1
+    divergence = report.first_divergence
+    assert divergence.op == "aten::gt.Scalar_out" and divergence.mismatched > 0
+
+
+def test_nchw_export_fails_verify_at_the_npu_to_cpu_boundary(mixed_u55_nchw):
+    from orchestrator.verify import verify
+
+    report = verify(mixed_u55_nchw, samples=16)
+    assert not report.numerics_passed
+    assert report.outputs[0].max_steps > 10
+    divergence = report.first_divergence
+    assert divergence.op == "cortex_m::quantized_conv2d.out"
+    assert "npu->cpu: output 0 of lowered_module_0" in divergence.boundary
+    assert "'getitem'" in divergence.boundary
+    assert divergence.layout == "input (dim_order (0, 1, 2, 3)) read as NHWC"
+
+
+def test_corrupted_tosa_artifact_is_refused(mixed_u55, tmp_path):
+    from orchestrator.twin import TwinError
+    from orchestrator.verify import verify
+
+    pte = tmp_path / mixed_u55.name
+    shutil.copy2(mixed_u55, pte)
+    artifacts = pte.with_name(pte.stem + ".artifacts")
+    shutil.copytree(mixed_u55.with_name(mixed_u55.stem + ".artifacts"), artifacts)
+    tosa = artifacts / "partitions/p1/model.tosa"
+    data = bytearray(tosa.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    tosa.write_bytes(bytes(data))
+    with pytest.raises(TwinError, match="refusing to verify: TOSA artifact partitions/p1/model.tosa "
+                                        "does not match delegate lowered_module_1"):
+        verify(pte, samples=1)
+
+
+def test_missing_artifacts_folder_is_refused(mixed_u55, tmp_path):
+    from orchestrator.twin import TwinError, run_twin
+
+    pte = tmp_path / mixed_u55.name
+    shutil.copy2(mixed_u55, pte)
+    with pytest.raises(TwinError, match="artifacts folder"):
+        run_twin(pte, (torch.zeros(1, 3, 32, 32),))
+
+
+def test_bundle_carries_twin_inputs_and_outputs(ds_cnn_u55, tmp_path):
+    from executorch.devtools.bundled_program.serialize import (
+        deserialize_from_flatbuffer_to_bundled_program,
+    )
+
+    from orchestrator.bundle import write_bundle
+    from orchestrator.twin import load_twin
+    from orchestrator.verify import device_inputs, load_reference, sample_inputs
+
+    bpte = write_bundle(ds_cnn_u55, tmp_path / "ds.bpte", samples=4)
+    bundle = deserialize_from_flatbuffer_to_bundled_program(bpte.read_bytes())
+    assert bundle.program == ds_cnn_u55.read_bytes()
+    (suite,) = bundle.method_test_suites
+    assert suite.method_name == "forward" and len(suite.test_cases) == 4
+    twin = load_twin(ds_cnn_u55)
+    artifacts = ds_cnn_u55.with_name(ds_cnn_u55.stem + ".artifacts")
+    samples, _ = sample_inputs(load_reference(artifacts / "float.pt2")[0], 4, None)
+    for case, sample in zip(suite.test_cases, samples):
+        run = twin.run(device_inputs(twin, sample))
+        (bundled_input,) = case.inputs
+        (expected,) = case.expected_outputs
+        assert bundled_input.val.data == run.input_bytes[0]
+        assert list(bundled_input.val.dim_order) == [0, 2, 1, 3]
+        assert expected.val.data == run.output_bytes[0]
+        assert list(expected.val.sizes) == [1, 12]
+
+
+def _portable_program(module, inputs, path: Path) -> Path:
+    from executorch.exir import to_edge
+
+    program = to_edge(torch.export.export(module, inputs)).to_executorch()
+    path.write_bytes(program.buffer)
+    return path
+
+
+class _AddBias(torch.nn.Module):
+    def forward(self, x, bias):
+        return x + bias
+
+
+def test_portable_broadcast_add_bytes_match_host_runtime(tmp_path):
+    """A channels-last add with a broadcast bias: the portable kernel writes row-major bytes."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    from orchestrator.twin import run_twin
+
+    x = torch.randn(1, 4, 3, 3).to(memory_format=torch.channels_last)
+    bias = torch.randn(1, 4, 1, 1).to(memory_format=torch.channels_last)
+    pte = _portable_program(_AddBias(), (x, bias), tmp_path / "add.pte")
+    program = pte.read_bytes()  # the loaded method points into this buffer: keep it alive
+    method = _load_for_executorch_from_buffer(program)
+    host = method.forward((x, bias))[0]
+    host_bytes = host.as_strided((host.numel(),), (1,)).numpy().tobytes()
+    twin = run_twin(pte, (x, bias))
+    assert twin.output_bytes[0] == host_bytes
+    assert not torch.equal(twin.outputs[0], x + bias)  # the bytes are not the logical sum
+
+
+class _GreaterThanZero(torch.nn.Module):
+    def forward(self, x, zero):
+        return x > zero
+
+
+def test_portable_dim_order_check_matches_host_runtime(tmp_path):
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    from orchestrator.twin import run_twin
+
+    x = torch.randn(1, 4, 3, 3).to(memory_format=torch.channels_last)
+    zero = torch.zeros(1)
+    pte = _portable_program(_GreaterThanZero(), (x, zero), tmp_path / "gt.pte")
+    program = pte.read_bytes()  # the loaded method points into this buffer: keep it alive
+    method = _load_for_executorch_from_buffer(program)
+    with pytest.raises(RuntimeError, match="0x12"):
+        method.forward((x, zero))
+    (fault,) = run_twin(pte, (x, zero)).faults
+    assert (fault.op, fault.check) == ("aten::gt.Tensor_out", "tensors_have_same_dim_order")
+
+
+def test_report_json_and_text_name_the_method(ds_cnn_u55):
+    import json
+
+    from orchestrator.verify import METHOD, render_text, report_json, verify
+
+    report = verify(ds_cnn_u55, samples=2)
+    data = json.loads(json.dumps(report_json(report)))
+    assert data["method"] == METHOD and data["passed"] is True
+    assert data["outputs"][0]["shape"] == [1, 12]
+    assert METHOD in render_text(report)
