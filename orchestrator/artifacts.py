@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 import torch
 
 from orchestrator.errors import UserError
+from orchestrator.files import atomic_write_bytes, publish_mode
 
 MANIFEST_VERSION = 1
 
@@ -143,11 +143,9 @@ def write_outputs(compiled, pte_path: Path, extra_files: dict[str, bytes] | None
         torch.export.save(compiled.quantized.program, art_tmp / "quantized.pt2")
         for name, data in (extra_files or {}).items():
             (art_tmp / name).write_bytes(data)
-        fd, pte_tmp = tempfile.mkstemp(prefix=".orchestrate-", suffix=".pte", dir=parent)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(compiled.pte_bytes)
+        publish_mode(art_tmp)
         _atomic_replace_dir(art_tmp, art_final)
-        os.replace(pte_tmp, pte_path)
+        atomic_write_bytes(pte_path, compiled.pte_bytes)
     except BaseException:
         shutil.rmtree(art_tmp, ignore_errors=True)
         raise

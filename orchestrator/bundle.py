@@ -15,11 +15,10 @@ ambiguous for size-1 dims (DS-CNN's input is [1, 1, 49, 10] with dim_order (0, 2
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from orchestrator.artifacts import artifacts_dir_for
+from orchestrator.files import atomic_write_bytes
 from orchestrator.errors import UserError
 from orchestrator.twin import TwinRun, load_twin
 from orchestrator.verify import device_inputs, load_reference, sample_inputs
@@ -64,12 +63,5 @@ def write_bundle(pte_path, bpte_path, samples: int = 4) -> Path:
         for value, spec, data in zip(case.expected_outputs, twin.output_specs, run.output_bytes):
             _patch(value.val, spec, data)
     flatbuffer = serialize_from_bundled_program_to_flatbuffer(bundle)
-    fd, temporary = tempfile.mkstemp(prefix=".orchestrate-", suffix=".bpte", dir=bpte_path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(flatbuffer)
-        os.replace(temporary, bpte_path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(bpte_path, flatbuffer)
     return bpte_path

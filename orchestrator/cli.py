@@ -10,11 +10,11 @@ import argparse
 import logging
 import os
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 
 from orchestrator.errors import NotRun, OrchestrateError, UserError
+from orchestrator.files import atomic_write_bytes
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,10 +76,7 @@ def _write_atomic(path: str, text: str) -> None:
     target = Path(path)
     if not target.parent.is_dir():
         raise UserError(f"output folder '{target.parent}' does not exist; create it or choose another -o")
-    fd, tmp = tempfile.mkstemp(prefix=".orchestrate-", dir=target.parent)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, target)
+    atomic_write_bytes(target, text.encode())
 
 
 def _compile(args):
@@ -182,10 +179,17 @@ def _verify_fvp(args, pte: Path) -> int:
     bpte = pte.with_suffix(".bpte")
     if not bpte.is_file():
         raise UserError(f"'{bpte}' not found; compile with `orchestrate compile --bundle` first")
-    platform = load_platform(target["platform"])
-    result = run_bpte(platform, target["npu"], bpte, runner_elf=args.runner_elf,
-                      timeout_s=args.timeout)
-    print(f"method: Corstone FVP ({target['platform']}, {target['npu']}), BundleIO self-check")
+    platform_file = target.get("platform_file")
+    platform = load_platform(platform_file if platform_file and Path(platform_file).is_file()
+                             else target["platform"])
+    # A CPU-only program runs on the platform's FVP too; its NPU simply stays idle.
+    npu = target["npu"] or platform.npu_default
+    try:
+        result = run_bpte(platform, npu, bpte, runner_elf=args.runner_elf, timeout_s=args.timeout)
+    except FileNotFoundError as error:
+        raise UserError(f"{error}; pass --runner-elf or set ORCHESTRATE_RUNNER_ELF to a built "
+                        "arm_executor_runner") from None
+    print(f"method: Corstone FVP ({target['platform']}, {npu}), BundleIO self-check on target")
     print(result.summary())
     if result.passed is not True:
         from orchestrator.errors import VerificationFailure

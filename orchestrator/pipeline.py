@@ -20,7 +20,6 @@ from orchestrator.errors import OrchestrateError, UserError
 from orchestrator.sources import Calibration, LoadedModel
 from orchestrator.target import Target
 from orchestrator.placement import place, snapshot_pre_cpu
-from orchestrator.placement import place, snapshot_pre_cpu
 from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary_tensors,
                                    check_boundaries)
 from partitioners.cpu import CpuDecision, route_to_cpu
@@ -107,7 +106,6 @@ def capture(model: LoadedModel, channels_last: bool = True) -> Captured:
 
 def _quantizer(target: Target):
     if target.npu:
-        from executorch.backends.arm.ethosu import EthosUCompileSpec
         from executorch.backends.arm.quantizer import (
             EthosUQuantizer,
             get_symmetric_quantization_config,

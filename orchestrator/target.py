@@ -32,6 +32,7 @@ class Target:
     def to_json(self) -> dict:
         return {
             "platform": self.platform.name,
+            "platform_file": str(getattr(self.platform, "source_file", "") or ""),
             "npu": self.npu,
             "cpu": self.cpu,
             "isa_tier": self.tier,
