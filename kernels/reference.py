@@ -217,16 +217,28 @@ def _outs(schema, args) -> list[tuple[object, RawTensor]]:
     return outs
 
 
+def same_dim_order_family(dim_orders) -> bool:
+    """`tensors_have_same_dim_order` (runtime/core/exec_aten/util/tensor_util_portable.cpp):
+    all tensors contiguous, or all channels-last; a 1-D constant beside a channels-last 4-D
+    activation fails it."""
+    def contiguous(order):
+        return tuple(order) == tuple(range(len(order)))
+
+    def channels_last(order):
+        n = len(order)
+        return n in (4, 5) and tuple(order) == (0, *range(2, n), 1)
+
+    orders = list(dim_orders)
+    return all(contiguous(o) for o in orders) or all(channels_last(o) for o in orders)
+
+
+def is_portable_elementwise(op_key: str) -> bool:
+    """`aten::gt` style key of an op whose portable kernel applies the dim-order check above."""
+    return op_key in _ELEMENTWISE
+
+
 def _same_dim_order_family(tensors: list[RawTensor]) -> bool:
-    """`tensors_have_same_dim_order` (runtime/core/exec_aten/util/tensor_util_portable.cpp)."""
-    def contiguous(t):
-        return tuple(t.dim_order) == tuple(range(len(t.dim_order)))
-
-    def channels_last(t):
-        n = len(t.dim_order)
-        return n in (4, 5) and tuple(t.dim_order) == (0, *range(2, n), 1)
-
-    return all(contiguous(t) for t in tensors) or all(channels_last(t) for t in tensors)
+    return same_dim_order_family(t.dim_order for t in tensors)
 
 
 def _drop_leading_ones(sizes) -> tuple[int, ...]:

@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--fail-under-npu-coverage", type=float, metavar="PCT")
     plan.add_argument("--max-partitions", type=int, metavar="N")
     plan.add_argument("--require-fit", action="store_true")
+    plan.add_argument("--require-runnable", action="store_true",
+                      help="fail if an op has no device kernel or breaks a kernel's layout rule")
 
     comp = sub.add_parser("compile", help="compile to one .pte plus an artifacts folder")
     _add_target_options(comp)
@@ -114,7 +116,7 @@ def cmd_plan(args) -> int:
         write_outputs(compiled, Path(args.pte),
                       {"plan.json": render_json(compiled, plan.rows, plan.summary).encode()})
     check_gates(plan, Gates(args.fail_under_npu_coverage, args.max_partitions, args.require_fit,
-                            runner_ops is not None))
+                            runner_ops is not None, args.require_runnable))
     return 0
 
 
@@ -161,7 +163,7 @@ def cmd_verify(args) -> int:
     else:
         print(render_text(report))
     if not report.passed:
-        raise VerificationFailure(report.failure or "verification failed")
+        raise VerificationFailure(report.verdict)
     return 0
 
 
@@ -216,8 +218,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"orchestrate: {error}", file=sys.stderr)
         return error.exit_code
     except OrchestrateError as error:
-        kind = "error" if isinstance(error, UserError) else type(error).__name__
-        print(f"orchestrate: {kind}: {error}", file=sys.stderr)
+        from orchestrator.errors import GateFailure, VerificationFailure
+
+        if isinstance(error, UserError):
+            prefix = "error: "
+        elif isinstance(error, (GateFailure, VerificationFailure)):
+            prefix = ""  # the message starts with "gate failed" / the verdict
+        else:
+            prefix = "internal error: "
+        print(f"orchestrate: {prefix}{error}", file=sys.stderr)
         if type(error) is OrchestrateError and os.environ.get("ORCHESTRATE_DEBUG"):
             raise
         return error.exit_code

@@ -65,6 +65,7 @@ class Compiled:
     pte_bytes: bytes
     executorch_program: object  # exir schema Program (execution plans, delegates)
     io_quant: dict  # config-method name -> value, for --io int8
+    workarounds: tuple = ()  # partitioners.cpu.Workaround: upstream defects corrected
     stage_seconds: dict[str, float] = field(default_factory=dict)
     work_dir: Path | None = None
 
@@ -211,7 +212,8 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
                                f"{str(error).splitlines()[0] if str(error) else ''}") from error
     io_quant = quantize_io(lowered, target)
     pre_cpu = snapshot_pre_cpu(lowered.edge.exported_program())
-    final_program, decisions = timed("route_cpu", route_to_cpu, lowered.edge, target.cpu)
+    final_program, decisions, workarounds = timed("route_cpu", route_to_cpu, lowered.edge,
+                                                  target.cpu)
     if check_boundary_layouts:
         try:
             boundaries = tuple(check_boundaries(final_program))
@@ -223,4 +225,5 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
     placements = timed("place", place, final_program, lowered, decisions, pre_cpu, target)
     pte_bytes, et_program = timed("serialize", serialize, lowered.edge)
     return Compiled(model, target, calibration, captured, quantized, lowered, final_program, decisions,
-                    boundaries, placements, pte_bytes, et_program, io_quant, seconds, work_dir)
+                    boundaries, placements, pte_bytes, et_program, io_quant, workarounds,
+                    seconds, work_dir)

@@ -57,6 +57,7 @@ class OpPlacement:
     info: NodeInfo | None = field(default=None, compare=False, repr=False)
     cost: Cost | None = None
     fused: tuple[str, ...] = ()  # pre-CPU-pass nodes folded into this kernel (e.g. a ReLU)
+    device_faults: tuple[Reason, ...] = ()  # why the device runtime would fail on this op
 
 
 def _op_text(target) -> str:
@@ -188,12 +189,61 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
             kernel = _op_text(node.target)
             reasons.append(_not_cmsis_reason(origin, node.target, decisions.get(origin), aten_target))
         current = describe(node)
+        faults = _dim_order_faults(node) if placement == "portable" else ()
         rows.append(OpPlacement(
             name=origin, op=info.op, kind=kind, placement=placement, partition=None,
             kernel=kernel, tier=target.tier if placement == "cmsis-nn" else None,
             input_shapes=info.input_shapes, output_shape=info.output_shape, dtypes=current.dtypes,
-            macs=info.macs, reasons=tuple(reasons), info=info))
+            macs=info.macs, reasons=tuple(reasons), info=info, device_faults=faults))
     return tuple(_attach_fused(rows, pre_cpu, seen_origins, lowered_stage))
+
+
+def op_key(target) -> str:
+    """`aten::gt` for aten.gt.Scalar: the operator name a runtime registers kernels under."""
+    text = _op_text(target)
+    parts = text.split(".")
+    return f"{parts[0]}::{parts[1]}" if len(parts) >= 2 else text
+
+
+def _dim_order_faults(node: torch.fx.Node) -> tuple[Reason, ...]:
+    """The portable elementwise kernels' dim-order check, applied to this node's tensors."""
+    from kernels.reference import is_portable_elementwise, same_dim_order_family
+
+    key = op_key(node.target)
+    if not is_portable_elementwise(key):
+        return ()
+    orders = []
+    for value in [*node.all_input_nodes, node]:
+        val = value.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            orders.append(tuple(int(d) for d in val.dim_order()))
+    if same_dim_order_family(orders):
+        return ()
+    return (Reason("portable kernel dim-order check (tensors_have_same_dim_order)",
+                   f"{key} needs all tensors contiguous or all channels-last; got "
+                   f"{', '.join(str(o) for o in orders)}: the kernel returns InvalidArgument "
+                   "on the device"),)
+
+
+def missing_kernel_faults(rows, program_operators) -> tuple:
+    """Mark rows whose operator has no kernel in ExecuTorch's portable library."""
+    from kernels.reference import portable_kernel_names
+
+    available = portable_kernel_names()
+    missing = {op.split(".")[0]: op for op in program_operators
+               if not op.startswith("cortex_m::") and op not in available}
+    if not missing:
+        return tuple(rows)
+    out = []
+    for row in rows:
+        key = op_key(row.op) if row.placement == "portable" else None
+        if key in missing:
+            fault = Reason("ExecuTorch portable kernel library",
+                           f"no kernel for {missing[key]}: the device program fails to load "
+                           "(Missing operator) unless the firmware links one")
+            row = replace(row, device_faults=row.device_faults + (fault,))
+        out.append(row)
+    return tuple(out)
 
 
 def _attach_fused(rows, pre_cpu, seen_origins, lowered_stage):

@@ -8,7 +8,8 @@ from cost_models.npu import VelaPartitionEstimate, read_vela_dir
 from cost_models.plan_costs import attach_costs
 from orchestrator.artifacts import delegate_partitions
 from orchestrator.errors import GateFailure
-from orchestrator.report import Summary, summarize
+from orchestrator.placement import missing_kernel_faults
+from orchestrator.report import Summary, program_operators, summarize
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,9 @@ def vela_estimates(compiled) -> dict[int, VelaPartitionEstimate]:
 
 def make_plan(compiled, runner_ops: set[str] | None = None) -> Plan:
     estimates = vela_estimates(compiled)
-    rows = attach_costs(compiled.placements, compiled.target, estimates)
+    rows = missing_kernel_faults(compiled.placements,
+                                 program_operators(compiled.executorch_program))
+    rows = attach_costs(rows, compiled.target, estimates)
     return Plan(compiled, rows, estimates, summarize(compiled, rows, estimates, runner_ops))
 
 
@@ -37,6 +40,7 @@ class Gates:
     max_partitions: int | None = None
     require_fit: bool = False
     require_runner_ops: bool = False
+    require_runnable: bool = False
 
 
 def check_gates(plan: Plan, gates: Gates) -> None:
@@ -53,5 +57,8 @@ def check_gates(plan: Plan, gates: Gates) -> None:
         failed.append(f"--require-fit: does not fit the platform memories ({', '.join(too_big)})")
     if gates.require_runner_ops and s.missing_operators:
         failed.append(f"--runner-ops: runner lacks {', '.join(s.missing_operators)}")
+    if gates.require_runnable and s.device_faults:
+        failed.append(f"--require-runnable: {len(s.device_faults)} device fault(s), first: "
+                      f"{s.device_faults[0]}")
     if failed:
         raise GateFailure("gate failed: " + "; ".join(failed))

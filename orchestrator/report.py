@@ -53,6 +53,7 @@ class Summary:
     per_placement_seconds: dict
     npu_utilisation: dict  # partition -> MAC utilisation from Vela
     npu_traffic: dict  # partition -> memory -> bytes per inference, from Vela
+    device_faults: tuple[str, ...]  # "row: message" for each op the device runtime would fail
 
 
 def _numel(shape) -> int:
@@ -188,6 +189,7 @@ def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = Non
         per_placement_seconds=seconds,
         npu_utilisation={k: e.utilisation(target.npu_macs or 1) for k, e in estimates.items()},
         npu_traffic={k: dict(e.traffic_bytes) for k, e in estimates.items()},
+        device_faults=tuple(f"{r.name}: {f.message}" for r in rows for f in r.device_faults),
     )
 
 
@@ -231,6 +233,8 @@ def _reasons(row) -> list[str]:
             parts.append(("not NPU: " if i == 0 else "not CMSIS-NN: ") + reason.text())
     if row.fused:
         parts.append("fused into this kernel: " + ", ".join(row.fused))
+    for fault in row.device_faults:
+        parts.append(f"DEVICE FAULT ({fault.check}): {fault.message}")
     return parts
 
 
@@ -313,7 +317,16 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
         region = f"{m.region} ({m.region_bytes:,} B)" if m.region else "no region may hold it"
         lines.append(f"  {m.item}: {m.bytes:,} B ({m.source}) -> {region}: {verdict}")
     lines.append(f"memory verdict: {'fits' if s.fits else 'DOES NOT FIT'} ({t.platform.name}, platform YAML)")
+    for w in compiled.workarounds:
+        lines.append(f"workaround applied to {w.node}: {w.upstream}: {w.message}")
     lines.append(f"operators to register ({len(s.operators)}): " + ", ".join(s.operators))
+    if s.device_faults:
+        lines.append(f"runs on the device: NO, {len(s.device_faults)} fault(s) (static check: "
+                     "ExecuTorch portable kernel library and its dim-order rule): "
+                     + "; ".join(s.device_faults))
+    else:
+        lines.append("runs on the device: no fault found (static check: every operator has a "
+                     "kernel, dim-order rules hold)")
     if s.missing_operators is not None:
         lines.append("runner ops check: " + ("all present" if not s.missing_operators else
                                              "MISSING " + ", ".join(s.missing_operators)))
@@ -367,6 +380,7 @@ def to_json(compiled, rows, summary: Summary) -> dict:
             "dtypes": r.dtypes, "macs": r.macs,
             "reasons": [{"check": x.check, "message": x.message, "value": x.value} for x in r.reasons],
             "fused": list(r.fused), "cost": _cost_json(r.cost),
+            "device_faults": [{"check": f.check, "message": f.message} for f in r.device_faults],
         } for r in rows],
         "summary": {
             "ops": summary.ops, "macs": summary.macs,
@@ -387,6 +401,9 @@ def to_json(compiled, rows, summary: Summary) -> dict:
                            "region": m.region, "region_bytes": m.region_bytes, "fits": m.fits}
                           for m in summary.memory]},
             "operators": list(summary.operators),
+            "device_faults": list(summary.device_faults),
+            "workarounds": [{"node": w.node, "upstream": w.upstream, "message": w.message}
+                            for w in compiled.workarounds],
             "missing_operators": None if summary.missing_operators is None
             else list(summary.missing_operators),
         },

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import linecache
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -139,10 +140,58 @@ def stamp_origins(graph_module: torch.fx.GraphModule) -> None:
         node.meta.setdefault(ORIGIN_KEY, node.name)
 
 
+_COMPARISONS = {"gt": math.floor, "le": math.floor, "ge": math.ceil, "lt": math.ceil}
+
+
+@dataclass(frozen=True)
+class Workaround:
+    """An upstream defect corrected in our flow; reported in the plan so nobody is surprised."""
+
+    node: str
+    upstream: str  # the component at fault
+    message: str
+
+
+def requantize_comparison_scalars(program) -> list[Workaround]:
+    """Put the scalar of an int8 comparison in the int8 domain.
+
+    Upstream defect (ExecuTorch 1.5.1): FoldAndAnnotateQParamsPass folds the dequantize in front
+    of `gt(x, 0.0)` into the node's `input_qparams`, so the portable `gt.Scalar` kernel compares
+    the int8 values, but the scalar stays in the float domain. With a zero point of -8 every
+    int8 value in (-8, 0] lands on the wrong side (measured on the `mixed` model, CPU-only:
+    9 int8 steps off after the following `where`). For x_q integer and t = s / scale + zp,
+    x > s  <=>  x_q > floor(t), x >= s <=> x_q >= ceil(t), and likewise for lt/le.
+    """
+    fixes = []
+    for node in program.graph_module.graph.nodes:
+        name = str(getattr(node.target, "__name__", node.target))
+        parts = name.split(".")
+        if node.op != "call_function" or len(parts) < 3 or parts[0] != "aten" \
+                or parts[1] not in _COMPARISONS or parts[2] != "Scalar":
+            continue
+        qparams = node.meta.get("input_qparams", {}).get(0)
+        source = node.args[0]
+        val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+        if qparams is None or val is None or val.dtype not in (torch.int8, torch.int16):
+            continue
+        scalar = float(node.args[1])
+        threshold = _COMPARISONS[parts[1]](scalar / float(qparams.scale) + int(qparams.zp))
+        node.args = (source, int(threshold))
+        fixes.append(Workaround(
+            node.meta.get(ORIGIN_KEY, node.name), "FoldAndAnnotateQParamsPass (ExecuTorch 1.5.1)",
+            f"{parts[1]}.Scalar compares int8 values (scale {float(qparams.scale):.6g}, zero point "
+            f"{int(qparams.zp)}) with the float scalar {scalar:g}; threshold requantized to "
+            f"{int(threshold)}"))
+    if fixes:
+        program.graph_module.recompile()
+    return fixes
+
+
 def route_to_cpu(edge_manager, cpu: str):
     """Run CortexMPassManager for `cpu` on the edge program, in place of its "forward" method.
 
-    Returns the transformed ExportedProgram and the per-node CMSIS-NN decisions.
+    Returns the transformed ExportedProgram, the per-node CMSIS-NN decisions and the upstream
+    defects worked around on the way.
     """
     from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
     from executorch.backends.cortex_m.target_config import CortexMTargetConfig
@@ -155,5 +204,6 @@ def route_to_cpu(edge_manager, cpu: str):
         ).transform()
     # `aot_arm_compiler.py` swaps only the Q/DQ nodes in its NPU path; the full pass manager is
     # what turns a rejected conv into a CMSIS-NN kernel instead of a float aten op.
+    workarounds = requantize_comparison_scalars(transformed)
     edge_manager._edge_programs["forward"] = transformed
-    return transformed, dict(decisions)
+    return transformed, dict(decisions), tuple(workarounds)

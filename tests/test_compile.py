@@ -6,6 +6,7 @@ import hashlib
 import json
 
 import pytest
+import torch
 
 from orchestrator.cli import main
 from orchestrator.errors import OrchestrateError
@@ -138,3 +139,44 @@ def test_unknown_npu_names_the_allowed_ones(capsys, tmp_path):
 def test_output_must_be_a_pte(capsys, tmp_path):
     code, _, err = _run(capsys, ["compile", "ds-cnn", "-o", str(tmp_path / "x.bin")])
     assert code == 2 and ".pte" in err
+
+
+def _gt_scalar_nodes(program):
+    return [n for n in program.graph_module.graph.nodes
+            if n.op == "call_function" and "gt.Scalar" in str(getattr(n.target, "__name__", ""))]
+
+
+def test_upstream_cortex_m_passes_compare_int8_values_with_a_float_threshold():
+    """Shows the upstream defect the compile works around (see requantize_comparison_scalars)."""
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
+
+    from orchestrator.pipeline import capture, lower, quantize
+    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.target import resolve_target
+
+    target = resolve_target("corstone300", npu="none", cpu="cortex-m55")
+    model = load_model("mixed")
+    quantized = quantize(capture(model), load_calibration(None, model.example_inputs), target)
+    import tempfile
+    from pathlib import Path
+
+    edge = lower(quantized, target, Path(tempfile.mkdtemp())).edge
+    upstream = CortexMPassManager(edge.exported_program(),
+                                  target_config=CortexMTargetConfig.from_target_string("cortex-m55")
+                                  ).transform()
+    (gt,) = _gt_scalar_nodes(upstream)
+    qparams = gt.meta["input_qparams"][0]
+    assert gt.args[0].meta["val"].dtype == torch.int8
+    assert qparams.zp != 0 and gt.args[1] == 0  # float threshold against int8 values
+
+
+def test_compile_requantizes_the_threshold_of_an_int8_comparison(compiles):
+    import math
+
+    compiled, _ = compiles.get("mixed", "corstone300", "none", "cortex-m55")
+    (gt,) = _gt_scalar_nodes(compiled.final_program)
+    qparams = gt.meta["input_qparams"][0]
+    assert gt.args[1] == math.floor(0 / qparams.scale + qparams.zp)
+    (workaround,) = compiled.workarounds
+    assert "FoldAndAnnotateQParamsPass" in workaround.upstream

@@ -219,3 +219,15 @@ def test_partition_memory_figures_come_from_velas_npz(ds_cnn_u55):
             assert estimate.scratch_bytes == int(data["scratch_shape"][0])
             assert estimate.weight_bytes == len(data["weight_data"].tobytes()) > 0
             assert estimate.command_bytes == len(data["cmd_data"].tobytes()) > 0
+
+
+def test_plan_flags_ops_the_device_runtime_cannot_run(mixed_u55, ds_cnn_u55):
+    sort = next(r for r in mixed_u55.rows if "sort" in r.op)
+    gt = next(r for r in mixed_u55.rows if r.op.startswith("aten.gt"))
+    assert any("no kernel for aten::sort.values" in f.message for f in sort.device_faults)
+    assert any("tensors_have_same_dim_order" in f.check for f in gt.device_faults)
+    assert len(mixed_u55.summary.device_faults) == 2
+    assert ds_cnn_u55.summary.device_faults == ()
+    with pytest.raises(GateFailure, match="--require-runnable"):
+        check_gates(mixed_u55, Gates(require_runnable=True))
+    check_gates(ds_cnn_u55, Gates(require_runnable=True))
