@@ -42,9 +42,20 @@ def _numel(shape) -> int:
 
 
 def _bytes(tensor: torch.Tensor | None) -> int:
+    """Deployed bytes: int8, one byte per element. Between Q/DQ pairs the edge graph carries
+    logical float32 tensors (and dequantized float weights) that the device never stores."""
     if tensor is None:
         return 0
-    return _numel(tensor.shape) * tensor.element_size()
+    return _numel(tensor.shape) * (1 if tensor.dtype.is_floating_point else tensor.element_size())
+
+
+def _bias_bytes(node) -> int:
+    """int32 bias of a conv/linear (CMSIS-NN s8 kernels), when the node has one."""
+    index = 2
+    if len(node.args) > index and isinstance(node.args[index], torch.fx.Node):
+        bias = _val(node.args[index])
+        return _numel(bias.shape) * 4 if bias is not None else 0
+    return 0
 
 
 _KIND_BY_NAME = (
@@ -128,7 +139,7 @@ def describe(node: torch.fx.Node) -> NodeInfo:
     weight_bytes = 0
     if out is not None and kind in ("conv", "depthwise_conv") and len(node.args) > 1:
         macs, cin, cout, kernel = _conv_macs(node, out, lowered)
-        weight_bytes = _bytes(_val(node.args[1]))
+        weight_bytes = _bytes(_val(node.args[1])) + _bias_bytes(node)
     elif out is not None and kind == "fully_connected" and len(node.args) > 1:
         weight_index = 2 if "addmm" in lowered else 1
         weight = _val(node.args[weight_index])
@@ -136,7 +147,7 @@ def describe(node: torch.fx.Node) -> NodeInfo:
             in_features = int(weight.shape[-1]) if "linear" in lowered else int(weight.shape[0])
             macs = _numel(out.shape) * in_features
             cin, cout = in_features, int(out.shape[-1])
-            weight_bytes = _bytes(weight)
+            weight_bytes = _bytes(weight) + (_bias_bytes(node) if "linear" in lowered else 0)
     elif out is not None and kind == "batch_matmul" and len(inputs) >= 1 and inputs[0] is not None:
         macs = _numel(out.shape) * int(inputs[0].shape[-1])
     elif out is not None and kind in ("avg_pool", "max_pool") and len(node.args) > 1:
