@@ -120,18 +120,23 @@ _KIND_PREFERENCE = {"weights": ("flash", "ddr", "sram", "tcm"), "arena": ("tcm",
                     "npu_scratch": ("sram", "ddr", "tcm")}
 
 
-def _place(platform, use: str, size: int, item: str, source: str) -> MemoryUse:
+def _place(platform, use: str, size: int, item: str, source: str,
+           free: dict[str, int], npu_reads: bool = False) -> MemoryUse:
+    """First fit, in the preferred region order, against what earlier items left free."""
     order = _KIND_PREFERENCE.get(use, ())
     regions = sorted((r for r in platform.memories if use in r.holds),
                      key=lambda r: order.index(r.kind) if r.kind in order else len(order))
-    if use == "npu_scratch":
+    if use == "npu_scratch" or (use == "weights" and npu_reads):
+        # The NPU reads its scratch, and its weights in place from the .pte (Vela's command
+        # stream addresses them), so both must sit where the NPU can reach.
         regions = [r for r in regions if r.npu_accessible]
     for region in regions:
-        if size <= region.size_bytes:
+        if size <= free[region.name]:
+            free[region.name] -= size
             return MemoryUse(item, size, source, region.name, region.size_bytes, True)
-    largest = max(regions, key=lambda r: r.size_bytes) if regions else None
+    largest = max(regions, key=lambda r: free[r.name]) if regions else None
     return MemoryUse(item, size, source, largest.name if largest else None,
-                     largest.size_bytes if largest else None, False)
+                     free[largest.name] if largest else None, False)
 
 
 def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = None) -> Summary:
@@ -156,11 +161,18 @@ def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = Non
         compiled.executorch_program)
     arena = compiled.arena_bytes
     platform = target.platform
-    memory = [_place(platform, "arena", arena, "executorch arena", "executorch")]
-    for index, size in sorted(scratch.items()):
-        memory.append(_place(platform, "npu_scratch", size, f"npu scratch p{index}", "vela"))
-    memory.append(_place(platform, "weights", len(compiled.pte_bytes), ".pte (weights, code data)",
-                         "executorch"))
+    # Each item goes into what the previous ones left. ExecuTorch's EthosUBackend.cpp takes a
+    # delegate's scratch from the method's temp allocator on every call, and that allocator is
+    # reset between instructions: the temp pool must hold the largest scratch, not their sum.
+    free = {r.name: r.size_bytes for r in platform.memories}
+    memory = [_place(platform, "weights", len(compiled.pte_bytes), ".pte (weights, code data)",
+                     "executorch", free, npu_reads=bool(scratch)),
+              _place(platform, "arena", arena, "executorch arena", "executorch", free)]
+    if scratch:
+        index, size = max(scratch.items(), key=lambda kv: kv[1])
+        memory.append(_place(platform, "npu_scratch", size,
+                             f"npu scratch (largest, p{index}; reused by all partitions)", "vela",
+                             free))
     operators = program_operators(compiled.executorch_program)
     missing = None
     if runner_ops is not None:
@@ -314,12 +326,14 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
                  f"{s.cmsis_scratch_bytes:,} B); NPU scratch {s.npu_scratch_bytes:,} B (vela)")
     for m in s.memory:
         verdict = "fits" if m.fits else "DOES NOT FIT"
-        region = f"{m.region} ({m.region_bytes:,} B)" if m.region else "no region may hold it"
+        region = (f"{m.region} ({m.region_bytes:,} B {'of' if m.fits else 'free in'} it)"
+                  if m.region else "no region may hold it")
         lines.append(f"  {m.item}: {m.bytes:,} B ({m.source}) -> {region}: {verdict}")
     lines.append(f"memory verdict: {'fits' if s.fits else 'DOES NOT FIT'} ({t.platform.name}, platform YAML)")
     for w in compiled.workarounds:
         lines.append(f"workaround applied to {w.node}: {w.upstream}: {w.message}")
-    lines.append(f"operators to register ({len(s.operators)}): " + ", ".join(s.operators))
+    lines.append(f"operators to register ({len(s.operators)}): "
+                 + (", ".join(s.operators) or "none (every op runs inside an NPU partition)"))
     if s.device_faults:
         lines.append(f"runs on the device: NO, {len(s.device_faults)} fault(s) (static check: "
                      "ExecuTorch portable kernel library and its dim-order rule): "

@@ -231,3 +231,25 @@ def test_plan_flags_ops_the_device_runtime_cannot_run(mixed_u55, ds_cnn_u55):
     with pytest.raises(GateFailure, match="--require-runnable"):
         check_gates(mixed_u55, Gates(require_runnable=True))
     check_gates(ds_cnn_u55, Gates(require_runnable=True))
+
+
+def test_a_vendor_soc_yaml_decides_fit_and_int8_io_makes_it_fit(compiles):
+    """examples/my_soc.yaml: 384 KiB SRAM. The person detector's fp32 input (192 KiB) leaves no
+    room for Vela's scratch; with --io int8 everything fits."""
+    from pathlib import Path
+
+    soc = str(Path(__file__).parents[1] / "examples" / "my_soc.yaml")
+    floating = make_plan(compiles.get("person-detector", soc, None)[0])
+    int8 = make_plan(compiles.get("person-detector", soc, None, io="int8")[0])
+    assert floating.compiled.target.platform.name == "example-m55-u55"
+    assert floating.compiled.target.npu == "ethos-u55-64"
+    assert not floating.summary.fits
+    assert [m.item.split(" (")[0] for m in floating.summary.memory if not m.fits] == ["npu scratch"]
+    with pytest.raises(GateFailure, match="--require-fit"):
+        check_gates(floating, Gates(require_fit=True))
+    assert int8.summary.fits
+    used = {}
+    for m in int8.summary.memory:
+        used[m.region] = used.get(m.region, 0) + m.bytes
+    for region in int8.compiled.target.platform.memories:
+        assert used.get(region.name, 0) <= region.size_bytes
