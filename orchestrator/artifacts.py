@@ -5,6 +5,7 @@
       partitions/p<k>/model.tosa       the TOSA graph Vela compiled for delegate k
       partitions/p<k>/vela/            Vela's summary CSV, per-layer CSV and out_vela.npz
       plan.json                        the placement report (written by `compile`)
+      operators.txt                    the operators the firmware must register (selective build)
       float.pt2, quantized.pt2         the captured float program and the quantized reference
                                        (convert_pt2e), which `verify` compares the .pte against
 

@@ -129,12 +129,16 @@ def cmd_compile(args) -> int:
         raise UserError(f"-o '{args.output}' must end in .pte")
     compiled = _compile(args)
     plan = make_plan(compiled)
+    operators = "".join(f"{op}\n" for op in plan.summary.operators)
     art = write_outputs(compiled, Path(args.output),
-                        {"plan.json": render_json(compiled, plan.rows, plan.summary).encode()})
+                        {"plan.json": render_json(compiled, plan.rows, plan.summary).encode(),
+                         "operators.txt": operators.encode()})
     s = plan.summary
     print(f"wrote {args.output}: {len(compiled.pte_bytes):,} B, arena {compiled.arena_bytes:,} B "
           f"(executorch plan); NPU partitions {s.npu_partitions}, NPU MAC coverage "
           f"{s.npu_mac_coverage_pct:.1f}%; artifacts in {art}")
+    for fault in s.device_faults:
+        print(f"warning: the device runtime cannot run this program: {fault}", file=sys.stderr)
     if args.bundle:
         from orchestrator.bundle import write_bundle
 

@@ -80,7 +80,7 @@ def _delegates(program) -> list[tuple[torch.fx.Node, str, object]]:
     return found
 
 
-def _npu_rows(index: int, lowered, tier: str) -> list[OpPlacement]:
+def _npu_rows(index: int, lowered) -> list[OpPlacement]:
     rows = []
     for node in lowered.original_module.graph.nodes:
         if node.op != "call_function" or _is(node.target, _QDQ) or _is(node.target, _SKIPPED):
@@ -162,7 +162,7 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
                 tier=None, input_shapes=tuple(tuple(int(s) for s in a.meta["val"].shape)
                                               for a in node.args[1:] if "val" in a.meta),
                 output_shape=(), dtypes="", macs=0, reasons=()))
-            rows.extend(_npu_rows(index, lowered, target.tier))
+            rows.extend(_npu_rows(index, lowered))
             continue
         if _is(node.target, _SKIPPED):
             continue

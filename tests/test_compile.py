@@ -180,3 +180,18 @@ def test_compile_requantizes_the_threshold_of_an_int8_comparison(compiles):
     assert gt.args[1] == math.floor(0 / qparams.scale + qparams.zp)
     (workaround,) = compiled.workarounds
     assert "FoldAndAnnotateQParamsPass" in workaround.upstream
+
+
+def test_compile_cli_writes_the_pte_artifacts_and_operator_list(capsys, tmp_path):
+    out = tmp_path / "mixed.pte"
+    code, stdout, err = _run(capsys, ["compile", "mixed", "--platform", "corstone320", "-o", str(out)])
+    assert code == 0 and out.is_file()
+    art = tmp_path / "mixed.artifacts"
+    operators = (art / "operators.txt").read_text().split()
+    assert operators == sorted(_operators(out.read_bytes()))
+    plan = json.loads((art / "plan.json").read_text())
+    assert plan["platform"]["npu"] == "ethos-u85-256"
+    # sort has no portable kernel in ExecuTorch 1.5.1: compile says so.
+    assert "cannot run this program" in err and "aten::sort.values" in err
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".orchestrate-")]
+    assert oct(out.stat().st_mode & 0o777) != "0o600"
