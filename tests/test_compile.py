@@ -195,3 +195,18 @@ def test_compile_cli_writes_the_pte_artifacts_and_operator_list(capsys, tmp_path
     assert "cannot run this program" in err and "aten::sort.values" in err
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".orchestrate-")]
     assert oct(out.stat().st_mode & 0o777) != "0o600"
+
+
+@pytest.mark.parametrize("cpu,tier", [("cortex-m0plus", "scalar"), ("cortex-m33", "dsp"),
+                                      ("cortex-m55", "mve")])
+def test_cpu_only_lowering_follows_the_cores_isa_tier(compiles, cpu, tier):
+    compiled, _ = compiles.get("ds-cnn", "corstone300", "none", cpu)
+    assert compiled.target.tier == tier
+    (linear,) = [n for n in compiled.final_program.graph.nodes
+                 if "quantized_linear" in str(getattr(n.target, "__name__", ""))]
+    bias, kernel_sum = linear.args[2], linear.args[3]
+    # CMSIS-NN's MVE fully-connected path reads a precomputed kernel sum; Scalar/DSP read the bias.
+    assert (kernel_sum is not None) == (tier == "mve")
+    assert (bias is not None) == (tier != "mve")
+    rows = [r for r in compiled.placements if r.placement == "cmsis-nn" and r.kind == "op"]
+    assert rows and all(r.tier == tier for r in rows)
