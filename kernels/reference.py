@@ -393,4 +393,18 @@ def execute(name: str, overload: str, args: list) -> KernelResult:
         return _by_dim_order(key, opov, schema, args, "portable dim_order copy (layout change)")
     if not name.startswith(("aten::", "dim_order_ops::", "quantized_decomposed::")):
         raise KernelError(f"the twin has no host execution for {key}")
-    return _by_dim_order(key, opov, schema, args, "torch, tensors by dim_order")
+    result = _by_dim_order(key, opov, schema, args, "torch, tensors by dim_order")
+    if name in _CONTIGUOUS_STRIDE_KERNELS:
+        tensors = [t for _, t in _tensor_args(schema, args)] + [t for _, t in _outs(schema, args)]
+        bad = [tuple(t.dim_order) for t in tensors if tuple(t.dim_order) != tuple(range(len(t.dim_order)))]
+        if bad:
+            fault = KernelFault(key, "contiguous strides",
+                                f"{key} walks its tensors with contiguous strides "
+                                f"(op_topk.cpp: getLeadingDims, strides()[dim]); dim_order {bad[0]} "
+                                "makes it read and write the wrong elements on the device")
+            return KernelResult(result.semantics, result.faults + (fault,), result.layout_reads)
+    return result
+
+
+# Portable kernels that index their tensors as if contiguous, whatever the dim_order.
+_CONTIGUOUS_STRIDE_KERNELS = frozenset({"aten::topk"})

@@ -188,8 +188,10 @@ def serialize(edge) -> tuple[bytes, object]:
 
 def compile_model(model: LoadedModel, calibration: Calibration, target: Target, *,
                   work_dir: Path | None = None, channels_last: bool = True,
-                  check_boundary_layouts: bool = True) -> Compiled:
-    """Run every stage; `channels_last`/`check_boundary_layouts` off reproduce upstream's NCHW flow."""
+                  check_boundary_layouts: bool = True, legalize: bool = True) -> Compiled:
+    """Run every stage; `channels_last`/`check_boundary_layouts` off reproduce upstream's NCHW
+    flow, `legalize` off keeps the ops the device's portable kernels cannot run as upstream
+    leaves them (partitioners/legalize.py)."""
     work_dir = Path(work_dir or tempfile.mkdtemp(prefix="orchestrate-"))
     seconds: dict[str, float] = {}
 
@@ -213,7 +215,7 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
     io_quant = quantize_io(lowered, target)
     pre_cpu = snapshot_pre_cpu(lowered.edge.exported_program())
     final_program, decisions, workarounds = timed("route_cpu", route_to_cpu, lowered.edge,
-                                                  target.cpu)
+                                                  target.cpu, legalize)
     if check_boundary_layouts:
         try:
             boundaries = tuple(check_boundaries(final_program))

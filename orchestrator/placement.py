@@ -123,6 +123,9 @@ def _not_npu_reason(origin: str, target, lowered_stage, npu: str | None, kind: s
     if kind == "boundary-dequantize":
         return Reason("ethos-u partitioner", "boundary dequantize: converts int8 back to float "
                       "for the model output or a float CPU consumer")
+    if ":" in origin:
+        return Reason("device legalization", "inserted by orchestrate's device legalization "
+                      "(partitioners/legalize.py; see the workarounds in the summary)")
     if origin not in lowered_stage.pre_cpu_nodes:
         return Reason("cortex-m passes", "inserted by the Cortex-M passes after NPU "
                       "partitioning (not part of any partition)")

@@ -187,7 +187,7 @@ def requantize_comparison_scalars(program) -> list[Workaround]:
     return fixes
 
 
-def route_to_cpu(edge_manager, cpu: str):
+def route_to_cpu(edge_manager, cpu: str, legalize: bool = True):
     """Run CortexMPassManager for `cpu` on the edge program, in place of its "forward" method.
 
     Returns the transformed ExportedProgram, the per-node CMSIS-NN decisions and the upstream
@@ -204,6 +204,12 @@ def route_to_cpu(edge_manager, cpu: str):
         ).transform()
     # `aot_arm_compiler.py` swaps only the Q/DQ nodes in its NPU path; the full pass manager is
     # what turns a rejected conv into a CMSIS-NN kernel instead of a float aten op.
+    from partitioners.legalize import legalize_for_device
+
+    # Order matters: requantize first, so legalization's new int8 `.Scalar` nodes are not
+    # requantized twice.
     workarounds = requantize_comparison_scalars(transformed)
+    if legalize:
+        workarounds += legalize_for_device(transformed)
     edge_manager._edge_programs["forward"] = transformed
     return transformed, dict(decisions), tuple(workarounds)

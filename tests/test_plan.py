@@ -84,7 +84,7 @@ def test_summary_counts_coverage_and_transitions(mixed_u55):
     assert s.macs["npu"] == npu_macs and npu_macs > 0 and cpu_macs > 0
     assert s.npu_mac_coverage_pct == pytest.approx(100 * npu_macs / (npu_macs + cpu_macs))
     assert s.transitions == 6
-    assert "aten::sort.values" in s.operators
+    assert "aten::topk.values" in s.operators
 
 
 def test_npu_costs_of_a_partition_add_up_to_velas_own_total(mixed_u55, ds_cnn_u55):
@@ -175,10 +175,11 @@ def test_require_fit_fails_on_a_platform_too_small(compiles, tmp_path):
 def test_runner_ops_check_catches_a_missing_kernel(compiles):
     compiled = compiles.get("mixed", "corstone300", "ethos-u55-128")[0]
     have = {"cortex_m::quantize_per_tensor.out", "cortex_m::dequantize_per_tensor.out",
-            "cortex_m::quantized_conv2d.out", "aten::gt.Tensor_out", "aten::where.self_out"}
+            "cortex_m::quantized_conv2d.out", "aten::gt.Scalar_out", "aten::where.self_out",
+            "dim_order_ops::_to_dim_order_copy.out"}
     plan = make_plan(compiled, runner_ops=have)
-    assert plan.summary.missing_operators == ("aten::sort.values",)
-    with pytest.raises(GateFailure, match="aten::sort.values"):
+    assert plan.summary.missing_operators == ("aten::topk.values",)
+    with pytest.raises(GateFailure, match="aten::topk.values"):
         check_gates(plan, Gates(require_runner_ops=True))
 
 
@@ -221,16 +222,41 @@ def test_partition_memory_figures_come_from_velas_npz(ds_cnn_u55):
             assert estimate.command_bytes == len(data["cmd_data"].tobytes()) > 0
 
 
-def test_plan_flags_ops_the_device_runtime_cannot_run(mixed_u55, ds_cnn_u55):
-    sort = next(r for r in mixed_u55.rows if "sort" in r.op)
-    gt = next(r for r in mixed_u55.rows if r.op.startswith("aten.gt"))
+@pytest.fixture(scope="module")
+def mixed_u55_upstream(compiles):
+    """`mixed` on U55 without device legalization: the ops as upstream leaves them."""
+    from orchestrator.pipeline import compile_model
+    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.target import resolve_target
+
+    model = load_model("mixed")
+    return make_plan(compile_model(model, load_calibration(None, model.example_inputs),
+                                   resolve_target("corstone300", npu="ethos-u55-128"),
+                                   legalize=False))
+
+
+def test_plan_flags_ops_the_device_runtime_cannot_run(mixed_u55_upstream, ds_cnn_u55):
+    sort = next(r for r in mixed_u55_upstream.rows if "sort" in r.op)
+    gt = next(r for r in mixed_u55_upstream.rows if r.op.startswith("aten.gt"))
     assert any("no kernel for aten::sort.values" in f.message for f in sort.device_faults)
     assert any("tensors_have_same_dim_order" in f.check for f in gt.device_faults)
-    assert len(mixed_u55.summary.device_faults) == 2
+    assert len(mixed_u55_upstream.summary.device_faults) == 2
     assert ds_cnn_u55.summary.device_faults == ()
     with pytest.raises(GateFailure, match="--require-runnable"):
-        check_gates(mixed_u55, Gates(require_runnable=True))
+        check_gates(mixed_u55_upstream, Gates(require_runnable=True))
     check_gates(ds_cnn_u55, Gates(require_runnable=True))
+
+
+def test_device_legalization_makes_mixed_runnable_and_says_what_it_changed(mixed_u55):
+    assert mixed_u55.summary.device_faults == ()
+    sort = next(r for r in mixed_u55.rows if r.name == "aten_sort_default")
+    assert sort.op == "aten.sort.default" and sort.kernel == "aten.topk.default"
+    assert "BaseTOSASupportList" in sort.reasons[0].message
+    messages = [w.message for w in mixed_u55.compiled.workarounds]
+    assert any("rewritten to topk" in m for m in messages)
+    assert any("rewritten to gt.Scalar" in m for m in messages)
+    text = render_text(mixed_u55.compiled, mixed_u55.rows, mixed_u55.summary)
+    assert "workaround applied to aten_sort_default" in text
 
 
 def test_a_vendor_soc_yaml_decides_fit_and_int8_io_makes_it_fit(compiles):
