@@ -352,13 +352,17 @@ def render_text(compiled, rows, summary: Summary, width: int = 100) -> str:
               f"{compiled.target.describe()}")
     if compiled.target.npu:
         header += f"; Vela {compiled.target.system_config} / {compiled.target.memory_mode}"
-    out = [header]
+    def wrap(line: str) -> str:
+        indent = " " * (len(line) - len(line.lstrip()) + 4)
+        return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False)
+
+    out = [wrap(header)]
     if compiled.calibration.warning:
-        out.append("warning: " + compiled.calibration.warning)
+        out.append(wrap("warning: " + compiled.calibration.warning))
     out.append(_rows_table(rows, markdown=False))
     out.append("")
-    out.extend(_summary_lines(compiled, summary))
-    out.append(SOURCE_LEGEND)
+    out.extend(wrap(line) for line in _summary_lines(compiled, summary))
+    out.append(wrap(SOURCE_LEGEND))
     return "\n".join(out)
 
 
