@@ -49,13 +49,19 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate]):
             elements = _numel(row.output_shape)
             cost = transition_cost(kind, target.cpu, cpu_hz, elements)
         elif row.kind == "layout" and row.info is not None:
-            cost = transition_cost("layout_copy", target.cpu, cpu_hz, row.info.op_shape.output_bytes)
+            # A layout copy moves the tensor as stored: 4 bytes per element for a float value.
+            width = _ELEMENT_BYTES.get(row.dtypes.split("->")[-1].strip().split(" ")[0], 1)
+            cost = transition_cost("layout_copy", target.cpu, cpu_hz,
+                                   _numel(row.output_shape) * width)
         elif row.info is not None and row.placement == "cmsis-nn":
             cost = cmsis_nn_cost(row.info.op_shape, target.cpu, cpu_hz)
         elif row.info is not None:
             cost = portable_cost(row.info.op_shape, target.cpu, cpu_hz)
         costed.append(replace(row, cost=cost))
     return tuple(costed)
+
+
+_ELEMENT_BYTES = {"float32": 4, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 
 
 def _numel(shape) -> int:
