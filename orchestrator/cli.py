@@ -21,7 +21,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on bad options already; keep its message to one line."""
 
     def error(self, message: str):
-        self.exit(2, f"orchestrate: error: {message}; see `orchestrate {self.prog.split()[-1]} --help`\n")
+        self.exit(2, f"orchestrate: error: {message}; see `{self.prog} --help`\n")
 
 
 def _add_target_options(p: argparse.ArgumentParser) -> None:
