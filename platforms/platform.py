@@ -192,7 +192,7 @@ def load_platform(name_or_path: str | Path) -> Platform:
     if text.endswith((".yaml", ".yml")):
         path = Path(text).expanduser()
         if not path.is_file():
-            raise PlatformError(f"{path}: platform file not found")
+            raise PlatformError(f"{path}: platform file not found; give corstone300, corstone320 or the path of a platform YAML")
         return _read_platform_file(path.resolve())
     name = text.strip().lower().replace("-", "").replace("_", "")
     if name not in list_platforms():
