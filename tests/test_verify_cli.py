@@ -1,0 +1,68 @@
+"""`orchestrate compile --bundle` and `orchestrate verify [--fvp]` from the command line.
+
+No Corstone FVP can be installed here: the FVP path is exercised through a stand-in executable
+that records the argv our harness builds and replays a runner log in ExecuTorch's format. That
+checks our plumbing (discovery, command, log parsing, exit codes), never a device result.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+
+from orchestrator.cli import main
+
+
+@pytest.fixture(scope="module")
+def bundled(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle") / "kws.pte"
+    assert main(["compile", "ds-cnn", "--npu", "ethos-u55-128", "-o", str(out), "--bundle"]) == 0
+    return out
+
+
+def test_compile_bundle_writes_a_bpte_beside_the_pte(bundled):
+    from executorch.devtools.bundled_program.serialize import (
+        deserialize_from_flatbuffer_to_bundled_program,
+    )
+
+    bundle = deserialize_from_flatbuffer_to_bundled_program(bundled.with_suffix(".bpte").read_bytes())
+    (suite,) = bundle.method_test_suites
+    assert suite.method_name == "forward" and len(suite.test_cases) >= 1
+
+
+def test_verify_passes_and_names_its_method(bundled, capsys):
+    assert main(["verify", str(bundled), "--samples", "4", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] is True
+    assert "twin" in report["method"] and "TOSA reference model" in report["method"]
+
+
+def test_verify_fvp_without_an_fvp_is_not_run_exit_5(bundled, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("ORCHESTRATE_FVP_DIR", raising=False)
+    assert main(["verify", str(bundled), "--fvp"]) == 5
+    err = capsys.readouterr().err
+    assert "not run: no FVP found" in err and "PASS" not in err
+
+
+def test_verify_fvp_runs_the_platforms_fvp_command_and_reads_the_runner_log(bundled, capsys,
+                                                                           monkeypatch, tmp_path):
+    from tests.test_fvp import PASS_LOG_U55
+
+    argv_file = tmp_path / "argv.txt"
+    fvp = tmp_path / "FVP_Corstone_SSE-300_Ethos-U55"
+    fvp.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\" > " + str(argv_file) + "\ncat <<'LOG'\n"
+                   + PASS_LOG_U55 + "\nLOG\n")
+    fvp.chmod(fvp.stat().st_mode | stat.S_IEXEC)
+    elf = tmp_path / "arm_executor_runner.elf"
+    elf.write_bytes(b"\x7fELF")
+    monkeypatch.setenv("ORCHESTRATE_FVP_DIR", str(tmp_path))
+    assert main(["verify", str(bundled), "--fvp", "--runner-elf", str(elf), "--timeout", "60"]) == 0
+    out = capsys.readouterr().out
+    assert "method: Corstone FVP (corstone300, ethos-u55-128)" in out and "PASS" in out
+    argv = argv_file.read_text().split("\n")
+    assert "ethosu.num_macs=128" in argv
+    assert f"{bundled.with_suffix('.bpte')}@0x38000000" in argv
+    assert str(elf) in argv
