@@ -71,7 +71,7 @@ def _tensor(node) -> torch.Tensor | None:
     return val if isinstance(val, torch.Tensor) else None
 
 
-def specialised_function(op: str, node: torch.fx.Node) -> str:
+def specialised_function(op: str, node: torch.fx.Node, tier: str = "mve") -> str:
     """The kernel a CMSIS-NN wrapper dispatches to for this node's geometry.
 
     Mirrors the documented dispatch of `arm_convolve_wrapper_s8` and `arm_depthwise_conv_wrapper_s8`
@@ -96,8 +96,9 @@ def specialised_function(op: str, node: torch.fx.Node) -> str:
         if weight is not None and list(dilation) == [1, 1]:
             dims = tuple(int(d) for d in weight.shape)
             if dims[-2:] == (3, 3) or dims[1:3] == (3, 3):
-                if all(p <= 1 for p in padding):
-                    return "arm_depthwise_conv_3x3_s8 (non-MVE) / arm_depthwise_conv_s8_opt (MVE)"
+                if all(p <= 1 for p in padding) and tier != "mve":
+                    # The wrapper's 3x3 fast path is compiled for non-MVE builds only.
+                    return "arm_depthwise_conv_3x3_s8"
             return "arm_depthwise_conv_s8_opt"
         return "arm_depthwise_conv_s8"
     return kernel.cmsis_function

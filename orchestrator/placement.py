@@ -186,7 +186,8 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
         reasons = [_not_npu_reason(origin, node.target, lowered_stage, target.npu, kind)]
         if cortex_op is not None:
             placement = "cmsis-nn"
-            kernel = specialised_function(cortex_op, node) if cortex_op in CPU_KERNELS else cortex_op
+            kernel = (specialised_function(cortex_op, node, target.tier)
+                      if cortex_op in CPU_KERNELS else cortex_op)
         else:
             placement = "portable"
             kernel = _op_text(node.target)

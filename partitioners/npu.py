@@ -21,10 +21,6 @@ from typing import Iterator
 
 import torch
 
-QDQ_TARGET_NAMES = ("quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel",
-                    "dequantize_per_channel")
-
-
 @dataclass(frozen=True)
 class NpuRejection:
     """Why the Ethos-U partitioner left a node on the CPU, as the check that decided said it."""
@@ -50,10 +46,6 @@ class VelaRun:
     @property
     def payload_sha256(self) -> str:
         return hashlib.sha256(self.payload_bytes).hexdigest()
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def node_context(node: torch.fx.Node) -> str:
