@@ -93,7 +93,10 @@ def specialised_function(op: str, node: torch.fx.Node, tier: str = "mve") -> str
     if op.startswith("quantized_depthwise_conv2d"):
         weight = _tensor(node.args[1])
         padding, dilation = node.args[4], node.args[5]
-        if weight is not None and list(dilation) == [1, 1]:
+        inp, out = _tensor(node.args[0]), _tensor(node)
+        channel_multiplier_one = (inp is not None and out is not None
+                                  and int(inp.shape[1]) == int(out.shape[1]))
+        if weight is not None and list(dilation) == [1, 1] and channel_multiplier_one:
             dims = tuple(int(d) for d in weight.shape)
             if dims[-2:] == (3, 3) or dims[1:3] == (3, 3):
                 if all(p <= 1 for p in padding) and tier != "mve":
