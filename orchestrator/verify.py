@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from orchestrator.artifacts import artifacts_dir_for
+from orchestrator.errors import UserError
 from orchestrator.twin import DeviceFault, TwinError, TwinProgram, TwinRun, load_twin
 
 METHOD = "twin (cortex_m reference kernels + TOSA reference model on the Vela-compiled TOSA)"
@@ -417,6 +418,10 @@ def _verdict(passed, numerics_passed, outputs, faults, divergence, max_steps) ->
 def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: bool = False,
            max_steps: int = 1) -> VerifyReport:
     """Run the `.pte` in the twin on `samples` inputs and compare it with both references."""
+    if samples < 1 or max_steps < 0:
+        # Zero samples would make every comparison vacuously true: never a pass.
+        raise UserError(f"--samples must be at least 1 and --max-steps at least 0 (got "
+                        f"{samples} and {max_steps})")
     pte_path = Path(pte_path)
     twin = load_twin(pte_path)
     art_dir = artifacts_dir_for(pte_path)

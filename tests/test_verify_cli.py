@@ -66,3 +66,8 @@ def test_verify_fvp_runs_the_platforms_fvp_command_and_reads_the_runner_log(bund
     assert "ethosu.num_macs=128" in argv
     assert f"{bundled.with_suffix('.bpte')}@0x38000000" in argv
     assert str(elf) in argv
+
+
+def test_verify_with_zero_samples_is_refused_not_passed(bundled, capsys):
+    assert main(["verify", str(bundled), "--samples", "0"]) == 2
+    assert "--samples must be at least 1" in capsys.readouterr().err
