@@ -60,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--bundle", action="store_true",
                       help="also write a BundleIO .bpte with test inputs and expected outputs")
 
+    swp = sub.add_parser("sweep", help="plan one model for several NPU/CPU configurations")
+    _add_target_options(swp)
+    swp.add_argument("--npus", help="comma-separated NPU names (default: all the platform offers; "
+                     "'none' for CPU only)")
+    swp.add_argument("--format", default="table", choices=("table", "json"))
+    swp.add_argument("-o", "--output", help="write the table to this file")
+
     ver = sub.add_parser("verify", help="run the .pte on the host twin (or an FVP) and compare")
     ver.add_argument("pte", help="a .pte written by `orchestrate compile` (artifacts beside it)")
     ver.add_argument("--samples", type=int, default=16)
@@ -148,6 +155,35 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    import json
+
+    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.sweep import render_text, sweep, to_json
+    from orchestrator.target import resolve_target
+    from platforms import PlatformError, load_platform
+
+    try:
+        platform = load_platform(args.platform)
+    except PlatformError as error:
+        raise UserError(str(error)) from None
+    chosen = args.npus or args.npu
+    npus = chosen.split(",") if chosen else list(platform.npu_options)
+    targets = [resolve_target(args.platform, npu=npu.strip(), cpu=args.cpu, io=args.io,
+                              cpu_hz=args.cpu_hz, npu_hz=args.npu_hz) for npu in npus]
+    model = load_model(args.model)
+    calibration = load_calibration(args.calibration, model.example_inputs)
+    if calibration.warning:
+        print(f"warning: {calibration.warning}", file=sys.stderr)
+    rows = sweep(model, calibration, targets)
+    text = json.dumps(to_json(rows), indent=2) if args.format == "json" else render_text(rows)
+    if args.output:
+        atomic_write_bytes(Path(args.output), (text + "\n").encode())
+    else:
+        print(text)
+    return 0
+
+
 def cmd_verify(args) -> int:
     from orchestrator.errors import VerificationFailure
 
@@ -215,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _quiet_upstream()
-    handler = {"plan": cmd_plan, "compile": cmd_compile, "verify": cmd_verify}[args.command]
+    handler = {"plan": cmd_plan, "compile": cmd_compile, "sweep": cmd_sweep,
+               "verify": cmd_verify}[args.command]
     try:
         return handler(args)
     except NotRun as error:
