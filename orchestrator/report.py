@@ -276,11 +276,12 @@ def _rows_table(rows, markdown: bool) -> str:
     by row number, so both fit 100 columns however long a reason is."""
     if markdown:
         table = [[i, r.name if r.kind == "op" else f"{r.name} [{r.kind}]", _short_op(r.op),
-                  f"{_shape(r.output_shape)} {_out_dtype(r)}", f"{r.macs:,}", _where(r),
+                  ", ".join(_shape(x) for x in r.input_shapes) or "-",
+                  f"{_shape(r.output_shape)} {_out_dtype(r)}", r.dtypes, f"{r.macs:,}", _where(r),
                   r.kernel or "", _cost_cell(r), "<br>".join(_reasons(r))]
                  for i, r in enumerate(rows)]
-        return tabulate(table, ["#", "node", "op", "out", "MACs", "where", "kernel", "cost",
-                                "why not better"], tablefmt="github")
+        return tabulate(table, ["#", "node", "op", "in", "out", "dtypes", "MACs", "where",
+                                "kernel", "cost", "why not better"], tablefmt="github")
     table, why = [], []
     for i, r in enumerate(rows):
         op = _short_op(r.op) if r.kind == "op" else f"{_HIDDEN_LABEL[r.kind]}"
