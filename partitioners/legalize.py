@@ -89,6 +89,8 @@ def _delegate_constant_output(program, getitem: torch.fx.Node):
 
 
 def scalarize_constant_operands(program) -> list[Workaround]:
+    """`op.Tensor(x, c)` -> `op.Scalar(x, value of c)` for a channels-last `x` and a constant,
+    single-element `c` (see the module docstring for the dim-order rule this avoids)."""
     fixes = []
     graph = program.graph_module.graph
     for node in list(graph.nodes):
@@ -117,6 +119,7 @@ def scalarize_constant_operands(program) -> list[Workaround]:
 
 
 def sort_values_via_topk(program) -> list[Workaround]:
+    """`sort(x).values` -> `topk(x, k=size)`, wrapped in contiguous copies when `x` is not."""
     from executorch.exir.dialects._ops import ops as exir_ops
 
     fixes = []
@@ -172,6 +175,7 @@ def sort_values_via_topk(program) -> list[Workaround]:
 
 
 def legalize_for_device(program) -> list[Workaround]:
+    """Apply every rewrite above to the final CPU-side program, in place."""
     fixes = scalarize_constant_operands(program) + sort_values_via_topk(program)
     if fixes:
         program.graph_module.graph.eliminate_dead_code()
