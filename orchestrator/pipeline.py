@@ -8,10 +8,12 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -155,7 +157,7 @@ def lower(quantized: Quantized, target: Target, work_dir: Path) -> Lowered:
     return Lowered(edge, rejections, tuple(runs), names)
 
 
-def quantize_io(lowered: Lowered, target: Target) -> dict:
+def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:
     """`--io int8`: the program takes and returns int8, so no fp32 I/O buffer sits in the arena.
 
     Upstream's QuantizeInputs/QuantizeOutputs remove the first quantize and the last dequantize
@@ -163,7 +165,7 @@ def quantize_io(lowered: Lowered, target: Target) -> dict:
     firmware reads to quantize its input.
     """
     if target.io != "int8":
-        return {}
+        return lowered, {}
     from executorch.exir.passes.quantize_io_pass import QuantizeInputs, QuantizeOutputs
 
     edge = lowered.edge
@@ -175,8 +177,7 @@ def quantize_io(lowered: Lowered, target: Target) -> dict:
                                QuantizeOutputs(edge, list(range(n_outputs)))])
     except ValueError as error:
         raise UserError(f"--io int8 is not possible for this model: {error}") from None
-    object.__setattr__(lowered, "edge", edge)
-    return dict(edge._config_methods or {})
+    return replace(lowered, edge=edge), dict(edge._config_methods or {})
 
 
 def serialize(edge) -> tuple[bytes, object]:
@@ -192,7 +193,12 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
     """Run every stage; `channels_last`/`check_boundary_layouts` off reproduce upstream's NCHW
     flow, `legalize` off keeps the ops the device's portable kernels cannot run as upstream
     leaves them (partitioners/legalize.py)."""
-    work_dir = Path(work_dir or tempfile.mkdtemp(prefix="orchestrate-"))
+    if work_dir is None:
+        # Vela's per-partition outputs live here until `write_outputs` copies them; a plan
+        # that writes no .pte must not leave them behind.
+        work_dir = Path(tempfile.mkdtemp(prefix="orchestrate-"))
+        atexit.register(shutil.rmtree, work_dir, ignore_errors=True)
+    work_dir = Path(work_dir)
     seconds: dict[str, float] = {}
 
     def timed(stage, fn, *args):
@@ -212,7 +218,7 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
     except Exception as error:  # noqa: BLE001
         raise OrchestrateError(f"lowering failed in upstream code: {type(error).__name__}: "
                                f"{str(error).splitlines()[0] if str(error) else ''}") from error
-    io_quant = quantize_io(lowered, target)
+    lowered, io_quant = quantize_io(lowered, target)
     pre_cpu = snapshot_pre_cpu(lowered.edge.exported_program())
     final_program, decisions, workarounds = timed("route_cpu", route_to_cpu, lowered.edge,
                                                   target.cpu, legalize)
