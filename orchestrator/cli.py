@@ -102,6 +102,13 @@ def _compile(args):
     return compile_model(model, calibration, target)
 
 
+def _check_output_folder(path: str | None) -> None:
+    """Fail before compiling, not after, when an output cannot be written."""
+    if path and not Path(path).parent.is_dir():
+        raise UserError(f"output folder '{Path(path).parent}' does not exist; create it or "
+                        "choose another path")
+
+
 def cmd_plan(args) -> int:
     from orchestrator.artifacts import write_outputs
     from orchestrator.plan import Gates, check_gates, make_plan
@@ -110,6 +117,8 @@ def cmd_plan(args) -> int:
     runner_ops = read_runner_ops(args.runner_ops) if args.runner_ops else None
     if args.pte and not args.pte.endswith(".pte"):
         raise UserError(f"--pte '{args.pte}' must end in .pte")
+    _check_output_folder(args.output)
+    _check_output_folder(args.pte)
     compiled = _compile(args)
     plan = make_plan(compiled, runner_ops)
     render = {"table": render_text, "json": render_json, "markdown": render_markdown}[args.format]
@@ -120,26 +129,29 @@ def cmd_plan(args) -> int:
     else:
         print(text)
     if args.pte:
-        write_outputs(compiled, Path(args.pte),
-                      {"plan.json": render_json(compiled, plan.rows, plan.summary).encode()})
+        write_outputs(compiled, Path(args.pte), _artifact_extras(compiled, plan))
     check_gates(plan, Gates(args.fail_under_npu_coverage, args.max_partitions, args.require_fit,
                             runner_ops is not None, args.require_runnable))
     return 0
 
 
+def _artifact_extras(compiled, plan) -> dict[str, bytes]:
+    from orchestrator.report import render_json
+
+    return {"plan.json": render_json(compiled, plan.rows, plan.summary).encode(),
+            "operators.txt": "".join(f"{op}\n" for op in plan.summary.operators).encode()}
+
+
 def cmd_compile(args) -> int:
     from orchestrator.artifacts import write_outputs
     from orchestrator.plan import make_plan
-    from orchestrator.report import render_json
 
     if not args.output.endswith(".pte"):
         raise UserError(f"-o '{args.output}' must end in .pte")
+    _check_output_folder(args.output)
     compiled = _compile(args)
     plan = make_plan(compiled)
-    operators = "".join(f"{op}\n" for op in plan.summary.operators)
-    art = write_outputs(compiled, Path(args.output),
-                        {"plan.json": render_json(compiled, plan.rows, plan.summary).encode(),
-                         "operators.txt": operators.encode()})
+    art = write_outputs(compiled, Path(args.output), _artifact_extras(compiled, plan))
     s = plan.summary
     print(f"wrote {args.output}: {len(compiled.pte_bytes):,} B, arena {compiled.arena_bytes:,} B "
           f"(executorch plan); NPU partitions {s.npu_partitions}, NPU MAC coverage "
@@ -171,6 +183,7 @@ def cmd_sweep(args) -> int:
     npus = chosen.split(",") if chosen else list(platform.npu_options)
     targets = [resolve_target(args.platform, npu=npu.strip(), cpu=args.cpu, io=args.io,
                               cpu_hz=args.cpu_hz, npu_hz=args.npu_hz) for npu in npus]
+    _check_output_folder(args.output)
     model = load_model(args.model)
     calibration = load_calibration(args.calibration, model.example_inputs)
     if calibration.warning:

@@ -213,3 +213,10 @@ def test_cpu_only_lowering_follows_the_cores_isa_tier(compiles, cpu, tier):
     assert (bias is not None) == (tier != "mve")
     rows = [r for r in compiled.placements if r.placement == "cmsis-nn" and r.kind == "op"]
     assert rows and all(r.tier == tier for r in rows)
+
+
+def test_an_unwritable_output_fails_before_compiling(capsys, tmp_path):
+    code, _, err = _run(capsys, ["compile", "ds-cnn", "-o", str(tmp_path / "missing" / "x.pte")])
+    assert code == 2 and "does not exist" in err
+    # One line and nothing else: the model was not even loaded (no calibration warning).
+    assert err.count("\n") == 1 and not list(tmp_path.iterdir())
