@@ -37,7 +37,8 @@ def _val(node):
     return val if isinstance(val, torch.Tensor) else None
 
 
-def _numel(shape) -> int:
+def numel(shape) -> int:
+    """Elements of a tensor of this shape (a 0-d tensor holds one)."""
     return int(math.prod(shape)) if shape else 1
 
 
@@ -46,7 +47,7 @@ def _bytes(tensor: torch.Tensor | None) -> int:
     logical float32 tensors (and dequantized float weights) that the device never stores."""
     if tensor is None:
         return 0
-    return _numel(tensor.shape) * (1 if tensor.dtype.is_floating_point else tensor.element_size())
+    return numel(tensor.shape) * (1 if tensor.dtype.is_floating_point else tensor.element_size())
 
 
 def _bias_bytes(node) -> int:
@@ -54,7 +55,7 @@ def _bias_bytes(node) -> int:
     index = 2
     if len(node.args) > index and isinstance(node.args[index], torch.fx.Node):
         bias = _val(node.args[index])
-        return _numel(bias.shape) * 4 if bias is not None else 0
+        return numel(bias.shape) * 4 if bias is not None else 0
     return 0
 
 
@@ -122,7 +123,7 @@ def _conv_macs(node, out: torch.Tensor, lowered: str) -> tuple[int, int, int, tu
     else:
         kh, kw = int(weight.shape[2]), int(weight.shape[3])
         per_output = kh * kw * int(weight.shape[1])
-    return _numel(out.shape) * per_output, cin, cout, (kh, kw)
+    return numel(out.shape) * per_output, cin, cout, (kh, kw)
 
 
 def describe(node: torch.fx.Node) -> NodeInfo:
@@ -145,11 +146,11 @@ def describe(node: torch.fx.Node) -> NodeInfo:
         weight = _val(node.args[weight_index])
         if weight is not None:
             in_features = int(weight.shape[-1]) if "linear" in lowered else int(weight.shape[0])
-            macs = _numel(out.shape) * in_features
+            macs = numel(out.shape) * in_features
             cin, cout = in_features, int(out.shape[-1])
             weight_bytes = _bytes(weight) + (_bias_bytes(node) if "linear" in lowered else 0)
     elif out is not None and kind == "batch_matmul" and len(inputs) >= 1 and inputs[0] is not None:
-        macs = _numel(out.shape) * int(inputs[0].shape[-1])
+        macs = numel(out.shape) * int(inputs[0].shape[-1])
     elif out is not None and kind in ("avg_pool", "max_pool") and len(node.args) > 1:
         window = node.args[1] if isinstance(node.args[1], (list, tuple)) else (1, 1)
         if "mean" in lowered and inputs and inputs[0] is not None:
@@ -162,5 +163,5 @@ def describe(node: torch.fx.Node) -> NodeInfo:
     shape = OpShape(kind=kind, macs=int(macs), input_bytes=int(input_bytes),
                     output_bytes=_bytes(out), weight_bytes=int(weight_bytes),
                     in_channels=cin, out_channels=cout, kernel_hw=kernel,
-                    elements=_numel(out.shape) if out is not None else 0)
+                    elements=numel(out.shape) if out is not None else 0)
     return NodeInfo(node.name, op, input_shapes, output_shape, dtypes, int(macs), shape)

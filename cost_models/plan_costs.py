@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from cost_models.cost import Cost
 from cost_models.cpu import cmsis_nn_cost, portable_cost, transition_cost
+from cost_models.graph_shapes import numel
 from cost_models.npu import VelaPartitionEstimate, match_layers_to_ops
 
 
@@ -46,13 +47,13 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate]):
             cost = Cost.from_cycles(cycles, npu_hz, "vela")
         elif row.kind in ("boundary-quantize", "boundary-dequantize"):
             kind = "quantize" if row.kind == "boundary-quantize" else "dequantize"
-            elements = _numel(row.output_shape)
+            elements = numel(row.output_shape)
             cost = transition_cost(kind, target.cpu, cpu_hz, elements)
         elif row.kind == "layout" and row.info is not None:
             # A layout copy moves the tensor as stored: 4 bytes per element for a float value.
-            width = _ELEMENT_BYTES.get(row.dtypes.split("->")[-1].strip().split(" ")[0], 1)
+            width = _ELEMENT_BYTES.get(row.out_dtype, 1)
             cost = transition_cost("layout_copy", target.cpu, cpu_hz,
-                                   _numel(row.output_shape) * width)
+                                   numel(row.output_shape) * width)
         elif row.info is not None and row.placement == "cmsis-nn":
             cost = cmsis_nn_cost(row.info.op_shape, target.cpu, cpu_hz)
         elif row.info is not None:
@@ -64,8 +65,3 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate]):
 _ELEMENT_BYTES = {"float32": 4, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 
 
-def _numel(shape) -> int:
-    total = 1
-    for s in shape:
-        total *= int(s)
-    return total if shape else 0

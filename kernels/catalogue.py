@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+# dim_order of a channels-last (NHWC) 4-D tensor: the layout CMSIS-NN reads and writes.
+CHANNELS_LAST = (0, 2, 3, 1)
+
 
 @dataclass(frozen=True)
 class CpuKernel:
@@ -82,7 +85,7 @@ def specialised_function(op: str, node: torch.fx.Node, tier: str = "mve") -> str
         weight = _tensor(node.args[1])
         stride, padding, dilation = node.args[3], node.args[4], node.args[5]
         if weight is not None:
-            kh, kw = (weight.shape[1], weight.shape[2]) if op.endswith("nhwc") or weight.dim_order() == (0, 2, 3, 1) else (weight.shape[2], weight.shape[3])
+            kh, kw = (weight.shape[1], weight.shape[2]) if op.endswith("nhwc") or weight.dim_order() == CHANNELS_LAST else (weight.shape[2], weight.shape[3])
             kh, kw = int(kh), int(kw)
             if (kh, kw) == (1, 1) and list(padding) == [0, 0] and list(dilation) == [1, 1]:
                 return "arm_convolve_1x1_s8_fast" if list(stride) == [1, 1] else "arm_convolve_1x1_s8"

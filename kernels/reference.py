@@ -33,9 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kernels.catalogue import CPU_KERNELS
-
-CHANNELS_LAST = (0, 2, 3, 1)
+from kernels.catalogue import CHANNELS_LAST, CPU_KERNELS
 
 # Portable kernels built on apply_{uni,bi,tri}tensor_elementwise_fn.
 _ELEMENTWISE = frozenset({

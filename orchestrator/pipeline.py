@@ -47,7 +47,6 @@ class Lowered:
     edge: object  # EdgeProgramManager
     npu_rejections: dict[str, NpuRejection]
     vela_runs: tuple[VelaRun, ...]
-    pre_cpu_nodes: tuple[str, ...]  # call_function names of the edge graph before CPU routing
 
 
 @dataclass(frozen=True)
@@ -153,8 +152,7 @@ def lower(quantized: Quantized, target: Target, work_dir: Path) -> Lowered:
         edge = to_edge_transform_and_lower(quantized.program,
                                            compile_config=cortex_m_edge_compile_config())
         rejections, runs = {}, []
-    names = tuple(n.name for n in edge.exported_program().graph.nodes if n.op == "call_function")
-    return Lowered(edge, rejections, tuple(runs), names)
+    return Lowered(edge, rejections, tuple(runs))
 
 
 def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:

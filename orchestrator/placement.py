@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from cost_models.cost import Cost
-from cost_models.graph_shapes import NodeInfo, describe
+from cost_models.graph_shapes import NodeInfo, describe, op_name
 from kernels.catalogue import CPU_KERNELS, cortex_m_op_name, specialised_function
 from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
 
@@ -59,14 +59,14 @@ class OpPlacement:
     fused: tuple[str, ...] = ()  # pre-CPU-pass nodes folded into this kernel (e.g. a ReLU)
     device_faults: tuple[Reason, ...] = ()  # why the device runtime would fail on this op
 
-
-def _op_text(target) -> str:
-    text = getattr(target, "__name__", None) or str(target)
-    return text
+    @property
+    def out_dtype(self) -> str:
+        """The output dtype from `dtypes` ("int8,int8 -> int8 ..."), e.g. "int8"."""
+        return self.dtypes.split("->")[-1].strip().split(" ")[0] if self.dtypes else ""
 
 
 def _is(target, names) -> bool:
-    text = _op_text(target)
+    text = op_name(target)
     return any(n in text for n in names)
 
 
@@ -110,7 +110,7 @@ def _npu_dtype(node: torch.fx.Node, logical: str) -> str:
     return logical
 
 
-def _not_npu_reason(origin: str, target, lowered_stage, npu: str | None, kind: str) -> Reason:
+def _not_npu_reason(origin: str, lowered_stage, pre_cpu, npu: str | None, kind: str) -> Reason:
     if npu is None:
         return Reason("target", "no NPU on this target (--npu none)")
     rejection = lowered_stage.npu_rejections.get(origin)
@@ -126,7 +126,7 @@ def _not_npu_reason(origin: str, target, lowered_stage, npu: str | None, kind: s
     if ":" in origin:
         return Reason("device legalization", "inserted by orchestrate's device legalization "
                       "(partitioners/legalize.py; see the workarounds in the summary)")
-    if origin not in lowered_stage.pre_cpu_nodes:
+    if origin not in pre_cpu:
         return Reason("cortex-m passes", "inserted by the Cortex-M passes after NPU "
                       "partitioning (not part of any partition)")
     return Reason("ethos-u partitioner", "supported, but left out of every partition "
@@ -137,7 +137,7 @@ def _not_cmsis_reason(origin: str, target, decision: CpuDecision | None,
                       aten_target) -> Reason:
     if decision is not None and decision.category != "lowered":
         return Reason(f"AtenToCortexMPass ({decision.check})", decision.message)
-    name = _op_text(aten_target if aten_target is not None else target)
+    name = op_name(aten_target if aten_target is not None else target)
     if aten_target is not None and has_cmsis_substitution(aten_target):
         return Reason("AtenToCortexMPass", f"{name} has a CMSIS-NN substitution, but it was not applied")
     return Reason("AtenToCortexMPass", f"no CMSIS-NN kernel for {name}: ExecuTorch's Cortex-M "
@@ -183,14 +183,14 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
             kind = "layout"
         else:
             kind = "op"
-        reasons = [_not_npu_reason(origin, node.target, lowered_stage, target.npu, kind)]
+        reasons = [_not_npu_reason(origin, lowered_stage, pre_cpu, target.npu, kind)]
         if cortex_op is not None:
             placement = "cmsis-nn"
             kernel = (specialised_function(cortex_op, node, target.tier)
                       if cortex_op in CPU_KERNELS else cortex_op)
         else:
             placement = "portable"
-            kernel = _op_text(node.target)
+            kernel = op_name(node.target)
             reasons.append(_not_cmsis_reason(origin, node.target, decisions.get(origin), aten_target))
         current = describe(node)
         faults = _dim_order_faults(node) if placement == "portable" else ()
@@ -204,7 +204,7 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
 
 def op_key(target) -> str:
     """`aten::gt` for aten.gt.Scalar: the operator name a runtime registers kernels under."""
-    text = _op_text(target)
+    text = op_name(target)
     parts = text.split(".")
     return f"{parts[0]}::{parts[1]}" if len(parts) >= 2 else text
 
@@ -233,9 +233,10 @@ def missing_kernel_faults(rows, program_operators) -> tuple:
     """Mark rows whose operator has no kernel in ExecuTorch's portable library."""
     from kernels.reference import portable_kernel_names
 
-    available = portable_kernel_names()
-    missing = {op.split(".")[0]: op for op in program_operators
-               if not op.startswith("cortex_m::") and op not in available}
+    # Loading the host runtime's kernel list costs a second: only when a portable op is present.
+    candidates = [op for op in program_operators if not op.startswith("cortex_m::")]
+    available = portable_kernel_names() if candidates else frozenset()
+    missing = {op.split(".")[0]: op for op in candidates if op not in available}
     if not missing:
         return tuple(rows)
     out = []

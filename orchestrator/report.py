@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
+from cost_models.graph_shapes import numel
+
 SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = Path(__file__).with_name("plan.schema.json")
 
@@ -56,13 +58,6 @@ class Summary:
     device_faults: tuple[str, ...]  # "row: message" for each op the device runtime would fail
 
 
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
-
-
 _ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2}
 
 
@@ -73,7 +68,7 @@ def constant_tensor_bytes(executorch_program) -> int:
         tensor = getattr(value, "val", None)
         if getattr(tensor, "data_buffer_idx", 0) and getattr(tensor, "allocation_info", None) is None:
             st = int(getattr(tensor.scalar_type, "value", tensor.scalar_type))
-            total += _numel(tensor.sizes) * _ELEMENT_BYTES.get(st, 4)
+            total += numel(tensor.sizes) * _ELEMENT_BYTES.get(st, 4)
     return total
 
 
@@ -111,7 +106,7 @@ def _cmsis_scratch_bytes(final_program) -> int:
             if isinstance(arg, torch.fx.Node) and "alloc" in str(arg.target) and arg.args:
                 spec = arg.args[0]
                 if isinstance(spec, tuple) and spec and isinstance(spec[0], tuple):
-                    total += _numel(spec[0])
+                    total += numel(spec[0])
     return total
 
 
@@ -222,8 +217,7 @@ _SHORT_DTYPE = {"float32": "f32", "int8": "i8", "int16": "i16", "int32": "i32", 
 
 
 def _out_dtype(row) -> str:
-    out = row.dtypes.split("->")[-1].strip().split(" ")[0] if row.dtypes else ""
-    return _SHORT_DTYPE.get(out, out)
+    return _SHORT_DTYPE.get(row.out_dtype, row.out_dtype)
 
 
 def _short_op(op: str) -> str:

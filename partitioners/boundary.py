@@ -15,9 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.catalogue import CPU_KERNELS, cortex_m_op_name
-
-CHANNELS_LAST = (0, 2, 3, 1)
+from kernels.catalogue import CHANNELS_LAST, CPU_KERNELS, cortex_m_op_name
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import operator
 
 import torch
 
+from kernels.catalogue import CHANNELS_LAST
 from partitioners.cpu import ORIGIN_KEY, Workaround
 
 _SCALAR_OVERLOADS = {"add": "Scalar", "sub": "Scalar", "mul": "Scalar", "div": "Scalar",
@@ -44,7 +45,7 @@ def _val(node):
 
 
 def _is_channels_last_4d(val) -> bool:
-    return val is not None and val.dim() == 4 and tuple(val.dim_order()) == (0, 2, 3, 1)
+    return val is not None and val.dim() == 4 and tuple(val.dim_order()) == CHANNELS_LAST
 
 
 def _constant_value(program, node: torch.fx.Node):
