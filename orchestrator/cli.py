@@ -1,4 +1,4 @@
-"""`orchestrate`: a thin shell over the Python API (plan, compile, verify).
+"""`orchestrate`: a thin shell over the Python API (plan, compile, sweep, verify).
 
 Exit codes: 0 ok, 1 internal error, 2 user error (one clear line), 3 gate failed,
 4 verification failed, 5 a requested check could not run (e.g. no FVP).
