@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from orchestrator import numerics
 from orchestrator.errors import UserError
 from orchestrator.files import atomic_write_bytes, publish_mode
 
@@ -92,6 +93,7 @@ def manifest(compiled, partitions: list[DelegatePartition]) -> dict:
                         "generated": compiled.calibration.generated},
         "target": compiled.target.to_json(),
         "versions": package_versions(),
+        "host_numerics": numerics.state(),
         "pte": {"sha256": hashlib.sha256(compiled.pte_bytes).hexdigest(),
                 "bytes": len(compiled.pte_bytes),
                 "arena_bytes": compiled.arena_bytes,

@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--calibration", help="inputs to verify with (.pt/.npz/folder)")
     ver.add_argument("--per-op", action="store_true", help="localize a divergence op by op")
     ver.add_argument("--max-steps", type=int, default=1,
-                     help="pass threshold: max int8 steps vs the quantized reference")
+                     help="allowed int8 steps per rounding stage, each value checked against the reference fed the program's own inputs")
     ver.add_argument("--format", default="table", choices=("table", "json"))
     ver.add_argument("--fvp", action="store_true", help="run the .bpte on a Corstone FVP")
     ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF (or ORCHESTRATE_RUNNER_ELF)")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from orchestrator import numerics
 from orchestrator.errors import OrchestrateError, UserError
 from orchestrator.sources import Calibration, LoadedModel
 from orchestrator.target import Target
@@ -134,7 +135,7 @@ def quantize(captured: Captured, calibration: Calibration, target: Target) -> Qu
     # torch 2.13 puts a `_guards_fn` call_module in `.module()`; both quantizers reject it
     # ("call_module is not supported"), so guards are dropped here.
     prepared = prepare_pt2e(captured.program.module(check_guards=False), _quantizer(target))
-    with torch.no_grad():
+    with torch.no_grad(), numerics.single_threaded():
         for sample in calibration.samples:
             prepared(*(_to_channels_last(x) if captured.channels_last else x for x in sample))
     reference = convert_pt2e(prepared)

@@ -22,7 +22,9 @@ from pathlib import Path
 import torch
 
 from orchestrator.artifacts import artifacts_dir_for
+from orchestrator import numerics
 from orchestrator.errors import UserError
+from orchestrator.local_check import ForcedReference, LocalCheck, check_locally
 from orchestrator.twin import DeviceFault, TwinError, TwinProgram, TwinRun, load_twin
 
 METHOD = "twin (cortex_m reference kernels + TOSA reference model on the Vela-compiled TOSA)"
@@ -31,7 +33,7 @@ SEED = 0
 
 @dataclass(frozen=True)
 class OutputComparison:
-    """One program output over all samples."""
+    """One program output over all samples: end-to-end figures, not the verdict (which is local)."""
 
     index: int
     shape: tuple[int, ...]
@@ -44,25 +46,11 @@ class OutputComparison:
     cosine_min: float
     top1_vs_float: float | None  # fraction of samples whose argmax agrees (classifier outputs)
     top1_vs_quantized: float | None
-    passed: bool
-
-
-@dataclass(frozen=True)
-class OpComparison:
-    """One int8 or bool tensor the twin wrote, against its best-matching reference node."""
-
-    instruction: int
-    op: str
-    value: int  # EValue index
-    dtype: str  # "int8" | "bool"
-    reference_node: str | None
-    max_steps: float | None  # int8 tensors: largest difference in steps
-    mismatched: int | None  # elements that differ
 
 
 @dataclass(frozen=True)
 class Divergence:
-    """The first op whose output leaves the quantized reference by more than the allowance."""
+    """The first op whose output leaves the reference fed its own inputs by more than its bound."""
 
     instruction: int
     op: str
@@ -72,6 +60,8 @@ class Divergence:
     mismatched: int | None
     boundary: str | None  # the CPU/NPU boundary tensor involved, if any
     layout: str | None  # a layout reinterpretation at this op, if any
+    allowed_steps: float | None
+    sample: int
 
 
 @dataclass(frozen=True)
@@ -90,12 +80,14 @@ class VerifyReport:
     method: str
     samples: int
     inputs: str  # where the samples came from
-    max_steps_allowed: int
+    steps_per_stage: float  # allowed int8 steps per rounding stage in the local check
     outputs: tuple[OutputComparison, ...]
     faults: tuple[DeviceFault, ...]
     layout_events: tuple[LayoutEvent, ...]
     first_divergence: Divergence | None
-    per_op: tuple[OpComparison, ...]
+    per_op: tuple[LocalCheck, ...]  # the local check of the worst sample (with --per-op)
+    checked_values: int  # program values checked locally, over all samples
+    unmatched_values: tuple[str, ...]  # "instruction op -> EValue" with no reference node
     twin_seconds_per_sample: float
     numerics_passed: bool
     passed: bool
@@ -202,7 +194,7 @@ def _steps(raw: torch.Tensor, value: torch.Tensor, quantized: torch.Tensor, scal
     return torch.round((value - quantized).abs() / scale * 1000) / 1000
 
 
-def _compare_outputs(twin, runs, quantized_outs, float_outs, max_steps) -> tuple[OutputComparison, ...]:
+def _compare_outputs(twin, runs, quantized_outs, float_outs) -> tuple[OutputComparison, ...]:
     comparisons = []
     for position in range(len(twin.plan.outputs)):
         scale, zero_point = _output_quantization(twin, position)
@@ -229,42 +221,8 @@ def _compare_outputs(twin, runs, quantized_outs, float_outs, max_steps) -> tuple
         comparisons.append(OutputComparison(
             position, tuple(twin.output_specs[position].sizes), scale, worst, worst_sample,
             differing, elements, min(snrs), min(cosines),
-            top_float / count if classifier else None, top_quant / count if classifier else None,
-            worst <= max_steps))
+            top_float / count if classifier else None, top_quant / count if classifier else None))
     return tuple(comparisons)
-
-
-class _Recorder(torch.fx.Interpreter):
-    """Runs the quantized reference and keeps every node's value."""
-
-    def __init__(self, module):
-        super().__init__(module)
-        self.values: dict[str, object] = {}
-
-    def run_node(self, node):
-        result = super().run_node(node)
-        self.values[node.name] = result
-        return result
-
-
-def _reference_checkpoints(module, sample) -> list[tuple]:
-    """(topological index, node, value, scale, zero point) of every quantize and bool node."""
-    recorder = _Recorder(module)
-    with torch.no_grad():
-        recorder.run(*sample)
-    checkpoints = []
-    for order, node in enumerate(module.graph.nodes):
-        if node.op != "call_function":
-            continue
-        target = str(node.target)
-        value = recorder.values.get(node.name)
-        if not isinstance(value, torch.Tensor):
-            continue
-        if "quantize_per_tensor" in target and "dequantize" not in target and len(node.args) >= 3:
-            checkpoints.append((order, node.name, value, float(node.args[1]), int(node.args[2])))
-        elif value.dtype == torch.bool:
-            checkpoints.append((order, node.name, value, None, None))
-    return checkpoints
 
 
 def _program_qparams(twin: TwinProgram) -> dict[int, tuple[float, int]]:
@@ -282,47 +240,18 @@ def _program_qparams(twin: TwinProgram) -> dict[int, tuple[float, int]]:
     return known
 
 
-def _per_op(twin: TwinProgram, run: TwinRun, checkpoints, max_steps: int) -> tuple[OpComparison, ...]:
-    """Match every int8/bool tensor the twin wrote to a reference node and measure the gap.
-
-    Candidates share shape, dtype and (where the program states them) scale and zero point,
-    and come after the previous match in topological order. The closest candidate within the
-    allowance wins; when none is within it the earliest one is taken, because a wrong value
-    matches nothing and the earliest unmatched node is the one the program is computing.
-    """
-    qparams = _program_qparams(twin)
-    comparisons = []
-    last_order = -1
+def _written(run: TwinRun):
+    """(instruction, op, EValue, tensor) for every int8 or bool tensor the program wrote."""
     for entry in run.op_trace:
         for value in entry.outputs:
             tensor = run.intermediates.get(value)
-            if tensor is None or tensor.dtype not in (torch.int8, torch.bool):
-                continue
-            kind = "bool" if tensor.dtype == torch.bool else "int8"
-            candidates = [c for c in checkpoints if tuple(c[2].shape) == tuple(tensor.shape)
-                          and c[2].dtype == tensor.dtype]
-            if value in qparams:
-                scale, zero_point = qparams[value]
-                candidates = [c for c in candidates
-                              if c[4] == zero_point and abs(c[3] - scale) <= 1e-6 * abs(scale)]
-            later = [c for c in candidates if c[0] > last_order]
-            candidates = later or candidates
-            if not candidates:
-                comparisons.append(OpComparison(entry.instruction, entry.op, value, kind, None,
-                                                None, None))
-                continue
-            scored = []
-            for candidate in candidates:
-                diff = (tensor.to(torch.int32) - candidate[2].to(torch.int32)).abs()
-                scored.append((float(diff.max()), int((diff > 0).sum()), candidate))
-            close = [item for item in scored
-                     if (item[0] <= max_steps if kind == "int8" else item[1] == 0)]
-            steps, mismatched, best = (min(close, key=lambda item: (item[0], item[1], item[2][0]))
-                                       if close else min(scored, key=lambda item: item[2][0]))
-            last_order = max(last_order, best[0])
-            comparisons.append(OpComparison(entry.instruction, entry.op, value, kind, best[1],
-                                            steps if kind == "int8" else None, mismatched))
-    return tuple(comparisons)
+            if tensor is not None and tensor.dtype in (torch.int8, torch.bool):
+                yield entry.instruction, entry.op, value, tensor
+
+
+def _local_checks(twin, run, quantized_module, sample, qparams, steps_per_stage):
+    forced = ForcedReference(quantized_module, sample)
+    return check_locally(forced, _written(run), qparams, steps_per_stage)
 
 
 def _boundary_names(twin: TwinProgram) -> dict[tuple[str, str, int], str]:
@@ -371,21 +300,17 @@ def _boundary(twin: TwinProgram, run: TwinRun, entry) -> str | None:
     return None
 
 
-def _first_divergence(twin, run, per_op, max_steps) -> Divergence | None:
+def _first_divergence(twin, run, checks, sample) -> Divergence | None:
     by_instruction = {e.instruction: e for e in run.op_trace}
-    for comparison in per_op:
-        if comparison.mismatched is None:
+    for check in checks:
+        if check.passed is not False:
             continue
-        if comparison.dtype == "int8" and comparison.max_steps <= max_steps:
-            continue
-        if comparison.dtype == "bool" and comparison.mismatched == 0:
-            continue
-        entry = by_instruction[comparison.instruction]
+        entry = by_instruction[check.instruction]
         layout = "; ".join(f"{r.argument} (dim_order {r.dim_order}) {r.direction} as {r.used_as}"
                            for r in entry.layout_reads) or None
-        return Divergence(comparison.instruction, comparison.op, comparison.value,
-                          comparison.reference_node, comparison.max_steps, comparison.mismatched,
-                          _boundary(twin, run, entry), layout)
+        return Divergence(check.instruction, check.op, check.value, check.reference_node,
+                          check.max_steps, check.mismatched, _boundary(twin, run, entry), layout,
+                          check.allowed_steps, sample)
     return None
 
 
@@ -394,20 +319,24 @@ def _layout_events(run: TwinRun) -> tuple[LayoutEvent, ...]:
                  for e in run.op_trace for r in e.layout_reads)
 
 
-def _verdict(passed, numerics_passed, outputs, faults, divergence, max_steps) -> str:
-    worst = max((o.max_steps for o in outputs), default=0.0)
+def _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
+             steps_per_stage) -> str:
+    local = (f"every one of {checked} program values within {steps_per_stage:g} int8 step(s) per "
+             "rounding stage of the quantized reference fed the program's own inputs")
     if passed:
-        return (f"PASSED by {METHOD}: every output within {worst:g} int8 step(s) of the "
-                f"quantized reference (allowed {max_steps})")
+        return f"PASSED by {METHOD}: {local}"
     reasons = []
     if not numerics_passed:
-        bad = next(o for o in outputs if not o.passed)
-        text = f"output {bad.index} is {bad.max_steps:g} int8 steps off the quantized reference"
         if divergence is not None:
-            text += (f"; first diverging op: instruction {divergence.instruction} "
-                     f"{divergence.op} ({_divergence_size(divergence)})")
+            text = (f"instruction {divergence.instruction} {divergence.op} is "
+                    f"{_divergence_size(divergence)} off the reference fed its own inputs "
+                    f"(allowed {_fmt(divergence.allowed_steps)}, sample {divergence.sample})")
             if divergence.boundary:
                 text += f" at boundary {divergence.boundary}"
+        elif checked == 0:
+            text = "no program value could be matched to the quantized reference"
+        else:
+            text = f"{len(unmatched)} program value(s) have no reference node: {unmatched[0]}"
         reasons.append(text)
     if faults:
         reasons.append(f"{len(faults)} check(s) the device would fail, first: instruction "
@@ -416,9 +345,11 @@ def _verdict(passed, numerics_passed, outputs, faults, divergence, max_steps) ->
 
 
 def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: bool = False,
-           max_steps: int = 1) -> VerifyReport:
-    """Run the `.pte` in the twin on `samples` inputs and compare it with both references."""
-    if samples < 1 or max_steps < 0:
+           max_steps: float = 1) -> VerifyReport:
+    """Run the `.pte` in the twin on `samples` inputs; check every value it writes locally
+    (`orchestrator.local_check`, `max_steps` int8 steps per rounding stage) and report the
+    end-to-end error against both references as figures."""
+    if samples < 1 or not (max_steps >= 0):
         # Zero samples would make every comparison vacuously true: never a pass.
         raise UserError(f"--samples must be at least 1 and --max-steps at least 0 (got "
                         f"{samples} and {max_steps})")
@@ -428,30 +359,41 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
     float_program, float_module = load_reference(art_dir / "float.pt2")
     _, quantized_module = load_reference(art_dir / "quantized.pt2")
     inputs, source = sample_inputs(float_program, samples, calibration)
-    runs, quantized_outs, float_outs = [], [], []
+    qparams = _program_qparams(twin)
+    runs, quantized_outs, float_outs, local = [], [], [], []
     for sample in inputs:
-        runs.append(twin.run(device_inputs(twin, sample)))
-        with torch.no_grad():
+        run = twin.run(device_inputs(twin, sample), keep_intermediates=True)
+        with torch.no_grad(), numerics.single_threaded():
             quantized_outs.append(_as_tuple(quantized_module(*sample)))
             float_outs.append(_as_tuple(float_module(*sample)))
-    outputs = _compare_outputs(twin, runs, quantized_outs, float_outs, max_steps)
+            local.append(_local_checks(twin, run, quantized_module, sample, qparams, max_steps))
+        runs.append(run)
+    outputs = _compare_outputs(twin, runs, quantized_outs, float_outs)
     faults = tuple({(f.instruction, f.check): f for r in runs for f in r.faults}.values())
-    numerics_passed = all(o.passed for o in outputs)
-    divergence, table = None, ()
-    if per_op or not numerics_passed:
-        worst = max(outputs, key=lambda o: o.max_steps).worst_sample if outputs else 0
-        detailed = twin.run(device_inputs(twin, inputs[worst]), keep_intermediates=True)
-        table = _per_op(twin, detailed, _reference_checkpoints(quantized_module, inputs[worst]),
-                        max_steps)
-        if not numerics_passed:
-            divergence = _first_divergence(twin, detailed, table, max_steps)
+    checked = sum(1 for checks in local for c in checks if c.passed is not None)
+    unmatched = tuple(dict.fromkeys(f"instruction {c.instruction} {c.op} -> EValue {c.value}"
+                                    for checks in local for c in checks if c.passed is None))
+    numerics_passed = checked > 0 and all(c.passed is not False for checks in local for c in checks)
+    worst = max(range(len(local)), key=lambda i: _badness(local[i])) if local else 0
+    divergence = None
+    if not numerics_passed and local:
+        divergence = _first_divergence(twin, runs[worst], local[worst], worst)
     passed = numerics_passed and not faults
     seconds = sum(r.seconds for r in runs) / max(len(runs), 1)
     return VerifyReport(
         str(pte_path), METHOD, len(inputs), source, max_steps, outputs, faults,
-        _layout_events(runs[0]) if runs else (), divergence, table if per_op else (), seconds,
+        _layout_events(runs[0]) if runs else (), divergence,
+        local[worst] if per_op and local else (), checked, unmatched, seconds,
         numerics_passed, passed,
-        _verdict(passed, numerics_passed, outputs, faults, divergence, max_steps))
+        _verdict(passed, numerics_passed, checked, unmatched, faults, divergence, max_steps))
+
+
+def _badness(checks) -> tuple:
+    """Order samples by local failures, then by the largest excess over the bound."""
+    failing = sum(1 for c in checks if c.passed is False)
+    excess = max(((c.max_steps or 0) - (c.allowed_steps or 0) for c in checks
+                  if c.dtype == "int8" and c.passed is not None), default=0.0)
+    return failing, excess
 
 
 def _divergence_size(divergence: Divergence) -> str:
@@ -471,18 +413,19 @@ def _fmt(value: float | None, unit: str = "") -> str:
 def render_text(report: VerifyReport) -> str:
     lines = [f"verify {report.pte}: {'PASSED' if report.passed else 'FAILED'}",
              f"  method: {report.method}",
-             f"  {report.samples} samples ({report.inputs}); allowed <= {report.max_steps_allowed} "
-             "int8 step(s) vs the quantized reference"]
+             f"  {report.samples} samples ({report.inputs}); local check: each value the program "
+             f"writes within {report.steps_per_stage:g} int8 step(s) per rounding stage of the "
+             f"quantized reference fed the program's own inputs ({report.checked_values} checked)",
+             "  end to end (figures, not the verdict):"]
     for o in report.outputs:
         top1 = ""
         if o.top1_vs_float is not None:
             top1 = (f"; top-1 agrees with float {o.top1_vs_float:.0%}, with quantized "
                     f"{o.top1_vs_quantized:.0%}")
-        lines.append(f"  output {o.index} {list(o.shape)}: max {o.max_steps:g} steps (step "
+        lines.append(f"    output {o.index} {list(o.shape)}: max {o.max_steps:g} steps vs quantized (step "
                      f"{_fmt(o.step)}, sample {o.worst_sample}), {o.differing_elements}/"
                      f"{o.elements} elements differ; vs float: SNR min {_fmt(o.snr_db_min, ' dB')}, "
-                     f"cosine min {o.cosine_min:.5f}{top1}"
-                     f"{'' if o.passed else '  <-- FAILS'}")
+                     f"cosine min {o.cosine_min:.5f}{top1}")
     if report.faults:
         lines.append("  device checks that fail (the program would not run on the device as built):")
         lines += [f"    instruction {f.instruction} {f.op}: {f.message}" for f in report.faults]
@@ -499,13 +442,23 @@ def render_text(report: VerifyReport) -> str:
         lines += [f"    instruction {e.instruction} {e.op}: {e.argument} with dim_order "
                   f"{e.dim_order} {e.direction} as {e.used_as}" for e in report.layout_events]
     if report.per_op:
-        lines.append("  per op (int8/bool tensors vs best-matching quantized reference node):")
+        lines.append("  per op, local check (worst sample; value vs its reference node fed the "
+                     "program's inputs):")
         lines += [f"    {c.instruction:>3} {c.op:<40} EValue {c.value:<4} {c.dtype:<4} "
-                  f"{c.reference_node or '-':<24} {_fmt(c.max_steps)} steps, "
-                  f"{'-' if c.mismatched is None else c.mismatched} differ" for c in report.per_op]
+                  f"{c.reference_node or '-':<24} {_fmt(c.max_steps)} steps (allowed "
+                  f"{_fmt(c.allowed_steps)}, {c.rounding_stages or 0} stage(s)), "
+                  f"{'-' if c.mismatched is None else c.mismatched} differ"
+                  f"{_local_mark(c)}" for c in report.per_op]
+    if report.unmatched_values:
+        lines.append(f"  not checked locally (no reference node of that shape and dtype): "
+                     f"{'; '.join(report.unmatched_values[:5])}")
     lines.append(f"  twin: {report.twin_seconds_per_sample * 1000:.1f} ms per sample")
     lines.append(f"  verdict: {report.verdict}")
     return "\n".join(lines)
+
+
+def _local_mark(check: LocalCheck) -> str:
+    return {True: "", False: "  <-- FAILS", None: "  (unmatched)"}[check.passed]
 
 
 def _jsonable(value):

@@ -6,6 +6,8 @@ import warnings
 
 import pytest
 
+import orchestrator  # noqa: F401 - pins host numerics before torch is imported
+
 warnings.filterwarnings("ignore")
 
 

@@ -1,6 +1,7 @@
 """`verify` on every zoo model for U55-128, U65-256, U85-256 and CPU-only M55, 16 samples each.
 
-Pass = every output within 1 int8 step of the quantized reference AND no device fault (`mixed`
+Pass = every value the program writes within one int8 step per rounding stage of the quantized
+reference fed the program's own inputs (orchestrator/local_check.py), AND no device fault (`mixed`
 passes thanks to the compile's device legalization: its sort runs as topk, its constant
 comparisons as `.Scalar` ops).
 """
@@ -24,5 +25,5 @@ def test_verify_against_the_quantized_reference(compiles, model, platform, npu, 
     _, pte = compiles.get(model, platform, npu, cpu, write=True)
     report = verify(pte, samples=16)
     assert report.passed, report.verdict
-    assert all(o.max_steps <= 1 for o in report.outputs)
+    assert report.checked_values > 0 and report.unmatched_values == ()
     assert not report.faults

@@ -1,0 +1,211 @@
+"""The local check: every value the program writes against the reference fed the program's inputs.
+
+Comparing only the final outputs with the quantized reference mixes two things: the rounding
+each op adds, and the rounding earlier ops added and later ops carry and amplify. On `mixed`
+for Ethos-U55, the NPU's integer multiply rounds `0.1 * x` one step away from the reference's
+float multiply on some elements (legitimately: TOSA rescales in fixed point); the value then
+passes a sort and is requantized to a 1.73x finer scale, so the one step becomes two. Whether a
+given element lands on one or two steps depends on the calibrated scales, which depend on the
+host's float arithmetic: one machine passed a global 1-step allowance, another failed it.
+
+So each value the twin writes is checked locally. The quantized reference (the convert_pt2e
+program) is run node by node; when the twin's value for a reference node is known, the
+reference continues from the twin's value instead of its own ("teacher forcing"), so every later
+reference node is computed from exactly the inputs the program's op saw. The difference that
+remains at a value is the rounding of the stretch of reference between the forced values and
+this one, which is bounded: one int8 step per rounding stage (each quantize that follows
+arithmetic; a requantize across pure data movement with the same scale adds none). A
+CMSIS-NN op or a CPU float region between a dequantize and a quantize is one stage; an Ethos-U
+partition has as many stages as its longest chain of requantizations. A real defect (a layout
+mismatch, a wrong weight, a wrong kernel) is named at the op that makes it, because everything
+before it was forced to what the program really computed.
+
+Matching a program value to its reference node: same shape and dtype, the same scale and zero
+point where the program states them, after the previous match in topological order; among
+those, the one within its bound with the smallest difference; when none is within its bound,
+the earliest (a wrong value matches nothing, and the earliest unmatched node is the one the
+program is computing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# Reference ops that only move, select or compare values: a quantize after them, with the
+# scale and zero point of the dequantize before them, reproduces its input exactly.
+_DATA_MOVEMENT = ("view", "reshape", "flatten", "permute", "transpose", "squeeze", "unsqueeze",
+                  "getitem", "sort", "topk", "cat", "concat", "split", "chunk", "slice", "select",
+                  "clone", "contiguous", "expand", "max_pool", "relu", "hardtanh", "clamp",
+                  "where", "pad", "flip", "index", "gather", "pixel_shuffle", "_to_copy",
+                  "_to_dim_order_copy", "alias", "detach", "unbind", "stack", "repeat")
+
+
+def _is_quantize(node) -> bool:
+    target = str(node.target)
+    return (node.op == "call_function" and "quantize_per_tensor" in target
+            and "dequantize" not in target and len(node.args) >= 3)
+
+
+def _is_dequantize(node) -> bool:
+    return node.op == "call_function" and "dequantize_per_tensor" in str(node.target)
+
+
+def _moves_only(node) -> bool:
+    name = str(getattr(node.target, "__name__", node.target)).split(".")[0]
+    return any(name == m or name.startswith(m + "_") or name.startswith(m + "2d")
+               for m in _DATA_MOVEMENT)
+
+
+@dataclass(frozen=True)
+class LocalCheck:
+    """One int8 or bool value the program wrote, against its reference node fed forced inputs."""
+
+    instruction: int
+    op: str
+    value: int  # EValue index
+    dtype: str  # "int8" | "bool"
+    reference_node: str | None  # None: no reference node of that shape and dtype
+    max_steps: float | None  # int8: largest |program - reference| in steps
+    mismatched: int | None  # elements that differ
+    rounding_stages: int | None  # requantizations between the forced inputs and this value
+    allowed_steps: float | None  # steps_per_stage x rounding_stages (bool: 0 mismatches)
+    passed: bool | None  # None when unmatched
+
+
+class ForcedReference:
+    """The quantized reference, evaluated lazily, continuing from forced (program) values."""
+
+    def __init__(self, module: torch.fx.GraphModule, sample: tuple[torch.Tensor, ...]):
+        self._interpreter = torch.fx.Interpreter(module)
+        self.nodes = [n for n in module.graph.nodes if n.op != "output"]
+        self.order = {n: i for i, n in enumerate(self.nodes)}
+        self._forced: set = set()
+        env = self._interpreter.env
+        placeholders = [n for n in self.nodes if n.op == "placeholder"]
+        for node, value in zip(placeholders, sample):
+            env[node] = value
+        self._stages: dict = {}
+
+    def checkpoints(self) -> list:
+        """Nodes a program value can be compared with: quantize outputs and bool results."""
+        found = []
+        for node in self.nodes:
+            if _is_quantize(node):
+                found.append(node)
+            elif node.op == "call_function":
+                val = node.meta.get("val")
+                if isinstance(val, torch.Tensor) and val.dtype == torch.bool:
+                    found.append(node)
+        return found
+
+    def value(self, node) -> torch.Tensor:
+        env = self._interpreter.env
+        if node not in env:
+            with torch.no_grad():
+                for earlier in self.nodes[: self.order[node] + 1]:
+                    if earlier not in env:
+                        env[earlier] = self._interpreter.run_node(earlier)
+        return env[node]
+
+    def force(self, node, tensor: torch.Tensor) -> None:
+        """From now on `node` holds `tensor`; everything computed from it is recomputed."""
+        env = self._interpreter.env
+        pending = list(node.users)
+        while pending:
+            user = pending.pop()
+            if user in env and user not in self._forced:
+                del env[user]
+                pending.extend(user.users)
+        env[node] = tensor
+        self._forced.add(node)
+        self._stages.clear()
+
+    def rounding_stages(self, node) -> int:
+        """Requantizations on the longest path from a forced value (or an input) to `node`."""
+        if node in self._stages:
+            return self._stages[node]
+        for current in self.nodes[: self.order[node] + 1]:
+            if current in self._stages:
+                continue
+            if current in self._forced or current.op in ("placeholder", "get_attr"):
+                self._stages[current] = 0
+                continue
+            base = max((self._stages.get(i, 0) for i in current.all_input_nodes), default=0)
+            if _is_quantize(current) and not self._exact_requantize(current):
+                base += 1
+            self._stages[current] = base
+        return self._stages[node]
+
+    def _exact_requantize(self, node) -> bool:
+        """A quantize fed, through data movement only, by a dequantize with the same parameters."""
+        scale, zero_point = node.args[1], node.args[2]
+        current = node.args[0]
+        while isinstance(current, torch.fx.Node):
+            if _is_dequantize(current):
+                return (len(current.args) >= 3 and current.args[1] == scale
+                        and current.args[2] == zero_point)
+            if current.op != "call_function" or not _moves_only(current):
+                return False
+            tensor_inputs = [a for a in current.all_input_nodes
+                             if isinstance(a.meta.get("val"), torch.Tensor)
+                             and a.meta["val"].dtype != torch.bool]
+            if len(tensor_inputs) != 1:
+                return False
+            current = tensor_inputs[0]
+        return False
+
+
+def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[float, int]],
+                  steps_per_stage: float) -> tuple[LocalCheck, ...]:
+    """Match each (instruction, op, EValue, tensor) the program wrote, in execution order, to a
+    reference node, compare it with the forced reference there, and force the program's value."""
+    checkpoints = forced.checkpoints()
+    checks = []
+    last_order = -1
+    for instruction, op, value, tensor in written:
+        kind = "bool" if tensor.dtype == torch.bool else "int8"
+        candidates = [c for c in checkpoints if _shape_and_dtype(c) == (tuple(tensor.shape),
+                                                                           tensor.dtype)]
+        if value in qparams:
+            scale, zero_point = qparams[value]
+            candidates = [c for c in candidates if not _is_quantize(c) or (
+                int(c.args[2]) == zero_point and abs(float(c.args[1]) - scale) <= 1e-6 * abs(scale))]
+        later = [c for c in candidates if forced.order[c] > last_order]
+        candidates = later or candidates
+        if not candidates:
+            checks.append(LocalCheck(instruction, op, value, kind, None, None, None, None, None, None))
+            continue
+        scored = []
+        for candidate in candidates:
+            expected = forced.value(candidate)
+            diff = (tensor.to(torch.int32) - expected.to(torch.int32).reshape(tensor.shape)).abs()
+            stages = max(forced.rounding_stages(candidate), 1)
+            allowed = steps_per_stage * stages if kind == "int8" else 0
+            steps = float(diff.max()) if diff.numel() else 0.0
+            mismatched = int((diff > 0).sum())
+            within = steps <= allowed if kind == "int8" else mismatched == 0
+            scored.append((within, steps, mismatched, forced.order[candidate], stages, allowed,
+                           candidate))
+        close = [s for s in scored if s[0]]
+        best = (min(close, key=lambda s: (s[1], s[2], s[3])) if close
+                else min(scored, key=lambda s: s[3]))
+        within, steps, mismatched, order, stages, allowed, node = best
+        last_order = max(last_order, order)
+        forced.force(node, tensor.reshape(forced.value(node).shape))
+        checks.append(LocalCheck(instruction, op, value, kind, node.name,
+                                 steps if kind == "int8" else None, mismatched,
+                                 stages, allowed if kind == "int8" else None, within))
+    return tuple(checks)
+
+
+def _shape_and_dtype(node) -> tuple[tuple[int, ...], torch.dtype] | None:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return tuple(val.shape), val.dtype
+    if _is_quantize(node):
+        source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        if isinstance(source, torch.Tensor):
+            return tuple(source.shape), node.args[5] if len(node.args) > 5 else torch.int8
+    return None

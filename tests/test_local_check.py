@@ -1,0 +1,110 @@
+"""The local check judges each value by the rounding its own op adds, not by what it inherits.
+
+A reference graph of the kind `mixed` has on Ethos-U55: a multiply by 0.1 (on the NPU, where
+fixed-point rescaling may round one step away from the float reference), a sort, and a
+requantize to a 1.73x finer scale, which turns an inherited one-step difference into two.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import torchao.quantization.pt2e  # noqa: F401 - registers quantized_decomposed
+
+S_IN, S_MID = 0.02, 0.01
+S_OUT = S_MID / 1.73
+Q = torch.ops.quantized_decomposed
+
+
+def _q(x, scale):
+    return Q.quantize_per_tensor.default(x, scale, 0, -128, 127, torch.int8)
+
+
+def _dq(x, scale):
+    return Q.dequantize_per_tensor.default(x, scale, 0, -128, 127, torch.int8)
+
+
+class _Reference(nn.Module):
+    def forward(self, x):
+        a = _q(x, S_IN)
+        b = _q(_dq(a, S_IN) * 0.1 * 20, S_MID)  # 2 * x, quantized at S_MID
+        c = _q(torch.sort(_dq(b, S_MID), dim=-1).values, S_OUT)
+        d = _q(torch.flatten(_dq(c, S_OUT), 1), S_OUT)  # same-scale requantize: exact
+        return d
+
+
+@pytest.fixture(scope="module")
+def reference():
+    sample = (torch.linspace(-0.6, 0.6, 32).reshape(1, 32),)
+    module = torch.export.export(_Reference(), sample, strict=True).module(check_guards=False)
+    with torch.no_grad():
+        recorder = _Recorder(module)
+        recorder.run(*sample)
+    return module, sample, recorder.values
+
+
+class _Recorder(torch.fx.Interpreter):
+    def __init__(self, module):
+        super().__init__(module)
+        self.values = {}
+
+    def run_node(self, node):
+        result = super().run_node(node)
+        self.values[node.name] = result
+        return result
+
+
+def _program(values, mid_error: int, out_error: int):
+    """The values a program writes: the middle one off by `mid_error` steps on every other
+    element (legitimate rounding of another arithmetic), the output computed from it."""
+    a = values["quantize_per_tensor"]
+    b = values["quantize_per_tensor_1"].clone()
+    b[..., ::2] = (b[..., ::2].to(torch.int32) + mid_error).clamp(-128, 127).to(torch.int8)
+    c = _q(torch.sort(_dq(b, S_MID), dim=-1).values, S_OUT)
+    c = (c.to(torch.int32) + out_error).clamp(-128, 127).to(torch.int8)
+    return [(0, "quantize", 10, a), (1, "npu", 11, b), (2, "sort+quantize", 12, c),
+            (3, "flatten", 13, c.reshape(1, 32))]
+
+
+def _check(reference, written):
+    from orchestrator.local_check import ForcedReference, check_locally
+
+    module, sample, _ = reference
+    return check_locally(ForcedReference(module, sample), written, {}, steps_per_stage=1)
+
+
+def test_inherited_rounding_amplified_by_a_finer_scale_is_not_charged_to_the_requantize(reference):
+    _, _, values = reference
+    written = _program(values, mid_error=1, out_error=0)
+    end_to_end = (written[2][3].to(torch.int32) - values["quantize_per_tensor_2"].to(torch.int32))
+    assert int(end_to_end.abs().max()) == 2  # what an end-to-end 1-step check would fail
+    checks = _check(reference, written)
+    assert [c.reference_node for c in checks] == ["quantize_per_tensor", "quantize_per_tensor_1",
+                                                  "quantize_per_tensor_2", "quantize_per_tensor_3"]
+    assert [c.max_steps for c in checks] == [0, 1, 0, 0]
+    assert all(c.passed for c in checks)
+
+
+def test_a_defect_is_named_at_the_op_that_makes_it(reference):
+    _, _, values = reference
+    checks = _check(reference, _program(values, mid_error=1, out_error=3))
+    assert [c.passed for c in checks] == [True, True, False, True]
+    assert checks[2].max_steps == 3 and checks[2].allowed_steps == 1
+
+
+def test_a_same_scale_requantize_adds_no_rounding_stage(reference):
+    checks = _check(reference, _program(reference[2], mid_error=0, out_error=0))
+    assert [c.rounding_stages for c in checks] == [1, 1, 1, 1]
+    from orchestrator.local_check import ForcedReference
+
+    module, sample, _ = reference
+    unforced = ForcedReference(module, sample)
+    last = next(n for n in unforced.nodes if n.name == "quantize_per_tensor_3")
+    assert unforced.rounding_stages(last) == 3  # a, b, c: the flatten requantize adds none
+
+
+def test_a_value_with_no_reference_node_is_reported_unmatched(reference):
+    checks = _check(reference, [(0, "odd", 5, torch.zeros(1, 7, dtype=torch.int8))])
+    assert checks[0].passed is None and checks[0].reference_node is None
