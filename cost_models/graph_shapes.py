@@ -100,8 +100,15 @@ def _kind(op: str, node: torch.fx.Node) -> str:
     if "convolution" in lowered or "conv2d" in lowered:
         if "depthwise" in lowered:
             return "depthwise_conv"
-        groups = node.args[8] if "convolution" in lowered and len(node.args) > 8 else 1
-        return "depthwise_conv" if isinstance(groups, int) and groups > 1 else "conv"
+        if "convolution" not in lowered or len(node.args) <= 8:
+            return "conv"
+        # Depthwise as upstream's AtenToCortexMPass detects it: groups == in_channels, i.e. one
+        # input channel per group. Other grouped convs run CMSIS-NN's (grouped) convolve.
+        groups, transposed = node.args[8], node.args[6]
+        weight = _val(node.args[1])
+        depthwise = (isinstance(groups, int) and groups > 1 and transposed is not True
+                     and weight is not None and weight.dim() >= 3 and int(weight.shape[1]) == 1)
+        return "depthwise_conv" if depthwise else "conv"
     for needle, kind in _KIND_BY_NAME:
         if needle in lowered:
             return kind
@@ -109,21 +116,60 @@ def _kind(op: str, node: torch.fx.Node) -> str:
 
 
 def _conv_macs(node, out: torch.Tensor, lowered: str) -> tuple[int, int, int, tuple[int, int]]:
-    """(macs, in_channels, out_channels, kernel_hw) of a conv, aten (OIHW) or cortex_m (OHWI)."""
+    """(macs, in_channels, out_channels, kernel_hw) of a conv of any spatial rank.
+
+    aten weights are O,I/groups,*kernel (transposed: I,O/groups,*kernel); cortex_m weights are
+    pre-permuted: conv OHWI with I per group, depthwise 1HW(C*mult), transpose conv (O/groups)HWI.
+    A 1-D conv's kernel_hw is (1, k), as `op_shapes` describes it; a 3-D conv folds its depth
+    into the first entry so that the product of kernel_hw is still the taps per output.
+    """
     weight = _val(node.args[1])
     inp = _val(node.args[0])
-    if weight is None or inp is None:
+    if weight is None or inp is None or weight.dim() < 3:
         return 0, 0, 0, (1, 1)
-    cin = int(inp.shape[1])
-    cout = int(out.shape[1])
+    nhwc = "nhwc" in lowered  # the `_nhwc` cortex_m variants state their sizes as NHWC
+    cin = int(inp.shape[-1] if nhwc else inp.shape[1])
+    cout = int(out.shape[-1] if nhwc else out.shape[1])
     if "cortex_m" in lowered:
-        # cortex_m weights are pre-permuted: conv OHWI, depthwise 1HW(C*mult).
-        kh, kw = int(weight.shape[1]), int(weight.shape[2])
-        per_output = (kh * kw) if "depthwise" in lowered else kh * kw * int(weight.shape[3])
+        kernel = tuple(int(s) for s in weight.shape[1:-1])
+        if "transpose" in lowered:
+            # Every input element meets (O/groups) x taps weights.
+            macs = numel(inp.shape) * int(weight.shape[0]) * math.prod(kernel)
+        elif "depthwise" in lowered:
+            macs = numel(out.shape) * math.prod(kernel)
+        else:
+            macs = numel(out.shape) * math.prod(kernel) * int(weight.shape[-1])
     else:
-        kh, kw = int(weight.shape[2]), int(weight.shape[3])
-        per_output = kh * kw * int(weight.shape[1])
-    return numel(out.shape) * per_output, cin, cout, (kh, kw)
+        kernel = tuple(int(s) for s in weight.shape[2:])
+        transposed = "convolution" in lowered and len(node.args) > 6 and node.args[6] is True
+        if transposed:
+            macs = numel(inp.shape) * int(weight.shape[1]) * math.prod(kernel)
+        else:
+            macs = numel(out.shape) * int(weight.shape[1]) * math.prod(kernel)
+    if len(kernel) == 1:
+        kernel_hw = (1, kernel[0])
+    else:
+        kernel_hw = (math.prod(kernel[:-1]), kernel[-1])
+    return macs, cin, cout, kernel_hw
+
+
+def _window_hw(node, lowered: str, inp: torch.Tensor | None) -> tuple[int, int]:
+    """A pool's window as kernel_hw: (k_h, k_w), (1, k) for a 1-D window; a mean's window is
+    the extent of the dims it reduces."""
+    if "mean" in lowered:
+        if inp is None or inp.dim() == 0:
+            return (1, 1)
+        dims = node.args[1] if len(node.args) > 1 and isinstance(node.args[1], (list, tuple)) \
+            else range(inp.dim())
+        window = tuple(int(inp.shape[d % inp.dim()]) for d in dims)
+    else:
+        window = node.args[1] if isinstance(node.args[1], (list, tuple)) else (node.args[1],)
+        window = tuple(int(w) for w in window if isinstance(w, int))
+    if not window:
+        return (1, 1)
+    if len(window) == 1:
+        return (1, max(window[0], 1))
+    return (max(math.prod(window[:-1]), 1), max(window[-1], 1))
 
 
 def describe(node: torch.fx.Node) -> NodeInfo:
@@ -152,10 +198,7 @@ def describe(node: torch.fx.Node) -> NodeInfo:
     elif out is not None and kind == "batch_matmul" and len(inputs) >= 1 and inputs[0] is not None:
         macs = numel(out.shape) * int(inputs[0].shape[-1])
     elif out is not None and kind in ("avg_pool", "max_pool") and len(node.args) > 1:
-        window = node.args[1] if isinstance(node.args[1], (list, tuple)) else (1, 1)
-        if "mean" in lowered and inputs and inputs[0] is not None:
-            window = tuple(int(s) for s in inputs[0].shape[2:])
-        kernel = (int(window[0]), int(window[-1])) if window else (1, 1)
+        kernel = _window_hw(node, lowered, inputs[0] if inputs else None)
         cin = cout = int(out.shape[1]) if out.dim() > 1 else 0
     input_bytes = sum(_bytes(t) for t in inputs[:1])
     if kind in ("add", "mul", "batch_matmul"):

@@ -1,9 +1,13 @@
-"""The compile pipeline, one stage per function, each taking the previous stage's value.
+"""The compile pipeline: an ordered tuple of small stages that one loop runs.
 
-    capture -> quantize -> lower (EthosUPartitioner + Vela | Cortex-M edge) -> quantize_io
-            -> route_cpu (CortexMPassManager) -> check_boundaries -> serialize
+    COMPILE_STAGES = capture -> quantize -> lower -> quantize_io -> route_cpu
+                     -> check_boundaries -> place -> serialize
 
-`compile_model` runs them in that order; `plan` and `compile` share it.
+Each stage takes the `CompileState` so far and returns a new one with its own result added; no
+stage hands a result on by changing another's value or upstream private state. `run_stages`
+times each stage, reports progress, and re-raises an unexpected upstream exception as one
+error naming the stage. `plan` and `compile` share this pipeline (orchestrator/plan.py adds
+PLAN_STAGES after it).
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import time
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 
-from orchestrator import numerics
+from orchestrator import numerics, upstream_exir
 from orchestrator.errors import OrchestrateError, UserError
 from orchestrator.sources import Calibration, LoadedModel
 from orchestrator.target import Target
@@ -176,7 +181,7 @@ def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:
                                QuantizeOutputs(edge, list(range(n_outputs)))])
     except ValueError as error:
         raise UserError(f"--io int8 is not possible for this model: {error}") from None
-    return replace(lowered, edge=edge), dict(edge._config_methods or {})
+    return replace(lowered, edge=edge), upstream_exir.config_methods(edge)
 
 
 def serialize(edge) -> tuple[bytes, object]:
@@ -186,51 +191,159 @@ def serialize(edge) -> tuple[bytes, object]:
     return bytes(program.buffer), program.executorch_program
 
 
+@dataclass(frozen=True)
+class CompileOptions:
+    """`channels_last`/`check_boundary_layouts` off reproduce upstream's NCHW flow; `legalize`
+    off keeps the ops the device's portable kernels cannot run as upstream leaves them."""
+
+    channels_last: bool = True
+    check_boundary_layouts: bool = True
+    legalize: bool = True
+
+
+@dataclass(frozen=True)
+class CompileState:
+    """What the stages have produced so far; each stage returns a copy with its fields set."""
+
+    model: LoadedModel
+    calibration: Calibration
+    target: Target
+    options: CompileOptions
+    work_dir: Path
+    captured: Captured | None = None
+    quantized: Quantized | None = None
+    lowered: Lowered | None = None  # after quantize_io: the program handed to the CPU passes
+    io_quant: dict = field(default_factory=dict)
+    pre_cpu: dict = field(default_factory=dict)  # node descriptions before the CPU passes
+    routed_edge: object = None  # EdgeProgramManager holding the CPU-routed program
+    final_program: torch.export.ExportedProgram | None = None
+    cpu_decisions: dict = field(default_factory=dict)
+    workarounds: tuple = ()
+    boundaries: tuple = ()
+    placements: tuple = ()
+    pte_bytes: bytes = b""
+    executorch_program: object = None
+
+
+def _capture_stage(state: CompileState) -> CompileState:
+    """torch.export in channels_last, so every CPU/NPU boundary is NHWC on both sides."""
+    return replace(state, captured=capture(state.model, state.options.channels_last))
+
+
+def _quantize_stage(state: CompileState) -> CompileState:
+    """EthosUQuantizer (NPU targets) or CortexMQuantizer (CPU-only), calibrated on the samples."""
+    return replace(state, quantized=quantize(state.captured, state.calibration, state.target))
+
+
+def _lower_stage(state: CompileState) -> CompileState:
+    """to_edge + EthosUPartitioner + Vela per partition (or the Cortex-M edge config)."""
+    return replace(state, lowered=lower(state.quantized, state.target, state.work_dir))
+
+
+def _quantize_io_stage(state: CompileState) -> CompileState:
+    """--io int8: the program takes and returns int8 (config methods carry the parameters)."""
+    lowered, io_quant = quantize_io(state.lowered, state.target)
+    return replace(state, lowered=lowered, io_quant=io_quant,
+                   pre_cpu=snapshot_pre_cpu(lowered.edge.exported_program()))
+
+
+def _route_cpu_stage(state: CompileState) -> CompileState:
+    """CortexMPassManager for the core's ISA tier, then the device legalizations."""
+    program, decisions, workarounds = route_to_cpu(state.lowered.edge, state.target.cpu,
+                                                   state.options.legalize)
+    return replace(state, final_program=program, cpu_decisions=decisions,
+                   workarounds=workarounds,
+                   routed_edge=upstream_exir.with_forward(state.lowered.edge, program))
+
+
+def _check_boundaries_stage(state: CompileState) -> CompileState:
+    """Every tensor crossing a CPU/NPU boundary is written and read in the same dim_order."""
+    if not state.options.check_boundary_layouts:
+        return replace(state, boundaries=tuple(boundary_tensors(state.final_program)))
+    try:
+        return replace(state, boundaries=tuple(check_boundaries(state.final_program)))
+    except BoundaryLayoutError as error:
+        raise OrchestrateError(str(error)) from None
+
+
+def _place_stage(state: CompileState) -> CompileState:
+    """One OpPlacement per op; reads the graph before serialization rewrites it to out-variants."""
+    return replace(state, placements=place(state.final_program, state.lowered,
+                                           state.cpu_decisions, state.pre_cpu, state.target))
+
+
+def _serialize_stage(state: CompileState) -> CompileState:
+    """ExecuTorch's memory planning and emitter: the .pte bytes."""
+    pte_bytes, program = serialize(state.routed_edge)
+    return replace(state, pte_bytes=pte_bytes, executorch_program=program)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable
+
+    @property
+    def doc(self) -> str:
+        return (self.run.__doc__ or "").strip().splitlines()[0]
+
+
+COMPILE_STAGES = (
+    Stage("capture", _capture_stage),
+    Stage("quantize", _quantize_stage),
+    Stage("lower", _lower_stage),
+    Stage("quantize_io", _quantize_io_stage),
+    Stage("route_cpu", _route_cpu_stage),
+    Stage("check_boundaries", _check_boundaries_stage),
+    Stage("place", _place_stage),
+    Stage("serialize", _serialize_stage),
+)
+
+
+class StageError(OrchestrateError):
+    """An upstream component raised inside a stage; the message names the stage."""
+
+
+def run_stages(stages, state, seconds: dict[str, float],
+               progress: Callable[[str, str, float], None] | None = None):
+    """Run `stages` in order on `state`, timing each; `progress(stage, event, seconds)` hears
+    "start" and "done"."""
+    for stage in stages:
+        if progress:
+            progress(stage.name, "start", 0.0)
+        start = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                state = stage.run(state)
+        except OrchestrateError:
+            raise
+        except Exception as error:  # noqa: BLE001 - upstream code: name the stage, keep the cause
+            text = " ".join(str(error).split())
+            raise StageError(f"stage {stage.name} failed in upstream code: "
+                             f"{type(error).__name__}: {text[:300]}") from error
+        seconds[stage.name] = time.perf_counter() - start
+        if progress:
+            progress(stage.name, "done", seconds[stage.name])
+    return state
+
+
 def compile_model(model: LoadedModel, calibration: Calibration, target: Target, *,
                   work_dir: Path | None = None, channels_last: bool = True,
-                  check_boundary_layouts: bool = True, legalize: bool = True) -> Compiled:
-    """Run every stage; `channels_last`/`check_boundary_layouts` off reproduce upstream's NCHW
-    flow, `legalize` off keeps the ops the device's portable kernels cannot run as upstream
-    leaves them (partitioners/legalize.py)."""
+                  check_boundary_layouts: bool = True, legalize: bool = True,
+                  progress: Callable[[str, str, float], None] | None = None) -> Compiled:
+    """Run COMPILE_STAGES (see CompileOptions for the switches)."""
     if work_dir is None:
         # Vela's per-partition outputs live here until `write_outputs` copies them; a plan
         # that writes no .pte must not leave them behind.
         work_dir = Path(tempfile.mkdtemp(prefix="orchestrate-"))
         atexit.register(shutil.rmtree, work_dir, ignore_errors=True)
-    work_dir = Path(work_dir)
     seconds: dict[str, float] = {}
-
-    def timed(stage, fn, *args):
-        start = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = fn(*args)
-        seconds[stage] = time.perf_counter() - start
-        return result
-
-    captured = timed("capture", capture, model, channels_last)
-    quantized = timed("quantize", quantize, captured, calibration, target)
-    try:
-        lowered = timed("lower", lower, quantized, target, work_dir)
-    except UserError:
-        raise
-    except Exception as error:  # noqa: BLE001
-        raise OrchestrateError(f"lowering failed in upstream code: {type(error).__name__}: "
-                               f"{str(error).splitlines()[0] if str(error) else ''}") from error
-    lowered, io_quant = quantize_io(lowered, target)
-    pre_cpu = snapshot_pre_cpu(lowered.edge.exported_program())
-    final_program, decisions, workarounds = timed("route_cpu", route_to_cpu, lowered.edge,
-                                                  target.cpu, legalize)
-    if check_boundary_layouts:
-        try:
-            boundaries = tuple(check_boundaries(final_program))
-        except BoundaryLayoutError as error:
-            raise OrchestrateError(str(error)) from None
-    else:
-        boundaries = tuple(boundary_tensors(final_program))
-    # Placement reads the graph before serialization, which rewrites it into out-variants.
-    placements = timed("place", place, final_program, lowered, decisions, pre_cpu, target)
-    pte_bytes, et_program = timed("serialize", serialize, lowered.edge)
-    return Compiled(model, target, calibration, captured, quantized, lowered, final_program, decisions,
-                    boundaries, placements, pte_bytes, et_program, io_quant, workarounds,
-                    seconds, work_dir)
+    state = run_stages(COMPILE_STAGES, CompileState(
+        model, calibration, target,
+        CompileOptions(channels_last, check_boundary_layouts, legalize), Path(work_dir)),
+        seconds, progress)
+    return Compiled(model, target, calibration, state.captured, state.quantized, state.lowered,
+                    state.final_program, state.cpu_decisions, state.boundaries, state.placements,
+                    state.pte_bytes, state.executorch_program, state.io_quant, state.workarounds,
+                    seconds, Path(work_dir))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from cost_models.npu import VelaPartitionEstimate, read_vela_dir
 from cost_models.plan_costs import attach_costs
 from orchestrator.artifacts import delegate_partitions
 from orchestrator.errors import GateFailure
+from orchestrator.pipeline import Stage, run_stages
 from orchestrator.placement import missing_kernel_faults
 from orchestrator.report import Summary, program_operators, summarize
 
@@ -26,12 +27,53 @@ def vela_estimates(compiled) -> dict[int, VelaPartitionEstimate]:
     return {p.index: read_vela_dir(p.vela_dir / "output") for p in delegate_partitions(compiled)}
 
 
-def make_plan(compiled, runner_ops: set[str] | None = None) -> Plan:
-    estimates = vela_estimates(compiled)
-    rows = missing_kernel_faults(compiled.placements,
-                                 program_operators(compiled.executorch_program))
-    rows = attach_costs(rows, compiled.target, estimates)
-    return Plan(compiled, rows, estimates, summarize(compiled, rows, estimates, runner_ops))
+@dataclass(frozen=True)
+class PlanState:
+    compiled: object
+    runner_ops: frozenset | None
+    estimates: dict = field(default_factory=dict)
+    rows: tuple = ()
+    summary: Summary | None = None
+
+
+def _vela_stage(state: PlanState) -> PlanState:
+    """Vela's per-partition estimates (cycles, memory traffic, scratch) from its CSVs."""
+    return replace(state, estimates=vela_estimates(state.compiled))
+
+
+def _device_faults_stage(state: PlanState) -> PlanState:
+    """Flag CPU ops with no kernel in the device's operator library."""
+    compiled = state.compiled
+    return replace(state, rows=missing_kernel_faults(
+        compiled.placements, program_operators(compiled.executorch_program)))
+
+
+def _costs_stage(state: PlanState) -> PlanState:
+    """Cycles and time per row: Vela for NPU rows, our CPU models for the rest."""
+    return replace(state, rows=attach_costs(state.rows, state.compiled.target, state.estimates))
+
+
+def _summary_stage(state: PlanState) -> PlanState:
+    """Coverage, partitions, latency, memory fit and runnability."""
+    runner_ops = set(state.runner_ops) if state.runner_ops is not None else None
+    return replace(state, summary=summarize(state.compiled, state.rows, state.estimates,
+                                            runner_ops))
+
+
+PLAN_STAGES = (
+    Stage("vela_estimates", _vela_stage),
+    Stage("device_faults", _device_faults_stage),
+    Stage("costs", _costs_stage),
+    Stage("summary", _summary_stage),
+)
+
+
+def make_plan(compiled, runner_ops: set[str] | None = None, progress=None) -> Plan:
+    """Run PLAN_STAGES on a compile (COMPILE_STAGES ran before)."""
+    state = run_stages(PLAN_STAGES, PlanState(
+        compiled, frozenset(runner_ops) if runner_ops is not None else None),
+        compiled.stage_seconds, progress)
+    return Plan(compiled, state.rows, state.estimates, state.summary)
 
 
 @dataclass(frozen=True)

@@ -188,7 +188,7 @@ def requantize_comparison_scalars(program) -> list[Workaround]:
 
 
 def route_to_cpu(edge_manager, cpu: str, legalize: bool = True):
-    """Run CortexMPassManager for `cpu` on the edge program, in place of its "forward" method.
+    """Run CortexMPassManager for `cpu` on the edge program (the manager is left as it was).
 
     Returns the transformed ExportedProgram, the per-node CMSIS-NN decisions and the upstream
     defects worked around on the way.
@@ -211,5 +211,4 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True):
     workarounds = requantize_comparison_scalars(transformed)
     if legalize:
         workarounds += legalize_for_device(transformed)
-    edge_manager._edge_programs["forward"] = transformed
     return transformed, dict(decisions), tuple(workarounds)

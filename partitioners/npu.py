@@ -4,7 +4,7 @@ Upstream does the deciding (`EthosUPartitioner` and its operator-support checks)
 (`vela_compile`). This module adds what a report needs and upstream throws away:
 
 - the partitioner's `WhyNoPartitionReporter` is local to `TOSAPartitioner.partition`; we capture
-  it by wrapping `_tag_module`, which receives it as an argument;
+  it through `_tag_module`, which receives it as an argument (partitioners/upstream_ethos_u.py);
 - `vela_compile` writes every partition's TOSA and Vela CSVs to one folder, each call overwriting
   the previous; we wrap it so each call gets a folder of its own, and we keep the exact TOSA bytes
   Vela compiled so the twin can later run that very graph (matched by content hash).
@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
+
+from partitioners import upstream_ethos_u
+
 
 @dataclass(frozen=True)
 class NpuRejection:
@@ -80,33 +83,31 @@ def node_context(node: torch.fx.Node) -> str:
 @contextlib.contextmanager
 def vela_runs_recorded(work_dir: Path) -> Iterator[list[VelaRun]]:
     """Give every Vela call its own folder under `work_dir` and record its input and output."""
-    import executorch.backends.arm.ethosu.backend as ethosu_backend
-
-    upstream_vela_compile = ethosu_backend.vela_compile
     runs: list[VelaRun] = []
 
-    def recording_vela_compile(tosa_flatbuffer, args, verbose=False, intermediate_path=None,
-                               block_placements=None):
-        out_dir = work_dir / f"vela_call{len(runs)}"
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        out_dir.mkdir(parents=True)
-        # `--verbose-performance` makes Vela write the per-layer CSV the cost model reads.
-        flags = list(args)
-        if "--verbose-performance" not in flags:
-            flags.append("--verbose-performance")
-        with contextlib.redirect_stdout(_Discard()):
-            result = upstream_vela_compile(tosa_flatbuffer, flags, verbose=False,
-                                           intermediate_path=str(out_dir),
-                                           block_placements=block_placements)
-        runs.append(VelaRun(len(runs), bytes(tosa_flatbuffer), bytes(result.processed_bytes), out_dir))
-        return result
+    def wrapper(upstream_vela_compile):
+        def recording_vela_compile(tosa_flatbuffer, args, verbose=False, intermediate_path=None,
+                                   block_placements=None):
+            out_dir = work_dir / f"vela_call{len(runs)}"
+            if out_dir.exists():
+                shutil.rmtree(out_dir)
+            out_dir.mkdir(parents=True)
+            # `--verbose-performance` makes Vela write the per-layer CSV the cost model reads.
+            flags = list(args)
+            if "--verbose-performance" not in flags:
+                flags.append("--verbose-performance")
+            with contextlib.redirect_stdout(_Discard()):
+                result = upstream_vela_compile(tosa_flatbuffer, flags, verbose=False,
+                                               intermediate_path=str(out_dir),
+                                               block_placements=block_placements)
+            runs.append(VelaRun(len(runs), bytes(tosa_flatbuffer), bytes(result.processed_bytes),
+                                out_dir))
+            return result
 
-    ethosu_backend.vela_compile = recording_vela_compile
-    try:
+        return recording_vela_compile
+
+    with upstream_ethos_u.vela_compile_wrapped(wrapper):
         yield runs
-    finally:
-        ethosu_backend.vela_compile = upstream_vela_compile
 
 
 class _Discard:
@@ -119,24 +120,11 @@ class _Discard:
         pass
 
 
-def capture_rejections(partitioner) -> list:
-    """Make `partitioner` hand us the WhyNoPartitionReporter it fills while tagging."""
-    reporters: list = []
-    upstream_tag_module = partitioner._tag_module
-
-    def tag_module(graph_module, exported_program, reporter):
-        reporters.append(reporter)
-        return upstream_tag_module(graph_module, exported_program, reporter)
-
-    partitioner._tag_module = tag_module
-    return reporters
-
-
 def rejections_from(reporters: list) -> dict[str, NpuRejection]:
     """Operator rejections keyed by node name (placeholders, outputs and constants dropped)."""
     rejections: dict[str, NpuRejection] = {}
     for reporter in reporters:
-        for node, message in reporter._rejected_nodes.items():
+        for node, message in upstream_ethos_u.rejected_nodes(reporter).items():
             if node.op != "call_function" or node.name in rejections:
                 continue
             rejections[node.name] = NpuRejection(node.name, str(message), node_context(node))
@@ -149,7 +137,7 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path):
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     partitioner = EthosUPartitioner(compile_spec)
-    reporters = capture_rejections(partitioner)
+    reporters = upstream_ethos_u.capture_reporters(partitioner)
     with vela_runs_recorded(work_dir) as runs:
         edge = to_edge_transform_and_lower(
             quantized_program,

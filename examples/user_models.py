@@ -1,0 +1,388 @@
+"""Models of the kinds users bring, none of them in the zoo: the opt-in "user models" matrix.
+
+Each `NAME` in `USER_MODELS` maps to a `factory()` returning a fresh eval-mode module and its
+example inputs (the `path/to/file.py:factory` convention), so every one of them also works from
+the command line, e.g. `orchestrate plan examples/user_models.py:conv1d_audio`.
+
+The families are those of issue 16: a 1-D convolutional audio model, an attention block
+(matmul, softmax, layer norm), integer heads (argmax, topk indices), an MLP over a [1, 3, 50]
+sensor window, rank-3 and rank-5 tensors through NPU partitions, split / chunk / cat, a residual
+conv block with a layout change on its skip path, recurrent layers (GRU, LSTM), and small blocks
+of the torchvision classification families (MobileNetV2 inverted residuals, MobileNetV3-small
+squeeze-excite blocks, SqueezeNet 1.1 fire modules with ceil-mode pooling, ShuffleNetV2 channel
+split and shuffle). torchvision is not a dependency and no weights are downloaded: the blocks
+are written here, at small inputs, with seeded random weights and non-trivial BatchNorm
+statistics (folding a default BatchNorm is an identity and would hide a folding bug).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+Factory = Callable[[], tuple[nn.Module, tuple[Tensor, ...]]]
+
+_SEED = 0
+
+
+def _randomize_batchnorm(module: nn.Module) -> None:
+    for bn in module.modules():
+        if isinstance(bn, nn.modules.batchnorm._BatchNorm):
+            with torch.no_grad():
+                bn.running_mean.normal_(0.0, 0.1)
+                bn.running_var.uniform_(0.5, 1.5)
+                bn.weight.uniform_(0.8, 1.2)
+                bn.bias.normal_(0.0, 0.1)
+
+
+def _seeded(build: Callable[[], nn.Module], *shapes: tuple[int, ...]) -> Factory:
+    """A deterministic factory (seed 0, caller's RNG untouched), inputs uniform in [-1, 1)."""
+
+    def factory() -> tuple[nn.Module, tuple[Tensor, ...]]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_SEED)
+            module = build()
+            _randomize_batchnorm(module)
+            inputs = tuple(torch.rand(shape) * 2 - 1 for shape in shapes)
+        return module.eval(), inputs
+
+    return factory
+
+
+def _conv_bn(cin: int, cout: int, kernel: int = 3, stride: int = 1, groups: int = 1,
+             act: type[nn.Module] | None = nn.ReLU) -> nn.Sequential:
+    layers = [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False),
+              nn.BatchNorm2d(cout)]
+    if act is not None:
+        layers.append(act())
+    return nn.Sequential(*layers)
+
+
+class Conv1dAudio(nn.Module):
+    """Keyword spotting over 40 frames of 10 MFCCs: 1-D convs (plain, strided, depthwise, 1x1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv1d(10, 16, 5, padding=2), nn.BatchNorm1d(16), nn.ReLU(),
+            nn.Conv1d(16, 16, 3, stride=2, padding=1, groups=16), nn.ReLU(),
+            nn.Conv1d(16, 24, 1), nn.ReLU(),
+            nn.Conv1d(24, 24, 3, padding=1, groups=4), nn.ReLU(),
+        )
+        self.pool = nn.AdaptiveAvgPool1d(1)
+        self.head = nn.Linear(24, 12)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(torch.flatten(self.pool(self.features(x)), 1))
+
+
+class AttentionBlock(nn.Module):
+    """One pre-norm transformer block over 16 tokens of width 32: layer norm, single-head
+    attention (matmul, softmax, matmul), residual adds and a GELU MLP."""
+
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(), nn.Linear(2 * width, width))
+        self.scale = width ** -0.5
+
+    def forward(self, x: Tensor) -> Tensor:
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        attention = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.scale, dim=-1)
+        x = x + self.proj(torch.matmul(attention, v))
+        return x + self.mlp(self.norm2(x))
+
+
+class ArgmaxSegmentation(nn.Module):
+    """A per-pixel classifier whose output is the class index map (int64), not logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(_conv_bn(3, 8), _conv_bn(8, 8), nn.Conv2d(8, 4, 1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.argmax(self.body(x), dim=1)
+
+
+class TopkHead(nn.Module):
+    """A classifier returning its 3 best scores and their class indices (int64)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        values, indices = torch.topk(self.body(x), 3, dim=-1)
+        return values, indices
+
+
+class SensorMlp(nn.Module):
+    """An MLP over a [1, 3, 50] window of a 3-axis accelerometer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(150, 64), nn.ReLU(),
+                                  nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 6))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.body(x)
+
+
+class Rank3Rank5(nn.Module):
+    """Rank-3 ([1, 8, 16]) and rank-5 ([1, 2, 4, 4, 4]) tensors through NPU-capable ops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = torch.relu(self.linear(x))  # rank 3
+        y5 = y.reshape(1, 2, 4, 4, 4)  # rank 5
+        y5 = y5 * 0.5 + y5.flip(1)
+        y = self.conv(y5.reshape(1, 8, 4, 4))
+        return y.reshape(1, 8, 16) + x
+
+
+class SplitChunkCat(nn.Module):
+    """Two branches from a split, one from a chunk, joined by cat along channels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 12, 3, padding=1)
+        self.left = nn.Conv2d(4, 4, 3, padding=1)
+        self.right = nn.Conv2d(8, 8, 1)
+        self.head = nn.Conv2d(16, 8, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = torch.relu(self.stem(x))
+        a, b = torch.split(x, [4, 8], dim=1)
+        c, d = torch.chunk(b, 2, dim=1)
+        y = torch.cat([self.left(a), self.right(b), c + d], dim=1)
+        return self.head(y)
+
+
+class ResidualBlock(nn.Module):
+    """A residual conv block of the kind ExecuTorch's Arm tests use, whose skip path changes
+    layout: the block input goes through a flatten/reshape (NCHW-only ops) before the add, so
+    the add joins a channels-last conv output with a contiguous tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = _conv_bn(3, 8)
+        self.conv1 = _conv_bn(8, 8)
+        self.conv2 = _conv_bn(8, 8, act=None)
+        self.head = nn.Linear(8 * 16 * 16, 10)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.stem(x)
+        skip = x.flatten(2).reshape(x.shape)
+        y = torch.relu(self.conv2(self.conv1(x)) + skip)
+        return self.head(torch.flatten(y, 1))
+
+
+class GruKws(nn.Module):
+    """A GRU keyword spotter over 8 frames of 10 features (kept short: the recurrence unrolls)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(10, 16, batch_first=True)
+        self.head = nn.Linear(16, 12)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out, _ = self.gru(x)
+        return self.head(out[:, -1])
+
+
+class LstmClassifier(nn.Module):
+    """An LSTM over 6 steps of 8 features, classified from the last hidden state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, batch_first=True)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out, _ = self.lstm(x)
+        return self.head(out[:, -1])
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expand, 3x3 depthwise, 1x1 project, residual when shapes match."""
+
+    def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hidden = cin * expand
+        self.residual = stride == 1 and cin == cout
+        self.block = nn.Sequential(_conv_bn(cin, hidden, 1, act=nn.ReLU6),
+                                   _conv_bn(hidden, hidden, 3, stride, groups=hidden, act=nn.ReLU6),
+                                   _conv_bn(hidden, cout, 1, act=None))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.block(x) if self.residual else self.block(x)
+
+
+class MobileNetV2Small(nn.Module):
+    """MobileNetV2 at width 0.25 on 32x32: stem, four inverted residuals, pooled classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            _conv_bn(3, 8, 3, 2, act=nn.ReLU6),
+            InvertedResidual(8, 8, 1, 1),
+            InvertedResidual(8, 8, 2, 6),
+            InvertedResidual(8, 8, 1, 6),
+            InvertedResidual(8, 16, 2, 6),
+            _conv_bn(16, 64, 1, act=nn.ReLU6),
+        )
+        self.classifier = nn.Linear(64, 10)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.adaptive_avg_pool2d(self.features(x), 1)
+        return self.classifier(torch.flatten(x, 1))
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, channels: int, squeeze: int) -> None:
+        super().__init__()
+        self.reduce = nn.Conv2d(channels, squeeze, 1)
+        self.expand = nn.Conv2d(squeeze, channels, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        scale = F.adaptive_avg_pool2d(x, 1)
+        scale = F.hardsigmoid(self.expand(F.relu(self.reduce(scale))))
+        return x * scale
+
+
+class MobileNetV3SmallBlock(nn.Module):
+    """MobileNetV3-small's pieces on 32x32: hardswish stem, a depthwise block with
+    squeeze-excite, an expanded hardswish block, pooled hardswish classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = _conv_bn(3, 8, 3, 2, act=nn.Hardswish)
+        self.dw = _conv_bn(8, 8, 3, 2, groups=8)
+        self.se = SqueezeExcite(8, 8)
+        self.project = _conv_bn(8, 8, 1, act=None)
+        self.expand = _conv_bn(8, 24, 1, act=nn.Hardswish)
+        self.dw2 = _conv_bn(24, 24, 3, 1, groups=24, act=nn.Hardswish)
+        self.project2 = _conv_bn(24, 16, 1, act=None)
+        self.classifier = nn.Sequential(nn.Linear(16, 32), nn.Hardswish(), nn.Linear(32, 10))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.project(self.se(self.dw(self.stem(x))))
+        x = self.project2(self.dw2(self.expand(x)))
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class Fire(nn.Module):
+    """SqueezeNet's fire module: 1x1 squeeze, then 1x1 and 3x3 expands concatenated."""
+
+    def __init__(self, cin: int, squeeze: int, expand: int) -> None:
+        super().__init__()
+        self.squeeze = nn.Conv2d(cin, squeeze, 1)
+        self.expand1x1 = nn.Conv2d(squeeze, expand, 1)
+        self.expand3x3 = nn.Conv2d(squeeze, expand, 3, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.relu(self.squeeze(x))
+        return torch.cat([F.relu(self.expand1x1(x)), F.relu(self.expand3x3(x))], 1)
+
+
+class SqueezeNetSmall(nn.Module):
+    """SqueezeNet 1.1's layout on 32x32: ceil-mode 3x3/2 max-pools between fire modules, a
+    1x1 conv classifier and a global average pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, stride=2), nn.ReLU(),
+            nn.MaxPool2d(3, 2, ceil_mode=True),
+            Fire(16, 4, 8), Fire(16, 4, 8),
+            nn.MaxPool2d(3, 2, ceil_mode=True),
+            Fire(16, 8, 16),
+        )
+        self.classifier = nn.Sequential(nn.Conv2d(32, 10, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.flatten(self.classifier(self.features(x)), 1)
+
+
+def _channel_shuffle(x: Tensor, groups: int) -> Tensor:
+    n, c, h, w = x.shape
+    return x.view(n, groups, c // groups, h, w).transpose(1, 2).reshape(n, c, h, w)
+
+
+class ShuffleUnit(nn.Module):
+    """ShuffleNetV2's stride-1 unit: channel split (chunk), a branch, cat, channel shuffle."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        half = channels // 2
+        self.branch = nn.Sequential(_conv_bn(half, half, 1),
+                                    _conv_bn(half, half, 3, groups=half, act=None),
+                                    _conv_bn(half, half, 1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        a, b = x.chunk(2, dim=1)
+        return _channel_shuffle(torch.cat([a, self.branch(b)], 1), 2)
+
+
+class ShuffleNetSmall(nn.Module):
+    """ShuffleNetV2 0.5's structure on 32x32: stem, two shuffle units, pooled classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = _conv_bn(3, 16, 3, 2)
+        self.units = nn.Sequential(ShuffleUnit(16), ShuffleUnit(16))
+        self.classifier = nn.Linear(16, 10)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.units(self.stem(x))
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+conv1d_audio = _seeded(Conv1dAudio, (1, 10, 40))
+attention_block = _seeded(AttentionBlock, (1, 16, 32))
+argmax_head = _seeded(ArgmaxSegmentation, (1, 3, 16, 16))
+topk_head = _seeded(TopkHead, (1, 32))
+sensor_mlp = _seeded(SensorMlp, (1, 3, 50))
+rank3_rank5 = _seeded(Rank3Rank5, (1, 8, 16))
+split_chunk_cat = _seeded(SplitChunkCat, (1, 3, 16, 16))
+residual_block = _seeded(ResidualBlock, (1, 3, 16, 16))
+gru_kws = _seeded(GruKws, (1, 8, 10))
+lstm_classifier = _seeded(LstmClassifier, (1, 6, 8))
+mobilenet_v2_small = _seeded(MobileNetV2Small, (1, 3, 32, 32))
+mobilenet_v3_small_block = _seeded(MobileNetV3SmallBlock, (1, 3, 32, 32))
+squeezenet_small = _seeded(SqueezeNetSmall, (1, 3, 32, 32))
+shufflenet_small = _seeded(ShuffleNetSmall, (1, 3, 32, 32))
+
+USER_MODELS: dict[str, Factory] = {
+    "conv1d_audio": conv1d_audio,
+    "attention_block": attention_block,
+    "argmax_head": argmax_head,
+    "topk_head": topk_head,
+    "sensor_mlp": sensor_mlp,
+    "rank3_rank5": rank3_rank5,
+    "split_chunk_cat": split_chunk_cat,
+    "residual_block": residual_block,
+    "gru_kws": gru_kws,
+    "lstm_classifier": lstm_classifier,
+    "mobilenet_v2_small": mobilenet_v2_small,
+    "mobilenet_v3_small_block": mobilenet_v3_small_block,
+    "squeezenet_small": squeezenet_small,
+    "shufflenet_small": shufflenet_small,
+}
+
+
+def model_spec(name: str) -> str:
+    """The `path/to/file.py:factory` MODEL argument for one of these models."""
+    if name not in USER_MODELS:
+        raise KeyError(f"no user model {name!r}; known: {', '.join(USER_MODELS)}")
+    return f"{__file__}:{name}"

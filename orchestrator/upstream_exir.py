@@ -1,0 +1,71 @@
+"""Adapter: every touch of ExecuTorch's exir private names, in one place, with a version guard.
+
+- `EdgeProgramManager._config_methods`: the constant methods (`input0_scale`, ...) that
+  QuantizeInputs/QuantizeOutputs record; there is no public getter.
+- `executorch.exir._serialize._program.deserialize_pte_binary`: the only reader of a `.pte`
+  into the schema's Program in Python.
+- A new EdgeProgramManager around the CPU-routed program (public constructor), instead of
+  writing `EdgeProgramManager._edge_programs`, so the manager the lower stage returned stays as
+  it was.
+
+`tests/test_upstream_adapters.py` checks these names and signatures without compiling.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+SUPPORTED_EXECUTORCH = ("1.5.1",)
+
+
+def check_version() -> str:
+    from importlib import metadata
+
+    from partitioners.upstream_ethos_u import UpstreamVersionError
+
+    found = metadata.version("executorch")
+    if found not in SUPPORTED_EXECUTORCH:
+        raise UpstreamVersionError(
+            f"executorch {found} is installed; orchestrator/upstream_exir.py was checked against "
+            f"{', '.join(SUPPORTED_EXECUTORCH)}: install executorch=={SUPPORTED_EXECUTORCH[-1]} "
+            "or re-check the adapter's contract tests")
+    return found
+
+
+def config_methods(edge_manager) -> dict:
+    """The program's constant methods, e.g. {"input0_scale": 0.03, ...}."""
+    check_version()
+    return dict(edge_manager._config_methods or {})
+
+
+def with_forward(edge_manager, program):
+    """A new EdgeProgramManager whose "forward" is `program`, keeping the constant methods."""
+    check_version()
+    from executorch.exir import EdgeCompileConfig, EdgeProgramManager
+
+    return EdgeProgramManager(
+        {"forward": program}, constant_methods=config_methods(edge_manager) or None,
+        # The Cortex-M and quantized graphs do not pass edge IR validation (mixed dtypes,
+        # cortex_m ops); upstream's own Arm flow turns it off too.
+        compile_config=EdgeCompileConfig(_check_ir_validity=False))
+
+
+def deserialize_program(pte_bytes: bytes):
+    """The schema Program (execution plans, delegates, constant buffers) of a `.pte`."""
+    check_version()
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    return deserialize_pte_binary(pte_bytes).program
+
+
+def contract() -> dict[str, object]:
+    from executorch.exir import EdgeProgramManager
+    from executorch.exir._serialize import _program
+
+    return {
+        "EdgeProgramManager.__init__": list(inspect.signature(EdgeProgramManager.__init__).parameters),
+        # set in __init__ as an attribute: it appears among the names the code stores
+        "_config_methods": "_config_methods" in EdgeProgramManager.__init__.__code__.co_names,
+        "deserialize_pte_binary": list(inspect.signature(_program.deserialize_pte_binary).parameters),
+        "PTEFile.program": "program" in getattr(_program.PTEFile, "__dataclass_fields__", {}),
+    }

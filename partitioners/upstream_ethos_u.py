@@ -1,0 +1,87 @@
+"""Adapter: every touch of the Ethos-U backend's private names, in one place, with a version guard.
+
+ExecuTorch keeps what a placement report needs out of its public API:
+- `TOSAPartitioner._tag_module(module, containing_program, reporter, tag_iterator=None)` is the
+  only place the partitioner's `WhyNoPartitionReporter` is visible; upstream calls it again on
+  every control-flow submodule (`torch.cond` branches) with the 4th argument;
+- `WhyNoPartitionReporter._rejected_nodes` (node -> message) holds the rejections;
+- `executorch.backends.arm.ethosu.backend.vela_compile` is called once per partition; wrapping it
+  is how each call gets an output folder of its own. The swap is process-global, so a lock keeps
+  two compiles in one process from interleaving their recordings.
+
+`tests/test_upstream_adapters.py` checks each of these names and signatures without compiling,
+so an ExecuTorch upgrade that moves them fails there, not as a wrong report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+from typing import Callable, Iterator
+
+SUPPORTED_EXECUTORCH = ("1.5.1",)
+_VELA_LOCK = threading.Lock()
+
+
+class UpstreamVersionError(RuntimeError):
+    """The installed ExecuTorch is not one this adapter was checked against."""
+
+
+def check_version() -> str:
+    from importlib import metadata
+
+    found = metadata.version("executorch")
+    if found not in SUPPORTED_EXECUTORCH:
+        raise UpstreamVersionError(
+            f"executorch {found} is installed; partitioners/upstream_ethos_u.py was checked "
+            f"against {', '.join(SUPPORTED_EXECUTORCH)}: install executorch=="
+            f"{SUPPORTED_EXECUTORCH[-1]} or re-check the adapter's contract tests")
+    return found
+
+
+def capture_reporters(partitioner) -> list:
+    """Make `partitioner` hand over every WhyNoPartitionReporter it fills while tagging."""
+    check_version()
+    reporters: list = []
+    upstream_tag_module = partitioner._tag_module
+
+    def tag_module(module, containing_program, reporter, *args, **kwargs):
+        reporters.append(reporter)
+        return upstream_tag_module(module, containing_program, reporter, *args, **kwargs)
+
+    partitioner._tag_module = tag_module
+    return reporters
+
+
+def rejected_nodes(reporter) -> dict:
+    """node -> the message of the operator-support check that rejected it."""
+    return dict(reporter._rejected_nodes)
+
+
+@contextlib.contextmanager
+def vela_compile_wrapped(make_wrapper: Callable[[Callable], Callable]) -> Iterator[None]:
+    """Replace the backend's `vela_compile` by `make_wrapper(upstream_vela_compile)` meanwhile."""
+    check_version()
+    import executorch.backends.arm.ethosu.backend as ethosu_backend
+
+    with _VELA_LOCK:
+        upstream = ethosu_backend.vela_compile
+        ethosu_backend.vela_compile = make_wrapper(upstream)
+        try:
+            yield
+        finally:
+            ethosu_backend.vela_compile = upstream
+
+
+def contract() -> dict[str, object]:
+    """The upstream names and signatures this adapter relies on (for the contract test)."""
+    import executorch.backends.arm.ethosu.backend as ethosu_backend
+    from executorch.backends.arm.ethosu import EthosUPartitioner
+    from executorch.exir.backend.utils import WhyNoPartitionReporter
+
+    return {
+        "_tag_module": list(inspect.signature(EthosUPartitioner._tag_module).parameters),
+        "_rejected_nodes": type(WhyNoPartitionReporter()._rejected_nodes).__name__,
+        "vela_compile": list(inspect.signature(ethosu_backend.vela_compile).parameters),
+    }
