@@ -18,7 +18,6 @@ import math
 import struct
 from dataclasses import dataclass
 
-from orchestrator.errors import OrchestrateError
 
 BLOCK_HEADER = struct.Struct("<16sIB11s")
 BLOCK_ALIGNMENT_BYTES = 16
@@ -31,7 +30,7 @@ _KNOWN_BLOCKS = ("cmd_data", "weight_data", "scratch_size", "inputs", "outputs")
 _COMMAND_STREAM_MAGICS = (b"COP1", b"COP2")
 
 
-class PayloadError(OrchestrateError):
+class PayloadError(ValueError):
     """A delegate payload the device's `vela_bin_read` would reject."""
 
 

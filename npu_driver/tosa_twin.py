@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from npu_driver.payload import EthosUPayload
-from orchestrator.errors import OrchestrateError
 
 # tosa/DType.py enum values -> numpy element type of the reference model's IO arrays.
 _TOSA_NUMPY_TYPES = {1: np.bool_, 3: np.int8, 4: np.int16, 5: np.int32, 7: np.float32,
@@ -29,7 +28,7 @@ _TOSA_TYPE_NAMES = {0: "UNKNOWN", 1: "BOOL", 2: "INT4", 3: "INT8", 4: "INT16", 5
                     6: "INT48", 7: "FP32", 8: "FP16", 9: "BF16", 17: "INT64"}
 
 
-class TosaTwinError(OrchestrateError):
+class TosaTwinError(RuntimeError):
     """A TOSA graph the twin cannot run, or one that disagrees with its delegate payload."""
 
 

@@ -267,7 +267,15 @@ def main(argv: list[str] | None = None) -> int:
     handler = {"plan": cmd_plan, "compile": cmd_compile, "sweep": cmd_sweep,
                "verify": cmd_verify}[args.command]
     try:
-        return handler(args)
+        try:
+            return handler(args)
+        except Exception as error:
+            from orchestrator.errors import as_orchestrate_error
+
+            translated = as_orchestrate_error(error)
+            if translated is None or translated is error:
+                raise
+            raise translated from error
     except NotRun as error:
         print(f"orchestrate: {error}", file=sys.stderr)
         return error.exit_code

@@ -33,3 +33,26 @@ class NotRun(OrchestrateError):
     """A requested check could not run here (e.g. no FVP installed)."""
 
     exit_code = 5
+
+
+def lower_errors() -> dict[type, type[OrchestrateError]]:
+    """The packages below `orchestrator` raise their own exceptions; this is how each one is
+    reported: a bad platform or a malformed delegate payload is the user's data (exit 2), a
+    missing FVP a check that could not run (exit 5)."""
+    from npu_driver.payload import PayloadError
+    from npu_driver.tosa_twin import TosaTwinError
+    from platforms.fvp import FvpUnavailable
+    from platforms.platform import PlatformError
+
+    return {PlatformError: UserError, PayloadError: UserError, TosaTwinError: UserError,
+            FvpUnavailable: NotRun}
+
+
+def as_orchestrate_error(error: BaseException) -> OrchestrateError | None:
+    """`error` as the OrchestrateError the CLI reports, or None if it is not one we classify."""
+    if isinstance(error, OrchestrateError):
+        return error
+    for lower, kind in lower_errors().items():
+        if isinstance(error, lower):
+            return kind(str(error))
+    return None

@@ -72,7 +72,7 @@ class Compiled:
     pte_bytes: bytes
     executorch_program: object  # exir schema Program (execution plans, delegates)
     io_quant: dict  # config-method name -> value, for --io int8
-    workarounds: tuple = ()  # partitioners.cpu.Workaround: upstream defects corrected
+    workarounds: tuple = ()  # partitioners.records.Workaround: upstream defects corrected
     stage_seconds: dict[str, float] = field(default_factory=dict)
     work_dir: Path | None = None
 

@@ -72,7 +72,7 @@ def make_plan(compiled, runner_ops: set[str] | None = None, progress=None) -> Pl
     """Run PLAN_STAGES on a compile (COMPILE_STAGES ran before)."""
     state = run_stages(PLAN_STAGES, PlanState(
         compiled, frozenset(runner_ops) if runner_ops is not None else None),
-        compiled.stage_seconds, progress)
+        {}, progress)
     return Plan(compiled, state.rows, state.estimates, state.summary)
 
 

@@ -147,7 +147,9 @@ def _scalar(twin: TwinProgram, index: int):
 
 
 def _output_quantization(twin: TwinProgram, position: int) -> tuple[float | None, int]:
-    """(scale, zero point) of an output: int8 outputs from the config, float from their dequantize."""
+    """(scale, zero point) of an output: int8 outputs from the config, float from their
+    dequantize; (None, 0) for an output no quantization produced (an argmax's int64 indices,
+    a bool mask, a float computed on the CPU), which is compared in its own units."""
     prefix = f"output{position}_"
     if twin.output_specs[position].dtype != torch.float32 and prefix + "scale" in twin.config:
         return float(twin.config[prefix + "scale"]), int(twin.config[prefix + "zp"])
@@ -159,9 +161,13 @@ def _output_quantization(twin: TwinProgram, position: int) -> tuple[float | None
 
 
 def _float_output(twin_run: TwinRun, position: int, scale, zero_point) -> torch.Tensor:
+    """The output in the reference's units: dequantized when it is quantized, else as it is
+    (integer indices and bool masks as exact small floats)."""
     value = twin_run.outputs[position]
     if value.dtype.is_floating_point:
         return value.float()
+    if scale is None:
+        return value.to(torch.float32)
     return (value.to(torch.int32) - zero_point).float() * scale
 
 
@@ -183,8 +189,12 @@ def _as_tuple(value) -> tuple:
 
 
 def _steps(raw: torch.Tensor, value: torch.Tensor, quantized: torch.Tensor, scale, zero_point):
-    """|twin - quantized reference| in quantization steps of the output."""
+    """|twin - quantized reference| in quantization steps of the output; an output with no
+    quantization (integer indices, bool, float) in its own units, so integers compare exactly."""
     if scale is None:
+        if not raw.dtype.is_floating_point:
+            expected = quantized.to(torch.float64).reshape(raw.shape)
+            return (raw.to(torch.float64) - expected).abs().float()
         return (value - quantized).abs()
     if not raw.dtype.is_floating_point:
         # An int8 output against the reference's dequantized value: compare the integers.

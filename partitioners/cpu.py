@@ -9,6 +9,7 @@ above it: the reason is the source of the check that decided, not a guess made a
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import inspect
 import linecache
@@ -20,7 +21,7 @@ from typing import Iterator
 
 import torch
 
-ORIGIN_KEY = "orchestrate_origin"
+from partitioners.records import ORIGIN_KEY, Workaround, stamp_origins  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,11 @@ _READABLE = {
 
 def _condition_before(filename: str, return_line: int) -> str:
     """The `if ...:` guarding a `return None`, read from upstream's source."""
+    return _guarding_condition(filename, return_line)[1]
+
+
+def _guarding_condition(filename: str, return_line: int) -> tuple[int, str]:
+    """(line, text) of the `if ...:` guarding a statement, read from upstream's source."""
     for line_no in range(return_line - 1, max(return_line - 12, 0), -1):
         text = linecache.getline(filename, line_no).strip()
         if text.startswith(("if ", "elif ")) or text.startswith("or ") or text.startswith("and "):
@@ -61,8 +67,113 @@ def _condition_before(filename: str, return_line: int) -> str:
             while not parts[-1].endswith(":") and nxt < return_line:
                 parts.append(linecache.getline(filename, nxt).strip())
                 nxt += 1
-            return " ".join(parts).rstrip(":")
-    return linecache.getline(filename, return_line).strip()
+            return line_no, " ".join(parts).rstrip(":")
+    return return_line, linecache.getline(filename, return_line).strip()
+
+
+def _held_parts(condition: str, f_globals: dict, f_locals: dict) -> list[str]:
+    """The operands of a top-level `or` in `condition` that are true in the frame that took the
+    `return None`: `a or b` fails for one reason, not both. The whole condition when it is no
+    disjunction or an operand cannot be re-evaluated."""
+    expression = re.sub(r"^(if|elif|or|and)\s+", "", condition.strip())
+    try:
+        tree = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return [condition]
+    if not (isinstance(tree, ast.BoolOp) and isinstance(tree.op, ast.Or)):
+        return [condition]
+    held = []
+    for part in tree.values:
+        try:
+            value = eval(compile(ast.Expression(part), "<upstream condition>", "eval"),  # noqa: S307
+                         f_globals, dict(f_locals))
+        except Exception:  # noqa: BLE001 - upstream's names, not ours: keep the whole condition
+            return [condition]
+        if value:
+            held.append(ast.unparse(part))
+    return held or [condition]
+
+
+def _values_of(parts: list[str], f_locals: dict) -> str:
+    """`name=value` for the plain local names a condition reads (the node's kernel, stride ...)."""
+    names = []
+    for part in parts:
+        try:
+            tree = ast.parse(part, mode="eval")
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in f_locals and node.id not in names:
+                value = f_locals[node.id]
+                if isinstance(value, (bool, int, float, str, tuple, list)) or value is None:
+                    names.append(node.id)
+    return ", ".join(f"{n}={f_locals[n]!r}" for n in names)
+
+
+# Flags a quantizer-time check leaves in `node.meta` for AtenToCortexMPass to read. When a
+# substitution declines because of one, the reason is the check that set it: it is replayed on
+# the node to find which of its conditions held. (ExecuTorch 1.5.1: CortexMMaxPool2DCheck tags
+# a ceil_mode or dilated max-pool, which keeps its qparams, so `input_qparams is None or
+# <flag>` would otherwise read as "not quantized".)
+_FLAG_SETTERS = {
+    "skip_quantized_max_pool2d": ("executorch.backends.cortex_m.quantizer.pattern_checkers",
+                                  "CortexMMaxPool2DCheck"),
+}
+
+
+def _flag_setter(flag: str, node) -> tuple[list[str], str, str] | None:
+    """(held conditions, their values, "file.py:line Check") of the quantizer check that set
+    `flag` on `node`, found by replaying the check's `check_pattern` under a line tracer."""
+    import importlib
+
+    module_name, class_name = _FLAG_SETTERS[flag]
+    checker = getattr(importlib.import_module(module_name), class_name)
+    code = checker.check_pattern.__func__.__code__
+    filename = inspect.getsourcefile(checker.check_pattern) or code.co_filename
+    found: list = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+        if event == "line" and not found and flag in linecache.getline(filename, frame.f_lineno):
+            found.append((frame.f_lineno, dict(frame.f_globals), dict(frame.f_locals)))
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        checker.check_pattern([node])  # sets a flag the node already carries: idempotent
+    except Exception:  # noqa: BLE001 - the replay explains; it must never break the compile
+        return None
+    finally:
+        sys.settrace(previous)
+    if not found:
+        return None
+    line, f_globals, f_locals = found[0]
+    line, condition = _guarding_condition(filename, line)
+    held = _held_parts(condition, f_globals, f_locals)
+    return held, _values_of(held, f_locals), f"{filename.rsplit('/', 1)[-1]}:{line} {class_name}"
+
+
+def _explain(condition: str, frame, node) -> tuple[str, str]:
+    """(category, reason text) for a substitution's `return None`: the operands of its condition
+    that held, with the node's values, or the quantizer check behind a flag it read."""
+    if frame is None:
+        return _categorize(condition), f"`{condition}`"
+    f_globals, f_locals = frame
+    held = _held_parts(condition, f_globals, f_locals)
+    for flag in _FLAG_SETTERS:
+        if any(flag in part for part in held):
+            setter = _flag_setter(flag, node)
+            if setter is not None:
+                setter_held, values, where = setter
+                text = " or ".join(setter_held)
+                detail = f" ({values})" if values else ""
+                return (_categorize(text), f"`{text}`{detail}, checked by {where}, which marks "
+                        f"the node `{flag}`")
+    text = " or ".join(held)
+    values = _values_of(held, f_locals)
+    return _categorize(text), f"`{text}`" + (f" ({values})" if values else "")
 
 
 def _categorize(condition: str) -> str:
@@ -91,11 +202,11 @@ def cmsis_decisions_recorded() -> Iterator[dict[str, CpuDecision]]:
 
         def recording_substitution(node, dialect_pass):
             origin = node.meta.get(ORIGIN_KEY, node.name)
-            returned_at: list[int] = []
+            returned_at: list[tuple[int, tuple[dict, dict]]] = []
 
             def profiler(frame, event, arg):
                 if event == "return" and frame.f_code is code:
-                    returned_at.append(frame.f_lineno)
+                    returned_at.append((frame.f_lineno, (frame.f_globals, dict(frame.f_locals))))
 
             previous = sys.getprofile()
             sys.setprofile(profiler)
@@ -105,12 +216,12 @@ def cmsis_decisions_recorded() -> Iterator[dict[str, CpuDecision]]:
                 sys.setprofile(previous)
             short_file = filename.rsplit("/", 1)[-1]
             if spec is None:
-                line = returned_at[-1] if returned_at else code.co_firstlineno
+                line, frame = returned_at[-1] if returned_at else (code.co_firstlineno, None)
                 condition = _condition_before(filename, line)
-                category = _categorize(condition)
+                category, text = _explain(condition, frame, node)
                 decisions[origin] = CpuDecision(
                     origin, _op_name(node.target), category,
-                    f"{_READABLE[category]} (`{condition}`)", f"{short_file}:{line}")
+                    f"{_READABLE[category]} ({text})", f"{short_file}:{line}")
             else:
                 decisions[origin] = CpuDecision(
                     origin, _op_name(node.target), "lowered",
@@ -134,22 +245,7 @@ def has_cmsis_substitution(target) -> bool:
     return target in AtenToCortexMPass._DIALECT_SUBSTITUTIONS
 
 
-def stamp_origins(graph_module: torch.fx.GraphModule) -> None:
-    """Tag each node with its pre-CPU-pass name; the passes carry `meta` across rewrites."""
-    for node in graph_module.graph.nodes:
-        node.meta.setdefault(ORIGIN_KEY, node.name)
-
-
 _COMPARISONS = {"gt": math.floor, "le": math.floor, "ge": math.ceil, "lt": math.ceil}
-
-
-@dataclass(frozen=True)
-class Workaround:
-    """An upstream defect corrected in our flow; reported in the plan so nobody is surprised."""
-
-    node: str
-    upstream: str  # the component at fault
-    message: str
 
 
 def requantize_comparison_scalars(program) -> list[Workaround]:

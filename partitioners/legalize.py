@@ -22,7 +22,7 @@ import operator
 import torch
 
 from kernels.catalogue import CHANNELS_LAST
-from partitioners.cpu import ORIGIN_KEY, Workaround
+from partitioners.records import ORIGIN_KEY, Workaround
 
 _SCALAR_OVERLOADS = {"add": "Scalar", "sub": "Scalar", "mul": "Scalar", "div": "Scalar",
                      "gt": "Scalar", "ge": "Scalar", "lt": "Scalar", "le": "Scalar",

@@ -82,6 +82,6 @@ def contract() -> dict[str, object]:
 
     return {
         "_tag_module": list(inspect.signature(EthosUPartitioner._tag_module).parameters),
-        "_rejected_nodes": type(WhyNoPartitionReporter()._rejected_nodes).__name__,
+        "_rejected_nodes": isinstance(WhyNoPartitionReporter()._rejected_nodes, dict),
         "vela_compile": list(inspect.signature(ethosu_backend.vela_compile).parameters),
     }

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from orchestrator.errors import NotRun
 from platforms.platform import Platform, PlatformError
 
 FVP_DIR_ENV = "ORCHESTRATE_FVP_DIR"
@@ -63,14 +62,18 @@ _MEMORY = re.compile(
 )
 
 
-class FvpNotFound(NotRun):
+class FvpUnavailable(RuntimeError):
+    """The FVP check cannot run here; the CLI reports "not run" (exit 5), never a pass."""
+
+
+class FvpNotFound(FvpUnavailable):
     """No FVP binary for the requested platform and NPU: the check is reported as not run."""
 
     def __init__(self, detail: str = ""):
         super().__init__("not run: no FVP found" + (f" ({detail})" if detail else ""))
 
 
-class RunnerElfNotFound(NotRun):
+class RunnerElfNotFound(FvpUnavailable):
     """No arm_executor_runner ELF was named: the FVP check is reported as not run."""
 
     def __init__(self) -> None:
@@ -188,7 +191,7 @@ def run_bpte(
     search_path: str | Sequence[str | Path] | None = None,
 ) -> FvpResult:
     """Find the FVP and the runner, run the .bpte, return what happened. Raises FvpNotFound or
-    RunnerElfNotFound (both NotRun) when the check cannot run here."""
+    RunnerElfNotFound (both FvpUnavailable) when the check cannot run here."""
     fvp_binary = find_fvp(platform, npu_name, search_path)
     if fvp_binary is None:
         raise FvpNotFound(f"{platform.fvp_spec(npu_name).binary} is not on PATH nor in ${FVP_DIR_ENV}")

@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from orchestrator.errors import UserError
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _PLATFORM_FILE = "platform.yaml"
@@ -53,8 +52,10 @@ CPU_TIERS: Mapping[str, str] = MappingProxyType(
 _NPU_NAME = re.compile(r"^ethos-(u\d+)-(\d+)$")
 
 
-class PlatformError(UserError, ValueError):
-    """A bad platform name, platform file, NPU or CPU name: one line naming the value and the allowed ones."""
+class PlatformError(ValueError):
+    """A bad platform name, platform file, NPU or CPU name: one line naming the value and the allowed ones.
+
+    The CLI reports it as a user error (exit 2; orchestrator/errors.py maps it)."""
 
 
 class VelaConfig(NamedTuple):

@@ -173,8 +173,10 @@ def test_bad_npu_name_lists_the_allowed_ones():
 
 def test_platform_error_is_a_value_error_and_a_user_error():
     assert issubclass(PlatformError, ValueError)
-    assert issubclass(PlatformError, UserError)
-    assert PlatformError.exit_code == 2
+    from orchestrator.errors import as_orchestrate_error
+
+    reported = as_orchestrate_error(PlatformError("x"))
+    assert isinstance(reported, UserError) and reported.exit_code == 2
 
 
 def test_unknown_platform_name_lists_the_known_ones():

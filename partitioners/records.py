@@ -1,0 +1,26 @@
+"""Records shared by CPU routing and device legalization: node origins and upstream workarounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# Meta key holding a node's name before the Cortex-M passes rewrite it; the passes carry `meta`
+# across rewrites, so a CMSIS-NN decision can be joined back to the node the plan shows.
+ORIGIN_KEY = "orchestrate_origin"
+
+
+def stamp_origins(graph_module: torch.fx.GraphModule) -> None:
+    """Tag each node with its pre-CPU-pass name."""
+    for node in graph_module.graph.nodes:
+        node.meta.setdefault(ORIGIN_KEY, node.name)
+
+
+@dataclass(frozen=True)
+class Workaround:
+    """An upstream defect corrected in our flow; reported in the plan so nobody is surprised."""
+
+    node: str
+    upstream: str  # the component at fault
+    message: str
