@@ -44,6 +44,9 @@ _ELEMENTWISE = frozenset({
     "aten::logical_or", "aten::logical_xor", "aten::where", "aten::clamp",
 })
 _DIM_ORDER_COPIES = frozenset({"dim_order_ops::_to_dim_order_copy", "dim_order_ops::_clone_dim_order"})
+# Portable kernels that take or return tensor lists and walk them with getLeadingDims.
+_LEADING_DIMS_KERNELS = frozenset({"aten::cat", "aten::split_copy", "aten::split_with_sizes_copy",
+                                   "aten::unbind_copy"})
 _RAW_CMSIS = frozenset({"quantize_per_tensor", "dequantize_per_tensor", "quantized_activation"})
 
 
@@ -205,14 +208,31 @@ def _tensor_args(schema, args):
             if isinstance(v, RawTensor) and not _is_out(a)]
 
 
-def _outs(schema, args) -> list[tuple[object, RawTensor]]:
+def _is_tensor_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, RawTensor) for v in value)
+
+
+def _outs(schema, args) -> list[tuple[object, RawTensor | list[RawTensor]]]:
+    """(argument, tensor) per out argument; a `Tensor(a!)[] out` (split, unbind) gives the
+    list of its tensors."""
     outs = []
     for argument, value in zip(schema.arguments, args):
         if _is_out(argument):
-            if not isinstance(value, RawTensor):
-                raise KernelError(f"out argument {argument.name} is not a tensor")
+            if not isinstance(value, RawTensor) and not _is_tensor_list(value):
+                raise KernelError(f"out argument {argument.name} is neither a tensor nor a "
+                                  "tensor list")
             outs.append((argument, value))
     return outs
+
+
+def _out_tensors(outs) -> list[RawTensor]:
+    return [t for _, value in outs for t in (value if isinstance(value, list) else [value])]
+
+
+def _empty_like(value):
+    if isinstance(value, list):
+        return [torch.empty(v.sizes, dtype=v.dtype) for v in value]
+    return torch.empty(value.sizes, dtype=value.dtype)
 
 
 def same_dim_order_family(dim_orders) -> bool:
@@ -343,18 +363,28 @@ def _view_copy(key: str, schema, args) -> KernelResult:
     return KernelResult("portable view_copy (memcpy)", tuple(faults), ())
 
 
+def _logical(t: RawTensor) -> torch.Tensor:
+    """The tensor by its dim_order, for torch to compute on. Integer tensors are handed over
+    contiguous: integer results do not depend on the layout, and torch 2.13's CPU
+    max_pool2d_with_indices rejects any int8 channels-last input ("Expected input_depth *
+    input_height * input_width <= std::numeric_limits<integer_t>::max()", its index bound
+    taken from the int8 element type). Float tensors keep their strides, as before."""
+    value = read_by_dim_order(t)
+    return value if value.dtype.is_floating_point else value.contiguous()
+
+
 def _by_dim_order(key: str, opov, schema, args, semantics: str) -> KernelResult:
     faults = list(_missing_kernel(key))
     values, kwargs = [], {}
     outs = _outs(schema, args)
     for argument, value in zip(schema.arguments, args):
         if _is_out(argument):
-            kwargs[argument.name] = torch.empty(value.sizes, dtype=value.dtype)
+            kwargs[argument.name] = _empty_like(value)
             continue
         if isinstance(value, RawTensor):
-            converted = read_by_dim_order(value)
+            converted = _logical(value)
         elif isinstance(value, list) and value and isinstance(value[0], RawTensor):
-            converted = [read_by_dim_order(v) for v in value]
+            converted = [_logical(v) for v in value]
         else:
             converted = _convert(argument, value)
         if argument.kwarg_only:
@@ -363,8 +393,69 @@ def _by_dim_order(key: str, opov, schema, args, semantics: str) -> KernelResult:
             values.append(converted)
     opov(*values, **kwargs)
     for argument, out in outs:
-        write_by_dim_order(out, kwargs[argument.name])
+        results = kwargs[argument.name]
+        if isinstance(out, list):
+            for tensor, result in zip(out, results):
+                write_by_dim_order(tensor, result)
+        else:
+            write_by_dim_order(out, results)
     return KernelResult(semantics, tuple(faults), ())
+
+
+def _leading_dims(key: str, opov, schema, args) -> KernelResult:
+    """cat, split_copy, split_with_sizes_copy, unbind_copy as the portable kernels run them.
+
+    After checking that every tensor shares the input's dim-order family (and, for unbind, that
+    the input is contiguous), op_cat.cpp / op_split*_copy.cpp / op_unbind_copy.cpp walk the data
+    with getLeadingDims/getTrailingDims of the *sizes*: the raw bytes are treated as the
+    row-major layout of the sizes whatever the dim_order. So a channels-last cat along C
+    concatenates whole NHWC buffers (measured on the host portable runtime), not channels.
+    """
+    faults = list(_missing_kernel(key))
+    inputs = [t for _, t in _tensor_args(schema, args)]
+    for argument, value in zip(schema.arguments, args):
+        if not _is_out(argument) and _is_tensor_list(value):
+            inputs += value
+    outs = _outs(schema, args)
+    tensors = inputs + _out_tensors(outs)
+    if not _same_dim_order_family(tensors):
+        orders = ", ".join(str(tuple(t.dim_order)) for t in tensors)
+        faults.append(KernelFault(key, "tensors_have_same_dim_order",
+                                  f"{key} requires its input and outputs all contiguous or all "
+                                  f"channels-last; got {orders}: the portable kernel returns "
+                                  "InvalidArgument"))
+    if key.startswith("aten::unbind_copy") and inputs and \
+            tuple(inputs[0].dim_order) != tuple(range(len(inputs[0].dim_order))):
+        faults.append(KernelFault(key, "tensor_is_default_dim_order",
+                                  f"{key} needs a default dim_order input, got "
+                                  f"{tuple(inputs[0].dim_order)}: InvalidArgument on device"))
+    if faults and any(f.check != "kernel registered" for f in faults):
+        # The device stops here; computing the op by dim_order keeps the rest comparable.
+        result = _by_dim_order(key, opov, schema, args, "torch by dim_order (device kernel faults)")
+        return KernelResult(result.semantics, tuple(faults), ())
+    values, kwargs = [], {}
+    for argument, value in zip(schema.arguments, args):
+        if _is_out(argument):
+            kwargs[argument.name] = _empty_like(value)
+            continue
+        if isinstance(value, RawTensor):
+            converted = read_row_major(value)
+        elif _is_tensor_list(value) and value:
+            converted = [read_row_major(v) for v in value]
+        else:
+            converted = _convert(argument, value)
+        if argument.kwarg_only:
+            kwargs[argument.name] = converted
+        else:
+            values.append(converted)
+    opov(*values, **kwargs)
+    for argument, out in outs:
+        results = kwargs[argument.name]
+        for tensor, result in zip(out if isinstance(out, list) else [out],
+                                  results if isinstance(out, list) else [results]):
+            write_row_major(tensor, result)
+    return KernelResult("portable getLeadingDims walk (raw bytes as row-major of the sizes)",
+                        tuple(faults), ())
 
 
 def out_positions(name: str, overload: str) -> tuple[int, ...]:
@@ -389,11 +480,13 @@ def execute(name: str, overload: str, args: list) -> KernelResult:
         return _view_copy(key, schema, args)
     if name in _DIM_ORDER_COPIES:
         return _by_dim_order(key, opov, schema, args, "portable dim_order copy (layout change)")
+    if name in _LEADING_DIMS_KERNELS:
+        return _leading_dims(key, opov, schema, args)
     if not name.startswith(("aten::", "dim_order_ops::", "quantized_decomposed::")):
         raise KernelError(f"the twin has no host execution for {key}")
     result = _by_dim_order(key, opov, schema, args, "torch, tensors by dim_order")
     if name in _CONTIGUOUS_STRIDE_KERNELS:
-        tensors = [t for _, t in _tensor_args(schema, args)] + [t for _, t in _outs(schema, args)]
+        tensors = [t for _, t in _tensor_args(schema, args)] + _out_tensors(_outs(schema, args))
         bad = [tuple(t.dim_order) for t in tensors if tuple(t.dim_order) != tuple(range(len(t.dim_order)))]
         if bad:
             fault = KernelFault(key, "contiguous strides",

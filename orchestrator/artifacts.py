@@ -12,64 +12,37 @@
 Partition k is the k-th Ethos-U delegate in the program's delegate list; the manifest records the
 SHA-256 of its TOSA graph and of its delegate payload so the twin matches them by content.
 Everything is written to a temporary sibling and renamed into place, so a failed run leaves no
-half-written output.
+half-written output. An existing artifacts folder is replaced only when it carries our
+manifest.json; anything else in its place is refused, never renamed or deleted.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 import torch
 
 from orchestrator import numerics
+from partitioners.npu import DelegatePartition, npu_delegates  # noqa: F401 - re-exported
 from orchestrator.errors import UserError
-from orchestrator.files import atomic_write_bytes, publish_mode
+from orchestrator.files import check_output_file, folder_of, publish_mode, staged_write
 
 MANIFEST_VERSION = 1
-
-
-@dataclass(frozen=True)
-class DelegatePartition:
-    """An Ethos-U delegate of the final program, matched to the Vela call that produced it."""
-
-    index: int
-    delegate_name: str  # lowered_module_<k> in the edge program
-    payload_sha256: str
-    tosa_sha256: str
-    tosa_bytes: bytes
-    vela_dir: Path
 
 
 def artifacts_dir_for(pte_path: Path) -> Path:
     return pte_path.with_name(pte_path.stem + ".artifacts")
 
 
-def delegate_partitions(compiled) -> list[DelegatePartition]:
+def delegate_partitions(compiled):
     """Ethos-U delegates in program order, each with the Vela run whose payload it carries."""
-    by_payload = {run.payload_sha256: run for run in compiled.lowered.vela_runs}
-    partitions = []
-    for index, (name, lowered) in enumerate(_lowered_modules(compiled.final_program)):
-        digest = hashlib.sha256(lowered.processed_bytes).hexdigest()
-        run = by_payload.get(digest)
-        if run is None:
-            raise RuntimeError(f"delegate {name} has no matching Vela run (payload {digest[:12]})")
-        partitions.append(DelegatePartition(index, name, digest, run.tosa_sha256, run.tosa_bytes,
-                                            run.out_dir))
-    return partitions
-
-
-def _lowered_modules(program):
-    graph_module = program.graph_module
-    for node in graph_module.graph.nodes:
-        if node.op == "call_function" and "executorch_call_delegate" in str(node.target):
-            name = node.args[0].target
-            yield name, getattr(graph_module, name)
+    return npu_delegates(compiled.final_program, compiled.lowered.vela_runs)
 
 
 def package_versions() -> dict[str, str]:
@@ -110,29 +83,70 @@ def manifest(compiled, partitions: list[DelegatePartition]) -> dict:
     }
 
 
+def check_outputs(pte_path: Path, option: str = "-o") -> None:
+    """Refuse, before compiling, a .pte path whose outputs cannot be written or would replace
+    something this tool did not write."""
+    pte_path = Path(pte_path)
+    if pte_path.suffix != ".pte":
+        raise UserError(f"{option} '{pte_path}' must end in .pte; pass e.g. {option} model.pte")
+    folder = artifacts_dir_for(pte_path)
+    check_output_file(pte_path, option, companions=[folder])
+    _require_ours(folder, option)
+
+
+def _is_ours(folder: Path) -> bool:
+    """A real folder carrying the manifest.json that `write_outputs` writes."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    try:
+        written = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(written, dict) and "manifest_version" in written and "pte" in written
+
+
+def _require_ours(folder: Path, option: str) -> None:
+    if (folder.exists() or folder.is_symlink()) and not _is_ours(folder):
+        kind = "folder" if folder.is_dir() and not folder.is_symlink() else "file"
+        raise UserError(f"'{folder}' exists and is a {kind} orchestrate did not write (no "
+                        f"manifest.json in it), so it will not be replaced; move it away or "
+                        f"choose another {option}")
+
+
 def _atomic_replace_dir(tmp: Path, final: Path) -> None:
-    if final.exists():
-        old = final.with_name(final.name + ".old")
-        if old.exists():
-            shutil.rmtree(old)
-        final.rename(old)
+    """Move `tmp` to `final`. An existing `final` must be ours; it moves into a fresh folder of
+    our own (never a name a user may hold, such as final.old) and is deleted once `tmp` is in."""
+    if not (final.exists() or final.is_symlink()):
         tmp.rename(final)
-        shutil.rmtree(old)
-    else:
+        return
+    _require_ours(final, "-o")
+    old = Path(tempfile.mkdtemp(prefix=".orchestrate-old-", dir=final.parent))
+    final.rename(old / final.name)
+    try:
         tmp.rename(final)
+    except BaseException:
+        (old / final.name).rename(final)
+        old.rmdir()
+        raise
+    shutil.rmtree(old)
 
 
 def write_outputs(compiled, pte_path: Path, extra_files: dict[str, bytes] | None = None) -> Path:
-    """Write `pte_path` and its artifacts folder; returns the folder."""
+    """Write `pte_path` and its artifacts folder; returns the folder.
+
+    `extra_files` defaults to what the plan contributes (plan.json, operators.txt), so no
+    caller can write an artifacts folder without them."""
     pte_path = Path(pte_path)
-    if pte_path.suffix != ".pte":
-        raise UserError(f"output '{pte_path}' must end in .pte; pass e.g. -o model.pte")
-    parent = pte_path.parent if str(pte_path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UserError(f"output folder '{parent}' does not exist; create it or choose another -o")
+    if extra_files is None:
+        from orchestrator.plan import make_plan
+
+        extra_files = make_plan(compiled).artifact_files()
+    check_outputs(pte_path)
+    parent = folder_of(pte_path)
     partitions = delegate_partitions(compiled)
     art_final = artifacts_dir_for(pte_path)
     art_tmp = Path(tempfile.mkdtemp(prefix=".orchestrate-", dir=parent))
+    pte_tmp = None
     try:
         for p in partitions:
             pdir = art_tmp / "partitions" / f"p{p.index}"
@@ -147,9 +161,14 @@ def write_outputs(compiled, pte_path: Path, extra_files: dict[str, bytes] | None
         for name, data in (extra_files or {}).items():
             (art_tmp / name).write_bytes(data)
         publish_mode(art_tmp)
+        # Both are complete before either is renamed into place, so a failure leaves the old
+        # pair (or nothing); a .pte and artifacts from different runs fail verify's hash check.
+        pte_tmp = staged_write(pte_path, compiled.pte_bytes)
         _atomic_replace_dir(art_tmp, art_final)
-        atomic_write_bytes(pte_path, compiled.pte_bytes)
+        os.replace(pte_tmp, pte_path)
     except BaseException:
         shutil.rmtree(art_tmp, ignore_errors=True)
+        if pte_tmp is not None:
+            pte_tmp.unlink(missing_ok=True)
         raise
     return art_final

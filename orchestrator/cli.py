@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import warnings
 from pathlib import Path
 
 from orchestrator.errors import NotRun, OrchestrateError, UserError
-from orchestrator.files import atomic_write_bytes
+from orchestrator.files import atomic_write_bytes, check_output_file, same_path
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,6 +23,43 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"orchestrate: error: {message}; see `{self.prog} --help`\n")
+
+
+def _clock_hz(text: str) -> float:
+    """A clock frequency: finite and at least 1 Hz (the target stores whole hertz)."""
+    value = _number(text, float)
+    if not (math.isfinite(value) and value >= 1):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a clock frequency; give a finite "
+                                         "number of hertz of at least 1, e.g. 400e6")
+    return value
+
+
+def _percent(text: str) -> float:
+    value = _number(text, float)
+    if not (math.isfinite(value) and 0 <= value <= 100):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage; give 0 to 100")
+    return value
+
+
+def _count(text: str) -> int:
+    value = _number(text, int)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative; give 0 or more")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _number(text, int)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not positive; give 1 or more")
+    return value
+
+
+def _number(text: str, kind: type):
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
 
 
 def _add_target_options(p: argparse.ArgumentParser) -> None:
@@ -34,8 +72,8 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--io", default="float", choices=("float", "int8"),
                    help="program input/output type; int8 removes the fp32 I/O buffers")
     p.add_argument("--calibration", help=".pt/.npz of samples or a folder of them")
-    p.add_argument("--cpu-hz", type=float, help="override the platform CPU clock")
-    p.add_argument("--npu-hz", type=float, help="override the platform NPU clock")
+    p.add_argument("--cpu-hz", type=_clock_hz, help="override the platform CPU clock (Hz)")
+    p.add_argument("--npu-hz", type=_clock_hz, help="override the platform NPU clock (Hz)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("-o", "--output", help="write the report to this file")
     plan.add_argument("--pte", help="also write the compiled .pte (and its artifacts) here")
     plan.add_argument("--runner-ops", help="file listing the operators your runner registers")
-    plan.add_argument("--fail-under-npu-coverage", type=float, metavar="PCT")
-    plan.add_argument("--max-partitions", type=int, metavar="N")
+    plan.add_argument("--fail-under-npu-coverage", type=_percent, metavar="PCT")
+    plan.add_argument("--max-partitions", type=_count, metavar="N")
     plan.add_argument("--require-fit", action="store_true")
     plan.add_argument("--require-runnable", action="store_true",
                       help="fail if an op has no device kernel or breaks a kernel's layout rule")
@@ -77,15 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--format", default="table", choices=("table", "json"))
     ver.add_argument("--fvp", action="store_true", help="run the .bpte on a Corstone FVP")
     ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF (or ORCHESTRATE_RUNNER_ELF)")
-    ver.add_argument("--timeout", type=int, default=600)
+    ver.add_argument("--timeout", type=_positive, default=600)
     return parser
-
-
-def _write_atomic(path: str, text: str) -> None:
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise UserError(f"output folder '{target.parent}' does not exist; create it or choose another -o")
-    atomic_write_bytes(target, text.encode())
 
 
 def _compile(args):
@@ -102,11 +133,53 @@ def _compile(args):
     return compile_model(model, calibration, target)
 
 
-def _check_output_folder(path: str | None) -> None:
-    """Fail before compiling, not after, when an output cannot be written."""
-    if path and not Path(path).parent.is_dir():
-        raise UserError(f"output folder '{Path(path).parent}' does not exist; create it or "
-                        "choose another path")
+def _inputs(args) -> list[tuple[str, Path]]:
+    """The files and folders a command reads, which no output may overwrite."""
+    found = []
+    model = getattr(args, "model", None)
+    if model:
+        file_part, sep, attribute = model.rpartition(":")
+        found.append(("the model file", Path(file_part if sep and file_part.endswith(".py")
+                                             else model)))
+    found += [(what, Path(value)) for what, value in (
+        ("the calibration data", getattr(args, "calibration", None)),
+        ("the --runner-ops file", getattr(args, "runner_ops", None)),
+        ("the platform YAML", getattr(args, "platform", None))) if value]
+    return [(what, path) for what, path in found if path.exists()]
+
+
+def _check_outputs(args, report: str | None = None, pte: str | None = None,
+                   pte_option: str = "-o", bundle: bool = False) -> None:
+    """Fail before compiling, not after, when an output cannot be written or would overwrite an
+    input, another output or something this tool did not write."""
+    from orchestrator.artifacts import artifacts_dir_for, check_outputs
+
+    outputs: list[tuple[str, Path]] = []
+    if report:
+        check_output_file(Path(report), "-o")
+        outputs.append(("-o", Path(report)))
+    if pte:
+        check_outputs(Path(pte), pte_option)
+        outputs += [(pte_option, Path(pte)), (pte_option, artifacts_dir_for(Path(pte)))]
+        if bundle:
+            bpte = Path(pte).with_suffix(".bpte")
+            check_output_file(bpte, "--bundle")
+            outputs.append(("--bundle", bpte))
+    inputs = _inputs(args)
+    for position, (option, output) in enumerate(outputs):
+        for what, path in inputs:
+            if same_path(output, path) or _inside(path, output):
+                raise UserError(f"{option} '{output}' is {what}, which writing there would "
+                                f"overwrite; choose another {option}")
+        for other_option, other in outputs[position + 1:]:
+            if same_path(output, other) or _inside(other, output) or _inside(output, other):
+                raise UserError(f"{option} '{output}' and {other_option} '{other}' would "
+                                f"overwrite each other; give them different paths")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path` lies inside `folder` (both resolved; neither need exist)."""
+    return Path(os.path.abspath(folder)) in Path(os.path.abspath(path)).parents
 
 
 def cmd_plan(args) -> int:
@@ -114,17 +187,15 @@ def cmd_plan(args) -> int:
     from orchestrator.plan import Gates, check_gates, make_plan
     from orchestrator.report import read_runner_ops, render_json, render_markdown, render_text
 
+    _check_outputs(args, report=args.output, pte=args.pte, pte_option="--pte")
     runner_ops = read_runner_ops(args.runner_ops) if args.runner_ops else None
-    if args.pte and not args.pte.endswith(".pte"):
-        raise UserError(f"--pte '{args.pte}' must end in .pte")
-    _check_output_folder(args.output)
-    _check_output_folder(args.pte)
     compiled = _compile(args)
     plan = make_plan(compiled, runner_ops)
     render = {"table": render_text, "json": render_json, "markdown": render_markdown}[args.format]
     text = render(compiled, plan.rows, plan.summary)
     if args.output:
-        _write_atomic(args.output, text + ("\n" if not text.endswith("\n") else ""))
+        atomic_write_bytes(Path(args.output),
+                           (text + ("\n" if not text.endswith("\n") else "")).encode())
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         print(text)
@@ -146,9 +217,7 @@ def cmd_compile(args) -> int:
     from orchestrator.artifacts import write_outputs
     from orchestrator.plan import make_plan
 
-    if not args.output.endswith(".pte"):
-        raise UserError(f"-o '{args.output}' must end in .pte")
-    _check_output_folder(args.output)
+    _check_outputs(args, pte=args.output, bundle=args.bundle)
     compiled = _compile(args)
     plan = make_plan(compiled)
     art = write_outputs(compiled, Path(args.output), _artifact_extras(compiled, plan))
@@ -175,15 +244,18 @@ def cmd_sweep(args) -> int:
     from orchestrator.target import resolve_target
     from platforms import PlatformError, load_platform
 
+    _check_outputs(args, report=args.output)
     try:
         platform = load_platform(args.platform)
     except PlatformError as error:
         raise UserError(str(error)) from None
     chosen = args.npus or args.npu
-    npus = chosen.split(",") if chosen else list(platform.npu_options)
-    targets = [resolve_target(args.platform, npu=npu.strip(), cpu=args.cpu, io=args.io,
+    npus = [npu.strip() for npu in chosen.split(",")] if chosen else list(platform.npu_options)
+    if not all(npus):
+        raise UserError(f"--npus '{chosen}' has an empty name; separate NPU names with single "
+                        "commas, e.g. ethos-u55-128,none")
+    targets = [resolve_target(args.platform, npu=npu, cpu=args.cpu, io=args.io,
                               cpu_hz=args.cpu_hz, npu_hz=args.npu_hz) for npu in npus]
-    _check_output_folder(args.output)
     model = load_model(args.model)
     calibration = load_calibration(args.calibration, model.example_inputs)
     if calibration.warning:
@@ -276,6 +348,13 @@ def main(argv: list[str] | None = None) -> int:
             if translated is None or translated is error:
                 raise
             raise translated from error
+    except SystemExit as request:
+        # argparse has finished by now, so only a user's model code can ask to exit; exiting
+        # with its status would report success (or failure) for work never done.
+        print(f"orchestrate: error: the model's code called exit({request.code!r}) while "
+              f"`{args.command}` ran, so nothing was written; remove the exit() call (guard "
+              "script code with `if __name__ == \"__main__\":`)", file=sys.stderr)
+        return UserError.exit_code
     except NotRun as error:
         print(f"orchestrate: {error}", file=sys.stderr)
         return error.exit_code
@@ -294,6 +373,13 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception as error:  # noqa: BLE001 - a bug of ours or upstream's: one line, exit 1
+        if os.environ.get("ORCHESTRATE_DEBUG"):
+            raise
+        message = " ".join(str(error).split())[:300]
+        print(f"orchestrate: internal error: {type(error).__name__}: {message} (set "
+              "ORCHESTRATE_DEBUG=1 for the traceback)", file=sys.stderr)
+        return OrchestrateError.exit_code
 
 
 if __name__ == "__main__":

@@ -1,10 +1,21 @@
-"""Writing outputs so that a failed run leaves nothing half-written, with the user's usual modes."""
+"""Writing outputs so that a failed run leaves nothing half-written, with the user's usual modes.
+
+`check_output_file` refuses, before any work, an output that could not be written or whose
+writing would replace something that is not a file (a folder, a device node).
+"""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+
+from orchestrator.errors import UserError
+
+_TEMP_PREFIX = ".orchestrate-"
+# Room for what is written inside an artifacts folder (partitions/p<k>/vela/<Vela's file names>).
+_PATH_MARGIN_BYTES = 128
 
 
 def _umask() -> int:
@@ -19,15 +30,85 @@ def publish_mode(path: Path) -> None:
     os.chmod(path, base & ~_umask())
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary sibling, then rename over `path`."""
+def folder_of(path: Path) -> Path:
+    """The folder a relative or absolute output path is written in."""
+    return Path(path).parent if str(Path(path).parent) else Path(".")
+
+
+def staged_write(path: Path, data: bytes) -> Path:
+    """Write `data` to a new temporary sibling of `path` and return it; the caller renames it."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".orchestrate-", suffix=path.suffix, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=path.suffix, dir=folder_of(path))
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         publish_mode(Path(tmp))
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return Path(tmp)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temporary sibling, then rename over `path`."""
+    tmp = staged_write(path, data)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def check_output_file(path: Path, option: str, companions: Iterable[Path] = ()) -> None:
+    """Refuse an output file that cannot be written: its folder is missing or read-only, the path
+    is a folder or another non-file, or its name (or a companion's written beside it, such as
+    the artifacts folder of a .pte) is longer than the file system allows."""
+    path = Path(path)
+    folder = folder_of(path)
+    if path.is_dir():
+        raise UserError(f"{option} '{path}' is a folder; give a file path inside it, e.g. "
+                        f"{path / ('model' + (path.suffix or '.txt'))}")
+    if path.exists() and not path.is_file():
+        raise UserError(f"{option} '{path}' exists and is not a regular file; choose another "
+                        f"{option}")
+    if not folder.is_dir():
+        raise UserError(f"output folder '{folder}' does not exist; create it or choose another "
+                        f"{option}")
+    name_max = _limit(folder, "PC_NAME_MAX", 255)
+    path_max = _limit(folder, "PC_PATH_MAX", 4096)
+    for item in (path, *companions):
+        name_bytes = len(os.fsencode(Path(item).name))
+        if name_bytes > name_max:
+            raise UserError(f"{option}: the name '{_short(Path(item).name)}' is {name_bytes} bytes, "
+                            f"longer than the {name_max} bytes the file system allows; choose a "
+                            f"shorter {option}")
+        if len(os.fsencode(os.path.abspath(item))) + _PATH_MARGIN_BYTES > path_max:
+            raise UserError(f"{option}: the path '{_short(str(item))}' leaves no room within the "
+                            f"{path_max}-byte path limit; choose a shorter {option}")
+    # Permission bits do not say it all (root, read-only mounts, ACLs): try the real thing.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=folder)
+    except OSError as error:
+        raise UserError(f"cannot write in output folder '{folder}' ({error.strerror}); choose "
+                        f"another {option}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def same_path(a: Path, b: Path) -> bool:
+    """Whether two paths name the same file or folder (also through links), existing or not."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _limit(folder: Path, name: str, default: int) -> int:
+    try:
+        return int(os.pathconf(folder, name))
+    except (OSError, ValueError):
+        return default
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 60 else f"{text[:28]}...{text[-28:]}"

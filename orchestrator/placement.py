@@ -16,6 +16,7 @@ from cost_models.cost import Cost
 from cost_models.graph_shapes import NodeInfo, describe, op_name
 from kernels.catalogue import CPU_KERNELS, cortex_m_op_name, specialised_function
 from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
+from partitioners.reasons import Reason, because  # noqa: F401 - Reason is part of the Plan
 
 PLACEMENTS = ("npu", "cmsis-nn", "portable")
 ROW_KINDS = ("op", "boundary-quantize", "boundary-dequantize", "layout", "npu-invocation")
@@ -25,19 +26,15 @@ _SKIPPED = ("getitem", "alloc", "executorch_call_delegate", "view_copy", "squeez
             "unsqueeze_copy", "_assert", "sym_size")
 _QDQ = ("quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel",
         "dequantize_per_channel")
-_LAYOUT = ("_to_dim_order_copy", "_clone_dim_order", "permute_copy", "transpose", "clone")
+# Ops that only copy bytes into another layout, matched by their exact op name: a substring
+# match would class `cortex_m::quantized_transpose_conv2d` (a convolution) as a copy.
+_LAYOUT = frozenset({"_to_dim_order_copy", "_clone_dim_order", "permute_copy", "transpose_copy",
+                     "clone", "transpose"})
 
 
-@dataclass(frozen=True)
-class Reason:
-    """Why an op is not in a better place: the check that decided and what it said."""
-
-    check: str  # e.g. "ethos-u partitioner", "AtenToCortexMPass (aten_to_cortex_m_pass.py:862)"
-    message: str
-    value: str = ""  # the node's values the message is about (stride, kernel, dtype, ...)
-
-    def text(self) -> str:
-        return f"{self.message} [{self.value}]" if self.value else self.message
+def _is_layout(target) -> bool:
+    parts = op_name(target).split(".")
+    return (parts[1] if len(parts) >= 2 else parts[0]) in _LAYOUT
 
 
 @dataclass(frozen=True)
@@ -87,7 +84,7 @@ def _npu_rows(index: int, lowered) -> list[OpPlacement]:
             continue
         info = describe(node)
         rows.append(OpPlacement(
-            name=node.name, op=info.op, kind="layout" if _is(node.target, _LAYOUT) else "op",
+            name=node.name, op=info.op, kind="layout" if _is_layout(node.target) else "op",
             placement="npu", partition=index, kernel=f"ethos-u partition {index}", tier=None,
             input_shapes=info.input_shapes, output_shape=info.output_shape,
             dtypes=_npu_dtype(node, info.dtypes),
@@ -112,36 +109,27 @@ def _npu_dtype(node: torch.fx.Node, logical: str) -> str:
 
 def _not_npu_reason(origin: str, lowered_stage, pre_cpu, npu: str | None, kind: str) -> Reason:
     if npu is None:
-        return Reason("target", "no NPU on this target (--npu none)")
+        return because("no-npu")
     rejection = lowered_stage.npu_rejections.get(origin)
     if rejection is not None:
-        return Reason("ethos-u partitioner (WhyNoPartitionReporter)", rejection.message,
-                      rejection.context)
-    if kind == "boundary-quantize":
-        return Reason("ethos-u partitioner", "boundary quantize: converts a float value "
-                      "(model input or CPU result) to int8 for the next int8 consumer")
-    if kind == "boundary-dequantize":
-        return Reason("ethos-u partitioner", "boundary dequantize: converts int8 back to float "
-                      "for the model output or a float CPU consumer")
+        return because("npu-operator-support", rejection.context, message=rejection.message)
+    if kind in ("boundary-quantize", "boundary-dequantize"):
+        return because(kind)
     if ":" in origin:
-        return Reason("device legalization", "inserted by orchestrate's device legalization "
-                      "(partitioners/legalize.py; see the workarounds in the summary)")
+        return because("inserted-by-legalization")
     if origin not in pre_cpu:
-        return Reason("cortex-m passes", "inserted by the Cortex-M passes after NPU "
-                      "partitioning (not part of any partition)")
-    return Reason("ethos-u partitioner", "supported, but left out of every partition "
-                  "(a partition must be a connected, quantized region)")
+        return because("inserted-by-cortex-m-passes")
+    return because("left-out-of-partitions")
 
 
 def _not_cmsis_reason(origin: str, target, decision: CpuDecision | None,
                       aten_target) -> Reason:
     if decision is not None and decision.category != "lowered":
-        return Reason(f"AtenToCortexMPass ({decision.check})", decision.message)
+        return because("cmsis-condition", debug=decision.check, message=decision.message)
     name = op_name(aten_target if aten_target is not None else target)
     if aten_target is not None and has_cmsis_substitution(aten_target):
-        return Reason("AtenToCortexMPass", f"{name} has a CMSIS-NN substitution, but it was not applied")
-    return Reason("AtenToCortexMPass", f"no CMSIS-NN kernel for {name}: ExecuTorch's Cortex-M "
-                  "backend registers no substitution for it, so the portable kernel runs")
+        return because("cmsis-substitution-not-applied", op=name)
+    return because("no-cmsis-kernel", op=name)
 
 
 def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
@@ -179,7 +167,7 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
             kind = "boundary-quantize"
         elif _is(node.target, ("dequantize_per_tensor",)):
             kind = "boundary-dequantize"
-        elif _is(node.target, _LAYOUT) or cortex_op == "transpose":
+        elif _is_layout(node.target):
             kind = "layout"
         else:
             kind = "op"
@@ -223,10 +211,7 @@ def _dim_order_faults(node: torch.fx.Node) -> tuple[Reason, ...]:
             orders.append(tuple(int(d) for d in val.dim_order()))
     if same_dim_order_family(orders):
         return ()
-    return (Reason("portable kernel dim-order check (tensors_have_same_dim_order)",
-                   f"{key} needs all tensors contiguous or all channels-last; got "
-                   f"{', '.join(str(o) for o in orders)}: the kernel returns InvalidArgument "
-                   "on the device"),)
+    return (because("dim-order-family", op=key, orders=", ".join(str(o) for o in orders)),)
 
 
 def missing_kernel_faults(rows, program_operators) -> tuple:
@@ -243,9 +228,7 @@ def missing_kernel_faults(rows, program_operators) -> tuple:
     for row in rows:
         key = op_key(row.op) if row.placement == "portable" else None
         if key in missing:
-            fault = Reason("ExecuTorch portable kernel library",
-                           f"no kernel for {missing[key]}: the device program fails to load "
-                           "(Missing operator) unless the firmware links one")
+            fault = because("missing-kernel", op=missing[key])
             row = replace(row, device_faults=row.device_faults + (fault,))
         out.append(row)
     return tuple(out)

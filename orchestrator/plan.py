@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from cost_models.npu import VelaPartitionEstimate, read_vela_dir
 from cost_models.plan_costs import attach_costs
-from orchestrator.artifacts import delegate_partitions
+from partitioners.npu import npu_delegates
 from orchestrator.errors import GateFailure
 from orchestrator.pipeline import Stage, run_stages
 from orchestrator.placement import missing_kernel_faults
@@ -15,16 +15,41 @@ from orchestrator.report import Summary, program_operators, summarize
 
 @dataclass(frozen=True)
 class Plan:
+    """Every op's placement with its reasons and costs, and the summary the gates read."""
+
     compiled: object  # orchestrator.pipeline.Compiled
     rows: tuple  # OpPlacement with costs
     estimates: dict[int, VelaPartitionEstimate]
     summary: Summary
 
+    def to_json(self) -> dict:
+        """The plan as plan.json holds it (schema: orchestrator/plan.schema.json)."""
+        from orchestrator.report import to_json
+
+        return to_json(self.compiled, self.rows, self.summary)
+
+    def to_markdown(self) -> str:
+        from orchestrator.report import render_markdown
+
+        return render_markdown(self.compiled, self.rows, self.summary)
+
+    def to_text(self, width: int = 100) -> str:
+        from orchestrator.report import render_text
+
+        return render_text(self.compiled, self.rows, self.summary, width)
+
+    def artifact_files(self) -> dict[str, bytes]:
+        """What the plan adds to an artifacts folder: plan.json and operators.txt."""
+        from orchestrator.report import render_json
+
+        return {"plan.json": render_json(self.compiled, self.rows, self.summary).encode(),
+                "operators.txt": "".join(f"{op}\n" for op in self.summary.operators).encode()}
+
 
 def vela_estimates(compiled) -> dict[int, VelaPartitionEstimate]:
     if not compiled.target.npu:
         return {}
-    return {p.index: read_vela_dir(p.vela_dir / "output") for p in delegate_partitions(compiled)}
+    return {p.index: read_vela_dir(p.vela_dir / "output") for p in npu_delegates(compiled.final_program, compiled.lowered.vela_runs)}
 
 
 @dataclass(frozen=True)

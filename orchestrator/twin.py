@@ -37,7 +37,7 @@ from kernels.reference import KernelError, LayoutRead, RawTensor
 from npu_driver.payload import EthosUPayload, PayloadError, parse_payload
 from npu_driver.tosa_twin import TosaGraphIO, TosaTwinError, check_against_payload, graph_io, run_tosa
 from orchestrator.artifacts import artifacts_dir_for
-from orchestrator.errors import UserError
+from orchestrator.errors import NotRun, UserError
 
 ETHOS_U_BACKEND = "EthosUBackend"
 # EthosUBackend.cpp accepts these (ExecuTorch dtype, Vela element size) pairs for inputs.
@@ -47,6 +47,11 @@ _NPU_INPUT_TYPES = {(torch.int32, 4), (torch.int8, 1), (torch.uint8, 1), (torch.
 
 class TwinError(UserError):
     """The twin cannot run this program faithfully (missing or mismatched artifacts, bad input)."""
+
+
+class TwinCannotRun(NotRun):
+    """The program is fine as far as we know, but the twin has no host execution for one of its
+    instructions: verification did not run (exit 5), which is neither a pass nor the user's fault."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,16 @@ class TwinProgram:
     def output_specs(self) -> tuple[TensorSpec, ...]:
         return tuple(self._spec(i) for i in self.plan.outputs)
 
+    def tensor_indices(self, index: int) -> tuple[int, ...]:
+        """The tensor EValues an argument names: itself, or the items of a tensor list."""
+        value = self.plan.values[index].val
+        kind = type(value).__name__
+        if kind == "TensorList":
+            return tuple(int(i) for i in value.items)
+        if kind == "OptionalTensorList":
+            return tuple(int(i) for i in value.items if i >= 0)
+        return (index,) if kind == "Tensor" else ()
+
     def producer(self, value_index: int):
         """The (instruction index, KernelCall/DelegateCall, op name) that writes an EValue."""
         for position, instruction in enumerate(self.plan.chains[0].instructions):
@@ -139,7 +154,7 @@ class TwinProgram:
             if type(call).__name__ == "KernelCall":
                 op = self.plan.operators[call.op_index]
                 outs = reference.out_positions(op.name, op.overload)
-                if any(call.args[p] == value_index for p in outs):
+                if any(value_index in self.tensor_indices(call.args[p]) for p in outs):
                     return position, call, f"{op.name}.{op.overload}"
             elif type(call).__name__ == "DelegateCall":
                 partition = self.partitions[call.delegate_index]
@@ -394,12 +409,19 @@ class _Execution:
             outs = reference.out_positions(op.name, op.overload)
             result = reference.execute(op.name, op.overload, args)
         except KernelError as error:
-            raise TwinError(f"instruction {position} ({key}): {error}") from None
+            raise TwinCannotRun(f"not run: the twin cannot execute instruction {position} "
+                                f"({key}): {error}") from None
+        except (RuntimeError, ValueError, TypeError, IndexError) as error:
+            # torch refused the host computation (a CPU kernel limit, not the program's fault).
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise TwinCannotRun(f"not run: the twin's host computation of instruction {position} "
+                                f"({key}) failed: {type(error).__name__}: {first[:200]}") from error
         for fault in result.faults:
             self.faults.append(DeviceFault(position, key, fault.check, fault.message))
-        inputs = [i for p, i in enumerate(call.args[:len(args)])
-                  if p not in outs and isinstance(self.values[i], RawTensor)]
-        outputs = [call.args[p] for p in outs]
+        # Tensor-list arguments (cat's inputs, split's outputs) stand for their items.
+        inputs = [t for p, i in enumerate(call.args[:len(args)]) if p not in outs
+                  for t in self.twin.tensor_indices(i)]
+        outputs = [t for p in outs for t in self.twin.tensor_indices(call.args[p])]
         self._record(position, "kernel", key, inputs, outputs, result.semantics,
                      result.layout_reads, began)
 

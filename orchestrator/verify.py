@@ -95,12 +95,17 @@ class VerifyReport:
 
 
 def load_reference(path: Path):
+    """A reference program from the artifacts folder, loaded as data: an artifacts folder may
+    come from someone else, and nothing in it may run code (see read_exported_program)."""
     import torchao.quantization.pt2e  # noqa: F401 - registers quantized_decomposed for loading
+
+    from orchestrator.sources import read_exported_program
 
     if not path.is_file():
         raise TwinError(f"refusing to verify: reference program {path} is missing; re-run "
                         "`orchestrate compile` to write the artifacts folder")
-    program = torch.export.load(path)
+    program = read_exported_program(
+        path, "re-run `orchestrate compile` to rewrite the artifacts folder")
     return program, program.module(check_guards=False)
 
 
@@ -364,8 +369,28 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
         raise UserError(f"--samples must be at least 1 and --max-steps at least 0 (got "
                         f"{samples} and {max_steps})")
     pte_path = Path(pte_path)
-    twin = load_twin(pte_path)
     art_dir = artifacts_dir_for(pte_path)
+    # The TOSA graphs and references beside the .pte describe it only if its bytes are the ones
+    # `compile` recorded: a .pte edited or swapped after compiling must not borrow their pass.
+    import hashlib
+
+    manifest_path = art_dir / "manifest.json"
+    if not pte_path.is_file() or not manifest_path.is_file():
+        missing = pte_path if not pte_path.is_file() else manifest_path
+        raise UserError(f"refusing to verify: {missing} is missing; re-run `orchestrate compile` "
+                        "to write the .pte and its artifacts folder")
+    try:
+        expected = json.loads(manifest_path.read_text())["pte"]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UserError(f"refusing to verify: {manifest_path} is not a manifest written by "
+                        f"`orchestrate compile` ({type(error).__name__}); re-run "
+                        "`orchestrate compile`") from None
+    actual = hashlib.sha256(pte_path.read_bytes()).hexdigest()
+    if actual != expected:
+        raise UserError(f"refusing to verify: {pte_path} does not match its artifacts (its "
+                        f"SHA-256 is {actual[:12]}..., {manifest_path} records "
+                        f"{str(expected)[:12]}...); re-run `orchestrate compile` to write both")
+    twin = load_twin(pte_path)
     float_program, float_module = load_reference(art_dir / "float.pt2")
     _, quantized_module = load_reference(art_dir / "quantized.pt2")
     inputs, source = sample_inputs(float_program, samples, calibration)

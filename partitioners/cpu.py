@@ -4,7 +4,11 @@
 returns a CMSIS-NN-backed `cortex_m::` node, or `None` when one of its conditions fails, and the
 node then stays on a portable kernel. Upstream records no reason. We run the unchanged functions
 and, when one returns `None`, note the line of the `return None` it took and the condition just
-above it: the reason is the source of the check that decided, not a guess made afterwards.
+above it: the reason is the source of the check that decided, not a guess made afterwards. Of a
+condition `a or b`, the reason names the operands that held in the function's own frame; when
+the operand is a flag a quantizer-time check left on the node (a ceil_mode max-pool keeps its
+qparams but is tagged `skip_quantized_max_pool2d`), that check is replayed on the node and its
+own condition named.
 """
 
 from __future__ import annotations
@@ -121,9 +125,9 @@ _FLAG_SETTERS = {
 }
 
 
-def _flag_setter(flag: str, node) -> tuple[list[str], str, str] | None:
-    """(held conditions, their values, "file.py:line Check") of the quantizer check that set
-    `flag` on `node`, found by replaying the check's `check_pattern` under a line tracer."""
+def _flag_setter(flag: str, node) -> tuple[list[str], str, str, str] | None:
+    """(held conditions, their values, the check's class, "file.py:line") of the quantizer check
+    that set `flag` on `node`, found by replaying its `check_pattern` under a line tracer."""
     import importlib
 
     module_name, class_name = _FLAG_SETTERS[flag]
@@ -152,28 +156,30 @@ def _flag_setter(flag: str, node) -> tuple[list[str], str, str] | None:
     line, f_globals, f_locals = found[0]
     line, condition = _guarding_condition(filename, line)
     held = _held_parts(condition, f_globals, f_locals)
-    return held, _values_of(held, f_locals), f"{filename.rsplit('/', 1)[-1]}:{line} {class_name}"
+    return held, _values_of(held, f_locals), class_name, f"{filename.rsplit('/', 1)[-1]}:{line}"
 
 
-def _explain(condition: str, frame, node) -> tuple[str, str]:
-    """(category, reason text) for a substitution's `return None`: the operands of its condition
-    that held, with the node's values, or the quantizer check behind a flag it read."""
+def _explain(condition: str, frame, node) -> tuple[str, str, str | None]:
+    """(category, reason text, file:line of a quantizer check behind it) for a substitution's
+    `return None`: the operands of its condition that held, with the node's values, or the
+    quantizer check behind a flag it read. Line numbers stay out of the text (plan.json must
+    not change with unrelated upstream edits)."""
     if frame is None:
-        return _categorize(condition), f"`{condition}`"
+        return _categorize(condition), f"`{condition}`", None
     f_globals, f_locals = frame
     held = _held_parts(condition, f_globals, f_locals)
     for flag in _FLAG_SETTERS:
         if any(flag in part for part in held):
             setter = _flag_setter(flag, node)
             if setter is not None:
-                setter_held, values, where = setter
+                setter_held, values, check_class, where = setter
                 text = " or ".join(setter_held)
                 detail = f" ({values})" if values else ""
-                return (_categorize(text), f"`{text}`{detail}, checked by {where}, which marks "
-                        f"the node `{flag}`")
+                return (_categorize(text), f"`{text}`{detail}: the quantizer's {check_class} "
+                        f"marks the node `{flag}`", where)
     text = " or ".join(held)
     values = _values_of(held, f_locals)
-    return _categorize(text), f"`{text}`" + (f" ({values})" if values else "")
+    return _categorize(text), f"`{text}`" + (f" ({values})" if values else ""), None
 
 
 def _categorize(condition: str) -> str:
@@ -218,10 +224,10 @@ def cmsis_decisions_recorded() -> Iterator[dict[str, CpuDecision]]:
             if spec is None:
                 line, frame = returned_at[-1] if returned_at else (code.co_firstlineno, None)
                 condition = _condition_before(filename, line)
-                category, text = _explain(condition, frame, node)
+                category, text, setter = _explain(condition, frame, node)
                 decisions[origin] = CpuDecision(
-                    origin, _op_name(node.target), category,
-                    f"{_READABLE[category]} ({text})", f"{short_file}:{line}")
+                    origin, _op_name(node.target), category, f"{_READABLE[category]} ({text})",
+                    f"{short_file}:{line}" + (f" after {setter}" if setter else ""))
             else:
                 decisions[origin] = CpuDecision(
                     origin, _op_name(node.target), "lowered",

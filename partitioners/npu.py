@@ -51,6 +51,40 @@ class VelaRun:
         return hashlib.sha256(self.payload_bytes).hexdigest()
 
 
+@dataclass(frozen=True)
+class DelegatePartition:
+    """An Ethos-U delegate of the final program, matched to the Vela call that produced it."""
+
+    index: int
+    delegate_name: str  # lowered_module_<k> in the edge program
+    payload_sha256: str
+    tosa_sha256: str
+    tosa_bytes: bytes
+    vela_dir: Path
+
+
+def npu_delegates(final_program, vela_runs) -> list[DelegatePartition]:
+    """Ethos-U delegates in program order, each with the Vela run whose payload it carries."""
+    by_payload = {run.payload_sha256: run for run in vela_runs}
+    partitions = []
+    for index, (name, lowered) in enumerate(_lowered_modules(final_program)):
+        digest = hashlib.sha256(lowered.processed_bytes).hexdigest()
+        run = by_payload.get(digest)
+        if run is None:
+            raise RuntimeError(f"delegate {name} has no matching Vela run (payload {digest[:12]})")
+        partitions.append(DelegatePartition(index, name, digest, run.tosa_sha256, run.tosa_bytes,
+                                            run.out_dir))
+    return partitions
+
+
+def _lowered_modules(program):
+    graph_module = program.graph_module
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and "executorch_call_delegate" in str(node.target):
+            name = node.args[0].target
+            yield name, getattr(graph_module, name)
+
+
 def node_context(node: torch.fx.Node) -> str:
     """The values of a node a placement reason is about: conv/pool geometry and tensor dtypes."""
     parts = []

@@ -76,3 +76,21 @@ def test_no_import_cycles():
         if name not in state:
             visit(name, [name])
     assert cycles == []
+
+
+def test_every_reason_comes_from_the_catalogue():
+    """Only partitioners/reasons.py builds a Reason; everything else names a catalogue entry."""
+    modules = _modules()
+    builders = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Reason":
+                builders.append(name)
+    assert set(builders) <= {"partitioners.reasons"}
+
+
+def test_the_reasons_document_is_generated_from_the_catalogue():
+    from partitioners.reasons import markdown
+
+    assert (ROOT / "partitioners" / "REASONS.md").read_text() == markdown(), (
+        "regenerate with: python -m partitioners.reasons > partitioners/REASONS.md")

@@ -1,0 +1,208 @@
+"""Models users bring (examples/user_models.py): the defects they exposed, and the opt-in matrix.
+
+The unmarked tests pin one fix each and run by default (a few seconds of CPU-only compiles).
+The `user_models` matrix compiles and verifies every user model on U55-128, U65-256, U85-256
+and CPU-only M55 (opt-in, ~20 min: `python -m pytest -m user_models`). An acceptable outcome is
+a compile and a PASSED verify, or one classified one-line error (`OrchestrateError`) naming the
+construct; a FAILED verify of a program the compile accepted is a defect.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from examples.user_models import USER_MODELS, model_spec
+
+CPU_ONLY = ("corstone300", "none", "cortex-m55")
+
+
+def _edge_nodes(module: nn.Module, shape: tuple[int, ...], needle: str):
+    program = torch.export.export(module.eval(), (torch.randn(shape),)).run_decompositions()
+    return [n for n in program.graph.nodes if n.op == "call_function" and needle in str(n.target)]
+
+
+@pytest.mark.parametrize("module,shape,macs,kind,kernel_hw", [
+    (nn.Conv1d(10, 16, 5, padding=2), (1, 10, 40), 640 * 10 * 5, "conv", (1, 5)),
+    (nn.Conv1d(16, 16, 3, stride=2, padding=1, groups=16), (1, 16, 40), 320 * 3,
+     "depthwise_conv", (1, 3)),
+    (nn.Conv1d(24, 24, 3, padding=1, groups=4), (1, 24, 20), 480 * 6 * 3, "conv", (1, 3)),
+    (nn.Conv2d(3, 8, 3, padding=1), (1, 3, 8, 8), 512 * 3 * 9, "conv", (3, 3)),
+    (nn.Conv2d(8, 8, 3, groups=8), (1, 8, 8, 8), 288 * 9, "depthwise_conv", (3, 3)),
+    (nn.Conv2d(8, 16, 3, groups=2), (1, 8, 8, 8), 576 * 4 * 9, "conv", (3, 3)),
+    (nn.ConvTranspose2d(4, 8, 2, stride=2), (1, 4, 4, 4), 64 * 8 * 4, "conv", (2, 2)),
+], ids=["conv1d", "depthwise1d", "grouped1d", "conv2d", "depthwise2d", "grouped2d", "transposed2d"])
+def test_conv_macs_are_counted_for_every_conv_rank_and_grouping(module, shape, macs, kind, kernel_hw):
+    from cost_models.graph_shapes import describe
+
+    (node,) = _edge_nodes(module, shape, "convolution")
+    info = describe(node)
+    assert (info.macs, info.op_shape.kind, info.op_shape.kernel_hw) == (macs, kind, kernel_hw)
+
+
+def test_a_1d_pool_window_is_one_row_of_k():
+    from cost_models.graph_shapes import describe
+
+    (node,) = _edge_nodes(nn.AvgPool1d(4), (1, 8, 32), "avg_pool")
+    assert describe(node).op_shape.kernel_hw == (1, 4)
+
+
+def test_conv1d_model_compiles_with_its_macs(compiles):
+    compiled, _ = compiles.get(model_spec("conv1d_audio"), *CPU_ONLY)
+    convs = [row for row in compiled.placements if row.op.startswith("aten.convolution")]
+    assert [row.macs for row in convs] == [32_000, 960, 7_680, 8_640]
+
+
+def test_argmax_and_topk_indices_are_compared_exactly(compiles):
+    from orchestrator.verify import verify
+
+    for name in ("argmax_head", "topk_head"):
+        _, pte = compiles.get(model_spec(name), *CPU_ONLY, write=True)
+        report = verify(pte, samples=2)
+        indices = report.outputs[-1]
+        assert indices.step is None, name  # not quantized: compared in its own units
+        assert (indices.max_steps, indices.differing_elements) == (0, 0), name
+        assert report.passed, report.verdict
+
+
+def _portable_program(module, inputs, path: Path) -> Path:
+    from executorch.exir import to_edge
+
+    path.write_bytes(to_edge(torch.export.export(module, inputs)).to_executorch().buffer)
+    return path
+
+
+def _host_run(pte: Path, inputs) -> list[bytes]:
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    program = pte.read_bytes()  # the loaded method points into this buffer: keep it alive
+    outputs = _load_for_executorch_from_buffer(program).forward(inputs)
+    return [o.as_strided((o.numel(),), (1,)).numpy().tobytes() for o in outputs]
+
+
+class _SplitWithSizes(nn.Module):
+    def forward(self, x):
+        a, b, c = torch.split(x, [1, 2, 3], dim=1)
+        return a * 2, b + 1, c
+
+
+class _ChannelsLastCat(nn.Module):
+    def forward(self, a, b):
+        return torch.cat([a, b], dim=1)
+
+
+def test_twin_runs_tensor_list_outputs_as_the_host_runtime_does(tmp_path):
+    from orchestrator.twin import run_twin
+
+    x = torch.randn(2, 6, 5)
+    pte = _portable_program(_SplitWithSizes(), (x,), tmp_path / "split.pte")
+    run = run_twin(pte, (x,), keep_intermediates=True)
+    assert list(run.output_bytes) == _host_run(pte, (x,))
+    split = next(e for e in run.op_trace if e.op == "aten::split_with_sizes_copy.out")
+    assert len(split.outputs) == 3 and all(o in run.intermediates for o in split.outputs)
+
+
+def test_twin_runs_a_channels_last_cat_as_the_host_runtime_does(tmp_path):
+    """op_cat.cpp walks the bytes by the sizes: a channels-last cat along C concatenates whole
+    NHWC buffers, which is not the channels-last layout of the concatenation."""
+    from orchestrator.twin import run_twin
+
+    a = torch.randn(1, 2, 3, 3).to(memory_format=torch.channels_last)
+    b = torch.randn(1, 2, 3, 3).to(memory_format=torch.channels_last)
+    pte = _portable_program(_ChannelsLastCat(), (a, b), tmp_path / "cat.pte")
+    run = run_twin(pte, (a, b))
+    assert list(run.output_bytes) == _host_run(pte, (a, b))
+    assert not torch.equal(run.outputs[0], torch.cat([a, b], 1))
+
+
+def test_reference_runs_an_int8_channels_last_max_pool():
+    from kernels import reference
+    from kernels.reference import RawTensor
+
+    def raw(sizes, dtype, dim_order):
+        nbytes = int(np.prod(sizes)) * torch.empty((), dtype=dtype).element_size()
+        return RawTensor(dtype, sizes, dim_order, memoryview(bytearray(nbytes)))
+
+    x = torch.randint(-128, 128, (1, 16, 15, 15), dtype=torch.int8)
+    source = raw((1, 16, 15, 15), torch.int8, (0, 2, 3, 1))
+    reference.write_by_dim_order(source, x)
+    out = raw((1, 16, 7, 7), torch.int8, (0, 2, 3, 1))
+    indices = raw((1, 16, 7, 7), torch.int64, (0, 2, 3, 1))
+    result = reference.execute("aten::max_pool2d_with_indices", "out",
+                               [source, [3, 3], [2, 2], [0, 0], [1, 1], True, out, indices])
+    expected = torch.nn.functional.max_pool2d(x.float(), 3, 2, ceil_mode=True).to(torch.int8)
+    assert torch.equal(reference.read_by_dim_order(out), expected)
+    assert not result.faults
+
+
+def test_ceil_mode_max_pool_reason_names_ceil_mode(compiles):
+    compiled, _ = compiles.get(model_spec("squeezenet_small"), *CPU_ONLY)
+    pools = [row for row in compiled.placements if "max_pool" in row.op]
+    assert len(pools) == 2
+    for row in pools:
+        assert row.placement == "portable"
+        (reason,) = [r for r in row.reasons if r.check.startswith("AtenToCortexMPass")]
+        assert "ceil_mode" in reason.message and "ceil_mode=True" in reason.message
+        assert "not quantized" not in reason.message
+
+
+def test_an_op_the_twin_cannot_execute_is_not_run_exit_5(compiles, monkeypatch):
+    from kernels import reference
+    from kernels.reference import KernelError
+    from orchestrator.verify import verify
+
+    _, pte = compiles.get(model_spec("argmax_head"), *CPU_ONLY, write=True)
+
+    def no_host_execution(name, overload, args):
+        raise KernelError(f"the twin has no host execution for {name}.{overload}")
+
+    monkeypatch.setattr(reference, "execute", no_host_execution)
+    with pytest.raises(Exception) as raised:
+        verify(pte, samples=1)
+    assert raised.value.exit_code == 5 and str(raised.value).startswith("not run")
+
+
+TARGETS = [("corstone300", "ethos-u55-128", None), ("corstone300", "ethos-u65-256", None),
+           ("corstone320", "ethos-u85-256", None), CPU_ONLY]
+
+
+@pytest.mark.user_models
+@pytest.mark.parametrize("platform,npu,cpu", TARGETS, ids=[t[1] if t[1] != "none" else t[2]
+                                                           for t in TARGETS])
+@pytest.mark.parametrize("model", list(USER_MODELS))
+def test_user_model_compiles_and_verifies_or_fails_in_one_classified_line(
+        model, platform, npu, cpu, tmp_path):
+    from orchestrator.artifacts import write_outputs
+    from orchestrator.pipeline import compile_model
+    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.target import resolve_target
+    from orchestrator.verify import verify
+
+    loaded = load_model(model_spec(model))
+    pte = tmp_path / f"{model}.pte"
+    try:
+        compiled = compile_model(loaded, load_calibration(None, loaded.example_inputs),
+                                 resolve_target(platform, npu=npu, cpu=cpu))
+        write_outputs(compiled, pte)
+    except Exception as error:  # noqa: BLE001 - classified or a defect
+        _assert_classified_one_line(error)
+        return
+    try:
+        report = verify(pte, samples=4)
+    except Exception as error:  # noqa: BLE001
+        _assert_classified_one_line(error)
+        return
+    assert report.passed, report.verdict
+
+
+def _assert_classified_one_line(error: BaseException) -> None:
+    from orchestrator.errors import as_orchestrate_error
+
+    classified = as_orchestrate_error(error)
+    if classified is None:
+        raise error
+    assert "\n" not in str(classified).strip(), classified
