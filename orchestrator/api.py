@@ -22,7 +22,7 @@ class CompileResult:
 
     pte: Path
     artifacts: Path
-    plan: object  # orchestrator.plan.Plan
+    plan: object  # orchestrator.planner.Plan
 
     @property
     def compiled(self):
@@ -45,7 +45,7 @@ def plan(model: str, platform: str = "corstone300", npu: str | None = None,
          cpu_hz: float | None = None, npu_hz: float | None = None,
          runner_ops: set[str] | None = None, progress=None):
     """Compile `model` for the target and return its Plan (nothing is written)."""
-    from orchestrator.plan import make_plan
+    from orchestrator.planner import make_plan
 
     compiled = _compile(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, progress)
     return make_plan(compiled, runner_ops, progress)
@@ -58,7 +58,7 @@ def compile(model: str, output, platform: str = "corstone300", npu: str | None =
     """Compile `model` to `output` (.pte) with everything the CLI writes beside it."""
     from orchestrator.artifacts import write_outputs
     from orchestrator.errors import UserError
-    from orchestrator.plan import make_plan
+    from orchestrator.planner import make_plan
 
     output = Path(output)
     if output.suffix != ".pte":

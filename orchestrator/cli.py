@@ -184,7 +184,7 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def cmd_plan(args) -> int:
     from orchestrator.artifacts import write_outputs
-    from orchestrator.plan import Gates, check_gates, make_plan
+    from orchestrator.planner import Gates, check_gates, make_plan
     from orchestrator.report import read_runner_ops, render_json, render_markdown, render_text
 
     _check_outputs(args, report=args.output, pte=args.pte, pte_option="--pte")
@@ -215,7 +215,7 @@ def _artifact_extras(compiled, plan) -> dict[str, bytes]:
 
 def cmd_compile(args) -> int:
     from orchestrator.artifacts import write_outputs
-    from orchestrator.plan import make_plan
+    from orchestrator.planner import make_plan
 
     _check_outputs(args, pte=args.output, bundle=args.bundle)
     compiled = _compile(args)

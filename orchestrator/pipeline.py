@@ -6,7 +6,7 @@
 Each stage takes the `CompileState` so far and returns a new one with its own result added; no
 stage hands a result on by changing another's value or upstream private state. `run_stages`
 times each stage, reports progress, and re-raises an unexpected upstream exception as one
-error naming the stage. `plan` and `compile` share this pipeline (orchestrator/plan.py adds
+error naming the stage. `plan` and `compile` share this pipeline (orchestrator/planner.py adds
 PLAN_STAGES after it).
 """
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tabulate import tabulate
 
-from orchestrator.plan import make_plan
+from orchestrator.planner import make_plan
 from orchestrator.pipeline import compile_model
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from orchestrator.errors import GateFailure
-from orchestrator.plan import Gates, check_gates, make_plan
+from orchestrator.planner import Gates, check_gates, make_plan
 from orchestrator.report import SCHEMA_PATH, render_json, render_markdown, render_text
 
 
@@ -62,13 +62,36 @@ def test_mixed_on_u85_moves_the_stride4_conv_and_where_to_the_npu(mixed_u85):
     assert sort.placement == "portable"
 
 
-def test_every_op_row_has_a_placement_and_cpu_rows_have_a_reason(mixed_u55):
+def test_every_cpu_reason_agrees_with_the_data_of_the_check_that_decided(mixed_u55):
+    """Cross-checked against upstream's own records, not against our rendering of them."""
+    from partitioners.cpu import has_cmsis_substitution
+
+    compiled = mixed_u55.compiled
+    rejections = compiled.lowered.npu_rejections
     for row in mixed_u55.rows:
-        assert row.placement in ("npu", "cmsis-nn", "portable")
-        if row.placement != "npu":
-            assert row.reasons, row
-        if row.placement == "portable":
-            assert len(row.reasons) == 2, row
+        if row.placement == "npu":
+            assert not row.reasons, row
+            continue
+        not_npu = row.reasons[0]
+        if row.name in rejections:  # the Ethos-U operator-support check's own words and values
+            assert (not_npu.key, not_npu.message, not_npu.value) == (
+                "npu-operator-support", rejections[row.name].message, rejections[row.name].context)
+        else:
+            assert not_npu.key != "npu-operator-support", row
+        if row.placement != "portable":
+            continue
+        not_cmsis = row.reasons[1]
+        decision = compiled.cpu_decisions.get(row.name)
+        if decision is not None and decision.category != "lowered":
+            assert (not_cmsis.key, not_cmsis.message, not_cmsis.debug) == (
+                "cmsis-condition", decision.message, decision.check)
+        else:
+            assert not_cmsis.key == "no-cmsis-kernel", row
+            assert row.op in not_cmsis.message
+    # upstream registers no substitution for where/sort/gt: the table agrees with the plan
+    import torch
+
+    assert not has_cmsis_substitution(torch.ops.aten.where.self)
 
 
 def test_hidden_cpu_work_is_reported(mixed_u55):
@@ -278,3 +301,35 @@ def test_a_vendor_soc_yaml_decides_fit_and_int8_io_makes_it_fit(compiles):
         used[m.region] = used.get(m.region, 0) + m.bytes
     for region in int8.compiled.target.platform.memories:
         assert used.get(region.name, 0) <= region.size_bytes
+
+
+def test_npu_scratch_is_the_largest_partitions_not_the_sum(mixed_u55):
+    # The method's temp allocator holds one delegate's scratch at a time (EthosUBackend.cpp).
+    scratch = [e.scratch_bytes for e in mixed_u55.estimates.values()]
+    assert len(scratch) == 3 and sum(scratch) > max(scratch)
+    assert mixed_u55.summary.npu_scratch_bytes == max(scratch)
+    (row,) = [m for m in mixed_u55.summary.memory if "npu scratch" in m.item]
+    assert row.bytes == max(scratch)
+
+
+def test_a_transpose_convolution_is_an_op_with_macs_not_a_layout_copy(tmp_path):
+    model = tmp_path / "up.py"
+    model.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "class Up(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(3, 8, 3, padding=1)\n"
+        "        self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)\n"
+        "    def forward(self, x):\n"
+        "        return self.up(torch.relu(self.conv(x)))\n"
+        "def factory():\n"
+        "    return Up().eval(), (torch.randn(1, 3, 8, 8),)\n")
+    import orchestrator
+
+    plan = orchestrator.plan(f"{model}:factory", npu="none", cpu="cortex-m55")
+    (up,) = [r for r in plan.rows if tuple(r.output_shape) == (1, 4, 16, 16) and r.macs]
+    assert up.kind == "op" and up.placement == "cmsis-nn"
+    assert up.macs == 64 * 8 * 4 * 2 * 2  # input pixels x in x out channels x a 2x2 kernel
+    assert up.cost.source == "model:mve"  # the CMSIS-NN cost model, not the layout-copy model

@@ -47,8 +47,8 @@ ETHOS_U_SOURCES = ("EthosUBackend.cpp", "EthosUBackend_Cortex_M.cpp", "EthosUBac
                    "VelaBinStream.cpp")
 # The portable utilities the Cortex-M ops reach through cortex_m_ops_common.h. Found by linking
 # with --no-undefined: only these define symbols the ops use and libexecutorch.so lacks.
-PORTABLE_UTIL_SOURCES = ("broadcast_util.cpp", "delinearize_index.cpp", "kernel_ops_util.cpp",
-                         "dtype_util.cpp")
+PORTABLE_UTIL_SOURCES = ("broadcast_util.cpp", "delinearize_index.cpp", "dtype_util.cpp",
+                         "kernel_ops_util.cpp", "repeat_util.cpp")
 # ARM_NN_ENABLE_F32/F16 off: CMSIS-NN's CMake leaves every float kernel out.
 _CMSIS_FLOAT_MARKERS = ("_f32", "_f16", "_flt")
 DEFINES = ("C10_USING_CUSTOM_GENERATED_MACROS", "ET_EVENT_TRACER_ENABLED")
