@@ -65,15 +65,7 @@ def check_output_file(path: Path, option: str, companions: Iterable[Path] = ()) 
     the artifacts folder of a .pte) is longer than the file system allows."""
     path = Path(path)
     folder = folder_of(path)
-    if path.is_dir():
-        raise UserError(f"{option} '{path}' is a folder; give a file path inside it, e.g. "
-                        f"{path / ('model' + (path.suffix or '.txt'))}")
-    if path.exists() and not path.is_file():
-        raise UserError(f"{option} '{path}' exists and is not a regular file; choose another "
-                        f"{option}")
-    if not folder.is_dir():
-        raise UserError(f"output folder '{folder}' does not exist; create it or choose another "
-                        f"{option}")
+    # Lengths first: stat() of an over-long name raises instead of answering.
     name_max = _limit(folder, "PC_NAME_MAX", 255)
     path_max = _limit(folder, "PC_PATH_MAX", 4096)
     for item in (path, *companions):
@@ -85,6 +77,14 @@ def check_output_file(path: Path, option: str, companions: Iterable[Path] = ()) 
         if len(os.fsencode(os.path.abspath(item))) + _PATH_MARGIN_BYTES > path_max:
             raise UserError(f"{option}: the path '{_short(str(item))}' leaves no room within the "
                             f"{path_max}-byte path limit; choose a shorter {option}")
+    if path.is_dir():
+        raise UserError(f"{option} '{path}' is a folder; give the path of a file to write")
+    if path.exists() and not path.is_file():
+        raise UserError(f"{option} '{path}' exists and is not a regular file; choose another "
+                        f"{option}")
+    if not folder.is_dir():
+        raise UserError(f"output folder '{folder}' does not exist; create it or choose another "
+                        f"{option}")
     # Permission bits do not say it all (root, read-only mounts, ACLs): try the real thing.
     try:
         fd, probe = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=folder)

@@ -541,7 +541,8 @@ def _holds_symbolic(value: Any) -> bool:
 
 def _check_graph_calls(program: torch.export.ExportedProgram, path: Path, remedy: str) -> None:
     """Every call in the loaded graph is a torch operator or an arithmetic builtin that torch's
-    export verifier allows; the archive names its own verifiers, so theirs is not enough."""
+    export verifier allows. Torch runs the verifiers the archive names; this check does not
+    depend on which."""
     from torch._export.verifier import Verifier
 
     builtins = set(Verifier().allowed_builtin_ops())

@@ -18,21 +18,28 @@ class CompileCache:
 
     def get(self, model: str, platform: str = "corstone300", npu: str | None = None,
             cpu: str | None = None, io: str = "float", write: bool = False):
-        """(Compiled, pte_path or None); `npu='none'` for CPU-only."""
+        """(Compiled, pte_path or None); `npu='none'` for CPU-only.
+
+        Keyed by the resolved target, so `npu=None` and the platform's default NPU, or `cpu=None`
+        and the platform's default core, share one compile."""
+        from examples import zoo
         from orchestrator.artifacts import write_outputs
         from orchestrator.pipeline import compile_model
         from orchestrator.sources import load_calibration, load_model
         from orchestrator.target import resolve_target
 
-        key = (model, platform, npu, cpu, io)
+        target = resolve_target(platform, npu=npu, cpu=cpu, io=io)
+        zoo_entry = zoo.lookup(model)
+        key = (zoo_entry.name if zoo_entry else model, str(target.platform.source_file or platform),
+               target.npu, target.cpu, target.io)
         if key not in self._cache:
-            target = resolve_target(platform, npu=npu, cpu=cpu, io=io)
             loaded = load_model(model)
             compiled = compile_model(loaded, load_calibration(None, loaded.example_inputs), target)
             self._cache[key] = [compiled, None]
         entry = self._cache[key]
         if write and entry[1] is None:
-            out = self._tmp.mktemp("pte") / f"{model}_{npu or 'default'}_{cpu or 'default'}_{io}.pte"
+            stem = f"{key[0]}_{target.npu or 'cpu'}_{target.cpu}_{io}".replace("/", "_")[-80:]
+            out = self._tmp.mktemp("pte") / f"{stem}.pte"
             write_outputs(entry[0], out)
             entry[1] = out
         return entry[0], entry[1]

@@ -267,7 +267,6 @@ def test_pt2_calling_a_python_function(tmp_path, capsys, saved_program):
         node = program["graph_module"]["graph"]["nodes"][1]
         node["target"] = "torch.os.system"
         node["inputs"] = [{"name": "command", "arg": {"as_string": _touch(tmp_path)}, "kind": 1}]
-        program["verifiers"] = []  # an archive names its own verifiers: none here
 
     hostile = _rewrite(saved_program, tmp_path / "hostile.pt2",
                        _edit_json("models/model.json", call_system))

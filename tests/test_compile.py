@@ -220,3 +220,27 @@ def test_an_unwritable_output_fails_before_compiling(capsys, tmp_path):
     assert code == 2 and "does not exist" in err
     # One line and nothing else: the model was not even loaded (no calibration warning).
     assert err.count("\n") == 1 and not list(tmp_path.iterdir())
+
+
+def test_a_model_with_torch_cond_partitions_through_both_branches(tmp_path):
+    # Upstream's TOSAPartitioner re-enters `_tag_module` for each control-flow branch with a
+    # 4th argument (tag_iterator); a wrapper that took three raised TypeError here.
+    model = tmp_path / "cond_model.py"
+    model.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "class CondModel(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(3, 4, 3, padding=1)\n"
+        "    def forward(self, x):\n"
+        "        y = self.conv(x)\n"
+        "        return torch.cond(y.sum() > 0, lambda t: t + 1.0, lambda t: t - 1.0, (y,))\n"
+        "def factory():\n"
+        "    return CondModel().eval(), (torch.randn(1, 3, 8, 8),)\n")
+    import orchestrator
+
+    plan = orchestrator.plan(f"{model}:factory", npu="ethos-u55-128")
+    conv = next(r for r in plan.rows if "convolution" in r.op)
+    assert conv.placement == "npu"
+    assert [backend for backend, _ in _delegate_specs(plan.compiled.pte_bytes)] == ["EthosUBackend"]

@@ -39,12 +39,18 @@ def test_zoo_model_compiles_to_one_pte_with_the_intended_placement(compiles, mod
     else:
         assert delegates and all(backend == "EthosUBackend" and specs["target"] == npu.encode()
                                  for backend, specs in delegates)
-    # Portable kernels only for ops with no CMSIS-NN kernel.
-    rows = compiled.placements
-    for row in rows:
-        if row.placement == "portable":
-            assert any("no CMSIS-NN kernel" in r.message or "AtenToCortexMPass" in r.check
-                       for r in row.reasons), row
+    # A portable row's not-CMSIS-NN reason matches what AtenToCortexMPass recorded for it: a
+    # failed substitution condition, or no substitution attempted at all.
+    for row in compiled.placements:
+        if row.placement != "portable":
+            continue
+        decision = compiled.cpu_decisions.get(row.name)
+        if row.reasons[1].key == "cmsis-condition":
+            assert decision is not None and decision.category != "lowered", row
+            assert row.reasons[1].message == decision.message
+        else:
+            assert row.reasons[1].key == "no-cmsis-kernel", row
+            assert decision is None or decision.category != "lowered", row
     assert all(b.consistent for b in compiled.boundaries)
     assert compiled.arena_bytes > 0 and len(compiled.pte_bytes) > 0
     assert all(op.startswith(("cortex_m::", "aten::", "dim_order_ops::")) for op in operators)
