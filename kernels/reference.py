@@ -47,7 +47,17 @@ _DIM_ORDER_COPIES = frozenset({"dim_order_ops::_to_dim_order_copy", "dim_order_o
 # Portable kernels that take or return tensor lists and walk them with getLeadingDims.
 _LEADING_DIMS_KERNELS = frozenset({"aten::cat", "aten::split_copy", "aten::split_with_sizes_copy",
                                    "aten::unbind_copy"})
-_RAW_CMSIS = frozenset({"quantize_per_tensor", "dequantize_per_tensor", "quantized_activation"})
+# cortex_m kernels that walk their tensors' bytes as the row-major layout of the sizes: their
+# op_*.cpp hand `sizes()` and data pointers to CMSIS-NN and never read the dim_order (the
+# elementwise ones: "TBD (#16032): Validate dim_order"). Channel-broadcast add/mul are the
+# exception handled below. `pad` (is_channels_last_tensor) is dim-order aware.
+_RAW_CMSIS = frozenset({"quantize_per_tensor", "dequantize_per_tensor", "quantized_activation",
+                        "quantized_add", "quantized_mul", "quantized_div", "minimum", "maximum",
+                        "transpose", "softmax", "quantized_linear", "quantized_batch_matmul"})
+# op_quantized_add.cpp / op_quantized_mul.cpp: when one 4-D operand holds only the channels
+# (`is_channel_broadcast`), the kernel adds that C-vector to every C-element chunk of the other
+# operand's bytes, i.e. reads the big operand and writes the output as NHWC.
+_CHANNEL_BROADCAST_CMSIS = frozenset({"quantized_add", "quantized_mul"})
 
 
 class KernelError(Exception):
@@ -275,19 +285,33 @@ def _missing_kernel(key: str) -> tuple[KernelFault, ...]:
                         "a custom kernel for it"),)
 
 
+def _is_channel_broadcast(tensors: list[RawTensor]) -> bool:
+    """`is_channel_broadcast` (backends/cortex_m/ops/cortex_m_ops_common.h)."""
+    if len(tensors) != 2 or len(tensors[0].sizes) != 4 or len(tensors[1].sizes) != 4:
+        return False
+    a, b = tensors
+    if a.sizes[1] != b.sizes[1]:
+        return False
+    return a.numel == a.sizes[1] or b.numel == b.sizes[1]
+
+
 def _cmsis(name: str, schema, args) -> KernelResult:
     op = name.split("::")[1]
     kernel = CPU_KERNELS.get(op)
     explicit_nhwc = op.endswith("_nhwc")  # sizes already NHWC: the bytes are row-major
     nhwc_activations = kernel is not None and kernel.reads_nhwc and not explicit_nhwc
     elementwise = op in _RAW_CMSIS
+    tensors = [value for _, value in _tensor_args(schema, args)]
+    channel_broadcast = op in _CHANNEL_BROADCAST_CMSIS and _is_channel_broadcast(tensors)
     reads: list[LayoutRead] = []
     values = []
     for argument, value in zip(schema.arguments, args):
         if _is_out(argument):
             continue
         if isinstance(value, RawTensor):
-            if nhwc_activations and argument.name == "input" and len(value.sizes) == 4:
+            nhwc_read = ((nhwc_activations and argument.name == "input" and len(value.sizes) == 4)
+                         or (channel_broadcast and value.numel != value.sizes[1]))
+            if nhwc_read:
                 if layouts_differ(value.sizes, value.dim_order, CHANNELS_LAST):
                     reads.append(LayoutRead(argument.name, value.dim_order, "NHWC", "read"))
                 values.append(read_nhwc(value))
@@ -301,14 +325,24 @@ def _cmsis(name: str, schema, args) -> KernelResult:
             values.append(_convert(argument, value))
     result = op_overload(name, "default")(*values)
     (argument, out), = _outs(schema, args)
-    if nhwc_activations and len(out.sizes) == 4:
+    if elementwise and not channel_broadcast:
+        # Walked in lockstep with the output's bytes: an operand laid out otherwise is
+        # reinterpreted (the device kernel checks no dim_order).
+        for operand_argument, operand in _tensor_args(schema, args):
+            if operand.sizes == out.sizes and layouts_differ(out.sizes, operand.dim_order,
+                                                             out.dim_order):
+                reads.append(LayoutRead(operand_argument.name, operand.dim_order,
+                                        f"dim_order {tuple(out.dim_order)} (raw lockstep)",
+                                        "read"))
+    if (nhwc_activations or channel_broadcast) and len(out.sizes) == 4:
         if layouts_differ(out.sizes, out.dim_order, CHANNELS_LAST):
             reads.append(LayoutRead(argument.name, out.dim_order, "NHWC", "write"))
         write_nhwc(out, result)
-        semantics = "CMSIS-NN reference (activations as NHWC bytes)"
+        semantics = ("CMSIS-NN reference (channel broadcast over NHWC bytes)" if channel_broadcast
+                     else "CMSIS-NN reference (activations as NHWC bytes)")
     elif explicit_nhwc or elementwise:
         write_row_major(out, result)
-        semantics = "CMSIS-NN reference (raw bytes)"
+        semantics = "CMSIS-NN reference (raw bytes, row-major by the sizes)"
     else:
         write_by_dim_order(out, result)
         semantics = "CMSIS-NN reference (by dim_order)"

@@ -107,7 +107,7 @@ def _is_ours(folder: Path) -> bool:
 
 def _require_ours(folder: Path, option: str) -> None:
     if (folder.exists() or folder.is_symlink()) and not _is_ours(folder):
-        kind = "folder" if folder.is_dir() and not folder.is_symlink() else "file"
+        kind = "link" if folder.is_symlink() else "folder" if folder.is_dir() else "file"
         raise UserError(f"'{folder}' exists and is a {kind} orchestrate did not write (no "
                         f"manifest.json in it), so it will not be replaced; move it away or "
                         f"choose another {option}")

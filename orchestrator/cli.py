@@ -59,7 +59,8 @@ def _number(text: str, kind: type):
     try:
         return kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
+        expected = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {expected}") from None
 
 
 def _add_target_options(p: argparse.ArgumentParser) -> None:
@@ -168,9 +169,12 @@ def _check_outputs(args, report: str | None = None, pte: str | None = None,
     inputs = _inputs(args)
     for position, (option, output) in enumerate(outputs):
         for what, path in inputs:
-            if same_path(output, path) or _inside(path, output):
-                raise UserError(f"{option} '{output}' is {what}, which writing there would "
-                                f"overwrite; choose another {option}")
+            if same_path(output, path):
+                raise UserError(f"{option} '{output}' is {what}; writing there would overwrite "
+                                f"it; choose another {option}")
+            if _inside(path, output):
+                raise UserError(f"{option} '{output}' would replace a folder holding {what} "
+                                f"('{path}'); choose another {option}")
         for other_option, other in outputs[position + 1:]:
             if same_path(output, other) or _inside(other, output) or _inside(output, other):
                 raise UserError(f"{option} '{output}' and {other_option} '{other}' would "

@@ -1,7 +1,7 @@
 """The compile pipeline: an ordered tuple of small stages that one loop runs.
 
     COMPILE_STAGES = capture -> quantize -> lower -> quantize_io -> route_cpu
-                     -> check_boundaries -> place -> serialize
+                     -> check_boundaries -> place -> prune_constants -> serialize
 
 Each stage takes the `CompileState` so far and returns a new one with its own result added; no
 stage hands a result on by changing another's value or upstream private state. `run_stages`
@@ -28,6 +28,7 @@ from orchestrator.errors import OrchestrateError, UserError
 from orchestrator.sources import Calibration, LoadedModel
 from orchestrator.target import Target
 from orchestrator.placement import place, snapshot_pre_cpu
+from orchestrator.prune import prune_unused_constants
 from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary_tensors,
                                    check_boundaries)
 from partitioners.cpu import CpuDecision, route_to_cpu
@@ -75,6 +76,7 @@ class Compiled:
     workarounds: tuple = ()  # partitioners.records.Workaround: upstream defects corrected
     stage_seconds: dict[str, float] = field(default_factory=dict)
     work_dir: Path | None = None
+    pruned_constants: tuple = ()  # orchestrator.prune.PrunedConstant
 
     @property
     def arena_bytes(self) -> int:
@@ -194,11 +196,13 @@ def serialize(edge) -> tuple[bytes, object]:
 @dataclass(frozen=True)
 class CompileOptions:
     """`channels_last`/`check_boundary_layouts` off reproduce upstream's NCHW flow; `legalize`
-    off keeps the ops the device's portable kernels cannot run as upstream leaves them."""
+    off keeps the ops the device's portable kernels cannot run as upstream leaves them;
+    `prune_constants` off keeps the dead constants upstream serializes."""
 
     channels_last: bool = True
     check_boundary_layouts: bool = True
     legalize: bool = True
+    prune_constants: bool = True
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,7 @@ class CompileState:
     workarounds: tuple = ()
     boundaries: tuple = ()
     placements: tuple = ()
+    pruned_constants: tuple = ()  # orchestrator.prune.PrunedConstant: dead bytes not shipped
     pte_bytes: bytes = b""
     executorch_program: object = None
 
@@ -272,6 +277,17 @@ def _place_stage(state: CompileState) -> CompileState:
                                            state.cpu_decisions, state.pre_cpu, state.target))
 
 
+def _prune_constants_stage(state: CompileState) -> CompileState:
+    """Drop constants no instruction reads (upstream keeps them; orchestrator/prune.py)."""
+    if not state.options.prune_constants:
+        return state
+    program, removed = prune_unused_constants(state.final_program)
+    if not removed:
+        return state
+    return replace(state, final_program=program, pruned_constants=removed,
+                   routed_edge=upstream_exir.with_forward(state.lowered.edge, program))
+
+
 def _serialize_stage(state: CompileState) -> CompileState:
     """ExecuTorch's memory planning and emitter: the .pte bytes."""
     pte_bytes, program = serialize(state.routed_edge)
@@ -296,6 +312,7 @@ COMPILE_STAGES = (
     Stage("route_cpu", _route_cpu_stage),
     Stage("check_boundaries", _check_boundaries_stage),
     Stage("place", _place_stage),
+    Stage("prune_constants", _prune_constants_stage),
     Stage("serialize", _serialize_stage),
 )
 
@@ -331,7 +348,7 @@ def run_stages(stages, state, seconds: dict[str, float],
 def compile_model(model: LoadedModel, calibration: Calibration, target: Target, *,
                   work_dir: Path | None = None, channels_last: bool = True,
                   check_boundary_layouts: bool = True, legalize: bool = True,
-                  progress: Callable[[str, str, float], None] | None = None) -> Compiled:
+                  prune_constants: bool = True, progress: Callable[[str, str, float], None] | None = None) -> Compiled:
     """Run COMPILE_STAGES (see CompileOptions for the switches)."""
     if work_dir is None:
         # Vela's per-partition outputs live here until `write_outputs` copies them; a plan
@@ -341,9 +358,10 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
     seconds: dict[str, float] = {}
     state = run_stages(COMPILE_STAGES, CompileState(
         model, calibration, target,
-        CompileOptions(channels_last, check_boundary_layouts, legalize), Path(work_dir)),
+        CompileOptions(channels_last, check_boundary_layouts, legalize, prune_constants),
+        Path(work_dir)),
         seconds, progress)
     return Compiled(model, target, calibration, state.captured, state.quantized, state.lowered,
                     state.final_program, state.cpu_decisions, state.boundaries, state.placements,
                     state.pte_bytes, state.executorch_program, state.io_quant, state.workarounds,
-                    seconds, Path(work_dir))
+                    seconds, Path(work_dir), state.pruned_constants)

@@ -5,7 +5,8 @@ Model specs, tried in this order:
   - `path/to/file.py:factory`, where `factory()` returns `(nn.Module, example_inputs)`;
   - `path/to/file.py` defining `ModelUnderTest` (a module instance) and `ModelInputs` (a tuple
     of tensors), the convention of ExecuTorch's backends/arm/scripts/aot_arm_compiler.py;
-  - `path/to/program.pt2`, an ExportedProgram saved with torch.export.save.
+  - `path/to/program.pt2`, an ExportedProgram saved with torch.export.save, loaded as data: a
+    model .py is code and runs, a .pt2 never runs anything (`read_exported_program`).
 
 Every way a spec or a calibration file can be wrong raises `UserError` with one line that names
 the offender and says what to do; nothing here lets a raw traceback reach the user.
@@ -382,7 +383,8 @@ class _Pt2Check:
 
     def refuse(self, member: str, problem: str, fix: str | None = None) -> UserError:
         return UserError(
-            f"{self.path}: refusing to load member '{member}': {problem}; {fix or self.remedy}"
+            f"{self.path}: refusing to load member {member[:120]!r}: {problem}; "
+            f"{fix or self.remedy}"
         )
 
     def read(self, member: str) -> bytes:
@@ -420,7 +422,8 @@ class _Pt2Check:
             raise self.refuse(duplicate, "it appears twice, so readers may see different programs")
         for member in names:
             if member.startswith((pt2.AOTINDUCTOR_DIR, pt2.XL_MODEL_WEIGHTS_DIR)):
-                raise self.refuse(member, "AOTInductor native code, which runs when loaded")
+                raise self.refuse(member, "AOTInductor code or weights, which torch loads as "
+                                  "native code or unchecked pickles")
         models = [n for n in names if n.startswith(pt2.MODELS_DIR)]
         if not models:
             raise UserError(
@@ -454,7 +457,7 @@ class _Pt2Check:
         for fqn, entry in entries.items():
             payload = entry.get("path_name") if isinstance(entry, dict) else None
             if not isinstance(payload, str) or not _PLAIN_NAME.fullmatch(payload):
-                raise self.refuse(config_member, f"it gives '{fqn[:80]}' no plain payload name")
+                raise self.refuse(config_member, f"it gives {fqn[:80]!r} no plain payload name")
             member = folder + payload
             if folder == pt2.CONSTANTS_DIR and not payload.startswith(
                 pt2.TENSOR_CONSTANT_FILENAME_PREFIX
@@ -471,7 +474,7 @@ class _Pt2Check:
         if dynamic is not None:
             name, dim = dynamic
             raise UserError(
-                f"{self.path}: input '{name}' has a dynamic dimension {dim}; export with static "
+                f"{self.path}: input {name!r} has a dynamic dimension {dim}; export with static "
                 "shapes (torch.export.export without dynamic_shapes) for a microcontroller"
             )
         if _holds_symbolic(program):

@@ -1,0 +1,327 @@
+"""Run a `.pte` through the real ExecuTorch runtime with the real Cortex-M kernels and CMSIS-NN.
+
+The wheel's runtime (`libexecutorch.so` behind `executorch.extension.pybindings`) loads the
+program, plans its memory and runs its portable and prim ops; `kernels.host_runtime` builds,
+from upstream sources, the `cortex_m::` kernels over CMSIS-NN and ExecuTorch's EthosUBackend and
+registers them into that runtime. An Ethos-U invocation reaches a host stand-in for the Ethos-U
+driver, which calls back into Python with the command stream and the scratch region; the caller
+supplies the handler that computes the partition (the orchestrator wires the TOSA reference
+model in), so this module knows nothing of TOSA.
+
+Sources: `executorch_src`/`cmsis_nn_src` arguments, else ORCHESTRATE_EXECUTORCH_SRC /
+ORCHESTRATE_CMSIS_NN_SRC, else `../shared/third_party/{executorch,cmsis-nn}` next to this
+repository. Missing sources, compiler or wheel runtime raise `RuntimeUnavailable`: the check
+did not run (never a pass).
+
+By default the runtime runs in a child process (`kernels.host_runtime.worker`), because a kernel
+check that fails on the device aborts the process; `RuntimeFailure` then carries the runtime's
+log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from kernels.host_runtime.build import (BuiltLibrary, HostRuntimeUnavailable, build,
+                                        default_cache_dir)
+from kernels.host_runtime.session import InstructionOutput, RawValue
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ENV_EXECUTORCH_SRC = "ORCHESTRATE_EXECUTORCH_SRC"
+ENV_CMSIS_NN_SRC = "ORCHESTRATE_CMSIS_NN_SRC"
+METHOD = ("ExecuTorch runtime (executorch wheel's libexecutorch.so: program loading, memory plan, "
+          "portable and prim ops) + cortex_m kernels and CMSIS-NN C code built for the host")
+
+RuntimeUnavailable = HostRuntimeUnavailable
+
+
+class RuntimeFailure(RuntimeError):
+    """The runtime refused the program, failed a run, or its process aborted (a kernel check
+    that would stop the device); the message carries the runtime's own reason and log."""
+
+
+@dataclass(frozen=True)
+class Sources:
+    executorch_src: Path
+    cmsis_nn_src: Path
+    origin: str  # "argument", "environment" or "repository default"
+
+
+@dataclass(frozen=True)
+class NpuInvocation:
+    """One ethosu_invoke_v3 as the host Ethos-U driver received it. The handler reads the
+    partition's inputs from `scratch` at the offsets Vela assigned and writes its outputs there,
+    as the NPU's command stream would."""
+
+    command_stream: bytes
+    command_stream_sha256: str
+    weights_sha256: str
+    scratch: memoryview  # region 1, writable
+    regions: tuple  # every base-address region (0 weights, 1 scratch, 2 fast scratch)
+
+
+NpuHandler = Callable[[NpuInvocation], None]
+
+
+@dataclass(frozen=True)
+class RuntimeRun:
+    outputs: tuple[torch.Tensor, ...]  # logical tensors, as the runtime returned them
+    seconds: tuple[float, ...]  # wall time of each forward() in the runtime's process
+    npu_seconds: tuple[float, ...]  # of which spent in the NPU handler (TOSA model, IPC)
+    log: str  # what the runtime printed during the run
+    instructions: tuple[InstructionOutput, ...] = ()  # per-op outputs (traced runs only)
+
+
+def find_sources(executorch_src: str | Path | None = None,
+                 cmsis_nn_src: str | Path | None = None) -> Sources:
+    """Where the upstream sources are: arguments, then environment, then the repository's
+    ../shared/third_party. Raises RuntimeUnavailable when a tree is not there."""
+    default = REPO_ROOT.parent / "shared" / "third_party"
+    chosen = []
+    for given, env, name in ((executorch_src, ENV_EXECUTORCH_SRC, "executorch"),
+                             (cmsis_nn_src, ENV_CMSIS_NN_SRC, "cmsis-nn")):
+        if given:
+            chosen.append((Path(given), "argument"))
+        elif os.environ.get(env):
+            chosen.append((Path(os.environ[env]), "environment"))
+        else:
+            chosen.append((default / name, "repository default"))
+    for (path, origin), option in zip(chosen, ("--executorch-src or " + ENV_EXECUTORCH_SRC,
+                                               "--cmsis-nn-src or " + ENV_CMSIS_NN_SRC)):
+        if not path.is_dir():
+            raise RuntimeUnavailable(f"no source tree at {path} ({origin}); point {option} at "
+                                     "an unmodified checkout")
+    origins = {origin for _, origin in chosen}
+    return Sources(chosen[0][0].resolve(), chosen[1][0].resolve(), "/".join(sorted(origins)))
+
+
+def ensure_library(sources: Sources | None = None, cache_dir: Path | None = None,
+                   log: Callable[[str], None] | None = None) -> BuiltLibrary:
+    """The host runtime library for `sources`, built now or found in the cache."""
+    sources = sources or find_sources()
+    return build(sources.executorch_src, sources.cmsis_nn_src, cache_dir, log=log)
+
+
+def logical(value: RawValue) -> torch.Tensor:
+    """A per-op value the runtime logged, as a logical tensor (its bytes read by its strides)."""
+    dtype = getattr(torch, value.dtype)
+    if not value.data:
+        return torch.empty(value.sizes, dtype=dtype)
+    flat = torch.frombuffer(bytearray(value.data), dtype=dtype)
+    return torch.as_strided(flat, value.sizes, value.strides).clone()
+
+
+class HostRuntime:
+    """The real runtime with the host kernels, in a child process (or in this one with
+    `isolated=False`, where a kernel abort ends this process). Reusable across programs."""
+
+    def __init__(self, library: BuiltLibrary | None = None, isolated: bool = True,
+                 sources: Sources | None = None, cache_dir: Path | None = None):
+        self.library = library or ensure_library(sources, cache_dir)
+        self.isolated = isolated
+        self._process: subprocess.Popen | None = None
+        self._connection: Connection | None = None
+        self._log_path: str | None = None
+        self._loaded: set[str] = set()
+        self._session = None
+        self._handler: NpuHandler | None = None
+
+    def __enter__(self) -> "HostRuntime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.send(("bye",))
+            except OSError:
+                pass
+            self._connection.close()
+            self._connection = None
+        if self._process is not None:
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+        if self._log_path is not None:
+            os.unlink(self._log_path)
+            self._log_path = None
+        self._loaded.clear()
+
+    # -- child process ----------------------------------------------------------------------
+
+    def _start(self) -> None:
+        parent, child = socket.socketpair()
+        if self._log_path is None:
+            handle, self._log_path = tempfile.mkstemp(prefix="orchestrate-runtime-", suffix=".log")
+            os.close(handle)
+        # Appended to by the child, read from our own handle: no shared file offset.
+        log = open(self._log_path, "ab")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "kernels.host_runtime.worker", str(child.fileno()),
+             str(self.library.path)],
+            pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, env=env, cwd=str(REPO_ROOT))
+        log.close()
+        child.close()
+        self._connection = Connection(parent.detach())
+        status, detail = self._receive(None)
+        if status != "ok":
+            self.close()
+            raise RuntimeUnavailable(f"the host runtime library did not load: {detail}")
+
+    def _log_size(self) -> int:
+        return os.path.getsize(self._log_path) if self._log_path else 0
+
+    def _log_tail(self, since: int = 0, lines: int = 30) -> str:
+        if self._log_path is None:
+            return ""
+        with open(self._log_path, "rb") as log:
+            log.seek(since)
+            text = log.read().decode("utf-8", errors="replace")
+        kept = [line for line in text.splitlines()
+                if line.strip() and "Failed to load" not in line and "torchao" not in line]
+        return "\n".join(kept[-lines:])
+
+    def _receive(self, handler: NpuHandler | None):
+        """The child's answer, serving NPU invocations on the way."""
+        while True:
+            try:
+                message = self._connection.recv()
+            except (EOFError, OSError):
+                code = self._process.wait() if self._process else None
+                tail = self._log_tail()
+                self._drop()
+                raise RuntimeFailure(f"the runtime process ended (exit status {code}); its log "
+                                     f"ends:\n{tail}") from None
+            if message[0] != "npu":
+                return message
+            _, command, weights_sha256, regions = message
+            views = tuple(memoryview(bytearray(r)) for r in regions)
+            try:
+                if handler is None:
+                    raise RuntimeFailure("the program invoked the Ethos-U NPU but no NPU handler "
+                                         "was given")
+                handler(NpuInvocation(command, hashlib.sha256(command).hexdigest(),
+                                      weights_sha256, views[1] if len(views) > 1 else None,
+                                      views))
+            except Exception as error:  # noqa: BLE001 - reported back through the driver
+                self._connection.send(("npu_failed", f"{type(error).__name__}: {error}"))
+                continue
+            self._connection.send(("npu_done", [bytes(v) for v in views[1:]]))
+
+    def _drop(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+        self._connection = None
+        self._process = None
+        self._loaded.clear()
+
+    def _request(self, request: tuple, handler: NpuHandler | None = None):
+        if self._connection is None:
+            self._start()
+        since = self._log_size()
+        self._connection.send(request)
+        status, detail = self._receive(handler)
+        if status != "ok":
+            log = self._log_tail(since)
+            raise RuntimeFailure(detail + (f"\nruntime log:\n{log}" if log else ""))
+        return detail, self._log_tail(since)
+
+    # -- in this process ---------------------------------------------------------------------
+
+    def _local(self):
+        if self._session is None:
+            from kernels.host_runtime.session import LibraryError, RuntimeSession
+
+            try:
+                self._session = RuntimeSession(self.library.path)
+            except LibraryError as error:
+                raise RuntimeUnavailable(str(error)) from None
+            self._session.npu = self._local_npu
+        return self._session
+
+    def _local_npu(self, regions) -> None:
+        if self._handler is None:
+            raise RuntimeFailure("the program invoked the Ethos-U NPU but no NPU handler was "
+                                 "given")
+        views = regions.regions
+        self._handler(NpuInvocation(regions.command_stream,
+                                    hashlib.sha256(regions.command_stream).hexdigest(),
+                                    regions.weights_sha256, views[1] if len(views) > 1 else None,
+                                    views))
+
+    def _local_call(self, method, *args):
+        from kernels.host_runtime.session import SessionError
+
+        try:
+            return method(*args)
+        except SessionError as error:
+            raise RuntimeFailure(str(error)) from None
+
+    # -- API ---------------------------------------------------------------------------------
+
+    def load(self, pte: bytes | str | Path) -> str:
+        """Load a program (bytes or path) into the runtime; returns its key (SHA-256)."""
+        data = Path(pte).read_bytes() if isinstance(pte, (str, Path)) else bytes(pte)
+        key = hashlib.sha256(data).hexdigest()
+        if not self.isolated:
+            return self._local_call(self._local().load, data)
+        if key not in self._loaded or self._connection is None:
+            self._request(("load", data))
+            self._loaded.add(key)
+        return key
+
+    def run(self, pte: bytes | str | Path, inputs, npu: NpuHandler | None = None,
+            repeat: int = 1, trace: bool = False) -> RuntimeRun:
+        """Run the program on `inputs` (logical tensors in the program's input dtypes).
+        `repeat` runs it that many times and keeps every run's wall time; `trace` runs one
+        fresh instance with ETDump and returns every instruction's written tensors too."""
+        key = self.load(pte)
+        inputs = tuple(t.detach().clone() for t in inputs)
+        if not self.isolated:
+            session = self._local()
+            self._handler = npu
+            try:
+                if trace:
+                    outputs, instructions = self._local_call(session.run_traced, key, inputs)
+                    return RuntimeRun(tuple(o.clone() for o in outputs), (), (), "", instructions)
+                outputs, seconds, npu_seconds = self._local_call(session.run, key, inputs, repeat)
+                return RuntimeRun(tuple(o.clone() for o in outputs), tuple(seconds),
+                                  tuple(npu_seconds), "")
+            finally:
+                self._handler = None
+        if trace:
+            (outputs, instructions), log = self._request(("trace", key, inputs), npu)
+            return RuntimeRun(tuple(outputs), (), (), log, tuple(instructions))
+        (outputs, seconds, npu_seconds), log = self._request(("run", key, inputs, repeat), npu)
+        return RuntimeRun(tuple(outputs), tuple(seconds), tuple(npu_seconds), log)
+
+
+def run_pte(pte: str | Path, inputs, npu: NpuHandler | None = None,
+            sources: Sources | None = None, trace: bool = False) -> RuntimeRun:
+    """Build (or find) the library, run the program once in a fresh child process."""
+    with HostRuntime(sources=sources) as runtime:
+        return runtime.run(pte, inputs, npu=npu, trace=trace)
+
+
+__all__ = ["METHOD", "HostRuntime", "NpuHandler", "NpuInvocation", "RuntimeFailure",
+           "RuntimeRun", "RuntimeUnavailable", "Sources", "default_cache_dir", "ensure_library",
+           "find_sources", "logical", "run_pte"]

@@ -1,0 +1,378 @@
+"""`verify --runtime executorch`: the `.pte` through the real ExecuTorch runtime, compared with the
+twin byte for byte and with the quantized reference.
+
+The runtime (`kernels.runtime`) is the wheel's libexecutorch.so (program loading, memory plan,
+portable and prim ops) with ExecuTorch's `cortex_m::` kernels over CMSIS-NN's C code and its
+EthosUBackend built for the host. The NPU itself is the one thing emulated: the host Ethos-U
+driver hands each invocation's command stream and scratch region to `npu_handler`, which finds
+the partition by the SHA-256 of its command stream and weights, reads the inputs from the
+scratch at Vela's offsets, runs the partition's TOSA graph (the same hash-checked artifact the
+twin runs) in the TOSA reference model and writes the outputs back at Vela's offsets. The input
+copies into the scratch, their checks, and the output copies with their layout adjustment are
+ExecuTorch's own backend code.
+
+What it exercises: the runtime's program loading and memory planning, the real kernels and the
+real delegate IO. What it does not: the Vela command stream (the TOSA graph stands in for it),
+timing on the device, and CMSIS-NN's DSP/MVE code paths (x86-64 compiles the C path; a program
+built for the MVE tier carries arguments only the MVE path reads, listed as host limits).
+
+Every difference between runtime and twin is a finding; with a traced run, the report names the
+first instruction whose output the two disagree on.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, NpuInvocation,
+                             RuntimeFailure, RuntimeUnavailable, logical)
+from npu_driver.tosa_twin import run_tosa
+from orchestrator import numerics
+from orchestrator.artifacts import artifacts_dir_for
+from orchestrator.errors import NotRun
+from orchestrator.twin import TwinProgram, load_twin
+from orchestrator.verify import (_as_tuple, _float_output, _output_quantization, _steps,
+                                 device_inputs, load_reference, sample_inputs)
+
+METHOD = (f"{RUNTIME_METHOD}; Ethos-U delegates through ExecuTorch's EthosUBackend with the NPU "
+          "emulated by the TOSA reference model on the Vela-compiled TOSA graph")
+SEED = 0
+
+
+class NpuMismatch(RuntimeError):
+    """An Ethos-U invocation whose command stream matches no partition of the program."""
+
+
+@dataclass(frozen=True)
+class OutputAgreement:
+    """One program output over all samples."""
+
+    index: int
+    shape: tuple[int, ...]
+    dtype: str
+    bytes_equal: bool  # runtime and twin wrote the same bytes on every sample
+    max_steps_vs_twin: float  # in output quantization steps (own units when unquantized)
+    differing_vs_twin: int  # elements, summed over samples
+    max_steps_vs_quantized: float  # runtime vs the quantized reference
+    differing_vs_quantized: int  # elements at least half a step off
+    elements: int
+
+
+@dataclass(frozen=True)
+class OpAgreement:
+    """One instruction's written tensors: runtime (ETDump debug buffer) vs twin."""
+
+    instruction: int
+    op: str
+    equal: bool
+    max_difference: float  # int steps for integer tensors, absolute for float ones
+    differing: int
+    elements: int
+
+
+@dataclass(frozen=True)
+class HostLimit:
+    """Where the host build cannot run the device's code path, so a difference is expected."""
+
+    instruction: int
+    op: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RuntimeReport:
+    pte: str
+    method: str
+    samples: int
+    inputs: str
+    outputs: tuple[OutputAgreement, ...]
+    per_op: tuple[OpAgreement, ...]  # the traced sample (the first that differed, else 0)
+    traced_sample: int | None
+    first_divergence: OpAgreement | None
+    host_limits: tuple[HostLimit, ...]
+    runtime_error: str | None
+    runtime_seconds_per_sample: float  # median wall time of forward() in the runtime process
+    runtime_npu_seconds_per_sample: float  # of which in the emulated NPU (TOSA model + IPC)
+    twin_seconds_per_sample: float
+    library_key: str
+    bytes_equal: bool
+    passed: bool
+    verdict: str
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def npu_handler(twin: TwinProgram):
+    """The NPU for the host EthosUBackend: each invocation is matched to a partition by the
+    SHA-256 of its command stream and weights, and computed by the TOSA reference model."""
+    by_stream = {(_sha256(p.payload.cmd_bytes), _sha256(p.payload.weight_bytes)): p
+                 for p in twin.partitions}
+
+    def handle(invocation: NpuInvocation) -> None:
+        partition = by_stream.get((invocation.command_stream_sha256, invocation.weights_sha256))
+        if partition is None:
+            raise NpuMismatch(f"Ethos-U command stream {invocation.command_stream_sha256[:16]} "
+                              "matches no partition of the program's artifacts")
+        payload, io = partition.payload, partition.io
+        arrays = []
+        for vela, spec in zip(payload.inputs, io.inputs):
+            region = invocation.regions[vela.region]
+            raw = bytes(region[vela.offset:vela.offset + vela.nbytes])
+            arrays.append(np.frombuffer(raw, dtype=spec.numpy_type).reshape(spec.shape).copy())
+        results = run_tosa(partition.tosa_bytes, io, arrays)
+        for vela, array in zip(payload.outputs, results):
+            data = np.ascontiguousarray(array).tobytes()
+            if len(data) != vela.nbytes:
+                raise NpuMismatch(f"TOSA output of {len(data)} B for a {vela.nbytes} B Vela "
+                                  f"output of {partition.delegate_name}")
+            invocation.regions[vela.region][vela.offset:vela.offset + vela.nbytes] = data
+
+    return handle
+
+
+def host_limits(twin: TwinProgram) -> tuple[HostLimit, ...]:
+    """Instructions whose arguments were prepared for a CMSIS-NN path the host cannot run.
+
+    `AtenToCortexMPass` hands `quantized_linear` a precomputed kernel_sum and no bias for the MVE
+    tier (CMSIS-NN's MVE `arm_nn_vec_mat_mult_t_s8` reads ctx.buf and ignores the bias); the C
+    path compiled on x86-64 reads the bias and ignores the kernel sum, so it computes without
+    the bias and the input-offset correction.
+    """
+    limits = []
+    for position, instruction in enumerate(twin.plan.chains[0].instructions):
+        call = instruction.instr_args
+        if type(call).__name__ != "KernelCall":
+            continue
+        op = twin.plan.operators[call.op_index]
+        if op.name == "cortex_m::quantized_linear" and len(call.args) > 3:
+            kernel_sum = twin.plan.values[call.args[3]].val
+            if type(kernel_sum).__name__ == "Tensor":
+                limits.append(HostLimit(
+                    position, f"{op.name}.{op.overload}",
+                    "MVE argument format (kernel_sum, no bias): the host's CMSIS-NN C path reads "
+                    "the bias and ignores the kernel sum"))
+    return tuple(limits)
+
+
+def _dim_order_bytes(tensor: torch.Tensor, dim_order) -> bytes:
+    return tensor.contiguous().permute(tuple(dim_order)).contiguous().numpy().tobytes()
+
+
+def _difference(a: torch.Tensor, b: torch.Tensor) -> tuple[float, int]:
+    if a.shape != b.shape:
+        return math.inf, max(a.numel(), b.numel())
+    if a.dtype == torch.bool or b.dtype == torch.bool:
+        a, b = a.to(torch.int64), b.to(torch.int64)
+    difference = (a.double() - b.double()).abs()
+    if difference.numel() == 0:
+        return 0.0, 0
+    nan = torch.isnan(difference)
+    mismatched = int((difference > 0).sum()) + int(nan.sum())
+    return (math.inf if bool(nan.any()) else float(difference.max())), mismatched
+
+
+def _per_op(twin: TwinProgram, twin_run, runtime_run) -> tuple[OpAgreement, ...]:
+    by_instruction = {e.instruction: e for e in twin_run.op_trace}
+    rows = []
+    for logged in runtime_run.instructions:
+        entry = by_instruction.get(logged.instruction)
+        if entry is None or not entry.outputs:
+            continue
+        # Kernels log their out argument; method.cpp logs every argument of a delegate call
+        # (inputs first), so the outputs are the last ones.
+        values = logged.values[-len(entry.outputs):] if logged.values else ()
+        worst, differing, elements, equal = 0.0, 0, 0, True
+        for evalue, raw in zip(entry.outputs, values):
+            expected = twin_run.intermediates.get(evalue)
+            if expected is None:
+                continue
+            got = logical(raw)
+            size, count = _difference(got, expected)
+            equal = equal and got.dtype == expected.dtype and count == 0
+            worst, differing, elements = max(worst, size), differing + count, elements + got.numel()
+        if len(values) != len(entry.outputs):
+            equal = False
+        rows.append(OpAgreement(logged.instruction, entry.op, equal, worst, differing, elements))
+    return tuple(rows)
+
+
+def verify_runtime(pte_path, samples: int = 4, calibration: str | None = None,
+                   per_op: bool = False, runtime: HostRuntime | None = None,
+                   repeat: int = 1) -> RuntimeReport:
+    """Run the `.pte` through the host runtime and the twin on `samples` inputs and compare.
+
+    Raises NotRun when the runtime cannot be built here (no sources, no compiler). A program
+    the runtime refuses or a run it fails is reported (runtime_error), not raised."""
+    pte_path = Path(pte_path)
+    twin = load_twin(pte_path)
+    art_dir = artifacts_dir_for(pte_path)
+    float_program, _ = load_reference(art_dir / "float.pt2")
+    _, quantized_module = load_reference(art_dir / "quantized.pt2")
+    inputs, source = sample_inputs(float_program, samples, calibration)
+    owned = runtime is None
+    try:
+        runtime = runtime or HostRuntime()
+    except RuntimeUnavailable as error:
+        raise NotRun(f"not run: the ExecuTorch host runtime is unavailable: {error}") from None
+    handler = npu_handler(twin) if twin.partitions else None
+    limits = host_limits(twin)
+    try:
+        return _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
+                        limits, per_op, repeat)
+    except RuntimeUnavailable as error:
+        raise NotRun(f"not run: the ExecuTorch host runtime is unavailable: {error}") from None
+    finally:
+        if owned:
+            runtime.close()
+
+
+def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler, limits, per_op,
+             repeat) -> RuntimeReport:
+    n_out = len(twin.plan.outputs)
+    worst_twin = [0.0] * n_out
+    diff_twin = [0] * n_out
+    worst_ref = [0.0] * n_out
+    diff_ref = [0] * n_out
+    equal = [True] * n_out
+    elements = [0] * n_out
+    runtime_seconds, npu_seconds, twin_seconds = [], [], []
+    first_differing: int | None = None
+    error = None
+    for index, sample in enumerate(inputs):
+        device = device_inputs(twin, sample)
+        try:
+            run = runtime.run(pte_path, device, npu=handler, repeat=repeat)
+        except RuntimeFailure as failure:
+            error = str(failure)
+            break
+        runtime_seconds.append(statistics.median(run.seconds))
+        npu_seconds.append(statistics.median(run.npu_seconds))
+        twin_run = twin.run(device)
+        twin_seconds.append(twin_run.seconds)
+        with torch.no_grad(), numerics.single_threaded():
+            quantized = _as_tuple(quantized_module(*sample))
+        shim = SimpleNamespace(outputs=run.outputs)
+        for position in range(n_out):
+            spec = twin.output_specs[position]
+            got = run.outputs[position]
+            same = _dim_order_bytes(got, spec.dim_order) == twin_run.output_bytes[position]
+            scale, zero_point = _output_quantization(twin, position)
+            size, count = _difference(got, twin_run.outputs[position])
+            if scale is not None and got.dtype.is_floating_point:
+                size = round(size / scale * 1000) / 1000
+            equal[position] &= same
+            if not same and first_differing is None:
+                first_differing = index
+            worst_twin[position] = max(worst_twin[position], size)
+            diff_twin[position] += count
+            value = _float_output(shim, position, scale, zero_point)
+            reference = quantized[position].float().reshape(value.shape)
+            steps = _steps(got, value, reference, scale, zero_point)
+            worst_ref[position] = max(worst_ref[position], float(steps.max()) if steps.numel() else 0.0)
+            diff_ref[position] += int((steps >= 0.5).sum())
+            elements[position] += got.numel()
+    rows, traced, divergence = (), None, None
+    if error is None and (per_op or first_differing is not None):
+        traced = first_differing if first_differing is not None else 0
+        device = device_inputs(twin, inputs[traced])
+        try:
+            traced_run = runtime.run(pte_path, device, npu=handler, trace=True)
+            rows = _per_op(twin, twin.run(device, keep_intermediates=True), traced_run)
+            divergence = next((r for r in rows if not r.equal), None)
+        except RuntimeFailure as failure:
+            error = f"traced run: {failure}"
+    outputs = tuple(OutputAgreement(
+        p, tuple(twin.output_specs[p].sizes), str(twin.output_specs[p].dtype).replace("torch.", ""),
+        equal[p], worst_twin[p], diff_twin[p], worst_ref[p], diff_ref[p], elements[p])
+        for p in range(n_out))
+    bytes_equal = error is None and all(o.bytes_equal for o in outputs)
+    passed = bytes_equal
+    median = (lambda values: statistics.median(values) if values else math.nan)
+    report = RuntimeReport(
+        str(pte_path), METHOD, len(inputs), source, outputs, rows, traced, divergence, limits,
+        error, median(runtime_seconds), median(npu_seconds), median(twin_seconds),
+        runtime.library.key[:16], bytes_equal, passed, "")
+    return RuntimeReport(**{**report.__dict__, "verdict": _verdict(report)})
+
+
+def _verdict(report: RuntimeReport) -> str:
+    if report.runtime_error:
+        return f"FAILED by {METHOD}: the runtime did not run the program: " \
+               f"{report.runtime_error.splitlines()[0]}"
+    if report.bytes_equal:
+        return (f"PASSED by {METHOD}: every output byte equals the twin's on {report.samples} "
+                "sample(s)")
+    text = "runtime and twin outputs differ"
+    if report.first_divergence is not None:
+        d = report.first_divergence
+        text += (f"; they part at instruction {d.instruction} {d.op} ({_fmt(d.max_difference)} "
+                 f"max, {d.differing}/{d.elements} elements)")
+        limit = next((h for h in report.host_limits if h.instruction == d.instruction), None)
+        if limit is not None:
+            text += f"; host limit there: {limit.reason}"
+    return f"FAILED by {METHOD}: {text}"
+
+
+def _fmt(value: float) -> str:
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.4g}"
+
+
+def render_text(report: RuntimeReport) -> str:
+    lines = [f"verify --runtime executorch {report.pte}: {'PASSED' if report.passed else 'FAILED'}",
+             f"  method: {report.method}",
+             f"  host runtime library {report.library_key}; {report.samples} samples "
+             f"({report.inputs})"]
+    if report.runtime_error:
+        lines.append("  runtime error:")
+        lines += [f"    {line}" for line in report.runtime_error.splitlines()[:20]]
+    for o in report.outputs:
+        lines.append(f"    output {o.index} {list(o.shape)} {o.dtype}: runtime vs twin "
+                     f"{'bytes equal' if o.bytes_equal else 'bytes DIFFER'} (max "
+                     f"{_fmt(o.max_steps_vs_twin)} steps, {o.differing_vs_twin}/{o.elements} "
+                     f"elements); runtime vs quantized reference max "
+                     f"{_fmt(o.max_steps_vs_quantized)} steps, {o.differing_vs_quantized}/"
+                     f"{o.elements} elements differ")
+    if report.host_limits:
+        lines.append("  host limits (the host cannot run the device's code path here):")
+        lines += [f"    instruction {h.instruction} {h.op}: {h.reason}" for h in report.host_limits]
+    if report.first_divergence:
+        d = report.first_divergence
+        lines.append(f"  runtime and twin part at instruction {d.instruction} {d.op}: "
+                     f"{_fmt(d.max_difference)} max, {d.differing}/{d.elements} elements differ "
+                     f"(sample {report.traced_sample})")
+    if report.per_op and (report.first_divergence is None or len(report.per_op) <= 64):
+        lines.append(f"  per op (sample {report.traced_sample}, runtime debug buffer vs twin):")
+        lines += [f"    {r.instruction:>3} {r.op:<44} {'equal' if r.equal else 'DIFFER'} "
+                  f"max {_fmt(r.max_difference)} {r.differing}/{r.elements}"
+                  for r in report.per_op]
+    lines.append(f"  runtime: {report.runtime_seconds_per_sample * 1000:.2f} ms per sample "
+                 f"(NPU emulation {report.runtime_npu_seconds_per_sample * 1000:.2f} ms); twin: "
+                 f"{report.twin_seconds_per_sample * 1000:.1f} ms per sample")
+    lines.append(f"  verdict: {report.verdict}")
+    return "\n".join(lines)
+
+
+def report_json(report: RuntimeReport) -> dict:
+    def clean(value):
+        if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+            return None if math.isnan(value) else "inf"
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+
+    return clean(asdict(report))
