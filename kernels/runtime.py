@@ -36,6 +36,7 @@ import torch
 from kernels.host_runtime.build import (BuiltLibrary, HostRuntimeUnavailable, build,
                                         default_cache_dir)
 from kernels.host_runtime.session import InstructionOutput, RawValue
+from kernels.host_runtime.worker import receive, send
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_EXECUTORCH_SRC = "ORCHESTRATE_EXECUTORCH_SRC"
@@ -146,7 +147,7 @@ class HostRuntime:
     def close(self) -> None:
         if self._connection is not None:
             try:
-                self._connection.send(("bye",))
+                send(self._connection, ("bye",))
             except OSError:
                 pass
             self._connection.close()
@@ -204,7 +205,7 @@ class HostRuntime:
         """The child's answer, serving NPU invocations on the way."""
         while True:
             try:
-                message = self._connection.recv()
+                message = receive(self._connection)
             except (EOFError, OSError):
                 code = self._process.wait() if self._process else None
                 tail = self._log_tail()
@@ -223,9 +224,9 @@ class HostRuntime:
                                       weights_sha256, views[1] if len(views) > 1 else None,
                                       views))
             except Exception as error:  # noqa: BLE001 - reported back through the driver
-                self._connection.send(("npu_failed", f"{type(error).__name__}: {error}"))
+                send(self._connection, ("npu_failed", f"{type(error).__name__}: {error}"))
                 continue
-            self._connection.send(("npu_done", [bytes(v) for v in views[1:]]))
+            send(self._connection, ("npu_done", [bytes(v) for v in views[1:]]))
 
     def _drop(self) -> None:
         if self._connection is not None:
@@ -238,7 +239,7 @@ class HostRuntime:
         if self._connection is None:
             self._start()
         since = self._log_size()
-        self._connection.send(request)
+        send(self._connection, request)
         status, detail = self._receive(handler)
         if status != "ok":
             log = self._log_tail(since)

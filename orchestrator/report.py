@@ -17,19 +17,11 @@ import torch
 from tabulate import tabulate
 
 from cost_models.graph_shapes import numel
+from platforms.memory_fit import MemoryUse, free_space  # noqa: F401 - MemoryUse is in Summary
+from platforms.memory_fit import place as place_in_memory
 
 SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = Path(__file__).with_name("plan.schema.json")
-
-
-@dataclass(frozen=True)
-class MemoryUse:
-    item: str  # arena | npu_scratch:p<k> | pte
-    bytes: int
-    source: str
-    region: str | None  # where it is placed (first region of the platform that may hold it)
-    region_bytes: int | None
-    fits: bool
 
 
 @dataclass(frozen=True)
@@ -110,30 +102,6 @@ def _cmsis_scratch_bytes(final_program) -> int:
     return total
 
 
-# Where each item goes first: the .pte stays in flash/DDR, the arena in the fastest RAM.
-_KIND_PREFERENCE = {"weights": ("flash", "ddr", "sram", "tcm"), "arena": ("tcm", "sram", "ddr"),
-                    "npu_scratch": ("sram", "ddr", "tcm")}
-
-
-def _place(platform, use: str, size: int, item: str, source: str,
-           free: dict[str, int], npu_reads: bool = False) -> MemoryUse:
-    """First fit, in the preferred region order, against what earlier items left free."""
-    order = _KIND_PREFERENCE.get(use, ())
-    regions = sorted((r for r in platform.memories if use in r.holds),
-                     key=lambda r: order.index(r.kind) if r.kind in order else len(order))
-    if use == "npu_scratch" or (use == "weights" and npu_reads):
-        # The NPU reads its scratch, and its weights in place from the .pte (Vela's command
-        # stream addresses them), so both must sit where the NPU can reach.
-        regions = [r for r in regions if r.npu_accessible]
-    for region in regions:
-        if size <= free[region.name]:
-            free[region.name] -= size
-            return MemoryUse(item, size, source, region.name, region.size_bytes, True)
-    largest = max(regions, key=lambda r: free[r.name]) if regions else None
-    return MemoryUse(item, size, source, largest.name if largest else None,
-                     free[largest.name] if largest else None, False)
-
-
 def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = None) -> Summary:
     target = compiled.target
     ops = {p: 0 for p in ("npu", "cmsis-nn", "portable")}
@@ -159,15 +127,16 @@ def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = Non
     # Each item goes into what the previous ones left. ExecuTorch's EthosUBackend.cpp takes a
     # delegate's scratch from the method's temp allocator on every call, and that allocator is
     # reset between instructions: the temp pool must hold the largest scratch, not their sum.
-    free = {r.name: r.size_bytes for r in platform.memories}
-    memory = [_place(platform, "weights", len(compiled.pte_bytes), ".pte (weights, code data)",
-                     "executorch", free, npu_reads=bool(scratch)),
-              _place(platform, "arena", arena, "executorch arena", "executorch", free)]
+    free = free_space(platform)
+    memory = [place_in_memory(platform, "weights", len(compiled.pte_bytes),
+                              ".pte (weights, code data)", "executorch", free,
+                              npu_reads=bool(scratch)),
+              place_in_memory(platform, "arena", arena, "executorch arena", "executorch", free)]
     if scratch:
         index, size = max(scratch.items(), key=lambda kv: kv[1])
-        memory.append(_place(platform, "npu_scratch", size,
-                             f"npu scratch (largest, p{index}; reused by all partitions)", "vela",
-                             free))
+        memory.append(place_in_memory(
+            platform, "npu_scratch", size,
+            f"npu scratch (largest, p{index}; reused by all partitions)", "vela", free))
     operators = program_operators(compiled.executorch_program)
     missing = None
     if runner_ops is not None:

@@ -292,6 +292,8 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
             divergence = next((r for r in rows if not r.equal), None)
         except RuntimeFailure as failure:
             error = f"traced run: {failure}"
+    if error is not None:
+        equal = [False] * n_out
     outputs = tuple(OutputAgreement(
         p, tuple(twin.output_specs[p].sizes), str(twin.output_specs[p].dtype).replace("torch.", ""),
         equal[p], worst_twin[p], diff_twin[p], worst_ref[p], diff_ref[p], elements[p])

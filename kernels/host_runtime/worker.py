@@ -15,8 +15,19 @@ Protocol over the socket FD (pickled tuples, `multiprocessing.connection`):
 
 from __future__ import annotations
 
+import pickle
 import sys
 from multiprocessing.connection import Connection
+
+
+def send(connection: Connection, message) -> None:
+    """Plain pickle: torch's multiprocessing reductions would pass tensors as shared-memory file
+    descriptors, which need a resource sharer this pair of processes does not run."""
+    connection.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def receive(connection: Connection):
+    return pickle.loads(connection.recv_bytes())
 
 
 def _tensors(values):
@@ -29,14 +40,14 @@ def _serve(connection: Connection, library: str) -> None:
     try:
         session = RuntimeSession(library)
     except LibraryError as error:
-        connection.send(("error", str(error)))
+        send(connection, ("error", str(error)))
         return
-    connection.send(("ok", session.build_key))
+    send(connection, ("ok", session.build_key))
 
     def npu(invocation) -> None:
-        connection.send(("npu", invocation.command_stream, invocation.weights_sha256,
+        send(connection, ("npu", invocation.command_stream, invocation.weights_sha256,
                          [bytes(r) for r in invocation.regions]))
-        reply = connection.recv()
+        reply = receive(connection)
         if reply[0] != "npu_done":
             raise SessionError(reply[1] if len(reply) > 1 else "NPU handler failed")
         for region, data in zip(invocation.regions[1:], reply[1]):
@@ -48,7 +59,7 @@ def _serve(connection: Connection, library: str) -> None:
     session.npu = npu
     while True:
         try:
-            request = connection.recv()
+            request = receive(connection)
         except EOFError:
             return
         kind = request[0]
@@ -72,9 +83,9 @@ def _serve(connection: Connection, library: str) -> None:
             else:
                 raise SessionError(f"unknown request {kind!r}")
         except SessionError as error:
-            connection.send(("error", str(error)))
+            send(connection, ("error", str(error)))
             continue
-        connection.send(("ok", result))
+        send(connection, ("ok", result))
 
 
 def main(argv: list[str]) -> int:
