@@ -29,43 +29,94 @@ class CompileResult:
         return self.plan.compiled
 
 
-def _compile(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, progress):
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+def load_policy_arg(policy):
+    """A Policy from a path, a Policy, or None (the default greedy policy)."""
+    from orchestrator.errors import UserError
+    from partitioners.policy import Policy, PolicyError, load_policy
+
+    if policy is None or isinstance(policy, Policy):
+        return policy
+    try:
+        return load_policy(policy)
+    except PolicyError as error:
+        raise UserError(str(error)) from None
+
+
+def _target(platform, npu, cpu, io, cpu_hz, npu_hz, policy):
+    """Explicit arguments win over the policy file, which wins over the platform's defaults."""
+    from dataclasses import replace
+
     from orchestrator.target import resolve_target
 
+    if policy is not None:
+        npu = npu if npu is not None else policy.npu
+        cpu_hz = cpu_hz if cpu_hz is not None else policy.cpu_hz
+        npu_hz = npu_hz if npu_hz is not None else policy.npu_hz
     target = resolve_target(platform, npu=npu, cpu=cpu, io=io, cpu_hz=cpu_hz, npu_hz=npu_hz)
-    loaded = load_model(model)
-    samples = load_calibration(calibration, loaded.example_inputs)
-    return compile_model(loaded, samples, target, progress=progress)
+    if policy is not None and target.npu and (policy.system_config or policy.memory_mode):
+        target = replace(target, system_config=policy.system_config or target.system_config,
+                         memory_mode=policy.memory_mode or target.memory_mode)
+    return target
+
+
+def _plan_under(loaded, samples, target, policy, runner_ops, progress):
+    from orchestrator.pipeline import compile_model
+    from orchestrator.planner import make_plan
+
+    compiled = compile_model(loaded, samples, target, policy=policy, progress=progress)
+    return make_plan(compiled, runner_ops, progress)
 
 
 def plan(model: str, platform: str = "corstone300", npu: str | None = None,
          cpu: str | None = None, io: str = "float", calibration: str | None = None,
          cpu_hz: float | None = None, npu_hz: float | None = None,
-         runner_ops: set[str] | None = None, progress=None):
-    """Compile `model` for the target and return its Plan (nothing is written)."""
-    from orchestrator.planner import make_plan
+         runner_ops: set[str] | None = None, policy=None, placement: str | None = None,
+         progress=None):
+    """Compile `model` for the target and return its Plan (nothing is written).
 
-    compiled = _compile(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, progress)
-    return make_plan(compiled, runner_ops, progress)
+    `policy`: a placement policy YAML path (partitioners/policy.py) or Policy; `placement`:
+    "greedy" (default) or "cost" (orchestrator/cost_placement.py), overriding the policy's. With
+    "cost", the returned Plan carries the decisions in `plan.cost_placement`."""
+    return _planned(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, runner_ops,
+                    policy, placement, progress)
+
+
+def _planned(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, runner_ops, policy,
+             placement, progress):
+    from dataclasses import replace
+
+    from orchestrator.cost_placement import place_by_cost
+    from orchestrator.errors import UserError
+    from orchestrator.sources import load_calibration, load_model
+    from partitioners.policy import PLACEMENTS
+
+    policy = load_policy_arg(policy)
+    mode = placement or (policy.placement if policy is not None else "greedy")
+    if mode not in PLACEMENTS:
+        raise UserError(f"--placement {mode!r} is not supported; use one of {', '.join(PLACEMENTS)}")
+    target = _target(platform, npu, cpu, io, cpu_hz, npu_hz, policy)
+    loaded = load_model(model)
+    samples = load_calibration(calibration, loaded.example_inputs)
+    if mode == "greedy" or not target.npu:
+        return _plan_under(loaded, samples, target, policy, runner_ops, progress)
+    chosen = place_by_cost(
+        lambda p: _plan_under(loaded, samples, target, p, runner_ops, progress), policy)
+    return replace(chosen.chosen, cost_placement=chosen)
 
 
 def compile(model: str, output, platform: str = "corstone300", npu: str | None = None,  # noqa: A001
             cpu: str | None = None, io: str = "float", calibration: str | None = None,
             cpu_hz: float | None = None, npu_hz: float | None = None,
-            bundle: bool = False, progress=None) -> CompileResult:
+            bundle: bool = False, policy=None, placement: str | None = None,
+            progress=None) -> CompileResult:
     """Compile `model` to `output` (.pte) with everything the CLI writes beside it."""
-    from orchestrator.artifacts import write_outputs
-    from orchestrator.errors import UserError
-    from orchestrator.planner import make_plan
+    from orchestrator.artifacts import check_outputs, write_outputs
 
     output = Path(output)
-    if output.suffix != ".pte":
-        raise UserError(f"output '{output}' must end in .pte; pass e.g. model.pte")
-    compiled = _compile(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, progress)
-    made = make_plan(compiled, None, progress)
-    artifacts = write_outputs(compiled, output, made.artifact_files())
+    check_outputs(output)
+    made = _planned(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, None, policy,
+                    placement, progress)
+    artifacts = write_outputs(made.compiled, output, made.artifact_files())
     if bundle:
         from orchestrator.bundle import write_bundle
 
@@ -75,8 +126,8 @@ def compile(model: str, output, platform: str = "corstone300", npu: str | None =
 
 def verify(pte, samples: int = 16, calibration: str | None = None, per_op: bool = False,
            max_steps: float = 1):
-    """Run the `.pte` on the host twin; see orchestrator.verify.VerifyReport."""
-    from orchestrator.verify import verify as run_verify
+    """Run the `.pte` on the host twin; see orchestrator.verification.VerifyReport."""
+    from orchestrator.verification import verify as run_verify
 
     return run_verify(pte, samples=samples, calibration=calibration, per_op=per_op,
                       max_steps=max_steps)

@@ -21,7 +21,7 @@ from orchestrator.artifacts import artifacts_dir_for
 from orchestrator.files import atomic_write_bytes
 from orchestrator.errors import UserError
 from orchestrator.twin import TwinRun, load_twin
-from orchestrator.verify import device_inputs, load_reference, sample_inputs
+from orchestrator.verification import device_inputs, load_reference, sample_inputs
 
 METHOD_NAME = "forward"
 

@@ -1,4 +1,4 @@
-"""`orchestrate`: a thin shell over the Python API (plan, compile, sweep, verify).
+"""`orchestrate`: a thin shell over the Python API (plan, compile, sweep, verify, size).
 
 Exit codes: 0 ok, 1 internal error, 2 user error (one clear line), 3 gate failed,
 4 verification failed, 5 a requested check could not run (e.g. no FVP).
@@ -75,6 +75,18 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", help=".pt/.npz of samples or a folder of them")
     p.add_argument("--cpu-hz", type=_clock_hz, help="override the platform CPU clock (Hz)")
     p.add_argument("--npu-hz", type=_clock_hz, help="override the platform NPU clock (Hz)")
+    p.add_argument("--policy", help="placement policy YAML (force ops/nodes/modules to the CPU, "
+                   "NPU, Vela config, clocks; see partitioners/policy.py)")
+    p.add_argument("--placement", choices=("greedy", "cost"),
+                   help="greedy: every op the NPU accepts goes there (default); cost: move NPU "
+                   "islands to the CPU when the cost model says the program gets faster")
+    _add_output_options(p)
+
+
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--verbose", action="store_true",
+                   help="show upstream warnings and tracebacks of internal errors")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,21 +129,72 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--fvp", action="store_true", help="run the .bpte on a Corstone FVP")
     ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF (or ORCHESTRATE_RUNNER_ELF)")
     ver.add_argument("--timeout", type=_positive, default=600)
+    _add_output_options(ver)
+
+    size = sub.add_parser("size", help="where every byte of a .pte goes")
+    size.add_argument("pte", help="a .pte file")
+    size.add_argument("--format", default="table", choices=("table", "json"))
+    _add_output_options(size)
+
+    reasons = sub.add_parser("reasons", help="every placement reason the plan can give")
+    _add_output_options(reasons)
     return parser
 
 
-def _compile(args):
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
-    from orchestrator.target import resolve_target
+class _Progress:
+    """Which stage a long command is in and for how long: on stderr, only on a terminal."""
 
-    target = resolve_target(args.platform, npu=args.npu, cpu=args.cpu, io=args.io,
-                            cpu_hz=args.cpu_hz, npu_hz=args.npu_hz)
-    model = load_model(args.model)
-    calibration = load_calibration(args.calibration, model.example_inputs)
+    def __init__(self, enabled: bool):
+        import time
+
+        self.enabled = enabled
+        self._clock = time.perf_counter
+        self._start = self._clock()
+
+    def __call__(self, stage: str, event: str, seconds: float) -> None:
+        if not self.enabled:
+            return
+        elapsed = self._clock() - self._start
+        if event == "start":
+            sys.stderr.write(f"\r\x1b[K[{elapsed:6.1f}s] {stage} ...")
+        else:
+            sys.stderr.write(f"\r\x1b[K[{elapsed:6.1f}s] {stage} done ({seconds:.1f}s)")
+        sys.stderr.flush()
+
+    def finish(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def _progress(args) -> _Progress:
+    return _Progress(not getattr(args, "quiet", False) and sys.stderr.isatty())
+
+
+def _plan(args, runner_ops=None):
+    """Compile and plan as the options say (policy, placement, progress); the Plan."""
+    from orchestrator.api import _planned
+
+    progress = _progress(args)
+    try:
+        plan = _planned(args.model, args.platform, args.npu, args.cpu, args.io, args.calibration,
+                        args.cpu_hz, args.npu_hz, runner_ops, args.policy, args.placement,
+                        progress)
+    finally:
+        progress.finish()
+    calibration = plan.compiled.calibration
     if calibration.warning and args.command == "compile":
         print(f"warning: {calibration.warning}", file=sys.stderr)
-    return compile_model(model, calibration, target)
+    return plan
+
+
+def _print_cost_placement(plan, stream) -> None:
+    if plan.cost_placement is None:
+        return
+    print("cost placement (--placement cost; every figure an estimate, sources in brackets):",
+          file=stream)
+    for line in plan.cost_placement.report_lines():
+        print(f"  {line}", file=stream)
 
 
 def _inputs(args) -> list[tuple[str, Path]]:
@@ -192,9 +255,10 @@ def cmd_plan(args) -> int:
     from orchestrator.report import read_runner_ops, render_json, render_markdown, render_text
 
     _check_outputs(args, report=args.output, pte=args.pte, pte_option="--pte")
+    _policy_first(args)
     runner_ops = read_runner_ops(args.runner_ops) if args.runner_ops else None
-    compiled = _compile(args)
-    plan = make_plan(compiled, runner_ops)
+    plan = _plan(args, runner_ops)
+    compiled = plan.compiled
     render = {"table": render_text, "json": render_json, "markdown": render_markdown}[args.format]
     text = render(compiled, plan.rows, plan.summary)
     if args.output:
@@ -203,32 +267,36 @@ def cmd_plan(args) -> int:
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         print(text)
+    _print_cost_placement(plan, sys.stdout if not args.output and args.format == "table"
+                          else sys.stderr)
     if args.pte:
-        write_outputs(compiled, Path(args.pte), _artifact_extras(compiled, plan))
+        write_outputs(compiled, Path(args.pte), plan.artifact_files())
     check_gates(plan, Gates(args.fail_under_npu_coverage, args.max_partitions, args.require_fit,
                             runner_ops is not None, args.require_runnable))
     return 0
 
 
-def _artifact_extras(compiled, plan) -> dict[str, bytes]:
-    from orchestrator.report import render_json
+def _policy_first(args) -> None:
+    """A bad policy file is refused before anything compiles."""
+    if getattr(args, "policy", None):
+        from orchestrator.api import load_policy_arg
 
-    return {"plan.json": render_json(compiled, plan.rows, plan.summary).encode(),
-            "operators.txt": "".join(f"{op}\n" for op in plan.summary.operators).encode()}
+        load_policy_arg(args.policy)
 
 
 def cmd_compile(args) -> int:
     from orchestrator.artifacts import write_outputs
-    from orchestrator.planner import make_plan
 
     _check_outputs(args, pte=args.output, bundle=args.bundle)
-    compiled = _compile(args)
-    plan = make_plan(compiled)
-    art = write_outputs(compiled, Path(args.output), _artifact_extras(compiled, plan))
+    _policy_first(args)
+    plan = _plan(args)
+    compiled = plan.compiled
+    art = write_outputs(compiled, Path(args.output), plan.artifact_files())
     s = plan.summary
     print(f"wrote {args.output}: {len(compiled.pte_bytes):,} B, arena {compiled.arena_bytes:,} B "
           f"(executorch plan); NPU partitions {s.npu_partitions}, NPU MAC coverage "
           f"{s.npu_mac_coverage_pct:.1f}%; artifacts in {art}")
+    _print_cost_placement(plan, sys.stdout)
     for fault in s.device_faults:
         print(f"warning: the device runtime cannot run this program: {fault}", file=sys.stderr)
     if args.bundle:
@@ -264,7 +332,19 @@ def cmd_sweep(args) -> int:
     calibration = load_calibration(args.calibration, model.example_inputs)
     if calibration.warning:
         print(f"warning: {calibration.warning}", file=sys.stderr)
-    rows = sweep(model, calibration, targets)
+    policy = None
+    if args.policy:
+        from orchestrator.api import load_policy_arg
+
+        policy = load_policy_arg(args.policy)
+    if args.placement == "cost":
+        raise UserError("sweep plans greedily; run `orchestrate plan --placement cost` for one "
+                        "configuration")
+    progress = _progress(args)
+    try:
+        rows = sweep(model, calibration, targets, policy, progress)
+    finally:
+        progress.finish()
     text = json.dumps(to_json(rows), indent=2) if args.format == "json" else render_text(rows)
     if args.output:
         atomic_write_bytes(Path(args.output), (text + "\n").encode())
@@ -281,7 +361,7 @@ def cmd_verify(args) -> int:
         raise UserError(f"'{args.pte}' not found; give a .pte written by `orchestrate compile`")
     if args.fvp:
         return _verify_fvp(args, pte)
-    from orchestrator.verify import render_text, report_json, verify
+    from orchestrator.verification import render_text, report_json, verify
 
     report = verify(pte, samples=args.samples, calibration=args.calibration,
                     per_op=args.per_op, max_steps=args.max_steps)
@@ -329,6 +409,28 @@ def _verify_fvp(args, pte: Path) -> int:
     return 0
 
 
+def cmd_size(args) -> int:
+    from orchestrator.size import analyze, render_json, render_text
+
+    pte = Path(args.pte)
+    if not pte.is_file():
+        raise UserError(f"'{args.pte}' not found; give a .pte file")
+    try:
+        report = analyze(pte)
+    except Exception as error:  # noqa: BLE001 - not a program the schema can read
+        raise UserError(f"'{args.pte}' is not an ExecuTorch program ({type(error).__name__}); "
+                        "give a .pte written by `orchestrate compile`") from None
+    print(render_json(report) if args.format == "json" else render_text(report))
+    return 0
+
+
+def cmd_reasons(args) -> int:
+    from partitioners.reasons import markdown
+
+    print(markdown(), end="")
+    return 0
+
+
 def _quiet_upstream() -> None:
     # Upstream libraries log deprecation notes and Vela progress; the report is the output.
     warnings.filterwarnings("ignore")
@@ -339,9 +441,12 @@ def _quiet_upstream() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _quiet_upstream()
+    if not args.verbose:
+        _quiet_upstream()
+    else:
+        os.environ["ORCHESTRATE_DEBUG"] = "1"
     handler = {"plan": cmd_plan, "compile": cmd_compile, "sweep": cmd_sweep,
-               "verify": cmd_verify}[args.command]
+               "verify": cmd_verify, "size": cmd_size, "reasons": cmd_reasons}[args.command]
     try:
         try:
             return handler(args)

@@ -150,9 +150,10 @@ def quantize(captured: Captured, calibration: Calibration, target: Target) -> Qu
     return Quantized(program, reference, captured.example_inputs)
 
 
-def lower(quantized: Quantized, target: Target, work_dir: Path) -> Lowered:
+def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> Lowered:
     if target.npu:
-        edge, rejections, runs = lower_to_npu(quantized.program, compile_spec(target), work_dir)
+        edge, rejections, runs = lower_to_npu(quantized.program, compile_spec(target), work_dir,
+                                              policy)
     else:
         from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
         from executorch.exir import to_edge_transform_and_lower
@@ -203,6 +204,7 @@ class CompileOptions:
     check_boundary_layouts: bool = True
     legalize: bool = True
     prune_constants: bool = True
+    policy: object = None  # partitioners.policy.Policy: nodes forced to the CPU
 
 
 @dataclass(frozen=True)
@@ -242,7 +244,8 @@ def _quantize_stage(state: CompileState) -> CompileState:
 
 def _lower_stage(state: CompileState) -> CompileState:
     """to_edge + EthosUPartitioner + Vela per partition (or the Cortex-M edge config)."""
-    return replace(state, lowered=lower(state.quantized, state.target, state.work_dir))
+    return replace(state, lowered=lower(state.quantized, state.target, state.work_dir,
+                                        state.options.policy))
 
 
 def _quantize_io_stage(state: CompileState) -> CompileState:
@@ -321,6 +324,16 @@ class StageError(OrchestrateError):
     """An upstream component raised inside a stage; the message names the stage."""
 
 
+def _root_cause(error: BaseException) -> BaseException:
+    """The innermost exception of a chain: upstream pass managers wrap the one that says why
+    ("An error occurred when running the 'AtenToCortexMPass' pass") around the real message."""
+    seen = set()
+    while (error.__cause__ or error.__context__) is not None and id(error) not in seen:
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return error
+
+
 def run_stages(stages, state, seconds: dict[str, float],
                progress: Callable[[str, str, float], None] | None = None):
     """Run `stages` in order on `state`, timing each; `progress(stage, event, seconds)` hears
@@ -336,9 +349,10 @@ def run_stages(stages, state, seconds: dict[str, float],
         except OrchestrateError:
             raise
         except Exception as error:  # noqa: BLE001 - upstream code: name the stage, keep the cause
-            text = " ".join(str(error).split())
+            root = _root_cause(error)
+            text = " ".join(str(root).split())
             raise StageError(f"stage {stage.name} failed in upstream code: "
-                             f"{type(error).__name__}: {text[:300]}") from error
+                             f"{type(root).__name__}: {text[:300]}") from error
         seconds[stage.name] = time.perf_counter() - start
         if progress:
             progress(stage.name, "done", seconds[stage.name])
@@ -348,7 +362,7 @@ def run_stages(stages, state, seconds: dict[str, float],
 def compile_model(model: LoadedModel, calibration: Calibration, target: Target, *,
                   work_dir: Path | None = None, channels_last: bool = True,
                   check_boundary_layouts: bool = True, legalize: bool = True,
-                  prune_constants: bool = True, progress: Callable[[str, str, float], None] | None = None) -> Compiled:
+                  prune_constants: bool = True, policy=None, progress: Callable[[str, str, float], None] | None = None) -> Compiled:
     """Run COMPILE_STAGES (see CompileOptions for the switches)."""
     if work_dir is None:
         # Vela's per-partition outputs live here until `write_outputs` copies them; a plan
@@ -358,7 +372,7 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
     seconds: dict[str, float] = {}
     state = run_stages(COMPILE_STAGES, CompileState(
         model, calibration, target,
-        CompileOptions(channels_last, check_boundary_layouts, legalize, prune_constants),
+        CompileOptions(channels_last, check_boundary_layouts, legalize, prune_constants, policy),
         Path(work_dir)),
         seconds, progress)
     return Compiled(model, target, calibration, state.captured, state.quantized, state.lowered,

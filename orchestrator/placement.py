@@ -111,6 +111,8 @@ def _not_npu_reason(origin: str, lowered_stage, pre_cpu, npu: str | None, kind: 
     if npu is None:
         return because("no-npu")
     rejection = lowered_stage.npu_rejections.get(origin)
+    if rejection is not None and rejection.policy_rule:
+        return because("policy-forced-cpu", rejection.context, rule=rejection.policy_rule)
     if rejection is not None:
         return because("npu-operator-support", rejection.context, message=rejection.message)
     if kind in ("boundary-quantize", "boundary-dequantize"):

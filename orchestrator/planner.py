@@ -21,6 +21,7 @@ class Plan:
     rows: tuple  # OpPlacement with costs
     estimates: dict[int, VelaPartitionEstimate]
     summary: Summary
+    cost_placement: object = None  # orchestrator.cost_placement.CostPlacement (--placement cost)
 
     def to_json(self) -> dict:
         """The plan as plan.json holds it (schema: orchestrator/plan.schema.json)."""

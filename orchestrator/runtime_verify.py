@@ -38,7 +38,7 @@ from orchestrator import numerics
 from orchestrator.artifacts import artifacts_dir_for
 from orchestrator.errors import NotRun
 from orchestrator.twin import TwinProgram, load_twin
-from orchestrator.verify import (_as_tuple, _float_output, _output_quantization, _steps,
+from orchestrator.verification import (_as_tuple, _float_output, _output_quantization, _steps,
                                  device_inputs, load_reference, sample_inputs)
 
 METHOD = (f"{RUNTIME_METHOD}; Ethos-U delegates through ExecuTorch's EthosUBackend with the NPU "
@@ -147,7 +147,10 @@ def host_limits(twin: TwinProgram) -> tuple[HostLimit, ...]:
     `AtenToCortexMPass` hands `quantized_linear` a precomputed kernel_sum and no bias for the MVE
     tier (CMSIS-NN's MVE `arm_nn_vec_mat_mult_t_s8` reads ctx.buf and ignores the bias); the C
     path compiled on x86-64 reads the bias and ignores the kernel sum, so it computes without
-    the bias and the input-offset correction.
+    the bias and the input-offset correction. The scratch buffers of convolutions and pools are
+    sized for the target's tier (`scratch_buffer_sizes.py`); where the C path needs more, the
+    host kernel writes past the planned scratch (upstream checks the size only under
+    CORTEX_M_ENABLE_RUNTIME_CHECKS, off by default as on the device).
     """
     limits = []
     for position, instruction in enumerate(twin.plan.chains[0].instructions):
@@ -155,14 +158,73 @@ def host_limits(twin: TwinProgram) -> tuple[HostLimit, ...]:
         if type(call).__name__ != "KernelCall":
             continue
         op = twin.plan.operators[call.op_index]
+        name = f"{op.name}.{op.overload}"
         if op.name == "cortex_m::quantized_linear" and len(call.args) > 3:
             kernel_sum = twin.plan.values[call.args[3]].val
             if type(kernel_sum).__name__ == "Tensor":
                 limits.append(HostLimit(
-                    position, f"{op.name}.{op.overload}",
+                    position, name,
                     "MVE argument format (kernel_sum, no bias): the host's CMSIS-NN C path reads "
                     "the bias and ignores the kernel sum"))
+        needed = _scalar_scratch_bytes(twin, op.name, call.args)
+        if needed is not None and needed[0] > needed[1]:
+            limits.append(HostLimit(
+                position, name,
+                f"the host's CMSIS-NN C path needs {needed[0]} B of scratch; the program planned "
+                f"{needed[1]} B for its tier, so the host kernel writes past it"))
     return tuple(limits)
+
+
+def _scalar_scratch_bytes(twin: TwinProgram, op: str, args) -> tuple[int, int] | None:
+    """(bytes the C path needs, bytes the program planned) for a kernel with a scratch tensor,
+    by the same CMSIS-NN size functions the AOT pass calls (executorch's cmsis_nn bindings)."""
+    kinds = {"cortex_m::quantized_conv2d": ("conv", 12), "cortex_m::quantized_conv2d_nhwc": ("conv", 12),
+             "cortex_m::quantized_depthwise_conv2d": ("dw", 13),
+             "cortex_m::quantized_depthwise_conv2d_nhwc": ("dw", 13),
+             "cortex_m::quantized_avg_pool2d": ("pool", 8),
+             "cortex_m::quantized_avg_pool2d_nhwc": ("pool", 8)}
+    if op not in kinds:
+        return None
+    try:
+        from executorch.backends.cortex_m.library import cmsis_nn
+    except ImportError:
+        return None
+    kind, scratch_at = kinds[op]
+    values = twin.plan.values
+
+    def sizes(at):
+        return [int(d) for d in values[args[at]].val.sizes]
+
+    def ints(at):
+        value = values[args[at]].val
+        if type(value).__name__ == "IntList":
+            return [int(values[i].val.int_val) for i in value.items]
+        return int(value.int_val)
+
+    nhwc = op.endswith("_nhwc")
+    planned = math.prod(sizes(scratch_at))
+    source, out = sizes(0), sizes(len(args) - 1)
+    if not nhwc:
+        source = [source[0], source[2], source[3], source[1]]
+        out = [out[0], out[2], out[3], out[1]]
+    scalar, a8w8 = cmsis_nn.Backend.SCALAR, cmsis_nn.DataType.A8W8
+    if kind == "pool":
+        needed = cmsis_nn.avgpool_buffer_size(scalar, a8w8, dim_dst_width=out[2], ch_src=source[3])
+        return int(needed), planned
+    weight = sizes(1)
+    common = dict(input_nhwc=source, output_nhwc=out, stride_hw=ints(3), padding_hw=ints(4),
+                  dilation_hw=ints(5))
+    if kind == "conv":
+        needed = cmsis_nn.convolve_wrapper_buffer_size(
+            scalar, a8w8, filter_nhwc=weight, input_offset=ints(6), output_offset=ints(7),
+            activation_min=ints(10), activation_max=ints(11), **common)
+    else:
+        _, kernel_h, kernel_w, c_out = weight
+        needed = cmsis_nn.depthwise_conv_wrapper_buffer_size(
+            scalar, a8w8, filter_nhwc=[c_out, kernel_h, kernel_w, 1], ch_mult=ints(6),
+            input_offset=ints(7), output_offset=ints(8), activation_min=ints(11),
+            activation_max=ints(12), **common)
+    return int(needed), planned
 
 
 def _dim_order_bytes(tensor: torch.Tensor, dim_order) -> bytes:

@@ -31,10 +31,13 @@ class SweepRow:
     runnable: bool
 
 
-def sweep(model, calibration, targets) -> tuple[SweepRow, ...]:
+def sweep(model, calibration, targets, policy=None, progress=None) -> tuple[SweepRow, ...]:
+    """Plan `model` for each target (a placement policy's forced nodes apply to every one)."""
     rows = []
     for target in targets:
-        plan = make_plan(compile_model(model, calibration, target))
+        if progress:
+            progress(f"{target.npu or 'cpu-only'} on {target.cpu}", "start", 0.0)
+        plan = make_plan(compile_model(model, calibration, target, policy=policy))
         s = plan.summary
         rows.append(SweepRow(
             npu=target.npu or "none", cpu=target.cpu, npu_partitions=s.npu_partitions,

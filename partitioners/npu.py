@@ -31,6 +31,7 @@ class NpuRejection:
     node: str
     message: str
     context: str  # the node's own values the message refers to (stride, padding, kernel, dtypes)
+    policy_rule: str = ""  # "force_cpu.<rule> in <file>" when a placement policy decided
 
 
 @dataclass(frozen=True)
@@ -165,12 +166,18 @@ def rejections_from(reporters: list) -> dict[str, NpuRejection]:
     return rejections
 
 
-def lower_to_npu(quantized_program, compile_spec, work_dir: Path):
-    """to_edge + EthosUPartitioner + Vela. Returns (edge manager, rejections, Vela runs)."""
+def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
+    """to_edge + EthosUPartitioner + Vela. Returns (edge manager, rejections, Vela runs).
+
+    A placement policy's forced nodes are refused by an extra operator-support check
+    (partitioners/policy.py), recorded as rejections naming the rule."""
     from executorch.backends.arm.ethosu import EthosUPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-    partitioner = EthosUPartitioner(compile_spec)
+    from partitioners.policy import ForceCpuCheck
+
+    force = ForceCpuCheck(policy) if policy is not None and policy.forces_cpu() else None
+    partitioner = EthosUPartitioner(compile_spec, additional_checks=[force] if force else None)
     reporters = upstream_ethos_u.capture_reporters(partitioner)
     with vela_runs_recorded(work_dir) as runs:
         edge = to_edge_transform_and_lower(
@@ -180,4 +187,9 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path):
             # own Arm flow turns it off too.
             compile_config=EdgeCompileConfig(_check_ir_validity=False),
         )
-    return edge, rejections_from(reporters), list(runs)
+    rejections = rejections_from(reporters)
+    for name, rule in (force.forced if force else {}).items():
+        previous = rejections.get(name)
+        rejections[name] = NpuRejection(name, previous.message if previous else "",
+                                        previous.context if previous else "", rule)
+    return edge, rejections, list(runs)

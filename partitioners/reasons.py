@@ -53,6 +53,8 @@ def _entry(key: str, kind: str, decided_by: str, template: str) -> None:
 _entry("no-npu", "not-npu", "target", "no NPU on this target (--npu none)")
 _entry("npu-operator-support", "not-npu", "ethos-u partitioner (WhyNoPartitionReporter)",
        "{message}")
+_entry("policy-forced-cpu", "not-npu", "placement policy",
+       "forced to the CPU by the placement policy: {rule}")
 _entry("boundary-quantize", "not-npu", "ethos-u partitioner",
        "boundary quantize: converts a float value (model input or CPU result) to int8 for the "
        "next int8 consumer")

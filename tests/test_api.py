@@ -24,6 +24,7 @@ def test_the_api_verbs_survive_importing_their_modules():
     import orchestrator
     import orchestrator.api  # noqa: F401
     import orchestrator.planner  # noqa: F401
+    import orchestrator.verification  # noqa: F401
 
     assert callable(orchestrator.plan) and callable(orchestrator.compile)
     assert callable(orchestrator.verify)

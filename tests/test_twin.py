@@ -46,7 +46,7 @@ def mixed_u55_nchw(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def mixed_u55_report(mixed_u55):
-    from orchestrator.verify import verify
+    from orchestrator.verification import verify
 
     return verify(mixed_u55, samples=16, per_op=True)
 
@@ -136,7 +136,7 @@ def test_mixed_u55_per_op_table_matches_every_npu_and_cpu_tensor(mixed_u55_repor
 
 
 def test_ds_cnn_u55_verify_passes_bit_exact(ds_cnn_u55):
-    from orchestrator.verify import METHOD, verify
+    from orchestrator.verification import METHOD, verify
 
     report = verify(ds_cnn_u55, samples=16)
     assert report.passed
@@ -146,7 +146,7 @@ def test_ds_cnn_u55_verify_passes_bit_exact(ds_cnn_u55):
 
 
 def test_cpu_only_mixed_passes_after_the_compiles_workarounds(mixed_cpu_only):
-    from orchestrator.verify import verify
+    from orchestrator.verification import verify
 
     report = verify(mixed_cpu_only, samples=16)
     # Upstream compares gt(x, 0) on int8 values with the float threshold (9 steps off on this
@@ -160,7 +160,7 @@ def test_twin_flags_an_upstream_program_the_device_cannot_run(tmp_path):
     from orchestrator.pipeline import compile_model
     from orchestrator.sources import load_calibration, load_model
     from orchestrator.target import resolve_target
-    from orchestrator.verify import verify
+    from orchestrator.verification import verify
 
     model = load_model("mixed")
     compiled = compile_model(model, load_calibration(None, model.example_inputs),
@@ -176,7 +176,7 @@ def test_twin_flags_an_upstream_program_the_device_cannot_run(tmp_path):
 
 
 def test_nchw_export_fails_verify_at_the_npu_to_cpu_boundary(mixed_u55_nchw):
-    from orchestrator.verify import verify
+    from orchestrator.verification import verify
 
     report = verify(mixed_u55_nchw, samples=16)
     assert not report.numerics_passed
@@ -191,7 +191,7 @@ def test_nchw_export_fails_verify_at_the_npu_to_cpu_boundary(mixed_u55_nchw):
 
 def test_corrupted_tosa_artifact_is_refused(mixed_u55, tmp_path):
     from orchestrator.twin import TwinError
-    from orchestrator.verify import verify
+    from orchestrator.verification import verify
 
     pte = tmp_path / mixed_u55.name
     shutil.copy2(mixed_u55, pte)
@@ -222,7 +222,7 @@ def test_bundle_carries_twin_inputs_and_outputs(ds_cnn_u55, tmp_path):
 
     from orchestrator.bundle import write_bundle
     from orchestrator.twin import load_twin
-    from orchestrator.verify import device_inputs, load_reference, sample_inputs
+    from orchestrator.verification import device_inputs, load_reference, sample_inputs
 
     bpte = write_bundle(ds_cnn_u55, tmp_path / "ds.bpte", samples=4)
     bundle = deserialize_from_flatbuffer_to_bundled_program(bpte.read_bytes())
@@ -297,7 +297,7 @@ def test_portable_dim_order_check_matches_host_runtime(tmp_path):
 def test_report_json_and_text_name_the_method(ds_cnn_u55):
     import json
 
-    from orchestrator.verify import METHOD, render_text, report_json, verify
+    from orchestrator.verification import METHOD, render_text, report_json, verify
 
     report = verify(ds_cnn_u55, samples=2)
     data = json.loads(json.dumps(report_json(report)))

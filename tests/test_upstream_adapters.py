@@ -59,7 +59,8 @@ def test_vela_compile_is_restored_after_the_wrapper():
     assert ethosu_backend.vela_compile is original
 
 
-@pytest.mark.parametrize("module_name", ["partitioners.upstream_ethos_u", "orchestrator.upstream_exir"])
+@pytest.mark.parametrize("module_name", ["partitioners.upstream_ethos_u", "partitioners.upstream_cortex_m",
+                                         "orchestrator.upstream_exir"])
 def test_version_guard_names_the_supported_versions(module_name, monkeypatch):
     import importlib
 
@@ -70,3 +71,21 @@ def test_version_guard_names_the_supported_versions(module_name, monkeypatch):
 
     with pytest.raises(UpstreamVersionError, match=r"checked against 0\.0\.1"):
         adapter.check_version()
+
+
+def test_cortex_m_adapter_contract():
+    from partitioners import upstream_cortex_m
+
+    contract = upstream_cortex_m.contract()
+    assert contract["_DIALECT_SUBSTITUTIONS"] is True
+    assert contract["substitution signature"] == ["node", "dialect_pass"]
+    assert {"convolution", "linear", "add", "avg_pool2d"} <= upstream_cortex_m.substituted_op_names()
+
+
+def test_cortex_m_substitutions_are_restored_after_wrapping():
+    from partitioners import upstream_cortex_m
+
+    before = upstream_cortex_m.substitutions()
+    with upstream_cortex_m.substitutions_wrapped(lambda f: "wrapped"):
+        assert set(upstream_cortex_m.substitutions().values()) == {"wrapped"}
+    assert upstream_cortex_m.substitutions() == before

@@ -58,7 +58,7 @@ def test_conv1d_model_compiles_with_its_macs(compiles):
 
 
 def test_argmax_and_topk_indices_are_compared_exactly(compiles):
-    from orchestrator.verify import verify
+    from orchestrator.verification import verify
 
     for name in ("argmax_head", "topk_head"):
         _, pte = compiles.get(model_spec(name), *CPU_ONLY, write=True)
@@ -153,7 +153,7 @@ def test_ceil_mode_max_pool_reason_names_ceil_mode(compiles):
 def test_an_op_the_twin_cannot_execute_is_not_run_exit_5(compiles, monkeypatch):
     from kernels import reference
     from kernels.reference import KernelError
-    from orchestrator.verify import verify
+    from orchestrator.verification import verify
 
     _, pte = compiles.get(model_spec("argmax_head"), *CPU_ONLY, write=True)
 
@@ -180,7 +180,7 @@ def test_user_model_compiles_and_verifies_or_fails_in_one_classified_line(
     from orchestrator.pipeline import compile_model
     from orchestrator.sources import load_calibration, load_model
     from orchestrator.target import resolve_target
-    from orchestrator.verify import verify
+    from orchestrator.verification import verify
 
     loaded = load_model(model_spec(model))
     pte = tmp_path / f"{model}.pte"

@@ -36,7 +36,7 @@ DEFAULT_CASES = [
 
 
 def _check(compiles, model, platform, npu, cpu):
-    from orchestrator.verify import verify
+    from orchestrator.verification import verify
 
     _, pte = compiles.get(model, platform, npu, cpu, write=True)
     report = verify(pte, samples=16)

@@ -1,0 +1,150 @@
+"""`--placement cost`: move an NPU island to the CPU when the cost model says the program gets faster.
+
+Greedy placement puts every op the Ethos-U checks accept on the NPU. A small island pays an
+invocation (driver, cache maintenance over its command stream, weights and scratch) that its
+few MACs never earn back. Starting from the greedy plan, for each NPU partition:
+
+    on the NPU  = the partition's rows: Vela's cycles (vela) + the invocation (model:transition)
+    on the CPU  = the same ops by our CPU cost model: CMSIS-NN where the Cortex-M backend has a
+                  substitution for the op, else the portable model
+
+A partition whose CPU figure is lower is a candidate; candidates are forced to the CPU through
+the placement policy (an Ethos-U operator-support check), the model recompiled and re-planned,
+and the result kept only if its whole-program estimate is lower than greedy's: never worse than
+greedy by the model. Boundary quantize/dequantize rows do not change when an int8 island moves
+(CMSIS-NN kernels take the same int8 tensors), so they are not part of the comparison.
+Every figure here is an estimate; its sources are named in each decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.cpu import cmsis_nn_cost, portable_cost, transition_cost
+
+
+@dataclass(frozen=True)
+class Decision:
+    partition: int
+    nodes: tuple[str, ...]
+    macs: int
+    npu_seconds: float  # vela + model:transition
+    cpu_seconds: float  # model:<tier> / model:portable
+    cpu_sources: str
+    moved: bool
+    kept_reason: str = ""  # why a cheaper-on-CPU island stayed (keep_npu rule)
+
+    @property
+    def delta_seconds(self) -> float:
+        return self.cpu_seconds - self.npu_seconds
+
+    def describe(self, cpu_hz: int) -> str:
+        verb = "moved to the CPU" if self.moved else "kept on the NPU"
+        cycles = int(round(self.delta_seconds * cpu_hz))
+        text = (f"partition {self.partition} ({len(self.nodes)} ops, {self.macs:,} MACs) {verb}: "
+                f"{cycles:+,} CPU-clock cycles (NPU {self.npu_seconds * 1e6:.1f} us [vela + "
+                f"model:transition] vs CPU {self.cpu_seconds * 1e6:.1f} us [{self.cpu_sources}])")
+        return text + (f"; {self.kept_reason}" if self.kept_reason else "")
+
+
+@dataclass(frozen=True)
+class CostPlacement:
+    greedy: object  # orchestrator.planner.Plan
+    chosen: object  # the plan kept (greedy's when moving made nothing faster)
+    decisions: tuple[Decision, ...]
+    greedy_seconds: float
+    chosen_seconds: float
+
+    def report_lines(self) -> list[str]:
+        cpu_hz = self.chosen.compiled.target.cpu_hz
+        lines = [d.describe(cpu_hz) for d in self.decisions]
+        lines.append(f"whole program (estimate): greedy {self.greedy_seconds * 1e3:.3f} ms, "
+                     f"chosen {self.chosen_seconds * 1e3:.3f} ms")
+        return lines
+
+
+_FUSED_ACTIVATIONS = ("relu", "clamp", "hardtanh")
+
+
+def _cpu_seconds(row, target, island_has_macs: bool) -> tuple[float, str]:
+    """The row's op on the CPU: as the Cortex-M passes would lower it, by our CPU models."""
+    from partitioners.upstream_cortex_m import substituted_op_names
+
+    if row.info is None:
+        return 0.0, ""
+    parts = row.op.split(".")
+    base = parts[1] if parts[0] in ("aten", "dim_order_ops") and len(parts) > 1 else parts[0]
+    shape = row.info.op_shape
+    if shape.kind in _FUSED_ACTIVATIONS and island_has_macs:
+        return 0.0, ""  # folded into the conv/linear kernel's output clamp
+    if base == "full":
+        return 0.0, ""  # a constant: folded at compile time
+    if row.kind == "layout":
+        cost = transition_cost("layout_copy", target.cpu, target.cpu_hz, shape.output_bytes)
+    elif base in substituted_op_names():
+        cost = cmsis_nn_cost(shape, target.cpu, target.cpu_hz)
+    else:
+        cost = portable_cost(shape, target.cpu, target.cpu_hz)
+    return cost.seconds, cost.source
+
+
+def island_decisions(plan, policy) -> list[Decision]:
+    """Per NPU partition of `plan`: its NPU and CPU estimates and whether it should move."""
+    target = plan.compiled.target
+    decisions = []
+    for index in sorted({r.partition for r in plan.rows if r.placement == "npu"}):
+        rows = [r for r in plan.rows if r.partition == index and r.placement == "npu"]
+        ops = [r for r in rows if r.kind != "npu-invocation"]
+        npu = sum(r.cost.seconds for r in rows if r.cost is not None)
+        cpu, sources = 0.0, []
+        has_macs = any(r.macs for r in ops)
+        for row in ops:
+            seconds, source = _cpu_seconds(row, target, has_macs)
+            cpu += seconds
+            if source and source not in sources:
+                sources.append(source)
+        keep = next((f"keep_npu rule matches {r.name}" for r in ops
+                     if policy is not None and r.name in policy.keep_npu.nodes), "")
+        decisions.append(Decision(index, tuple(r.name for r in ops), sum(r.macs for r in ops),
+                                  npu, cpu, "+".join(sources) or "-", cpu < npu and not keep,
+                                  keep if cpu < npu else ""))
+    return decisions
+
+
+def place_by_cost(plan_fn, policy) -> CostPlacement:
+    """`plan_fn(policy) -> Plan` compiles and plans under a policy (greedy first).
+
+    Candidates are tried one at a time, largest predicted saving first, each on top of the
+    moves already kept; a move is kept only when the recompiled program compiles and its
+    whole-program estimate drops. So the result is never worse than greedy by the model."""
+    from dataclasses import replace
+
+    from orchestrator.errors import OrchestrateError
+    from partitioners.policy import Policy
+
+    policy = policy or Policy()
+    greedy = plan_fn(policy)
+    decisions = island_decisions(greedy, policy)
+    best, best_seconds = greedy, greedy.summary.latency_seconds or 0.0
+    greedy_seconds = best_seconds
+    kept_nodes: tuple[str, ...] = ()
+    final = {d.partition: d for d in decisions}
+    for decision in sorted((d for d in decisions if d.moved), key=lambda d: d.delta_seconds):
+        try:
+            trial = plan_fn(policy.with_forced_nodes(kept_nodes + decision.nodes))
+        except OrchestrateError as error:
+            # The CPU route can fail where the NPU did not (an upstream Cortex-M lowering
+            # limit): the island stays, and the decision says why.
+            final[decision.partition] = replace(decision, moved=False,
+                                                kept_reason=f"moving failed: {error}")
+            continue
+        seconds = trial.summary.latency_seconds or 0.0
+        if seconds < best_seconds:
+            best, best_seconds = trial, seconds
+            kept_nodes += decision.nodes
+        else:
+            final[decision.partition] = replace(
+                decision, moved=False, kept_reason="moving was not faster for the whole program "
+                f"({seconds * 1e3:.3f} ms vs {best_seconds * 1e3:.3f} ms)")
+    return CostPlacement(greedy, best, tuple(final[d.partition] for d in decisions),
+                         greedy_seconds, best_seconds)

@@ -1,0 +1,125 @@
+"""Placement policies and cost placement change the .pte, name their rule, and stay verifiable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ISLAND = f"{ROOT / 'examples' / 'island.py'}:factory"
+
+
+def _operators(pte_bytes: bytes) -> list[str]:
+    from orchestrator.upstream_exir import deserialize_program
+
+    plan = deserialize_program(pte_bytes).execution_plan[0]
+    return [f"{op.name}.{op.overload}" for op in plan.operators]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("force_cpu: {ops: [aten.where.self]}\nspeed: fast\n", "unknown key 'speed'"),
+    ("force_cpu: {layers: [conv]}\n", "unknown key 'force_cpu.layers'"),
+    ("vela: {memory: Shared_Sram}\n", "unknown key 'vela.memory'"),
+    ("placement: fastest\n", "placement must be one of greedy, cost"),
+    ("clocks: {cpu_hz: -1}\n", "clocks.cpu_hz must be a positive number"),
+    ("force_cpu: {nodes: 3}\n", "force_cpu.nodes must be a list of names"),
+])
+def test_a_bad_policy_is_refused_naming_the_key(tmp_path, text, message):
+    from partitioners.policy import PolicyError, load_policy
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    with pytest.raises(PolicyError, match=message):
+        load_policy(path)
+
+
+def test_the_cli_refuses_an_unknown_policy_key_before_compiling(tmp_path, capsys):
+    from orchestrator.cli import main
+
+    path = tmp_path / "policy.yaml"
+    path.write_text("force_gpu: {}\n")
+    assert main(["plan", "mixed", "--policy", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown key 'force_gpu'" in err[0]
+
+
+def _kernel_calls(pte_bytes: bytes, op: str) -> int:
+    from orchestrator.upstream_exir import deserialize_program
+
+    plan = deserialize_program(pte_bytes).execution_plan[0]
+    return sum(1 for i in plan.chains[0].instructions
+               if type(i.instr_args).__name__ == "KernelCall"
+               and plan.operators[i.instr_args.op_index].name == op)
+
+
+def test_a_forced_op_leaves_the_npu_partition_in_the_pte(tmp_path, compiles):
+    import orchestrator
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("force_cpu:\n  modules: [mix]\n")  # mixed's 1x1 conv before the head
+    greedy, _ = compiles.get("mixed", "corstone300", "ethos-u55-128")
+    forced = orchestrator.compile("mixed", tmp_path / "forced.pte", npu="ethos-u55-128",
+                                  policy=str(policy))
+    conv = "cortex_m::quantized_conv2d"
+    assert _kernel_calls(forced.compiled.pte_bytes, conv) == _kernel_calls(greedy.pte_bytes, conv) + 1
+    (mix,) = [r for r in forced.plan.rows if r.name == "aten_convolution_default_2"]
+    assert mix.placement == "cmsis-nn" and mix.kernel.startswith("arm_")
+    assert mix.reasons[0].key == "policy-forced-cpu"
+    assert f"force_cpu.modules: mix in {policy}" in mix.reasons[0].message
+    report = orchestrator.verify(forced.pte, samples=4)
+    assert report.passed, report.verdict
+
+
+def test_upstream_cortex_m_linear_refuses_per_channel_weights(tmp_path):
+    """ExecuTorch 1.5.1: `_get_linear_replacement` compares the per-channel weight zero points
+    (a list, as the Ethos-U quantizer makes them) with 0, so a linear quantized for the NPU
+    cannot be moved to CMSIS-NN; the compile names the stage and upstream's message."""
+    import orchestrator
+    from orchestrator.pipeline import StageError
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("force_cpu:\n  modules: [head]\n")
+    with pytest.raises(StageError, match=r"stage route_cpu .*quantized_linear assumes symmetric "
+                                         r"weight quantization \(weight_zp == 0\); got weight_zp=\[0"):
+        orchestrator.plan("mixed", npu="ethos-u55-128", policy=str(policy))
+
+
+@pytest.fixture(scope="module")
+def island_cost(tmp_path_factory):
+    import orchestrator
+
+    out = tmp_path_factory.mktemp("island") / "island.pte"
+    return orchestrator.compile(ISLAND, out, npu="ethos-u55-128", placement="cost")
+
+
+def test_cost_placement_moves_an_island_not_worth_its_invocation(island_cost):
+    placement = island_cost.plan.cost_placement
+    assert placement.chosen_seconds < placement.greedy_seconds
+    (moved,) = [d for d in placement.decisions if d.moved]
+    assert moved.nodes == ("aten_add_tensor",) and moved.cpu_seconds < moved.npu_seconds
+    assert island_cost.plan.summary.npu_partitions == placement.greedy.summary.npu_partitions - 1
+    (add,) = [r for r in island_cost.plan.rows if r.name == "aten_add_tensor"]
+    assert add.placement == "cmsis-nn" and "--placement cost" in add.reasons[0].message
+    lines = placement.report_lines()
+    assert any(line.startswith("partition 1 (1 ops, 0 MACs) moved to the CPU: -") for line in lines)
+    assert "vela + model:transition" in lines[1] and "model:mve" in lines[1]
+
+
+def test_the_cost_placed_pte_verifies(island_cost):
+    import orchestrator
+
+    report = orchestrator.verify(island_cost.pte, samples=4)
+    assert report.passed, report.verdict
+
+
+def test_cost_placement_is_never_worse_than_greedy_and_says_why_an_island_stayed():
+    import orchestrator
+
+    plan = orchestrator.plan("mixed", npu="ethos-u55-128", placement="cost")
+    placement = plan.cost_placement
+    assert placement.chosen_seconds <= placement.greedy_seconds
+    # The 0.1 * x island would be cheaper on the CPU, but ExecuTorch 1.5.1's Cortex-M mul
+    # does not broadcast a [1,1,1,1] constant: the recompile fails and the island stays.
+    (stayed,) = [d for d in placement.decisions if d.kept_reason.startswith("moving failed")]
+    assert "broadcasting" in stayed.kept_reason
