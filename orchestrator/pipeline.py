@@ -13,6 +13,9 @@ PLAN_STAGES after it).
 from __future__ import annotations
 
 import atexit
+import contextlib
+import io
+import os
 import shutil
 import tempfile
 import time
@@ -103,15 +106,44 @@ def capture(model: LoadedModel, channels_last: bool = True) -> Captured:
     if channels_last:
         module = module.to(memory_format=torch.channels_last)  # parameters; inputs below
         inputs = tuple(_to_channels_last(x) for x in inputs)
+    # Dynamo prints the partial graph of a failed trace on stderr; the one-line error below
+    # says what failed (ORCHESTRATE_DEBUG=1 / --verbose shows the dump).
+    quiet = not os.environ.get("ORCHESTRATE_DEBUG")
     try:
-        program = torch.export.export(module, inputs, strict=True)
+        with contextlib.ExitStack() as stack:
+            if quiet:
+                stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+                stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+            program = torch.export.export(module, inputs, strict=True)
     except Exception as error:  # noqa: BLE001 - the user's model failed to trace
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise UserError(
             f"torch.export could not capture model '{model.name}': {type(error).__name__}: "
             f"{first_line[:200]}; make the model exportable with torch.export(strict=True)"
         ) from None
+    _refuse_data_dependent_shapes(program, model.name)
     return Captured(program, inputs, channels_last)
+
+
+class UnsupportedModel(UserError):
+    """The model uses a construct the device flow cannot compile: the message names the
+    construct, the node and what to do instead (exit 2)."""
+
+
+def _refuse_data_dependent_shapes(program, name: str) -> None:
+    """A microcontroller program plans every buffer ahead: an op whose output shape depends on
+    the data (nonzero, masked_select, unique) cannot be planned."""
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        values = val if isinstance(val, (tuple, list)) else (val,)
+        for value in values:
+            if isinstance(value, torch.Tensor) and any(
+                    not isinstance(d, int) and not str(d).isdigit() for d in value.shape):
+                op = str(getattr(node.target, "__name__", node.target))
+                raise UnsupportedModel(
+                    f"model '{name}': node {node.name} ({op}) has a data-dependent output shape "
+                    f"{list(value.shape)}; ExecuTorch plans every buffer ahead of time on the "
+                    "device, so use a fixed-size form (e.g. a mask multiply instead of nonzero)")
 
 
 def _quantizer(target: Target):

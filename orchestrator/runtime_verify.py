@@ -32,11 +32,11 @@ import numpy as np
 import torch
 
 from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, NpuInvocation,
-                             RuntimeFailure, RuntimeUnavailable, logical)
+                             RuntimeFailure, RuntimeUnavailable, find_sources, logical)
 from npu_driver.tosa_twin import run_tosa
 from orchestrator import numerics
 from orchestrator.artifacts import artifacts_dir_for
-from orchestrator.errors import NotRun
+from orchestrator.errors import NotRun, UserError
 from orchestrator.twin import TwinProgram, load_twin
 from orchestrator.verification import (_as_tuple, _float_output, _output_quantization, _steps,
                                  device_inputs, load_reference, sample_inputs)
@@ -271,11 +271,17 @@ def _per_op(twin: TwinProgram, twin_run, runtime_run) -> tuple[OpAgreement, ...]
 
 def verify_runtime(pte_path, samples: int = 4, calibration: str | None = None,
                    per_op: bool = False, runtime: HostRuntime | None = None,
-                   repeat: int = 1) -> RuntimeReport:
+                   repeat: int = 1, executorch_src: str | None = None,
+                   cmsis_nn_src: str | None = None) -> RuntimeReport:
     """Run the `.pte` through the host runtime and the twin on `samples` inputs and compare.
 
-    Raises NotRun when the runtime cannot be built here (no sources, no compiler). A program
-    the runtime refuses or a run it fails is reported (runtime_error), not raised."""
+    `runtime` reuses a running HostRuntime; otherwise one is built from the sources
+    (`kernels.runtime.find_sources`: arguments, environment, ../shared/third_party) and closed
+    after. Raises NotRun when the runtime cannot be built here (no sources, no compiler). A
+    program the runtime refuses or a run it fails is reported (runtime_error), not raised."""
+    if samples < 1 or repeat < 1:
+        raise UserError(f"--samples and the repeat count must be at least 1 (got {samples} and "
+                        f"{repeat})")
     pte_path = Path(pte_path)
     twin = load_twin(pte_path)
     art_dir = artifacts_dir_for(pte_path)
@@ -284,7 +290,7 @@ def verify_runtime(pte_path, samples: int = 4, calibration: str | None = None,
     inputs, source = sample_inputs(float_program, samples, calibration)
     owned = runtime is None
     try:
-        runtime = runtime or HostRuntime()
+        runtime = runtime or HostRuntime(sources=find_sources(executorch_src, cmsis_nn_src))
     except RuntimeUnavailable as error:
         raise NotRun(f"not run: the ExecuTorch host runtime is unavailable: {error}") from None
     handler = npu_handler(twin) if twin.partitions else None

@@ -521,3 +521,41 @@ def test_shared_pte_fixture_still_matches_its_manifest(cpu_pte):
     manifest = json.loads((cpu_pte.with_name(cpu_pte.stem + ".artifacts") / "manifest.json")
                           .read_text())
     assert manifest["pte"]["sha256"] == hashlib.sha256(cpu_pte.read_bytes()).hexdigest()
+
+
+_UNEXPORTABLE = '''
+import torch
+from torch import nn
+
+
+class Branchy(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+class NonZero(nn.Module):
+    def forward(self, x):
+        return torch.nonzero(x > 0).float().sum(0)
+
+
+def branchy():
+    return Branchy(), (torch.randn(1, 4),)
+
+
+def nonzero():
+    return NonZero(), (torch.randn(1, 4),)
+'''
+
+
+def test_a_failed_export_is_one_line_without_the_graph_dump(tmp_path, capsys):
+    (tmp_path / "m.py").write_text(_UNEXPORTABLE)
+    _refused(["plan", "m.py:branchy", "--npu", "none"], tmp_path, capsys,
+             "torch.export could not capture model", "Data-dependent branching")
+
+
+def test_a_data_dependent_output_shape_is_an_unsupported_model_error(tmp_path, capsys):
+    (tmp_path / "m.py").write_text(_UNEXPORTABLE)
+    _refused(["plan", "m.py:nonzero", "--npu", "none"], tmp_path, capsys,
+             "node nonzero", "data-dependent output shape", "fixed-size form")

@@ -1,0 +1,100 @@
+"""The `.pte` through the real ExecuTorch runtime with the real Cortex-M kernels and CMSIS-NN.
+
+The host runtime library is built once per session (and cached across sessions by source hash)
+from ../shared/third_party or ORCHESTRATE_EXECUTORCH_SRC / ORCHESTRATE_CMSIS_NN_SRC. Without
+sources or a compiler every test here is skipped as "not run", never passed.
+
+CPU-only programs are compiled for the Cortex-M33 (CMSIS-NN DSP tier): the host compiles
+CMSIS-NN's C path, which computes what the DSP path computes from the same arguments. A program
+for the M55's MVE tier passes `quantized_linear` arguments only the MVE path reads; the test
+that shows it pins where runtime and twin part.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+DSP_TIER_CPU = "cortex-m33"
+
+
+@pytest.fixture(scope="session")
+def host_runtime():
+    from kernels.runtime import HostRuntime, RuntimeUnavailable, ensure_library, find_sources
+
+    try:
+        library = ensure_library(find_sources())
+    except RuntimeUnavailable as error:
+        pytest.skip(f"not run: {error}")
+    runtime = HostRuntime(library)
+    yield runtime
+    runtime.close()
+
+
+def _report(compiles, host_runtime, model, platform="corstone300", npu="none", cpu=None,
+            per_op=True):
+    from orchestrator.runtime_verify import verify_runtime
+
+    _, pte = compiles.get(model, platform, npu, cpu, write=True)
+    return verify_runtime(pte, samples=2, per_op=per_op, runtime=host_runtime)
+
+
+@pytest.mark.parametrize("model", ["ds-cnn", "mixed"])
+def test_cpu_only_program_in_the_real_runtime_writes_the_twins_bytes(compiles, host_runtime,
+                                                                    model):
+    report = _report(compiles, host_runtime, model, cpu=DSP_TIER_CPU)
+    assert report.runtime_error is None
+    assert report.bytes_equal, report.verdict
+    assert all(o.max_steps_vs_twin == 0 for o in report.outputs)
+    assert report.per_op and all(row.equal for row in report.per_op), report.per_op
+    # The real kernels ran: every cortex_m op of the program is in the runtime's trace.
+    assert any(row.op.startswith("cortex_m::quantized_conv2d") for row in report.per_op)
+    assert report.host_limits == ()
+
+
+def test_ethos_u_delegates_run_through_executorchs_backend(compiles, host_runtime):
+    report = _report(compiles, host_runtime, "ds-cnn", npu="ethos-u55-128")
+    assert report.bytes_equal, report.verdict
+    delegates = [row for row in report.per_op if row.op.startswith("EthosUBackend")]
+    assert len(delegates) == 2 and all(row.equal for row in delegates)
+    assert report.runtime_npu_seconds_per_sample > 0
+
+
+def test_mve_tier_linear_is_where_host_runtime_and_twin_part(compiles, host_runtime):
+    """AtenToCortexMPass gives quantized_linear a kernel_sum and no bias for the MVE tier; the
+    host's CMSIS-NN C path ignores the kernel sum and reads the (absent) bias."""
+    report = _report(compiles, host_runtime, "ds-cnn", cpu="cortex-m55")
+    assert not report.bytes_equal
+    divergence = report.first_divergence
+    assert divergence is not None and divergence.op == "cortex_m::quantized_linear.out"
+    assert [h.instruction for h in report.host_limits] == [divergence.instruction]
+    assert all(row.equal for row in report.per_op if row.instruction < divergence.instruction)
+
+
+def test_library_is_cached_by_source_hash(host_runtime):
+    from kernels.runtime import ensure_library, find_sources
+
+    again = ensure_library(find_sources())
+    assert again.cached and again.path == host_runtime.library.path
+
+
+def test_missing_sources_are_not_run(compiles, tmp_path):
+    from orchestrator.errors import NotRun
+    from orchestrator.runtime_verify import verify_runtime
+
+    _, pte = compiles.get("ds-cnn", "corstone300", "none", DSP_TIER_CPU, write=True)
+    with pytest.raises(NotRun, match="^not run: ") as raised:
+        verify_runtime(pte, samples=1, executorch_src=str(tmp_path / "no-executorch"))
+    assert raised.value.exit_code == 5
+
+
+def test_no_compiler_is_not_run(monkeypatch, tmp_path):
+    from kernels.runtime import RuntimeUnavailable, ensure_library, find_sources
+
+    try:
+        sources = find_sources()
+    except RuntimeUnavailable as error:
+        pytest.skip(f"not run: {error}")
+    monkeypatch.setenv("CC", str(tmp_path / "no-gcc"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-g++"))
+    with pytest.raises(RuntimeUnavailable, match="compiler"):
+        ensure_library(sources, cache_dir=tmp_path / "cache")
