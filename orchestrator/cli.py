@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="where every op runs and why, with costs and memory")
     _add_target_options(plan)
-    plan.add_argument("--format", default="table", choices=("table", "json", "markdown"))
+    plan.add_argument("--format", default="table", choices=("table", "json", "markdown", "html"))
     plan.add_argument("-o", "--output", help="write the report to this file")
     plan.add_argument("--pte", help="also write the compiled .pte (and its artifacts) here")
     plan.add_argument("--runner-ops", help="file listing the operators your runner registers")
@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_options(swp)
     swp.add_argument("--npus", help="comma-separated NPU names (default: all the platform offers; "
                      "'none' for CPU only)")
-    swp.add_argument("--format", default="table", choices=("table", "json"))
+    swp.add_argument("--format", default="table", choices=("table", "json", "html"))
     swp.add_argument("-o", "--output", help="write the table to this file")
 
     ver = sub.add_parser("verify", help="run the .pte on the host twin (or an FVP) and compare")
@@ -259,8 +259,11 @@ def cmd_plan(args) -> int:
     runner_ops = read_runner_ops(args.runner_ops) if args.runner_ops else None
     plan = _plan(args, runner_ops)
     compiled = plan.compiled
-    render = {"table": render_text, "json": render_json, "markdown": render_markdown}[args.format]
-    text = render(compiled, plan.rows, plan.summary)
+    if args.format == "html":
+        text = plan.to_html()
+    else:
+        render = {"table": render_text, "json": render_json, "markdown": render_markdown}[args.format]
+        text = render(compiled, plan.rows, plan.summary)
     if args.output:
         atomic_write_bytes(Path(args.output),
                            (text + ("\n" if not text.endswith("\n") else "")).encode())
@@ -345,7 +348,13 @@ def cmd_sweep(args) -> int:
         rows = sweep(model, calibration, targets, policy, progress)
     finally:
         progress.finish()
-    text = json.dumps(to_json(rows), indent=2) if args.format == "json" else render_text(rows)
+    if args.format == "html":
+        from orchestrator.report_html import render_sweep_html
+
+        text = render_sweep_html(to_json(rows), f"orchestrate sweep: {model.name} on "
+                                 f"{args.platform}")
+    else:
+        text = json.dumps(to_json(rows), indent=2) if args.format == "json" else render_text(rows)
     if args.output:
         atomic_write_bytes(Path(args.output), (text + "\n").encode())
     else:

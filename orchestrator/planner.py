@@ -39,12 +39,19 @@ class Plan:
 
         return render_text(self.compiled, self.rows, self.summary, width)
 
+    def to_html(self) -> str:
+        """One self-contained page: timeline, memory map, sortable op table."""
+        from orchestrator.report_html import plan_html
+
+        return plan_html(self)
+
     def artifact_files(self) -> dict[str, bytes]:
-        """What the plan adds to an artifacts folder: plan.json and operators.txt."""
+        """What the plan adds to an artifacts folder: plan.json, operators.txt, report.html."""
         from orchestrator.report import render_json
 
         return {"plan.json": render_json(self.compiled, self.rows, self.summary).encode(),
-                "operators.txt": "".join(f"{op}\n" for op in self.summary.operators).encode()}
+                "operators.txt": "".join(f"{op}\n" for op in self.summary.operators).encode(),
+                "report.html": self.to_html().encode()}
 
 
 def vela_estimates(compiled) -> dict[int, VelaPartitionEstimate]:
