@@ -48,7 +48,7 @@ class Captured:
 @dataclass(frozen=True)
 class Quantized:
     program: torch.export.ExportedProgram
-    reference: torch.fx.GraphModule  # convert_pt2e output: the quantized PyTorch reference
+    reference: torch.fx.GraphModule | None  # convert_pt2e output (None when read from the cache)
     example_inputs: tuple[torch.Tensor, ...]
 
 
@@ -80,6 +80,7 @@ class Compiled:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     work_dir: Path | None = None
     pruned_constants: tuple = ()  # orchestrator.prune.PrunedConstant
+    cache_hit: bool = False  # capture + quantization came from orchestrator/cache.py
 
     @property
     def arena_bytes(self) -> int:
@@ -248,6 +249,8 @@ class CompileState:
     target: Target
     options: CompileOptions
     work_dir: Path
+    cache_key: str | None = None  # orchestrator/cache.py: capture + quantization by content
+    cache_hit: bool = False
     captured: Captured | None = None
     quantized: Quantized | None = None
     lowered: Lowered | None = None  # after quantize_io: the program handed to the CPU passes
@@ -265,13 +268,32 @@ class CompileState:
 
 
 def _capture_stage(state: CompileState) -> CompileState:
-    """torch.export in channels_last, so every CPU/NPU boundary is NHWC on both sides."""
-    return replace(state, captured=capture(state.model, state.options.channels_last))
+    """torch.export in channels_last, so every CPU/NPU boundary is NHWC on both sides (or the
+    cached capture and quantization of the same content, orchestrator/cache.py)."""
+    from orchestrator import cache
+
+    channels_last = state.options.channels_last
+    key = cache.quantized_key(state.model, state.calibration, state.target, channels_last)
+    hit = cache.load(key) if key else None
+    if hit is not None:
+        inputs = tuple(_to_channels_last(x) if channels_last else x
+                       for x in state.model.example_inputs)
+        return replace(state, cache_key=key, cache_hit=True,
+                       captured=Captured(hit[0], inputs, channels_last),
+                       quantized=Quantized(hit[1], None, inputs))
+    return replace(state, cache_key=key, captured=capture(state.model, channels_last))
 
 
 def _quantize_stage(state: CompileState) -> CompileState:
     """EthosUQuantizer (NPU targets) or CortexMQuantizer (CPU-only), calibrated on the samples."""
-    return replace(state, quantized=quantize(state.captured, state.calibration, state.target))
+    if state.cache_hit:
+        return state
+    quantized = quantize(state.captured, state.calibration, state.target)
+    if state.cache_key:
+        from orchestrator import cache
+
+        cache.store(state.cache_key, state.captured.program, quantized.program)
+    return replace(state, quantized=quantized)
 
 
 def _lower_stage(state: CompileState) -> CompileState:
@@ -410,4 +432,4 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
     return Compiled(model, target, calibration, state.captured, state.quantized, state.lowered,
                     state.final_program, state.cpu_decisions, state.boundaries, state.placements,
                     state.pte_bytes, state.executorch_program, state.io_quant, state.workarounds,
-                    seconds, Path(work_dir), state.pruned_constants)
+                    seconds, Path(work_dir), state.pruned_constants, state.cache_hit)

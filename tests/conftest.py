@@ -45,6 +45,15 @@ class CompileCache:
         return entry[0], entry[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    """A fresh capture/quantization cache per test session (orchestrator/cache.py): shared by
+    the session's compiles, never by a user's own cache or an earlier run."""
+    import os
+
+    os.environ["ORCHESTRATE_CACHE"] = str(tmp_path_factory.mktemp("orchestrate-cache"))
+
+
 @pytest.fixture(scope="session")
 def compiles(tmp_path_factory) -> CompileCache:
     return CompileCache(tmp_path_factory)

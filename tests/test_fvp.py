@@ -322,7 +322,9 @@ def test_missing_fvp_is_reported_as_not_run(tmp_path, bpte, monkeypatch):
     with pytest.raises(FvpNotFound) as raised:
         run_fvp([str(tmp_path / "FVP_Corstone_SSE-320")], timeout_s=10)
     assert str(raised.value).startswith("not run: no FVP found")
-    assert raised.value.exit_code == 5
+    from orchestrator.errors import as_orchestrate_error
+
+    assert as_orchestrate_error(raised.value).exit_code == 5  # the CLI's "not run"
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv(fvp.FVP_DIR_ENV, raising=False)

@@ -1,0 +1,136 @@
+"""An on-disk cache of capture + quantization, keyed by content.
+
+Capture and quantization take most of a small model's compile (DS-CNN: about 5 s and 8 s of
+20 s here), and they depend on neither the NPU size nor a placement policy: one quantized
+program serves every Ethos-U55/U65 configuration of a sweep, and a re-plan with a changed
+policy. The key is a SHA-256 over everything they read:
+
+- the model: the source of every module class in it (or a GraphModule's code, or a .pt2's
+  bytes), every parameter and buffer (bytes), the example inputs' shapes and dtypes;
+- the calibration samples (bytes);
+- the quantizer: EthosUQuantizer with the NPU family's TOSA specification, or CortexMQuantizer;
+- the export layout (channels_last), the torch / executorch / torchao versions, and the host
+  numerics settings (orchestrator/numerics.py).
+
+A model whose class source cannot be read is not cached. Entries are written atomically and read
+back with the same safe loader as any `.pt2` (orchestrator/sources.py). `ORCHESTRATE_CACHE=off`
+disables the cache; `ORCHESTRATE_CACHE=/path` moves it (default: $XDG_CACHE_HOME/orchestrate or
+~/.cache/orchestrate). Entries are content-addressed files, so a shared folder serves several
+machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import shutil
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+FORMAT = "1"
+
+
+def cache_dir() -> Path | None:
+    setting = os.environ.get("ORCHESTRATE_CACHE", "")
+    if setting.lower() in ("off", "0", "no", "false"):
+        return None
+    if setting:
+        return Path(setting)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "orchestrate"
+
+
+def _module_code(module: torch.nn.Module) -> bytes | None:
+    sources = []
+    for sub in module.modules():
+        if isinstance(sub, torch.fx.GraphModule):
+            sources.append(sub.code)
+            continue
+        try:
+            sources.append(inspect.getsource(type(sub)))
+        except (OSError, TypeError):
+            return None
+    return "\n".join(sources).encode()
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+    tensor = tensor.detach().cpu().contiguous()
+    header = f"{tensor.dtype}{tuple(tensor.shape)}".encode()
+    if not tensor.numel():
+        return header
+    return header + tensor.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def quantizer_config(target) -> str:
+    if not target.npu:
+        return "CortexMQuantizer"
+    from orchestrator.pipeline import compile_spec
+
+    return f"EthosUQuantizer:{compile_spec(target).tosa_spec}:per-channel-symmetric"
+
+
+def quantized_key(model, calibration, target, channels_last: bool) -> str | None:
+    """The cache key of capture + quantization, or None when the model cannot be keyed."""
+    from orchestrator import numerics
+
+    code = _module_code(model.module)
+    if code is None:
+        return None
+    digest = hashlib.sha256()
+    digest.update(f"orchestrate-cache {FORMAT}\n".encode())
+    digest.update(code)
+    if model.source.startswith("pt2:"):
+        digest.update(Path(model.source[4:]).read_bytes())
+    for name, tensor in [*model.module.state_dict().items()]:
+        digest.update(name.encode())
+        digest.update(_tensor_bytes(tensor))
+    for x in model.example_inputs:
+        digest.update(f"input {x.dtype} {tuple(x.shape)}".encode())
+    for sample in calibration.samples:
+        for x in sample:
+            digest.update(_tensor_bytes(x))
+    digest.update(quantizer_config(target).encode())
+    digest.update(f"channels_last={channels_last}".encode())
+    for package in ("torch", "executorch", "torchao"):
+        digest.update(f"{package}={metadata.version(package)}".encode())
+    digest.update(repr(sorted(numerics.state()["settings"].items())).encode())
+    return digest.hexdigest()
+
+
+def load(key: str):
+    """(float program, quantized program) from the cache, or None."""
+    from orchestrator.errors import UserError
+    from orchestrator.sources import read_exported_program
+
+    folder = cache_dir()
+    entry = folder / "quantized" / key if folder else None
+    if entry is None or not (entry / "quantized.pt2").is_file():
+        return None
+    try:
+        remedy = f"delete {entry} (a damaged cache entry)"
+        return (read_exported_program(entry / "float.pt2", remedy),
+                read_exported_program(entry / "quantized.pt2", remedy))
+    except (UserError, OSError):
+        return None
+
+
+def store(key: str, float_program, quantized_program) -> None:
+    """Write an entry atomically; a cache that cannot be written is skipped silently."""
+    folder = cache_dir()
+    if folder is None:
+        return
+    final = folder / "quantized" / key
+    if final.exists():
+        return
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".entry-", dir=final.parent))
+        torch.export.save(float_program, tmp / "float.pt2")
+        torch.export.save(quantized_program, tmp / "quantized.pt2")
+        os.replace(tmp, final)
+    except OSError:
+        shutil.rmtree(locals().get("tmp", final.parent / ".none"), ignore_errors=True)

@@ -1,0 +1,60 @@
+"""Capture + quantization are cached by content: a hit gives the same .pte bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture()
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ORCHESTRATE_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _compile(model, npu, calibration=None):
+    from orchestrator.pipeline import compile_model
+    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.target import resolve_target
+
+    loaded = load_model(model)
+    samples = load_calibration(None, loaded.example_inputs, seed=calibration or 0)
+    return compile_model(loaded, samples, resolve_target("corstone300", npu=npu))
+
+
+def test_a_cache_hit_gives_the_same_program_bytes(private_cache):
+    cold = _compile("ds-cnn", "ethos-u55-128")
+    warm = _compile("ds-cnn", "ethos-u55-128")
+    assert not cold.cache_hit and warm.cache_hit
+    assert warm.pte_bytes == cold.pte_bytes
+    assert len(list((private_cache / "quantized").iterdir())) == 1
+
+
+def test_the_key_follows_what_quantization_reads(private_cache):
+    from orchestrator.cache import quantized_key
+    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.target import resolve_target
+
+    model = load_model("ds-cnn")
+    samples = load_calibration(None, model.example_inputs)
+    other = load_calibration(None, model.example_inputs, seed=1)
+
+    def key(npu, calibration=samples, channels_last=True):
+        return quantized_key(model, calibration, resolve_target("corstone300", npu=npu),
+                             channels_last)
+
+    # One quantization serves every U55 size (the quantizer reads the TOSA spec, not the MACs).
+    assert key("ethos-u55-64") == key("ethos-u55-128") == key("ethos-u55-256")
+    assert key("ethos-u55-128") != key("none")
+    assert key("ethos-u55-128") != key("ethos-u55-128", calibration=other)
+    assert key("ethos-u55-128") != key("ethos-u55-128", channels_last=False)
+    model.module.state_dict()[next(iter(model.module.state_dict()))].add_(1.0)
+    assert key("ethos-u55-128") != quantized_key(load_model("ds-cnn"), samples,
+                                                 resolve_target("corstone300", npu="ethos-u55-128"),
+                                                 True)
+
+
+def test_the_cache_can_be_switched_off(monkeypatch):
+    from orchestrator.cache import cache_dir
+
+    monkeypatch.setenv("ORCHESTRATE_CACHE", "off")
+    assert cache_dir() is None
