@@ -115,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_options(swp)
     swp.add_argument("--npus", help="comma-separated NPU names (default: all the platform offers; "
                      "'none' for CPU only)")
+    swp.add_argument("--models", help="more models, comma-separated, or @FILE with one per line "
+                     "(one row per model x configuration)")
+    swp.add_argument("--jobs", type=_positive, help="configurations compiled at once, in worker "
+                     "processes (default: the machine's cores)")
     swp.add_argument("--format", default="table", choices=("table", "json", "html"))
     swp.add_argument("-o", "--output", help="write the table to this file")
 
@@ -311,15 +315,38 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def _sweep_models(args) -> list[str]:
+    models = [args.model]
+    if args.models:
+        if args.models.startswith("@"):
+            listing = Path(args.models[1:])
+            if not listing.is_file():
+                raise UserError(f"--models file '{listing}' not found; give @FILE with one model "
+                                "per line")
+            extra = [line.strip() for line in listing.read_text().splitlines()
+                     if line.strip() and not line.startswith("#")]
+        else:
+            extra = [m.strip() for m in args.models.split(",")]
+        if not all(extra):
+            raise UserError(f"--models '{args.models}' has an empty name; separate models with "
+                            "single commas")
+        models += [m for m in extra if m not in models]
+    return models
+
+
 def cmd_sweep(args) -> int:
     import json
 
-    from orchestrator.sources import load_calibration, load_model
-    from orchestrator.sweep import render_text, sweep, to_json
+    from orchestrator.sources import load_model
+    from orchestrator.sweep import SweepJob, render_text, sweep_jobs, to_json
     from orchestrator.target import resolve_target
     from platforms import PlatformError, load_platform
 
     _check_outputs(args, report=args.output)
+    _policy_first(args)
+    if args.placement == "cost":
+        raise UserError("sweep plans greedily; run `orchestrate plan --placement cost` for one "
+                        "configuration")
     try:
         platform = load_platform(args.platform)
     except PlatformError as error:
@@ -329,29 +356,24 @@ def cmd_sweep(args) -> int:
     if not all(npus):
         raise UserError(f"--npus '{chosen}' has an empty name; separate NPU names with single "
                         "commas, e.g. ethos-u55-128,none")
-    targets = [resolve_target(args.platform, npu=npu, cpu=args.cpu, io=args.io,
-                              cpu_hz=args.cpu_hz, npu_hz=args.npu_hz) for npu in npus]
-    model = load_model(args.model)
-    calibration = load_calibration(args.calibration, model.example_inputs)
-    if calibration.warning:
-        print(f"warning: {calibration.warning}", file=sys.stderr)
-    policy = None
-    if args.policy:
-        from orchestrator.api import load_policy_arg
-
-        policy = load_policy_arg(args.policy)
-    if args.placement == "cost":
-        raise UserError("sweep plans greedily; run `orchestrate plan --placement cost` for one "
-                        "configuration")
-    progress = _progress(args)
-    try:
-        rows = sweep(model, calibration, targets, policy, progress)
-    finally:
-        progress.finish()
+    for npu in npus:  # every name checked here, before any worker starts
+        resolve_target(args.platform, npu=npu, cpu=args.cpu, io=args.io, cpu_hz=args.cpu_hz,
+                       npu_hz=args.npu_hz)
+    models = _sweep_models(args)
+    for model in models:  # a bad model spec is refused before compiling anything
+        load_model(model)
+    if not args.calibration:
+        print("warning: calibration: no --calibration given; generated samples calibrate the "
+              "quantizer, so accuracy figures are not representative", file=sys.stderr)
+    jobs = [SweepJob(model, args.calibration, args.platform, npu, args.cpu, args.io, args.cpu_hz,
+                     args.npu_hz, args.policy) for model in models for npu in npus]
+    progress = _SweepProgress(len(jobs), not args.quiet and sys.stderr.isatty())
+    rows = sweep_jobs(jobs, args.jobs, progress)
+    progress.finish()
     if args.format == "html":
         from orchestrator.report_html import render_sweep_html
 
-        text = render_sweep_html(to_json(rows), f"orchestrate sweep: {model.name} on "
+        text = render_sweep_html(to_json(rows), f"orchestrate sweep: {', '.join(models)} on "
                                  f"{args.platform}")
     else:
         text = json.dumps(to_json(rows), indent=2) if args.format == "json" else render_text(rows)
@@ -360,6 +382,21 @@ def cmd_sweep(args) -> int:
     else:
         print(text)
     return 0
+
+
+class _SweepProgress(_Progress):
+    """A line per finished configuration: "[  12.3s] 3/6 ds-cnn on ethos-u55-128"."""
+
+    def __init__(self, total: int, enabled: bool):
+        super().__init__(enabled)
+        self.total, self.done = total, 0
+
+    def __call__(self, label: str, event: str, seconds: float) -> None:
+        if self.enabled and event == "done":
+            self.done += 1
+            sys.stderr.write(f"[{self._clock() - self._start:6.1f}s] {self.done}/{self.total} "
+                             f"{label}\n")
+            sys.stderr.flush()
 
 
 def cmd_verify(args) -> int:

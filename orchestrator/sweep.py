@@ -1,12 +1,19 @@
-"""`sweep`: the same model planned for several NPU (and CPU) configurations, side by side.
+"""`sweep`: models planned for several NPU (and CPU) configurations, side by side.
 
-For a SoC vendor choosing an NPU size or an engineer choosing a part: one plan per
+For a SoC vendor choosing an NPU size or an engineer choosing a part: one plan per model and
 configuration, summarized as NPU coverage, partitions, estimated latency (with its source),
 memory and fit. Each configuration is a full compile, so figures are the same as `plan`'s.
+
+Configurations run in parallel worker processes (`jobs`); each worker loads the model from its
+spec and compiles. Work that does not depend on the configuration (capture and quantization
+for one quantizer) comes from the content-addressed cache (orchestrator/cache.py), shared by
+the workers and by later runs.
 """
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from tabulate import tabulate
@@ -16,7 +23,23 @@ from orchestrator.pipeline import compile_model
 
 
 @dataclass(frozen=True)
+class SweepJob:
+    """One model x configuration, as plain data a worker process can take."""
+
+    model: str  # a model spec (zoo name, file.py:factory, .pt2)
+    calibration: str | None
+    platform: str
+    npu: str | None
+    cpu: str | None
+    io: str
+    cpu_hz: float | None
+    npu_hz: float | None
+    policy: str | None  # a policy file path
+
+
+@dataclass(frozen=True)
 class SweepRow:
+    model: str
     npu: str
     cpu: str
     npu_partitions: int
@@ -31,31 +54,77 @@ class SweepRow:
     runnable: bool
 
 
-def sweep(model, calibration, targets, policy=None, progress=None) -> tuple[SweepRow, ...]:
-    """Plan `model` for each target (a placement policy's forced nodes apply to every one)."""
-    rows = []
-    for target in targets:
-        if progress:
-            progress(f"{target.npu or 'cpu-only'} on {target.cpu}", "start", 0.0)
-        plan = make_plan(compile_model(model, calibration, target, policy=policy))
-        s = plan.summary
-        rows.append(SweepRow(
-            npu=target.npu or "none", cpu=target.cpu, npu_partitions=s.npu_partitions,
+def _row(model_name: str, plan) -> SweepRow:
+    target = plan.compiled.target
+    s = plan.summary
+    return SweepRow(
+            model=model_name, npu=target.npu or "none", cpu=target.cpu,
+            npu_partitions=s.npu_partitions,
             npu_mac_coverage_pct=s.npu_mac_coverage_pct,
             npu_cycles=sum(e.cycles for e in plan.estimates.values()),
             latency_seconds=s.latency_seconds, latency_source=s.latency_source,
             arena_bytes=s.arena_bytes, npu_scratch_bytes=s.npu_scratch_bytes,
-            pte_bytes=s.pte_bytes, fits=s.fits, runnable=not s.device_faults))
+            pte_bytes=s.pte_bytes, fits=s.fits, runnable=not s.device_faults)
+
+
+def run_job(job: SweepJob) -> SweepRow:
+    """Compile and plan one model x configuration (in a worker process or in this one)."""
+    from orchestrator.api import _plan_under, _target, load_policy_arg
+    from orchestrator.sources import load_calibration, load_model
+
+    policy = load_policy_arg(job.policy)
+    target = _target(job.platform, job.npu, job.cpu, job.io, job.cpu_hz, job.npu_hz, policy)
+    model = load_model(job.model)
+    samples = load_calibration(job.calibration, model.example_inputs)
+    return _row(model.name, _plan_under(model, samples, target, policy, None, None))
+
+
+def sweep_jobs(jobs: list[SweepJob], workers: int | None = None,
+               progress=None) -> tuple[SweepRow, ...]:
+    """Run every job, `workers` at a time (default: the machine's cores), rows in job order.
+
+    `progress(label, event, seconds)` hears each configuration finish."""
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    if workers == 1:
+        rows = []
+        for job in jobs:
+            rows.append(run_job(job))
+            if progress:
+                progress(_label(job), "done", 0.0)
+        return tuple(rows)
+    results: dict[int, SweepRow] = {}
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_job, job): index for index, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            index = futures[future]
+            results[index] = future.result()
+            if progress:
+                progress(_label(jobs[index]), "done", 0.0)
+    return tuple(results[i] for i in range(len(jobs)))
+
+
+def _label(job: SweepJob) -> str:
+    return f"{job.model} on {job.npu or 'default NPU'}"
+
+
+def sweep(model, calibration, targets, policy=None, progress=None) -> tuple[SweepRow, ...]:
+    """Plan one loaded `model` for each target, in this process."""
+    rows = []
+    for target in targets:
+        if progress:
+            progress(f"{target.npu or 'cpu-only'} on {target.cpu}", "start", 0.0)
+        rows.append(_row(model.name, make_plan(compile_model(model, calibration, target,
+                                                             policy=policy))))
     return tuple(rows)
 
 
 def render_text(rows: tuple[SweepRow, ...]) -> str:
-    table = [[r.npu, r.cpu, r.npu_partitions, f"{r.npu_mac_coverage_pct:.1f}%",
+    table = [[r.model, r.npu, r.cpu, r.npu_partitions, f"{r.npu_mac_coverage_pct:.1f}%",
               f"{r.npu_cycles:,}",
               "-" if r.latency_seconds is None else f"{r.latency_seconds * 1e3:.3f}",
               f"{r.arena_bytes:,}", f"{r.npu_scratch_bytes:,}", f"{r.pte_bytes:,}",
               "yes" if r.fits else "NO", "yes" if r.runnable else "NO"] for r in rows]
-    text = tabulate(table, ["npu", "cpu", "parts", "NPU MACs", "NPU cycles (vela)",
+    text = tabulate(table, ["model", "npu", "cpu", "parts", "NPU MACs", "NPU cycles (vela)",
                             "latency ms (est.)", "arena B", "NPU scratch B", ".pte B", "fits",
                             "runs"], disable_numparse=True)
     sources = sorted({r.latency_source for r in rows if r.latency_source})

@@ -23,3 +23,19 @@ def test_sweep_compares_npu_sizes_with_velas_cycles(capsys):
 def test_sweep_rejects_an_npu_the_platform_lacks(capsys):
     assert main(["sweep", "ds-cnn", "--npus", "ethos-u85-256"]) == 2
     assert "ethos-u85-256" in capsys.readouterr().err
+
+
+def test_a_parallel_sweep_of_several_models_equals_the_serial_one():
+    from orchestrator.sweep import SweepJob, sweep_jobs
+
+    jobs = [SweepJob(model, None, "corstone300", npu, None, "float", None, None, None)
+            for model, npu in (("mixed", "ethos-u55-64"), ("ds-cnn", "none"))]
+    parallel = sweep_jobs(jobs, workers=2)
+    serial = sweep_jobs(jobs, workers=1)
+    assert parallel == serial
+    assert [(r.model, r.npu) for r in parallel] == [("mixed", "ethos-u55-64"), ("ds-cnn", "none")]
+
+
+def test_sweep_takes_more_models_and_refuses_a_bad_one_before_compiling(capsys):
+    assert main(["sweep", "ds-cnn", "--models", "no-such-model", "--npus", "none"]) == 2
+    assert "unknown model 'no-such-model'" in capsys.readouterr().err
