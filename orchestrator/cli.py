@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="where every op runs and why, with costs and memory")
     _add_target_options(plan)
-    plan.add_argument("--format", default="table", choices=("table", "json", "markdown", "html"))
+    plan.add_argument("--format", default="table",
+                      choices=("table", "json", "markdown", "html", "model-explorer"))
     plan.add_argument("-o", "--output", help="write the report to this file")
     plan.add_argument("--pte", help="also write the compiled .pte (and its artifacts) here")
     plan.add_argument("--runner-ops", help="file listing the operators your runner registers")
@@ -265,6 +266,10 @@ def cmd_plan(args) -> int:
     compiled = plan.compiled
     if args.format == "html":
         text = plan.to_html()
+    elif args.format == "model-explorer":
+        from orchestrator.report_explorer import render_node_data
+
+        text = render_node_data(plan)
     else:
         render = {"table": render_text, "json": render_json, "markdown": render_markdown}[args.format]
         text = render(compiled, plan.rows, plan.summary)

@@ -49,9 +49,16 @@ class Plan:
         """What the plan adds to an artifacts folder: plan.json, operators.txt, report.html."""
         from orchestrator.report import render_json
 
-        return {"plan.json": render_json(self.compiled, self.rows, self.summary).encode(),
-                "operators.txt": "".join(f"{op}\n" for op in self.summary.operators).encode(),
-                "report.html": self.to_html().encode()}
+        from orchestrator.report_explorer import OverlayError, render_node_data
+
+        files = {"plan.json": render_json(self.compiled, self.rows, self.summary).encode(),
+                 "operators.txt": "".join(f"{op}\n" for op in self.summary.operators).encode(),
+                 "report.html": self.to_html().encode()}
+        try:
+            files["model_explorer.json"] = render_node_data(self).encode()
+        except OverlayError:
+            pass  # rows and instructions do not line up: no overlay rather than a wrong one
+        return files
 
 
 def vela_estimates(compiled) -> dict[int, VelaPartitionEstimate]:
