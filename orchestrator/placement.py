@@ -217,13 +217,11 @@ def _dim_order_faults(node: torch.fx.Node) -> tuple[Reason, ...]:
 
 
 def missing_kernel_faults(rows, program_operators) -> tuple:
-    """Mark rows whose operator has no kernel in ExecuTorch's portable library."""
-    from kernels.reference import portable_kernel_names
+    """Mark rows whose operator has no kernel in the libraries the device runner links."""
+    from kernels.device_ops import device_operator_names
 
-    # Loading the host runtime's kernel list costs a second: only when a portable op is present.
-    candidates = [op for op in program_operators if not op.startswith("cortex_m::")]
-    available = portable_kernel_names() if candidates else frozenset()
-    missing = {op.split(".")[0]: op for op in candidates if op not in available}
+    available = device_operator_names()
+    missing = {op.split(".")[0]: op for op in program_operators if op not in available}
     if not missing:
         return tuple(rows)
     out = []

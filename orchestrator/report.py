@@ -301,7 +301,7 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
                  + (", ".join(s.operators) or "none (every op runs inside an NPU partition)"))
     if s.device_faults:
         lines.append(f"runs on the device: NO, {len(s.device_faults)} fault(s) (static check: "
-                     "ExecuTorch portable kernel library and its dim-order rule): "
+                     "the device kernel libraries and the portable dim-order rule): "
                      + "; ".join(s.device_faults))
     else:
         lines.append("runs on the device: no fault found (static check: every operator has a "

@@ -77,9 +77,9 @@ _entry("no-cmsis-kernel", "not-cmsis-nn", "AtenToCortexMPass",
        "no CMSIS-NN kernel for {op}: ExecuTorch's Cortex-M backend registers no substitution "
        "for it, so the portable kernel runs")
 # Faults the device runtime would hit
-_entry("missing-kernel", "device-fault", "ExecuTorch portable kernel library",
-       "no kernel for {op}: the device program fails to load (Missing operator) unless the "
-       "firmware links one")
+_entry("missing-kernel", "device-fault", "device kernel libraries (kernels/device_ops.py)",
+       "no kernel for {op} in the libraries the device runner links (portable, quantized, "
+       "Cortex-M): the program fails to load (Missing operator) unless the firmware adds one")
 _entry("dim-order-family", "device-fault",
        "portable kernel dim-order check (tensors_have_same_dim_order)",
        "{op} needs all tensors contiguous or all channels-last; got {orders}: the kernel "

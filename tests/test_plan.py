@@ -333,3 +333,32 @@ def test_a_transpose_convolution_is_an_op_with_macs_not_a_layout_copy(tmp_path):
     assert up.kind == "op" and up.placement == "cmsis-nn"
     assert up.macs == 64 * 8 * 4 * 2 * 2  # input pixels x in x out channels x a 2x2 kernel
     assert up.cost.source == "model:mve"  # the CMSIS-NN cost model, not the layout-copy model
+
+
+def test_the_runnable_check_reads_the_device_libraries_not_the_host_runtime(tmp_path):
+    """The host runtime registers `aten::_fft_r2c.out`; no device kernel library has it."""
+    from kernels.device_ops import device_operator_names
+    from orchestrator.errors import GateFailure
+
+    assert "aten::_fft_r2c.out" not in device_operator_names()
+    assert {"aten::topk.values", "cortex_m::quantized_conv2d.out",
+            "dim_order_ops::_to_dim_order_copy.out"} <= device_operator_names()
+    model = tmp_path / "fft.py"
+    model.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "class F(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(9, 4)\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(torch.fft.rfft(x).abs())\n"
+        "def factory():\n"
+        "    return F().eval(), (torch.randn(1, 16),)\n")
+    import orchestrator
+
+    plan = orchestrator.plan(f"{model}:factory", npu="none")
+    (fft,) = [r for r in plan.rows if "_fft_r2c" in r.op]
+    assert [f.key for f in fft.device_faults] == ["missing-kernel"]
+    with pytest.raises(GateFailure, match="no kernel for aten::_fft_r2c.out"):
+        check_gates(plan, Gates(require_runnable=True))
