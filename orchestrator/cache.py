@@ -68,7 +68,7 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
 def quantizer_config(target) -> str:
     if not target.npu:
         return "CortexMQuantizer"
-    from orchestrator.pipeline import compile_spec
+    from orchestrator.target import compile_spec
 
     return f"EthosUQuantizer:{compile_spec(target).tosa_spec}:per-channel-symmetric"
 

@@ -29,7 +29,7 @@ import torch
 from orchestrator import numerics, upstream_exir
 from orchestrator.errors import OrchestrateError, UserError
 from orchestrator.sources import Calibration, LoadedModel
-from orchestrator.target import Target
+from orchestrator.target import Target, compile_spec
 from orchestrator.placement import place, snapshot_pre_cpu
 from orchestrator.prune import prune_unused_constants
 from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary_tensors,
@@ -160,13 +160,6 @@ def _quantizer(target: Target):
     from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
 
     return CortexMQuantizer()
-
-
-def compile_spec(target: Target):
-    from executorch.backends.arm.ethosu import EthosUCompileSpec
-
-    return EthosUCompileSpec(target.npu, system_config=target.system_config,
-                             memory_mode=target.memory_mode)
 
 
 def quantize(captured: Captured, calibration: Calibration, target: Target) -> Quantized:

@@ -72,3 +72,11 @@ def resolve_target(platform: str, npu: str | None = None, cpu: str | None = None
         npu_hz=int(npu_hz or plat.npu_hz) if npu_name else None,
         system_config=system_config, memory_mode=memory_mode,
     )
+
+
+def compile_spec(target: Target):
+    """ExecuTorch's EthosUCompileSpec for an NPU target (Vela system config and memory mode)."""
+    from executorch.backends.arm.ethosu import EthosUCompileSpec
+
+    return EthosUCompileSpec(target.npu, system_config=target.system_config,
+                             memory_mode=target.memory_mode)

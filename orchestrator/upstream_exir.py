@@ -15,21 +15,13 @@ from __future__ import annotations
 
 import inspect
 
+from partitioners.upstream_version import require
+
 SUPPORTED_EXECUTORCH = ("1.5.1",)
 
 
 def check_version() -> str:
-    from importlib import metadata
-
-    from partitioners.upstream_ethos_u import UpstreamVersionError
-
-    found = metadata.version("executorch")
-    if found not in SUPPORTED_EXECUTORCH:
-        raise UpstreamVersionError(
-            f"executorch {found} is installed; orchestrator/upstream_exir.py was checked against "
-            f"{', '.join(SUPPORTED_EXECUTORCH)}: install executorch=={SUPPORTED_EXECUTORCH[-1]} "
-            "or re-check the adapter's contract tests")
-    return found
+    return require("executorch", SUPPORTED_EXECUTORCH, "orchestrator/upstream_exir.py")
 
 
 def config_methods(edge_manager) -> dict:

@@ -11,21 +11,13 @@ import contextlib
 import inspect
 from typing import Callable, Iterator
 
-from partitioners.upstream_ethos_u import UpstreamVersionError
+from partitioners.upstream_version import UpstreamVersionError, require  # noqa: F401
 
 SUPPORTED_EXECUTORCH = ("1.5.1",)
 
 
 def check_version() -> str:
-    from importlib import metadata
-
-    found = metadata.version("executorch")
-    if found not in SUPPORTED_EXECUTORCH:
-        raise UpstreamVersionError(
-            f"executorch {found} is installed; partitioners/upstream_cortex_m.py was checked "
-            f"against {', '.join(SUPPORTED_EXECUTORCH)}: install executorch=="
-            f"{SUPPORTED_EXECUTORCH[-1]} or re-check the adapter's contract tests")
-    return found
+    return require("executorch", SUPPORTED_EXECUTORCH, "partitioners/upstream_cortex_m.py")
 
 
 def _table() -> dict:

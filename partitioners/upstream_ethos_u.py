@@ -20,24 +20,14 @@ import inspect
 import threading
 from typing import Callable, Iterator
 
+from partitioners.upstream_version import UpstreamVersionError, require  # noqa: F401
+
 SUPPORTED_EXECUTORCH = ("1.5.1",)
 _VELA_LOCK = threading.Lock()
 
 
-class UpstreamVersionError(RuntimeError):
-    """The installed ExecuTorch is not one this adapter was checked against."""
-
-
 def check_version() -> str:
-    from importlib import metadata
-
-    found = metadata.version("executorch")
-    if found not in SUPPORTED_EXECUTORCH:
-        raise UpstreamVersionError(
-            f"executorch {found} is installed; partitioners/upstream_ethos_u.py was checked "
-            f"against {', '.join(SUPPORTED_EXECUTORCH)}: install executorch=="
-            f"{SUPPORTED_EXECUTORCH[-1]} or re-check the adapter's contract tests")
-    return found
+    return require("executorch", SUPPORTED_EXECUTORCH, "partitioners/upstream_ethos_u.py")
 
 
 def capture_reporters(partitioner) -> list:

@@ -67,7 +67,7 @@ def test_version_guard_names_the_supported_versions(module_name, monkeypatch):
     adapter = importlib.import_module(module_name)
     assert adapter.check_version() == metadata.version("executorch")
     monkeypatch.setattr(adapter, "SUPPORTED_EXECUTORCH", ("0.0.1",))
-    from partitioners.upstream_ethos_u import UpstreamVersionError
+    from partitioners.upstream_version import UpstreamVersionError
 
     with pytest.raises(UpstreamVersionError, match=r"checked against 0\.0\.1"):
         adapter.check_version()
