@@ -123,6 +123,33 @@ def logical(value: RawValue) -> torch.Tensor:
     return torch.as_strided(flat, value.sizes, value.strides).clone()
 
 
+def input_dim_orders(pte: bytes) -> tuple[tuple[int, ...] | None, ...]:
+    """The dim_order of each input of the program's first method (None for a non-tensor)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    plan = deserialize_pte_binary(pte).program.execution_plan[0]
+    orders = []
+    for index in plan.inputs:
+        value = plan.values[index].val
+        orders.append(tuple(int(d) for d in value.dim_order)
+                      if type(value).__name__ == "Tensor" else None)
+    return tuple(orders)
+
+
+def in_dim_order(tensor: torch.Tensor, dim_order: tuple[int, ...] | None) -> torch.Tensor:
+    """The same logical tensor with its storage laid out in `dim_order`.
+
+    The wheel's pybindings copy an input's storage bytes into the planned input as they are,
+    whatever the tensor's strides (measured: a contiguous NCHW tensor fed to a channels-last
+    input of `mixed` is read as NHWC), so the storage must already be in the program's order.
+    """
+    tensor = tensor.detach()
+    if dim_order is None or len(dim_order) != tensor.dim():
+        return tensor.clone()
+    inverse = sorted(range(len(dim_order)), key=lambda d: dim_order[d])
+    return tensor.permute(dim_order).contiguous().permute(inverse)
+
+
 class HostRuntime:
     """The real runtime with the host kernels, in a child process (or in this one with
     `isolated=False`, where a kernel abort ends this process). Reusable across programs."""
@@ -137,6 +164,7 @@ class HostRuntime:
         self._loaded: set[str] = set()
         self._session = None
         self._handler: NpuHandler | None = None
+        self._input_orders: dict[str, tuple[tuple[int, ...] | None, ...]] = {}
 
     def __enter__(self) -> "HostRuntime":
         return self
@@ -183,7 +211,11 @@ class HostRuntime:
         log.close()
         child.close()
         self._connection = Connection(parent.detach())
-        status, detail = self._receive(None)
+        try:
+            status, detail = self._receive(None)
+        except RuntimeFailure as failure:
+            self.close()
+            raise RuntimeUnavailable(f"the host runtime process did not start: {failure}") from None
         if status != "ok":
             self.close()
             raise RuntimeUnavailable(f"the host runtime library did not load: {detail}")
@@ -239,7 +271,10 @@ class HostRuntime:
         if self._connection is None:
             self._start()
         since = self._log_size()
-        send(self._connection, request)
+        try:
+            send(self._connection, request)
+        except OSError:
+            pass  # the child is gone; _receive reports how it ended
         status, detail = self._receive(handler)
         if status != "ok":
             log = self._log_tail(since)
@@ -283,6 +318,8 @@ class HostRuntime:
         """Load a program (bytes or path) into the runtime; returns its key (SHA-256)."""
         data = Path(pte).read_bytes() if isinstance(pte, (str, Path)) else bytes(pte)
         key = hashlib.sha256(data).hexdigest()
+        if key not in self._input_orders:
+            self._input_orders[key] = input_dim_orders(data)
         if not self.isolated:
             return self._local_call(self._local().load, data)
         if key not in self._loaded or self._connection is None:
@@ -296,7 +333,7 @@ class HostRuntime:
         `repeat` runs it that many times and keeps every run's wall time; `trace` runs one
         fresh instance with ETDump and returns every instruction's written tensors too."""
         key = self.load(pte)
-        inputs = tuple(t.detach().clone() for t in inputs)
+        inputs = tuple(in_dim_order(t, order) for t, order in zip(inputs, self._input_orders[key]))
         if not self.isolated:
             session = self._local()
             self._handler = npu

@@ -131,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--max-steps", type=int, default=1,
                      help="allowed int8 steps per rounding stage, each value checked against the reference fed the program's own inputs")
     ver.add_argument("--format", default="table", choices=("table", "json"))
+    ver.add_argument("--runtime", default="twin", choices=("twin", "executorch", "both"),
+                     help="twin: the host twin; executorch: the real ExecuTorch runtime with "
+                     "host-built cortex_m kernels, CMSIS-NN and EthosUBackend (NPU via the TOSA "
+                     "reference model), compared byte for byte with the twin; both: the two")
+    ver.add_argument("--executorch-src", help="ExecuTorch source tree for the host runtime "
+                     "(or ORCHESTRATE_EXECUTORCH_SRC; default ../shared/third_party/executorch)")
+    ver.add_argument("--cmsis-nn-src", help="CMSIS-NN source tree for the host runtime "
+                     "(or ORCHESTRATE_CMSIS_NN_SRC; default ../shared/third_party/cmsis-nn)")
     ver.add_argument("--fvp", action="store_true", help="run the .bpte on a Corstone FVP")
     ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF (or ORCHESTRATE_RUNNER_ELF)")
     ver.add_argument("--timeout", type=_positive, default=600)
@@ -412,19 +420,42 @@ def cmd_verify(args) -> int:
         raise UserError(f"'{args.pte}' not found; give a .pte written by `orchestrate compile`")
     if args.fvp:
         return _verify_fvp(args, pte)
-    from orchestrator.verification import render_text, report_json, verify
+    failures = []
+    if args.runtime in ("twin", "both"):
+        from orchestrator.verification import render_text, report_json, verify
 
-    report = verify(pte, samples=args.samples, calibration=args.calibration,
-                    per_op=args.per_op, max_steps=args.max_steps)
+        report = verify(pte, samples=args.samples, calibration=args.calibration,
+                        per_op=args.per_op, max_steps=args.max_steps)
+        _print_report(args, report_json(report), render_text(report))
+        if not report.passed:
+            failures.append(report.verdict)
+    if args.runtime in ("executorch", "both"):
+        from orchestrator.errors import NotRun
+        from orchestrator.runtime_verify import render_text as runtime_text
+        from orchestrator.runtime_verify import report_json as runtime_json
+        from orchestrator.runtime_verify import verify_runtime
+
+        # Raises NotRun (exit 5) when the runtime cannot be built here.
+        runtime = verify_runtime(pte, samples=args.samples, calibration=args.calibration,
+                                 per_op=args.per_op, executorch_src=args.executorch_src,
+                                 cmsis_nn_src=args.cmsis_nn_src)
+        _print_report(args, runtime_json(runtime), runtime_text(runtime))
+        if runtime.outcome in ("failed", "error"):
+            failures.append(runtime.verdict)
+        elif runtime.outcome == "partial" and not failures:
+            raise NotRun(f"not run in full: {runtime.verdict}")
+    if failures:
+        raise VerificationFailure("; ".join(failures))
+    return 0
+
+
+def _print_report(args, as_json: dict, as_text: str) -> None:
     if args.format == "json":
         import json
 
-        print(json.dumps(report_json(report), indent=2))
+        print(json.dumps(as_json, indent=2))
     else:
-        print(render_text(report))
-    if not report.passed:
-        raise VerificationFailure(report.verdict)
-    return 0
+        print(as_text)
 
 
 def _verify_fvp(args, pte: Path) -> int:

@@ -39,13 +39,15 @@ def lower_errors() -> dict[type, type[OrchestrateError]]:
     """The packages below `orchestrator` raise their own exceptions; this is how each one is
     reported: a bad platform or a malformed delegate payload is the user's data (exit 2), a
     missing FVP a check that could not run (exit 5)."""
+    from kernels.runtime import RuntimeFailure, RuntimeUnavailable
     from npu_driver.payload import PayloadError
     from npu_driver.tosa_twin import TosaTwinError
     from platforms.fvp import FvpUnavailable
     from platforms.platform import PlatformError
 
     return {PlatformError: UserError, PayloadError: UserError, TosaTwinError: UserError,
-            FvpUnavailable: NotRun}
+            FvpUnavailable: NotRun, RuntimeUnavailable: NotRun,
+            RuntimeFailure: VerificationFailure}
 
 
 def as_orchestrate_error(error: BaseException) -> OrchestrateError | None:

@@ -103,6 +103,11 @@ class RuntimeReport:
     twin_seconds_per_sample: float
     library_key: str
     bytes_equal: bool
+    # passed: every output byte equals the twin's. partial: they part first at an instruction
+    # the host cannot run as the device does (a HostLimit) and agree on every instruction
+    # before it, so nothing after it was compared. failed: they part anywhere else. error: the
+    # runtime refused the program or failed the run.
+    outcome: str
     passed: bool
     verdict: str
 
@@ -367,31 +372,48 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
         equal[p], worst_twin[p], diff_twin[p], worst_ref[p], diff_ref[p], elements[p])
         for p in range(n_out))
     bytes_equal = error is None and all(o.bytes_equal for o in outputs)
-    passed = bytes_equal
+    outcome = _outcome(error, bytes_equal, rows, divergence, limits)
+    passed = outcome == "passed"
     median = (lambda values: statistics.median(values) if values else math.nan)
     report = RuntimeReport(
         str(pte_path), METHOD, len(inputs), source, outputs, rows, traced, divergence, limits,
         error, median(runtime_seconds), median(npu_seconds), median(twin_seconds),
-        runtime.library.key[:16], bytes_equal, passed, "")
+        runtime.library.key[:16], bytes_equal, outcome, passed, "")
     return RuntimeReport(**{**report.__dict__, "verdict": _verdict(report)})
 
 
+def _outcome(error, bytes_equal, rows, divergence, limits) -> str:
+    if error is not None:
+        return "error"
+    if bytes_equal:
+        return "passed"
+    if divergence is not None and any(h.instruction == divergence.instruction for h in limits) \
+            and all(r.equal for r in rows if r.instruction < divergence.instruction):
+        return "partial"
+    return "failed"
+
+
+SHORT_METHOD = "the ExecuTorch runtime with host-built cortex_m kernels, CMSIS-NN and EthosUBackend"
+
+
 def _verdict(report: RuntimeReport) -> str:
-    if report.runtime_error:
-        return f"FAILED by {METHOD}: the runtime did not run the program: " \
-               f"{report.runtime_error.splitlines()[0]}"
-    if report.bytes_equal:
-        return (f"PASSED by {METHOD}: every output byte equals the twin's on {report.samples} "
-                "sample(s)")
+    if report.outcome == "error":
+        return (f"FAILED by {SHORT_METHOD}: the runtime did not run the program: "
+                f"{report.runtime_error.splitlines()[0]}")
+    if report.outcome == "passed":
+        return (f"PASSED by {SHORT_METHOD}: every output byte equals the twin's on "
+                f"{report.samples} sample(s)")
+    d = report.first_divergence
+    if report.outcome == "partial":
+        limit = next(h for h in report.host_limits if h.instruction == d.instruction)
+        return (f"PARTIAL by {SHORT_METHOD}: runtime and twin agree on every instruction before "
+                f"{d.instruction} {d.op}, which the host cannot run as the device does "
+                f"({limit.reason}); nothing after it was compared")
     text = "runtime and twin outputs differ"
-    if report.first_divergence is not None:
-        d = report.first_divergence
+    if d is not None:
         text += (f"; they part at instruction {d.instruction} {d.op} ({_fmt(d.max_difference)} "
                  f"max, {d.differing}/{d.elements} elements)")
-        limit = next((h for h in report.host_limits if h.instruction == d.instruction), None)
-        if limit is not None:
-            text += f"; host limit there: {limit.reason}"
-    return f"FAILED by {METHOD}: {text}"
+    return f"FAILED by {SHORT_METHOD}: {text}"
 
 
 def _fmt(value: float) -> str:
@@ -401,7 +423,7 @@ def _fmt(value: float) -> str:
 
 
 def render_text(report: RuntimeReport) -> str:
-    lines = [f"verify --runtime executorch {report.pte}: {'PASSED' if report.passed else 'FAILED'}",
+    lines = [f"verify --runtime executorch {report.pte}: {report.outcome.upper()}",
              f"  method: {report.method}",
              f"  host runtime library {report.library_key}; {report.samples} samples "
              f"({report.inputs})"]

@@ -45,10 +45,11 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 # builds the same set for bare metal; the Cortex-A flavour drives a Linux kernel driver instead).
 ETHOS_U_SOURCES = ("EthosUBackend.cpp", "EthosUBackend_Cortex_M.cpp", "EthosUBackend_IoMemcpy.cpp",
                    "VelaBinStream.cpp")
-# The portable utilities the Cortex-M ops reach through cortex_m_ops_common.h. Found by linking
-# with --no-undefined: only these define symbols the ops use and libexecutorch.so lacks.
-PORTABLE_UTIL_SOURCES = ("broadcast_util.cpp", "delinearize_index.cpp", "dtype_util.cpp",
-                         "kernel_ops_util.cpp", "repeat_util.cpp")
+# The portable utilities whose symbols the Cortex-M ops use and libexecutorch.so lacks: the ops
+# call get_broadcast_target_size (broadcast_util.cpp), which calls repeat_tensor
+# (repeat_util.cpp); the rest of cortex_m_ops_common.h's utilities are header-only. The link's
+# --no-undefined proves the set sufficient.
+PORTABLE_UTIL_SOURCES = ("broadcast_util.cpp", "repeat_util.cpp")
 # ARM_NN_ENABLE_F32/F16 off: CMSIS-NN's CMake leaves every float kernel out.
 _CMSIS_FLOAT_MARKERS = ("_f32", "_f16", "_flt")
 DEFINES = ("C10_USING_CUSTOM_GENERATED_MACROS", "ET_EVENT_TRACER_ENABLED")
@@ -57,6 +58,13 @@ CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-
 C_FLAGS = ("-std=c11", "-O2", "-fPIC", "-fvisibility=hidden")
 CMSIS_DEFINES = ("ARM_NN_ENABLE_F32=0", "ARM_NN_ENABLE_F16=0")
 MAX_JOBS = 2
+# EthosUBackend_Internal.h's EXECUTORCH_PROF_* macros call the method's EventTracer without a
+# null check, so a backend compiled with ET_EVENT_TRACER_ENABLED dereferences nullptr in
+# init() whenever the method runs without a tracer (measured: SIGSEGV in EthosUBackend::init on
+# the first forward() of ds-cnn for U55). Compiled as a firmware without ETDump compiles it;
+# the classes whose layout the switch changes (event_tracer_hooks.h's profiling scopes) are
+# not used by these translation units, and BackendInitContext keeps its layout either way.
+ETHOS_U_UNDEFINED = ("ET_EVENT_TRACER_ENABLED",)
 
 
 class HostRuntimeUnavailable(RuntimeError):
@@ -182,36 +190,40 @@ def plan_build(executorch_src: Path, cmsis_nn_src: Path) -> BuildPlan:
     return BuildPlan(**{**plan.__dict__, "key": _cache_key(plan)})
 
 
-def _hashed_files(plan: BuildPlan) -> list[Path]:
-    """Every file whose content can change the library: sources, the headers they can reach,
-    the codegen that writes the registration, and the wheel's headers and runtime."""
+def _hashed_files(plan: BuildPlan) -> list[tuple[str, Path]]:
+    """Every file whose content can change the library, as (role/relative path, path): the
+    sources, the headers they can reach, the codegen that writes the registration, and the
+    wheel's headers and runtime. Keyed by relative paths, so the same sources in another
+    checkout share the cache."""
     et = plan.executorch_src
     trees = [
-        (et / "backends" / "cortex_m" / "ops", ("*.cpp", "*.h", "*.yaml")),
-        (et / "backends" / "arm" / "runtime", ("*.cpp", "*.h")),
-        (et / "kernels" / "portable" / "cpu" / "util", ("*.cpp", "*.h")),
-        (et / "codegen", ("*.py", "*.h", "*.cpp", "*.ini")),
-        (plan.cmsis_nn_src / "Include", ("*.h",)),
-        (plan.cmsis_nn_src / "Source", ("*.c", "*.h")),
-        (CSRC, ("*.cpp", "*.h")),
-        (plan.wheel.include_dirs[0], ("*.h",)),
+        ("cortex_m", et / "backends" / "cortex_m" / "ops", ("*.cpp", "*.h", "*.yaml")),
+        ("arm_runtime", et / "backends" / "arm" / "runtime", ("*.cpp", "*.h")),
+        ("portable_util", et / "kernels" / "portable" / "cpu" / "util", ("*.cpp", "*.h")),
+        ("codegen", et / "codegen", ("*.py", "*.h", "*.cpp", "*.ini")),
+        ("cmsis_include", plan.cmsis_nn_src / "Include", ("*.h",)),
+        ("cmsis_source", plan.cmsis_nn_src / "Source", ("*.c", "*.h")),
+        ("glue", CSRC, ("*.cpp", "*.h")),
+        ("wheel_include", plan.wheel.include_dirs[0], ("*.h",)),
     ]
-    files = []
-    for root, patterns in trees:
+    files = {}
+    for role, root, patterns in trees:
         for pattern in patterns:
-            files.extend(root.rglob(pattern))
-    files.append(plan.wheel.library)
-    files.append(Path(__file__).resolve())
-    return sorted(set(files))
+            for path in root.rglob(pattern):
+                files[f"{role}/{path.relative_to(root)}"] = path
+    files["wheel/libexecutorch.so"] = plan.wheel.library
+    files["build.py"] = Path(__file__).resolve()
+    return sorted(files.items())
 
 
 def _cache_key(plan: BuildPlan) -> str:
     digest = hashlib.sha256()
-    for part in (CXX_FLAGS, C_FLAGS, DEFINES, CMSIS_DEFINES, (plan.toolchain.versions,),
+    for part in (CXX_FLAGS, C_FLAGS, DEFINES, CMSIS_DEFINES, ETHOS_U_UNDEFINED,
+                 PORTABLE_UTIL_SOURCES, ETHOS_U_SOURCES, (plan.toolchain.versions,),
                  (sys.version.split()[0],)):
         digest.update(repr(part).encode())
-    for path in _hashed_files(plan):
-        digest.update(str(path.name).encode())
+    for name, path in _hashed_files(plan):
+        digest.update(name.encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 
@@ -255,13 +267,15 @@ def _compile_commands(plan: BuildPlan, work: Path, gen: Path) -> list[tuple[list
     # headers the wheel does not ship (kernels/portable, backends).
     cxx_includes = wheel_includes + [f"-I{work / 'src'}", f"-I{plan.cmsis_nn_src / 'Include'}",
                                      f"-I{gen}", f"-I{CSRC}"]
-    defines = [f"-D{d}" for d in DEFINES] + [f'-DORCHESTRATE_BUILD_KEY="{plan.key[:16]}"']
+    key = f'-DORCHESTRATE_BUILD_KEY="{plan.key[:16]}"'
     objects = work / "obj"
     objects.mkdir(exist_ok=True)
     commands = []
     cxx_sources = (list(plan.cortex_m_ops) + list(plan.portable_util) + list(plan.ethos_u)
                    + list(plan.glue) + sorted(gen.glob("RegisterKernels_*.cpp")))
     for index, source in enumerate(cxx_sources):
+        defines = [f"-D{d}" for d in DEFINES
+                   if not (source in plan.ethos_u and d in ETHOS_U_UNDEFINED)] + [key]
         obj = objects / f"cxx{index:03d}_{source.stem}.o"
         commands.append(([plan.toolchain.cxx, *CXX_FLAGS, *defines, *cxx_includes, "-c",
                           str(source), "-o", str(obj)], str(source)))

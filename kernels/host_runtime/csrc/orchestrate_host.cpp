@@ -8,6 +8,8 @@
  */
 #include "RegisterKernels.h"
 
+#include <cstring>
+
 #include <executorch/runtime/core/error.h>
 #include <executorch/runtime/core/span.h>
 #include <executorch/runtime/kernel/operator_registry.h>
@@ -30,10 +32,13 @@ ORCHESTRATE_EXPORT int orchestrate_host_register_kernels(const char* probe_op) {
   if (g_registered) {
     return g_status;
   }
-  if (probe_op != nullptr &&
-      executorch::runtime::registry_has_op_function(
-          probe_op, executorch::runtime::Span<const executorch::runtime::TensorMeta>())) {
-    return -1;
+  if (probe_op != nullptr) {
+    // Scanned rather than looked up: a lookup that misses logs an error.
+    for (const auto& kernel : executorch::runtime::get_registered_kernels()) {
+      if (std::strcmp(kernel.name_, probe_op) == 0) {
+        return -1;
+      }
+    }
   }
   g_registered = true;
   g_status = static_cast<int>(torch::executor::register_all_kernels());
