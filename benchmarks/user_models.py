@@ -25,11 +25,11 @@ import orchestrator  # noqa: E402,F401 - pins host numerics before torch does an
 
 from examples.user_models import USER_MODELS, model_spec  # noqa: E402
 from orchestrator.artifacts import write_outputs  # noqa: E402
-from orchestrator.errors import OrchestrateError  # noqa: E402
+from orchestrator.errors import as_orchestrate_error  # noqa: E402
 from orchestrator.pipeline import compile_model  # noqa: E402
 from orchestrator.sources import load_calibration, load_model  # noqa: E402
 from orchestrator.target import resolve_target  # noqa: E402
-from orchestrator.verify import verify  # noqa: E402
+from orchestrator.verification import verify  # noqa: E402
 
 TARGETS = {"u55": ("corstone300", "ethos-u55-128", None),
            "u65": ("corstone300", "ethos-u65-256", None),
@@ -43,8 +43,9 @@ def _one_line(error: BaseException) -> str:
 
 
 def _error(error: BaseException) -> str:
-    if isinstance(error, OrchestrateError):
-        return f"{type(error).__name__} (exit {error.exit_code}): {_one_line(error)}"
+    classified = as_orchestrate_error(error)
+    if classified is not None:
+        return f"{type(error).__name__} (exit {classified.exit_code}): {_one_line(classified)}"
     return f"UNCLASSIFIED {type(error).__name__}: {_one_line(error)}"
 
 

@@ -24,7 +24,7 @@ from orchestrator.artifacts import write_outputs  # noqa: E402
 from orchestrator.pipeline import compile_model  # noqa: E402
 from orchestrator.sources import load_calibration, load_model  # noqa: E402
 from orchestrator.target import resolve_target  # noqa: E402
-from orchestrator.verify import verify  # noqa: E402
+from orchestrator.verification import verify  # noqa: E402
 
 TARGETS = (("corstone300", "ethos-u55-128", None), ("corstone300", "ethos-u65-256", None),
            ("corstone320", "ethos-u85-256", None), ("corstone300", "none", "cortex-m55"))

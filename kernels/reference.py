@@ -9,15 +9,20 @@ those bytes depends on the kernel, not on the tensor, and that is the point of t
   reference implementations (`executorch/backends/cortex_m/ops/operators.py`, fixed-point,
   CMSIS-NN requantization), called through their functional overloads because the `.out`
   overloads in the program have no Python implementation.
-- The elementwise `cortex_m::` kernels (quantize, dequantize, LUT activation) walk the raw bytes.
+- The other `cortex_m::` kernels (quantize, dequantize, LUT activation, add, mul, div,
+  minimum, maximum, transpose, softmax, linear, batch matmul) walk the raw bytes as the
+  row-major layout of the sizes, checking no dim_order; add and mul with a channels-only
+  operand (`is_channel_broadcast`) walk the other operand and the output as NHWC.
 - Portable elementwise kernels (`kernels/portable/cpu/util/elementwise_util.h`,
   `broadcast_indexes_range.h`) first require all operands to share a dim_order family
   (`tensors_have_same_dim_order`: all contiguous or all channels-last), then walk the raw bytes
   in lockstep when no operand is broadcast; when one is, they read inputs through their strides
   and write the output as row-major bytes of its sizes.
 - `view_copy` is a memcpy that requires the default dim_order; the dim_order copies convert
-  between layouts; every other aten op is computed by torch on the tensors read by their
-  dim_order (the portable kernels' contract) and written back by the output's dim_order.
+  between layouts; cat, split_copy, split_with_sizes_copy and unbind_copy (tensor lists in or
+  out) check the dim-order family, then walk the raw bytes by the sizes (getLeadingDims);
+  every other aten op is computed by torch on the tensors read by their dim_order (the
+  portable kernels' contract) and written back by the output's dim_order.
 
 A check a device kernel would fail is returned as a `KernelFault` (the device returns
 InvalidArgument at that instruction, or cannot load the program when the kernel is missing); the
@@ -323,7 +328,9 @@ def _cmsis(name: str, schema, args) -> KernelResult:
             values.append([read_by_dim_order(v) for v in value])
         else:
             values.append(_convert(argument, value))
-    result = op_overload(name, "default")(*values)
+    device_semantics = _DEVICE_SEMANTICS.get(op)
+    result = (device_semantics(*values) if device_semantics
+              else op_overload(name, "default")(*values))
     (argument, out), = _outs(schema, args)
     if elementwise and not channel_broadcast:
         # Walked in lockstep with the output's bytes: an operand laid out otherwise is
@@ -347,6 +354,35 @@ def _cmsis(name: str, schema, args) -> KernelResult:
         write_by_dim_order(out, result)
         semantics = "CMSIS-NN reference (by dim_order)"
     return KernelResult(semantics, (), tuple(reads))
+
+
+def _avgpool_s8(input, kernel_size, stride, padding, ceil_mode, zero_point, multiplier, shift,
+                scratch):
+    """`arm_avgpool_s8` as every CMSIS-NN path computes it (Source/PoolingFunctions/
+    arm_avgpool_s8.c): the sum of the raw int8 values over the window's in-bounds elements,
+    `(sum +- count/2) / count` in integers (half away from zero), clamped to int8 (the bounds
+    op_quantized_avg_pool2d.cpp passes). The zero point, multiplier and shift are not used.
+
+    ExecuTorch 1.5.1's Python reference (`quantized_avg_pool2d_impl`) averages in float and
+    rounds half to even instead: one step apart on ties (ResNet-8 on the real runtime: a sum of
+    -7072 over 64 elements is -111 on the device, -110 in the Python reference)."""
+    import torch.nn.functional as F
+
+    def pair(v):
+        return tuple(v) if len(v) == 2 else (v[0], v[0])
+
+    x = input.to(torch.float64)
+    window = dict(kernel_size=pair(kernel_size), stride=pair(stride), padding=pair(padding),
+                  ceil_mode=bool(ceil_mode), count_include_pad=True, divisor_override=1)
+    sums = F.avg_pool2d(x, **window).round().to(torch.int64)  # exact: integers below 2**53
+    counts = F.avg_pool2d(torch.ones_like(x), **window).round().to(torch.int64)
+    half = counts // 2
+    rounded = torch.where(sums > 0, sums + half, sums - half)
+    return torch.div(rounded, counts, rounding_mode="trunc").clamp(-128, 127).to(torch.int8)
+
+
+# `cortex_m::` ops whose device kernel computes otherwise than upstream's Python reference.
+_DEVICE_SEMANTICS = {"quantized_avg_pool2d": _avgpool_s8}
 
 
 def _elementwise(name: str, key: str, opov, schema, args) -> KernelResult:

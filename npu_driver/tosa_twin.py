@@ -92,15 +92,19 @@ def graph_io(tosa_bytes: bytes) -> TosaGraphIO:
                        tuple(spec(block.Outputs(i)) for i in range(block.OutputsLength())))
 
 
-def _without_ones(shape) -> tuple[int, ...]:
-    return tuple(int(d) for d in shape if d != 1)
+def _numel(shape) -> int:
+    count = 1
+    for size in shape:
+        count *= int(size)
+    return count
 
 
 def check_against_payload(io: TosaGraphIO, payload: EthosUPayload, partition: str) -> None:
-    """Refuse when the payload's IO (6-D shape x element size) differs from the TOSA graph's IO.
+    """Refuse when the payload's IO differs from the TOSA graph's IO in what the device checks.
 
-    Vela pads shapes to 6-D with leading ones, so shapes are compared without their size-1 dims;
-    byte counts must agree exactly because the device copies exactly that many bytes.
+    EthosUBackend.cpp checks each IO's element size and element count and copies its bytes; it
+    never compares shapes. Vela may flatten an IO (a [1, 3, 50] input becomes [1, 1, 1, 1, 1,
+    150]): the same bytes in the same row-major order, so only sizes and counts must agree.
     """
     for kind, tosa_side, vela_side in (("input", io.inputs, payload.inputs),
                                        ("output", io.outputs, payload.outputs)):
@@ -108,7 +112,7 @@ def check_against_payload(io: TosaGraphIO, payload: EthosUPayload, partition: st
             raise TosaTwinError(f"{partition}: TOSA graph has {len(tosa_side)} {kind}(s), the "
                                 f"delegate payload declares {len(vela_side)}")
         for index, (tensor, vela) in enumerate(zip(tosa_side, vela_side)):
-            if tensor.nbytes != vela.nbytes or _without_ones(tensor.shape) != _without_ones(vela.shape6d):
+            if tensor.nbytes != vela.nbytes or _numel(tensor.shape) != _numel(vela.shape6d):
                 raise TosaTwinError(
                     f"{partition}: {kind} {index} is {tensor.name} {list(tensor.shape)} "
                     f"{tensor.numpy_type} ({tensor.nbytes} B) in the TOSA graph but "

@@ -22,14 +22,18 @@ before it was forced to what the program really computed.
 
 Matching a program value to its reference node: same shape and dtype, the same scale and zero
 point where the program states them, after the previous match in topological order; among
-those, the one within its bound with the smallest difference; when none is within its bound,
-the earliest (a wrong value matches nothing, and the earliest unmatched node is the one the
-program is computing).
+those, the one within its bound with the smallest difference. When none is within its bound,
+the value fails against the earliest (a wrong value matches nothing, and the earliest unmatched
+node is the one the program is computing), but it is not forced into the reference: a value
+with no reference counterpart at all (an intermediate of a kernel's decomposition, e.g. the
+`minimum` inside a Cortex-M hardswish) would poison every later check. If a later value then
+matches that same node within its bound, the earlier one was such an intermediate, and it is
+reported as unmatched instead of failed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -162,7 +166,8 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
     """Match each (instruction, op, EValue, tensor) the program wrote, in execution order, to a
     reference node, compare it with the forced reference there, and force the program's value."""
     checkpoints = forced.checkpoints()
-    checks = []
+    checks: list[LocalCheck] = []
+    missed: dict = {}  # reference node -> indices of checks that failed against it
     last_order = -1
     for instruction, op, value, tensor in written:
         kind = "bool" if tensor.dtype == torch.bool else "int8"
@@ -192,8 +197,15 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
         best = (min(close, key=lambda s: (s[1], s[2], s[3])) if close
                 else min(scored, key=lambda s: s[3]))
         within, steps, mismatched, order, stages, allowed, node = best
-        last_order = max(last_order, order)
-        forced.force(node, tensor.reshape(forced.value(node).shape))
+        if within:
+            last_order = max(last_order, order)
+            forced.force(node, tensor.reshape(forced.value(node).shape))
+            for index in missed.pop(node, []):
+                checks[index] = replace(checks[index], reference_node=None, max_steps=None,
+                                        mismatched=None, rounding_stages=None,
+                                        allowed_steps=None, passed=None)
+        else:
+            missed.setdefault(node, []).append(len(checks))
         checks.append(LocalCheck(instruction, op, value, kind, node.name,
                                  steps if kind == "int8" else None, mismatched,
                                  stages, allowed if kind == "int8" else None, within))

@@ -44,11 +44,18 @@ def test_conv_macs_are_counted_for_every_conv_rank_and_grouping(module, shape, m
     assert (info.macs, info.op_shape.kind, info.op_shape.kernel_hw) == (macs, kind, kernel_hw)
 
 
-def test_a_1d_pool_window_is_one_row_of_k():
+class _MeanOverLastDim(nn.Module):
+    def forward(self, x):
+        return x.mean(-1, keepdim=True)  # a layer norm's mean over 32 features
+
+
+def test_a_pool_window_is_the_extent_it_reduces_one_row_for_1d():
     from cost_models.graph_shapes import describe
 
-    (node,) = _edge_nodes(nn.AvgPool1d(4), (1, 8, 32), "avg_pool")
-    assert describe(node).op_shape.kernel_hw == (1, 4)
+    (pool,) = _edge_nodes(nn.AvgPool1d(4), (1, 8, 32), "avg_pool")
+    (mean,) = _edge_nodes(_MeanOverLastDim(), (1, 16, 32), "mean")
+    assert describe(pool).op_shape.kernel_hw == (1, 4)
+    assert describe(mean).op_shape.kernel_hw == (1, 32)
 
 
 def test_conv1d_model_compiles_with_its_macs(compiles):
