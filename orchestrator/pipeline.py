@@ -397,9 +397,12 @@ def run_stages(stages, state, seconds: dict[str, float],
             raise
         except Exception as error:  # noqa: BLE001 - upstream code: name the stage, keep the cause
             root = _root_cause(error)
-            text = " ".join(str(root).split())
+            # torch.fx appends the failing node and a traceback to the message: keep the node.
+            text = " ".join(str(root).split("Original traceback:")[0].split())
             raise StageError(f"stage {stage.name} failed in upstream code: "
-                             f"{type(root).__name__}: {text[:300]}") from error
+                             f"{type(root).__name__}: {text[:400]} (an upstream limit for this "
+                             "model; --verbose shows the traceback; `orchestrate plan --policy` "
+                             "can keep the op on another unit)") from error
         seconds[stage.name] = time.perf_counter() - start
         if progress:
             progress(stage.name, "done", seconds[stage.name])
