@@ -401,8 +401,7 @@ def run_stages(stages, state, seconds: dict[str, float],
             text = " ".join(str(root).split("Original traceback:")[0].split())
             raise StageError(f"stage {stage.name} failed in upstream code: "
                              f"{type(root).__name__}: {text[:400]} (an upstream limit for this "
-                             "model; --verbose shows the traceback; `orchestrate plan --policy` "
-                             "can keep the op on another unit)") from error
+                             "model or target; --verbose shows the traceback)") from error
         seconds[stage.name] = time.perf_counter() - start
         if progress:
             progress(stage.name, "done", seconds[stage.name])
