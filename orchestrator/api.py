@@ -116,6 +116,7 @@ def compile(model: str, output, platform: str = "corstone300", npu: str | None =
     check_outputs(output)
     made = _planned(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, None, policy,
                     placement, progress)
+    made.refuse_miscompiles()
     artifacts = write_outputs(made.compiled, output, made.artifact_files())
     if bundle:
         from orchestrator.bundle import write_bundle

@@ -310,6 +310,7 @@ def cmd_compile(args) -> int:
     _check_outputs(args, pte=args.output, bundle=args.bundle)
     _policy_first(args)
     plan = _plan(args)
+    plan.refuse_miscompiles()
     compiled = plan.compiled
     art = write_outputs(compiled, Path(args.output), plan.artifact_files())
     s = plan.summary

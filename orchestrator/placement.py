@@ -14,6 +14,7 @@ import torch
 
 from cost_models.cost import Cost
 from cost_models.graph_shapes import NodeInfo, describe, op_name
+from kernels.layout_checks import layout_findings
 from kernels.catalogue import CPU_KERNELS, cortex_m_op_name, specialised_function
 from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
 from partitioners.reasons import Reason, because  # noqa: F401 - Reason is part of the Plan
@@ -183,7 +184,8 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
             kernel = op_name(node.target)
             reasons.append(_not_cmsis_reason(origin, node.target, decisions.get(origin), aten_target))
         current = describe(node)
-        faults = _dim_order_faults(node) if placement == "portable" else ()
+        faults = (_dim_order_faults(node) if placement == "portable" else ()) + tuple(
+            because(check, **fields) for check, fields in layout_findings(node))
         rows.append(OpPlacement(
             name=origin, op=info.op, kind=kind, placement=placement, partition=None,
             kernel=kernel, tier=target.tier if placement == "cmsis-nn" else None,

@@ -23,6 +23,23 @@ class Plan:
     summary: Summary
     cost_placement: object = None  # orchestrator.cost_placement.CostPlacement (--placement cost)
 
+    def refuse_miscompiles(self) -> None:
+        """Raise UnsupportedModel when a CPU kernel would read a tensor in another layout than it
+        has: such a program loads and runs, and computes wrong numbers (kernels/layout_checks.py).
+        """
+        from orchestrator.pipeline import UnsupportedModel
+
+        found = [(row.name, fault) for row in self.rows for fault in row.device_faults
+                 if fault.key.startswith("layout-")]
+        if found:
+            name, fault = found[0]
+            raise UnsupportedModel(
+                f"not writing a program that computes wrong numbers: {len(found)} layout "
+                f"fault(s), first at {name}: {fault.message}; `orchestrate plan` lists them all "
+                "(a CPU-only program that mixes channels-last and contiguous tensors between CPU "
+                "kernels: keep the model's tensors 4-D channels-last through reshapes/splits, or "
+                "place those ops on the NPU)")
+
     def to_json(self) -> dict:
         """The plan as plan.json holds it (schema: orchestrator/plan.schema.json)."""
         from orchestrator.report import to_json

@@ -84,6 +84,18 @@ _entry("dim-order-family", "device-fault",
        "portable kernel dim-order check (tensors_have_same_dim_order)",
        "{op} needs all tensors contiguous or all channels-last; got {orders}: the kernel "
        "returns InvalidArgument on the device")
+_entry("layout-nhwc-read", "device-fault", "CMSIS-NN layout rule (kernels/layout_checks.py)",
+       "{op} reads its input as NHWC, but {tensor} has dim_order {order}: the kernel computes "
+       "on reinterpreted bytes")
+_entry("layout-raw-lockstep", "device-fault", "CMSIS-NN layout rule (kernels/layout_checks.py)",
+       "{op} walks {tensor} (dim_order {order}) in lockstep with its output (dim_order "
+       "{out_order}): the elements it pairs are not the ones the model pairs")
+_entry("layout-view", "device-fault", "portable view_copy (kernels/layout_checks.py)",
+       "{op} copies the bytes of {tensor} (dim_order {order}) as if contiguous: the view holds "
+       "the elements in another order")
+_entry("layout-raw-walk", "device-fault", "portable kernel layout rule (kernels/layout_checks.py)",
+       "{op} walks the raw bytes of {tensor} (dim_order {order}) by its sizes: it moves the wrong "
+       "elements")
 
 
 def because(key: str, value: str = "", debug: str = "", **fields) -> Reason:

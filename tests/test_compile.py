@@ -244,3 +244,21 @@ def test_a_model_with_torch_cond_partitions_through_both_branches(tmp_path):
     conv = next(r for r in plan.rows if "convolution" in r.op)
     assert conv.placement == "npu"
     assert [backend for backend, _ in _delegate_specs(plan.compiled.pte_bytes)] == ["EthosUBackend"]
+
+
+def test_a_cpu_only_program_that_mixes_layouts_between_cpu_kernels_is_refused(tmp_path, capsys):
+    """The residual block's skip path reaches a CMSIS-NN add contiguous while the conv path is
+    channels-last: the add walks both in lockstep. The check covers every tensor every CPU
+    kernel reads, not only CPU/NPU boundaries; the plan names it and compile writes nothing."""
+    from examples.user_models import model_spec
+    import orchestrator
+
+    plan = orchestrator.plan(model_spec("residual_block"), npu="none")
+    faults = [(r.name, f.key) for r in plan.rows for f in r.device_faults]
+    assert ("aten_add_tensor", "layout-raw-lockstep") in faults
+    out = tmp_path / "res.pte"
+    assert main(["compile", model_spec("residual_block"), "--npu", "none", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "not writing a program that computes wrong numbers" in err
+    assert "cortex_m::quantized_add walks" in err
+    assert not out.exists() and not (tmp_path / "res.artifacts").exists()

@@ -1,0 +1,87 @@
+"""Static layout checks: every tensor a CPU kernel reads or writes, in the layout it assumes.
+
+A device kernel that assumes a layout does not check it (the twin shows what it reads: see
+kernels/reference.py), so a program whose tensors are laid out otherwise runs and computes wrong
+numbers. The compile applies the same rules to the final graph, tensor by tensor, not only at
+CPU/NPU boundaries:
+
+- CMSIS-NN kernels that read 4-D activations as NHWC (conv, depthwise, pool, ...) need their
+  input channels-last;
+- the raw-byte cortex_m kernels (add, mul, minimum, linear, ...) walk every operand in lockstep
+  with the output: operands of the output's shape need its dim_order;
+- `view_copy` is a memcpy that reinterprets the bytes as the new shape's contiguous layout: its
+  input must be contiguous;
+- the portable `cat`, `split_with_sizes_copy` and `unbind_copy` walk raw bytes by the sizes
+  (op_cat.cpp, op_split_with_sizes_copy.cpp): on a non-contiguous dim_order they move the wrong
+  elements.
+
+Each finding is (check, detail) data; partitioners/reasons.py words it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.catalogue import CHANNELS_LAST, CPU_KERNELS
+from kernels.reference import _RAW_CMSIS, layouts_differ
+
+_VIEWS = frozenset({"view_copy", "_unsafe_view", "view"})
+_RAW_WALK_PORTABLE = frozenset({"cat", "split_with_sizes_copy", "split_copy", "unbind_copy"})
+
+
+def _parts(node) -> tuple[str, str]:
+    text = str(getattr(node.target, "__name__", node.target))
+    parts = text.split(".")
+    if parts[0] in ("aten", "cortex_m", "dim_order_ops") and len(parts) > 1:
+        return parts[0], parts[1]
+    return "", parts[0]
+
+
+def _tensor(value) -> torch.Tensor | None:
+    val = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _order(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(int(d) for d in t.dim_order())
+
+
+def _tensor_inputs(node):
+    for arg in node.args:
+        items = arg if isinstance(arg, (list, tuple)) else (arg,)
+        for item in items:
+            t = _tensor(item)
+            if t is not None:
+                yield item, t
+
+
+def layout_findings(node: torch.fx.Node) -> list[tuple[str, dict]]:
+    """(check, fields) for every tensor of `node` laid out otherwise than its kernel reads it."""
+    if node.op != "call_function":
+        return []
+    namespace, op = _parts(node)
+    out = _tensor(node)
+    findings = []
+    kernel = CPU_KERNELS.get(op) if namespace == "cortex_m" else None
+    if kernel is not None and kernel.reads_nhwc:
+        inputs = list(_tensor_inputs(node))
+        if inputs:
+            arg, t = inputs[0]
+            if t.dim() == 4 and layouts_differ(tuple(t.shape), _order(t), CHANNELS_LAST):
+                findings.append(("layout-nhwc-read", {
+                    "op": f"cortex_m::{op}", "tensor": arg.name, "order": _order(t)}))
+    if namespace == "cortex_m" and op in _RAW_CMSIS and out is not None:
+        for arg, t in _tensor_inputs(node):
+            if tuple(t.shape) == tuple(out.shape) and layouts_differ(tuple(t.shape), _order(t),
+                                                                     _order(out)):
+                findings.append(("layout-raw-lockstep", {
+                    "op": f"cortex_m::{op}", "tensor": arg.name, "order": _order(t),
+                    "out_order": _order(out)}))
+    if namespace == "aten" and (op in _VIEWS or op in _RAW_WALK_PORTABLE):
+        for arg, t in _tensor_inputs(node):
+            if layouts_differ(tuple(t.shape), _order(t), tuple(range(t.dim()))):
+                check = "layout-view" if op in _VIEWS else "layout-raw-walk"
+                findings.append((check, {"op": f"aten::{op}", "tensor": arg.name,
+                                         "order": _order(t)}))
+                break
+    return findings
