@@ -140,6 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--cmsis-nn-src", help="CMSIS-NN source tree for the host runtime "
                      "(or ORCHESTRATE_CMSIS_NN_SRC; default ../shared/third_party/cmsis-nn)")
     ver.add_argument("--fvp", action="store_true", help="run the .bpte on a Corstone FVP")
+    ver.add_argument("--qemu", action="store_true", help="run the .bpte on QEMU's Corstone-300 "
+                     "(mps3-an547, Cortex-M55 + MVE) with the runner firmware built here "
+                     "(CPU-only programs; QEMU has no Ethos-U)")
+    ver.add_argument("--atol", type=float, default=0.0,
+                     help="--qemu: BundleIO absolute tolerance (default 0: byte-exact)")
     ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF (or ORCHESTRATE_RUNNER_ELF)")
     ver.add_argument("--timeout", type=_positive, default=600)
     _add_output_options(ver)
@@ -421,6 +426,8 @@ def cmd_verify(args) -> int:
         raise UserError(f"'{args.pte}' not found; give a .pte written by `orchestrate compile`")
     if args.fvp:
         return _verify_fvp(args, pte)
+    if args.qemu:
+        return _verify_qemu(args, pte)
     failures = []
     if args.runtime in ("twin", "both"):
         from orchestrator.verification import render_text, report_json, verify
@@ -428,6 +435,10 @@ def cmd_verify(args) -> int:
         report = verify(pte, samples=args.samples, calibration=args.calibration,
                         per_op=args.per_op, max_steps=args.max_steps)
         _print_report(args, report_json(report), render_text(report))
+        if report.inconclusive:
+            from orchestrator.errors import NotRun
+
+            raise NotRun(f"not run meaningfully: {report.verdict}")
         if not report.passed:
             failures.append(report.verdict)
     if args.runtime in ("executorch", "both"):
@@ -457,6 +468,44 @@ def _print_report(args, as_json: dict, as_text: str) -> None:
         print(json.dumps(as_json, indent=2))
     else:
         print(as_text)
+
+
+def _verify_qemu(args, pte: Path) -> int:
+    import json
+
+    from orchestrator.errors import NotRun, VerificationFailure
+    from platforms import load_platform
+    from platforms.qemu import METHOD, run_bpte_on_qemu
+
+    artifacts = pte.with_name(pte.stem + ".artifacts")
+    manifest_path = artifacts / "manifest.json"
+    if not manifest_path.is_file():
+        raise UserError(f"no artifacts beside '{pte}' ({manifest_path} missing); compile it with "
+                        "`orchestrate compile`")
+    bpte = pte.with_suffix(".bpte")
+    if not bpte.is_file():
+        raise UserError(f"'{bpte}' not found; compile with `orchestrate compile --bundle` first")
+    target = json.loads(manifest_path.read_text())["target"]
+    platform_file = target.get("platform_file")
+    platform = load_platform(platform_file if platform_file and Path(platform_file).is_file()
+                             else target["platform"])
+    if target["npu"]:
+        raise NotRun(f"not run: {pte.name} is compiled for {target['npu']} and QEMU's "
+                     f"{platform.name} model has no Ethos-U; nothing was run (verify without "
+                     "--qemu checks it on the host twin; --fvp on a Corstone FVP)")
+    result = run_bpte_on_qemu(bpte, artifacts / "operators.txt", platform,
+                              timeout_s=args.timeout, atol=args.atol)
+    print(f"method: {METHOD} (Cortex-M55 + MVE on QEMU mps3-an547: ExecuTorch runtime, portable "
+          "and CMSIS-NN kernels built for the M55; no Ethos-U, no timing)")
+    print(result.summary())
+    for case in result.cases:
+        count = f"{case.instructions:,} instructions" if case.instructions else "no count"
+        print(f"  case {case.index}: {'PASS' if case.passed else 'FAIL'}, {count}")
+    print("instructions: executed per inference, counted by QEMU -icount; a lower bound on "
+          "cycles, not cycles")
+    if result.passed is not True:
+        raise VerificationFailure("QEMU run did not report PASS")
+    return 0
 
 
 def _verify_fvp(args, pte: Path) -> int:

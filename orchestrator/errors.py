@@ -40,13 +40,14 @@ def lower_errors() -> dict[type, type[OrchestrateError]]:
     reported: a bad platform or a malformed delegate payload is the user's data (exit 2), a
     missing FVP a check that could not run (exit 5)."""
     from kernels.runtime import RuntimeFailure, RuntimeUnavailable
+    from platforms.qemu import QemuUnavailable
     from npu_driver.payload import PayloadError
     from npu_driver.tosa_twin import TosaTwinError
     from platforms.fvp import FvpUnavailable
     from platforms.platform import PlatformError
 
     return {PlatformError: UserError, PayloadError: UserError, TosaTwinError: UserError,
-            FvpUnavailable: NotRun, RuntimeUnavailable: NotRun,
+            FvpUnavailable: NotRun, RuntimeUnavailable: NotRun, QemuUnavailable: NotRun,
             RuntimeFailure: VerificationFailure}
 
 

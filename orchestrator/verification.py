@@ -92,6 +92,24 @@ class VerifyReport:
     numerics_passed: bool
     passed: bool
     verdict: str
+    inconclusive: str | None = None  # why the samples cannot tell a right program from a wrong one
+
+
+def _degenerate(runs, float_outs) -> str | None:
+    """Why these samples prove nothing, or None. A program that matches its reference on them
+    would also match a wrong program: every output identical across samples (a constant
+    output), or a float reference that is all but zero (e.g. a network at random init whose
+    activations vanish), so the int8 output is a constant too."""
+    if len(runs) > 1 and all(len(set(out)) == 1 for out in zip(*(r.output_bytes for r in runs))):
+        return (f"every output is the same on all {len(runs)} samples (a constant program "
+                "output): give real inputs with --calibration, or trained weights")
+    peak = max((float(t.abs().max()) for outs in float_outs for t in outs
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()),
+               default=None)
+    if peak is not None and peak < 1e-6:
+        return (f"the float model's outputs are all below 1e-6 in magnitude (max {peak:.2g}): "
+                "give trained weights or representative inputs")
+    return None
 
 
 def load_reference(path: Path):
@@ -413,14 +431,17 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
     divergence = None
     if not numerics_passed and local:
         divergence = _first_divergence(twin, runs[worst], local[worst], worst)
-    passed = numerics_passed and not faults
+    inconclusive = _degenerate(runs, float_outs) if numerics_passed and not faults else None
+    passed = numerics_passed and not faults and inconclusive is None
     seconds = sum(r.seconds for r in runs) / max(len(runs), 1)
+    verdict = (f"INCONCLUSIVE by {METHOD}: {inconclusive}" if inconclusive else
+               _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
+                        max_steps))
     return VerifyReport(
         str(pte_path), METHOD, len(inputs), source, max_steps, outputs, faults,
         _layout_events(runs[0]) if runs else (), divergence,
         local[worst] if per_op and local else (), checked, unmatched, seconds,
-        numerics_passed, passed,
-        _verdict(passed, numerics_passed, checked, unmatched, faults, divergence, max_steps))
+        numerics_passed, passed, verdict, inconclusive)
 
 
 def _badness(checks) -> tuple:
@@ -446,7 +467,8 @@ def _fmt(value: float | None, unit: str = "") -> str:
 
 
 def render_text(report: VerifyReport) -> str:
-    lines = [f"verify {report.pte}: {'PASSED' if report.passed else 'FAILED'}",
+    status = "PASSED" if report.passed else "INCONCLUSIVE" if report.inconclusive else "FAILED"
+    lines = [f"verify {report.pte}: {status}",
              f"  method: {report.method}",
              f"  {report.samples} samples ({report.inputs}); local check: each value the program "
              f"writes within {report.steps_per_stage:g} int8 step(s) per rounding stage of the "

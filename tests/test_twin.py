@@ -320,3 +320,28 @@ def test_avg_pool_rounds_ties_away_from_zero_as_cmsis_nn_does():
     assert device == [-1, -2, 1, 2]
     upstream = op_overload("cortex_m::quantized_avg_pool2d", "default")(x, *args).flatten().tolist()
     assert upstream != device  # ExecuTorch 1.5.1's Python reference: half to even
+
+
+def test_a_verdict_on_vanishing_outputs_is_inconclusive_not_passed(tmp_path, capsys):
+    """A network whose float outputs vanish (as torchvision models at random init do) matches
+    its quantized reference trivially: verify says so (exit 5), it never says PASSED."""
+    from orchestrator.cli import main
+
+    model = tmp_path / "tiny.py"
+    model.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def factory():\n"
+        "    torch.manual_seed(0)\n"
+        "    m = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))\n"
+        "    with torch.no_grad():\n"
+        "        for p in m.parameters():\n"
+        "            p.mul_(1e-9)\n"
+        "    return m.eval(), (torch.randn(1, 16),)\n")
+    pte = tmp_path / "tiny.pte"
+    assert main(["compile", f"{model}:factory", "--npu", "none", "-o", str(pte), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(pte), "--samples", "4"]) == 5
+    captured = capsys.readouterr()
+    assert "verify " in captured.out and ": INCONCLUSIVE" in captured.out
+    assert "not run meaningfully: INCONCLUSIVE" in captured.err

@@ -1,0 +1,84 @@
+/*
+ * Board support shared by the runner's C and C++ files: the semihosting console, the counters,
+ * the memory regions the linker script leaves free, and the mailbox through which the harness
+ * tells the firmware where the program image lies.
+ *
+ * The harness (platforms/qemu.py) writes the mailbox and the image into memory before the CPU
+ * starts (QEMU `-device loader`, or the FVP's `--data FILE@ADDRESS`), so one firmware ELF runs any
+ * program whose operators it registers.
+ */
+#ifndef ORCHESTRATE_RUNNER_BOARD_H
+#define ORCHESTRATE_RUNNER_BOARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Exit codes the harness reads (semihosting SYS_EXIT_EXTENDED); away from 1, which QEMU itself
+ * returns when it cannot start. Mirrored in platforms/qemu.py (_EXIT_MEANING). */
+enum runner_exit_code {
+  RUNNER_EXIT_PASS = 0,       /* every bundled test case matched (or a plain .pte ran) */
+  RUNNER_EXIT_MISMATCH = 10,  /* at least one output differed from the bundled expectation */
+  RUNNER_EXIT_ERROR = 11,     /* the program could not be loaded or run */
+  RUNNER_EXIT_FAULT = 12,     /* a CPU fault (HardFault, BusFault, ...) */
+  RUNNER_EXIT_ABORT = 13,     /* ExecuTorch aborted (ET_CHECK failed, et_pal_abort) */
+};
+
+/* "ORUN" little-endian: the harness wrote a mailbox. */
+#define RUNNER_MAILBOX_MAGIC 0x4E55524Fu
+#define RUNNER_MAILBOX_VERSION 1u
+#define RUNNER_REGION_NAME_BYTES 16
+
+/* Written by the harness at the linker symbol __runner_mailbox; layout mirrored in
+ * platforms/qemu.py (_MAILBOX). All fields little-endian, names NUL-padded. */
+typedef struct {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t image_address;  /* the .bpte or .pte */
+  uint32_t image_bytes;
+  char planned_region[RUNNER_REGION_NAME_BYTES];  /* memory-planned buffers (the arena) */
+  char runtime_region[RUNNER_REGION_NAME_BYTES];  /* method and temp allocators */
+  float rtol;              /* BundleIO tolerances; 0 and 0 compare exactly */
+  float atol;
+  uint32_t repeats;        /* inferences per test case; the counters report each */
+  uint32_t reserved[5];
+} runner_mailbox_t;
+
+extern volatile runner_mailbox_t __runner_mailbox;
+
+/* A memory region of the platform YAML, with the part the firmware image does not use. */
+typedef struct {
+  const char* name;
+  uint8_t* free_start;
+  uint8_t* free_end;
+} runner_region_t;
+
+/* Generated from the platform YAML with the linker script (regions.c in the build folder). */
+extern const runner_region_t runner_regions[];
+extern const unsigned runner_region_count;
+
+/* Semihosting console and exit (semihosting.c). */
+void sh_write(const char* text, size_t length);
+void sh_print(const char* text);
+__attribute__((noreturn)) void sh_exit(int code);
+
+/* Counters (counters.c). SysTick runs from the CPU clock; under QEMU `-icount shift=0` its ticks
+ * advance with executed instructions (1 ns of virtual time per instruction), and
+ * counters_calibrate() measures how many instructions one tick is. */
+void counters_init(void);
+uint64_t counters_ticks(void);
+int counters_have_cycle_counter(void); /* DWT CYCCNT present and counting */
+uint32_t counters_cycles(void);
+void counters_calibrate(uint32_t* instructions, uint64_t* ticks);
+
+/* Provided by runner.cpp. */
+int main(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ORCHESTRATE_RUNNER_BOARD_H */

@@ -1,0 +1,528 @@
+/*
+ * The runner: load the ExecuTorch program the harness placed in memory, run each BundleIO test
+ * case and compare the outputs with the expected ones bundled beside them (the host twin's), and
+ * report PASS/FAIL per case with the counters of each inference.
+ *
+ * Where things are comes from the mailbox (board.h) the harness wrote before reset: the image
+ * (.bpte, or a plain .pte that is run once on zeroed inputs without a verdict), the region for
+ * the memory-planned buffers (the region the plan chose for the arena) and the region for the
+ * method and temp allocators. The free part of every region is known from the linker script.
+ *
+ * Log lines follow ExecuTorch's Arm executor runner (`TEST: BundleIO index[i] Test_result:
+ * PASS`), so platforms/fvp.py reads them too.
+ */
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include <executorch/devtools/bundled_program/bundled_program.h>
+#include <executorch/devtools/bundled_program/schema/bundled_program_schema_generated.h>
+#include <executorch/extension/data_loader/buffer_data_loader.h>
+#include <executorch/runtime/core/event_tracer.h>
+#include <executorch/runtime/core/exec_aten/exec_aten.h>
+#include <executorch/runtime/executor/method.h>
+#include <executorch/runtime/executor/program.h>
+#include <executorch/runtime/platform/log.h>
+#include <executorch/runtime/platform/runtime.h>
+
+#include "board.h"
+
+using executorch::aten::ScalarType;
+using executorch::aten::Tensor;
+using executorch::extension::BufferDataLoader;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::HierarchicalAllocator;
+using executorch::runtime::MemoryAllocator;
+using executorch::runtime::MemoryManager;
+using executorch::runtime::Method;
+using executorch::runtime::MethodMeta;
+using executorch::runtime::Program;
+using executorch::runtime::Result;
+using executorch::runtime::Span;
+
+namespace {
+
+constexpr size_t kMaxPlannedBuffers = 16;
+constexpr size_t kBufferAlignment = 16;
+
+struct Pool {
+  const char* name = nullptr;
+  uint8_t* start = nullptr;
+  uint8_t* end = nullptr;
+  size_t bytes() const {
+    return static_cast<size_t>(end - start);
+  }
+};
+
+// The free part of region `name`, minus the program image if it lies there.
+bool find_pool(const char* name, const uint8_t* image, size_t image_bytes, Pool* pool) {
+  for (unsigned i = 0; i < runner_region_count; i++) {
+    const runner_region_t& region = runner_regions[i];
+    if (std::strncmp(region.name, name, RUNNER_REGION_NAME_BYTES) != 0) {
+      continue;
+    }
+    pool->name = region.name;
+    pool->start = region.free_start;
+    pool->end = region.free_end;
+    const uint8_t* image_end = image + image_bytes;
+    if (image < pool->end && image_end > pool->start) {
+      // Keep the larger side of the image.
+      size_t below = static_cast<size_t>(image - pool->start);
+      size_t above = static_cast<size_t>(pool->end - image_end);
+      if (below >= above) {
+        pool->end = const_cast<uint8_t*>(image);
+      } else {
+        pool->start = const_cast<uint8_t*>(image_end);
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+void region_name(const volatile char* field, char* out) {
+  for (size_t i = 0; i < RUNNER_REGION_NAME_BYTES; i++) {
+    out[i] = field[i];
+  }
+  out[RUNNER_REGION_NAME_BYTES] = '\0';
+}
+
+constexpr size_t kReportedElements = 4;
+
+// Counts the elements that differ and logs the first few (flat index in memory order).
+template <typename T>
+void compare_elements(const void* expected, const void* actual, size_t count, size_t output,
+                      size_t* differing, double* max_abs_error) {
+  const T* e = static_cast<const T*>(expected);
+  const T* a = static_cast<const T*>(actual);
+  for (size_t k = 0; k < count; k++) {
+    if (std::memcmp(&e[k], &a[k], sizeof(T)) != 0) {
+      if (*differing < kReportedElements) {
+        ET_LOG(Error, "Output %zu element %zu: expected %.9g, got %.9g", output, k,
+               static_cast<double>(e[k]), static_cast<double>(a[k]));
+      }
+      (*differing)++;
+      double error = std::fabs(static_cast<double>(a[k]) - static_cast<double>(e[k]));
+      if (error > *max_abs_error || std::isnan(error)) {
+        *max_abs_error = error;
+      }
+    }
+  }
+}
+
+// For a failed case: how many output elements differ from the bundled ones, and by how much.
+void report_mismatch(Method& method, const bundled_program_flatbuffer::BundledMethodTestCase* test,
+                     size_t index) {
+  const auto* expected_outputs = test->expected_outputs();
+  for (size_t o = 0; o < method.outputs_size() && o < expected_outputs->size(); o++) {
+    const auto* value = expected_outputs->Get(static_cast<flatbuffers::uoffset_t>(o));
+    const EValue& output = method.get_output(o);
+    if (value->val_type() != bundled_program_flatbuffer::ValueUnion::Tensor || !output.isTensor()) {
+      continue;
+    }
+    const auto* expected = value->val_as_Tensor();
+    const Tensor actual = output.toTensor();
+    size_t count = static_cast<size_t>(actual.numel());
+    size_t differing = 0;
+    double max_abs_error = 0.0;
+    const void* e = expected->data()->data();
+    const void* a = actual.const_data_ptr();
+    if (expected->data()->size() < actual.nbytes()) {
+      ET_LOG(Error, "Output %zu of case %zu: %u expected bytes for a %zu-byte output", o, index,
+             static_cast<unsigned>(expected->data()->size()), actual.nbytes());
+      continue;
+    }
+    switch (actual.scalar_type()) {
+      case ScalarType::Float:
+        compare_elements<float>(e, a, count, o, &differing, &max_abs_error);
+        break;
+      case ScalarType::Char:
+        compare_elements<int8_t>(e, a, count, o, &differing, &max_abs_error);
+        break;
+      case ScalarType::Byte:
+      case ScalarType::Bool:
+        compare_elements<uint8_t>(e, a, count, o, &differing, &max_abs_error);
+        break;
+      case ScalarType::Short:
+        compare_elements<int16_t>(e, a, count, o, &differing, &max_abs_error);
+        break;
+      case ScalarType::Int:
+        compare_elements<int32_t>(e, a, count, o, &differing, &max_abs_error);
+        break;
+      case ScalarType::Long:
+        compare_elements<int64_t>(e, a, count, o, &differing, &max_abs_error);
+        break;
+      default:
+        differing = std::memcmp(e, a, actual.nbytes()) != 0 ? count : 0;
+        break;
+    }
+    ET_LOG(Error, "Output %zu of case %zu: %zu of %zu elements differ, max abs error %g", o, index,
+           differing, count, max_abs_error);
+  }
+}
+
+#if defined(ET_EVENT_TRACER_ENABLED)
+// The trace build (platforms/qemu.py, trace=True): for every instruction of the method, its
+// SysTick ticks and a CRC-32 of each tensor its kernel logged (the outputs), so a mismatch can be
+// traced to the first operator whose bytes differ from the host twin's. Records are printed after
+// the inference; the CRCs must be taken when the kernel returns (planned memory is reused), and
+// the ticks they take are subtracted from every enclosing scope.
+uint32_t crc32(const uint8_t* data, size_t bytes) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < bytes; i++) {
+    crc ^= data[i];
+    for (int bit = 0; bit < 8; bit++) {
+      crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    }
+  }
+  return ~crc;
+}
+
+constexpr char kKernelScopePrefix[] = "native_call_";  // the generated registration's op scope
+
+class InstructionTracer final : public executorch::runtime::EventTracer {
+ public:
+  InstructionTracer() {
+    set_event_tracer_debug_level(executorch::runtime::EventTracerDebugLogLevel::kIntermediateOutputs);
+  }
+  void create_event_block(const char*) override {}
+  executorch::runtime::EventTracerEntry start_profiling(
+      const char* name, executorch::runtime::ChainID, executorch::runtime::DebugHandle) override {
+    executorch::runtime::EventTracerEntry entry{};
+    if (depth_ < kMaxDepth) {
+      frames_[depth_] = {name, current_chain_id(), current_debug_handle(), overhead_ticks_};
+    }
+    entry.event_id = static_cast<int64_t>(depth_++);
+    if (std::strncmp(name, kKernelScopePrefix, sizeof(kKernelScopePrefix) - 1) == 0) {
+      logged_count_ = 0;
+    }
+    entry.start_time = counters_ticks();
+    return entry;
+  }
+  void end_profiling(executorch::runtime::EventTracerEntry entry) override {
+    const uint64_t now = counters_ticks();
+    depth_ = static_cast<size_t>(entry.event_id);
+    if (depth_ >= kMaxDepth) {
+      return;
+    }
+    const Frame& frame = frames_[depth_];
+    const uint64_t ticks = now - entry.start_time - (overhead_ticks_ - frame.overhead_at_start);
+    if (frame.chain_id == executorch::runtime::kUnsetChainId) {
+      return;  // Method::init / Method::execute: the runner reports the whole inference itself
+    }
+    if (std::strncmp(frame.name, kKernelScopePrefix, sizeof(kKernelScopePrefix) - 1) == 0) {
+      pending_.kernel = frame.name + sizeof(kKernelScopePrefix) - 1;
+      pending_.kernel_ticks = ticks;
+      pending_.tensors = 0;
+      for (size_t i = 0; i < logged_count_; i++) {
+        pending_.bytes[i] = static_cast<uint32_t>(logged_[i].bytes);
+        pending_.crc[i] = crc32(logged_[i].data, logged_[i].bytes);
+        pending_.tensors++;
+      }
+      logged_count_ = 0;
+    } else if (records_count_ < kMaxRecords) {
+      Record& record = records_[records_count_++];
+      record = pending_;
+      record.kind = frame.name;
+      record.instruction = frame.debug_handle;
+      record.ticks = ticks;
+      pending_ = Record{};
+    }
+    overhead_ticks_ += counters_ticks() - now;
+  }
+  // Prints the records of one inference and forgets them.
+  void flush(size_t index) {
+    for (size_t r = 0; r < records_count_; r++) {
+      const Record& record = records_[r];
+      ET_LOG(Info, "Trace[%zu] instruction %" PRIu32 " %s %s: %" PRIu64 " SysTick ticks (kernel %" PRIu64 ")",
+             index, record.instruction, record.kind, record.kernel ? record.kernel : "-",
+             record.ticks, record.kernel_ticks);
+      for (size_t i = 0; i < record.tensors; i++) {
+        ET_LOG(Info, "Trace[%zu] instruction %" PRIu32 " tensor %zu: %" PRIu32 " bytes crc32 %08" PRIx32,
+               index, record.instruction, i, record.bytes[i], record.crc[i]);
+      }
+    }
+    if (records_count_ == kMaxRecords) {
+      ET_LOG(Error, "Trace[%zu]: only the first %zu instructions were recorded", index, kMaxRecords);
+    }
+    records_count_ = 0;
+  }
+  executorch::runtime::EventTracerEntry start_profiling_delegate(
+      const char* name, executorch::runtime::DelegateDebugIntId) override {
+    return start_profiling(name, executorch::runtime::kUnsetChainId,
+                           executorch::runtime::kUnsetDebugHandle);
+  }
+  void end_profiling_delegate(executorch::runtime::EventTracerEntry entry, const void*,
+                              size_t) override {
+    end_profiling(entry);
+  }
+  void log_profiling_delegate(const char*, executorch::runtime::DelegateDebugIntId, et_timestamp_t,
+                              et_timestamp_t, const void*, size_t) override {}
+  void track_allocation(executorch::runtime::AllocatorID, size_t) override {}
+  executorch::runtime::AllocatorID track_allocator(const char*) override {
+    return 0;
+  }
+  Result<bool> log_evalue(const EValue& value, executorch::runtime::LoggedEValueType) override {
+    if (value.isTensor() && logged_count_ < kMaxTensors) {
+      const Tensor tensor = value.toTensor();
+      logged_[logged_count_++] = {static_cast<const uint8_t*>(tensor.const_data_ptr()),
+                                  tensor.nbytes()};
+    }
+    return true;
+  }
+  Result<bool> log_intermediate_output_delegate(const char*, executorch::runtime::DelegateDebugIntId,
+                                                const Tensor&) override {
+    return true;
+  }
+  Result<bool> log_intermediate_output_delegate(const char*, executorch::runtime::DelegateDebugIntId,
+                                                const executorch::runtime::ArrayRef<Tensor>) override {
+    return true;
+  }
+  Result<bool> log_intermediate_output_delegate(const char*, executorch::runtime::DelegateDebugIntId,
+                                                const int&) override {
+    return true;
+  }
+  Result<bool> log_intermediate_output_delegate(const char*, executorch::runtime::DelegateDebugIntId,
+                                                const bool&) override {
+    return true;
+  }
+  Result<bool> log_intermediate_output_delegate(const char*, executorch::runtime::DelegateDebugIntId,
+                                                const double&) override {
+    return true;
+  }
+  void set_delegation_intermediate_output_filter(executorch::runtime::EventTracerFilterBase*) override {}
+
+ private:
+  static constexpr size_t kMaxDepth = 8;
+  static constexpr size_t kMaxTensors = 4;
+  static constexpr size_t kMaxRecords = 512;
+  struct Frame {
+    const char* name;
+    executorch::runtime::ChainID chain_id;
+    executorch::runtime::DebugHandle debug_handle;
+    uint64_t overhead_at_start;
+  };
+  struct Logged {
+    const uint8_t* data;
+    size_t bytes;
+  };
+  struct Record {
+    uint32_t instruction = 0;
+    const char* kind = nullptr;
+    const char* kernel = nullptr;
+    uint64_t ticks = 0;
+    uint64_t kernel_ticks = 0;
+    size_t tensors = 0;
+    uint32_t bytes[kMaxTensors] = {};
+    uint32_t crc[kMaxTensors] = {};
+  };
+  Frame frames_[kMaxDepth] = {};
+  size_t depth_ = 0;
+  uint64_t overhead_ticks_ = 0;
+  Logged logged_[kMaxTensors] = {};
+  size_t logged_count_ = 0;
+  Record pending_;
+  Record records_[kMaxRecords];
+  size_t records_count_ = 0;
+};
+
+InstructionTracer tracer;
+executorch::runtime::EventTracer* const event_tracer = &tracer;
+#else
+executorch::runtime::EventTracer* const event_tracer = nullptr;
+#endif
+
+}  // namespace
+
+int main(void) {
+  executorch::runtime::runtime_init();
+
+  uint32_t calibration_instructions = 0;
+  uint64_t calibration_ticks = 0;
+  counters_calibrate(&calibration_instructions, &calibration_ticks);
+  ET_LOG(Info, "Calibration: %" PRIu32 " instructions in %" PRIu64 " SysTick ticks",
+         calibration_instructions, calibration_ticks);
+
+  const volatile runner_mailbox_t& mailbox = __runner_mailbox;
+  if (mailbox.magic != RUNNER_MAILBOX_MAGIC || mailbox.version != RUNNER_MAILBOX_VERSION) {
+    ET_LOG(Error, "No program: the mailbox at %p holds magic 0x%08" PRIx32 " version %" PRIu32,
+           static_cast<const volatile void*>(&mailbox), mailbox.magic, mailbox.version);
+    return RUNNER_EXIT_ERROR;
+  }
+  uint8_t* image = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(mailbox.image_address));
+  const size_t image_bytes = mailbox.image_bytes;
+  char planned_name[RUNNER_REGION_NAME_BYTES + 1];
+  char runtime_name[RUNNER_REGION_NAME_BYTES + 1];
+  region_name(mailbox.planned_region, planned_name);
+  region_name(mailbox.runtime_region, runtime_name);
+  const double rtol = mailbox.rtol;
+  const double atol = mailbox.atol;
+  const uint32_t repeats = mailbox.repeats > 0 ? mailbox.repeats : 1;
+
+  const void* program_data = image;
+  size_t program_bytes = image_bytes;
+  const bool bundled = executorch::bundled_program::is_bundled_program(image, image_bytes);
+  if (bundled) {
+    Error status = executorch::bundled_program::get_program_data(image, image_bytes,
+                                                                 &program_data, &program_bytes);
+    if (status != Error::Ok) {
+      ET_LOG(Error, "The .bpte at %p holds no program: 0x%" PRIx32, image,
+             static_cast<uint32_t>(status));
+      return RUNNER_EXIT_ERROR;
+    }
+  }
+  ET_LOG(Info, "%s at %p: %zu bytes, program %zu bytes", bundled ? "BundleIO .bpte" : ".pte",
+         image, image_bytes, program_bytes);
+
+  BufferDataLoader loader(program_data, program_bytes);
+  Result<Program> program = Program::load(&loader, Program::Verification::InternalConsistency);
+  if (!program.ok()) {
+    ET_LOG(Error, "Program loading failed: 0x%" PRIx32, static_cast<uint32_t>(program.error()));
+    return RUNNER_EXIT_ERROR;
+  }
+  Result<const char*> method_name = program->get_method_name(0);
+  if (!method_name.ok()) {
+    ET_LOG(Error, "The program has no method");
+    return RUNNER_EXIT_ERROR;
+  }
+  Result<MethodMeta> meta = program->method_meta(*method_name);
+  if (!meta.ok()) {
+    ET_LOG(Error, "No metadata for method %s", *method_name);
+    return RUNNER_EXIT_ERROR;
+  }
+
+  Pool planned_pool;
+  Pool runtime_pool;
+  if (!find_pool(planned_name, image, image_bytes, &planned_pool) ||
+      !find_pool(runtime_name, image, image_bytes, &runtime_pool)) {
+    ET_LOG(Error, "Unknown memory region '%s' or '%s'", planned_name, runtime_name);
+    return RUNNER_EXIT_ERROR;
+  }
+  // Planned buffers first from the planned region; when it is also the runtime region the
+  // allocators get what the planned buffers leave.
+  MemoryAllocator planned_allocator(static_cast<uint32_t>(planned_pool.bytes()), planned_pool.start);
+  const size_t planned_count = meta->num_memory_planned_buffers();
+  if (planned_count > kMaxPlannedBuffers) {
+    ET_LOG(Error, "%zu planned buffers; the runner has room for %zu", planned_count,
+           kMaxPlannedBuffers);
+    return RUNNER_EXIT_ERROR;
+  }
+  Span<uint8_t> planned_spans[kMaxPlannedBuffers];
+  size_t planned_bytes = 0;
+  for (size_t id = 0; id < planned_count; id++) {
+    size_t size = static_cast<size_t>(meta->memory_planned_buffer_size(id).get());
+    uint8_t* buffer = size == 0 ? nullptr
+                                : static_cast<uint8_t*>(
+                                      planned_allocator.allocate(size, kBufferAlignment));
+    if (size != 0 && buffer == nullptr) {
+      ET_LOG(Error, "Planned buffer %zu (%zu bytes) does not fit in %s (%zu bytes free)", id, size,
+             planned_pool.name, planned_pool.bytes());
+      return RUNNER_EXIT_ERROR;
+    }
+    if (buffer != nullptr) {
+      std::memset(buffer, 0, size);
+    }
+    planned_spans[id] = Span<uint8_t>(buffer, size);
+    planned_bytes += size;
+  }
+  if (runtime_pool.start == planned_pool.start) {
+    runtime_pool.start = planned_pool.start + planned_allocator.used_size();
+  }
+  // The method allocator holds the runtime's per-method structures (a few KiB); kernels' temp
+  // allocations get a quarter of the pool.
+  const size_t temp_bytes = (runtime_pool.bytes() / 4) & ~(kBufferAlignment - 1);
+  MemoryAllocator method_allocator(static_cast<uint32_t>(runtime_pool.bytes() - temp_bytes),
+                                   runtime_pool.start);
+  MemoryAllocator temp_allocator(static_cast<uint32_t>(temp_bytes), runtime_pool.end - temp_bytes);
+  HierarchicalAllocator planned_memory(Span<Span<uint8_t>>(planned_spans, planned_count));
+  MemoryManager memory_manager(&method_allocator, &planned_memory, &temp_allocator);
+
+  Result<Method> method = program->load_method(*method_name, &memory_manager, event_tracer);
+  if (!method.ok()) {
+    ET_LOG(Error, "Loading method %s failed: 0x%" PRIx32, *method_name,
+           static_cast<uint32_t>(method.error()));
+    return RUNNER_EXIT_ERROR;
+  }
+  ET_LOG(Info, "Method '%s' loaded: %zu inputs, %zu outputs", *method_name, method->inputs_size(),
+         method->outputs_size());
+  ET_LOG(Info, "planned_buffers_bytes : %zu in %s", planned_bytes, planned_pool.name);
+  ET_LOG(Info, "method_allocator_used : %zu in %s", method_allocator.used_size(),
+         runtime_pool.name);
+
+  const bundled_program_flatbuffer::BundledMethodTestSuite* suite = nullptr;
+  if (bundled) {
+    const auto* suites = bundled_program_flatbuffer::GetBundledProgram(image)->method_test_suites();
+    for (flatbuffers::uoffset_t i = 0; suites != nullptr && i < suites->size(); i++) {
+      if (std::strcmp(suites->Get(i)->method_name()->c_str(), *method_name) == 0) {
+        suite = suites->Get(i);
+      }
+    }
+    if (suite == nullptr || suite->test_cases() == nullptr || suite->test_cases()->size() == 0) {
+      ET_LOG(Error, "The .bpte has no test case for method %s", *method_name);
+      return RUNNER_EXIT_ERROR;
+    }
+  }
+  const size_t cases = bundled ? suite->test_cases()->size() : 1;
+  if (!bundled) {
+    // A plain .pte brings no inputs: mark the (zeroed, memory-planned) input tensors as set by
+    // handing each back to the method; copy_tensor_data then copies the zeros onto themselves.
+    for (size_t i = 0; i < method->inputs_size(); i++) {
+      const EValue input = method->get_input(i);
+      Error status = method->set_input(input, i);
+      if (status != Error::Ok) {
+        ET_LOG(Error, "Input %zu of the plain .pte could not be set: 0x%" PRIx32, i,
+               static_cast<uint32_t>(status));
+        return RUNNER_EXIT_ERROR;
+      }
+    }
+  }
+
+  bool all_passed = true;
+  for (size_t index = 0; index < cases; index++) {
+    if (bundled) {
+      Error status = executorch::bundled_program::load_bundled_input(*method, image, index);
+      if (status != Error::Ok) {
+        ET_LOG(Error, "Loading the inputs of case %zu failed: 0x%" PRIx32, index,
+               static_cast<uint32_t>(status));
+        return RUNNER_EXIT_ERROR;
+      }
+    }
+    for (uint32_t repeat = 0; repeat < repeats; repeat++) {
+      const uint32_t cycles_before = counters_cycles();
+      const uint64_t ticks_before = counters_ticks();
+      Error status = method->execute();
+      const uint64_t ticks = counters_ticks() - ticks_before;
+      const uint32_t cycles = counters_cycles() - cycles_before;
+      if (status != Error::Ok) {
+        ET_LOG(Error, "Inference %zu failed: 0x%" PRIx32, index, static_cast<uint32_t>(status));
+        return RUNNER_EXIT_ERROR;
+      }
+      ET_LOG(Info, "Inference[%zu]: %" PRIu64 " SysTick ticks", index, ticks);
+#if defined(ET_EVENT_TRACER_ENABLED)
+      tracer.flush(index);
+#endif
+      if (counters_have_cycle_counter()) {
+        ET_LOG(Info, "Inference[%zu] CPU cycles : %" PRIu32, index, cycles);
+      }
+    }
+    if (!bundled) {
+      ET_LOG(Info, "Plain .pte: ran on zeroed inputs, no expected outputs to compare");
+      continue;
+    }
+    Error verdict = executorch::bundled_program::verify_method_outputs(*method, image, index, rtol,
+                                                                       atol);
+    if (verdict == Error::Ok) {
+      ET_LOG(Info, "TEST: BundleIO index[%zu] Test_result: PASS", index);
+    } else {
+      all_passed = false;
+      report_mismatch(*method, suite->test_cases()->Get(static_cast<flatbuffers::uoffset_t>(index)),
+                      index);
+      ET_LOG(Error, "TEST: BundleIO index[%zu] Test_result: FAIL (rtol=%g atol=%g)", index, rtol,
+             atol);
+    }
+  }
+  ET_LOG(Info, "Program complete, exiting.");
+  return all_passed ? RUNNER_EXIT_PASS : RUNNER_EXIT_MISMATCH;
+}

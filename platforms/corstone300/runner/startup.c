@@ -1,0 +1,132 @@
+/*
+ * Reset and fault handling for the Cortex-M55 of Corstone-300: vector table, memory
+ * initialisation, FPU/MVE enable, C/C++ constructors, and a fault report on the console.
+ *
+ * The CPU resets in Secure state with the SAU off, so every address is Secure and the firmware
+ * links at the secure aliases the platform YAML lists (ITCM 0x1000_0000, DTCM 0x3000_0000, ...).
+ * The SSE-300 boots from the vector table at address 0, the ITCM seen through its non-secure
+ * alias, which is where the linker script puts .vectors.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "board.h"
+
+#define REG32(address) (*(volatile uint32_t*)(address))
+#define SCB_CPACR 0xE000ED88u
+#define SCB_VTOR 0xE000ED08u
+#define SCB_ICSR 0xE000ED04u
+#define SCB_SHCSR 0xE000ED24u
+#define SCB_CFSR 0xE000ED28u
+#define SCB_HFSR 0xE000ED2Cu
+#define SCB_MMFAR 0xE000ED34u
+#define SCB_BFAR 0xE000ED38u
+#define SAU_SFSR 0xE000EDE4u
+#define SAU_SFAR 0xE000EDE8u
+
+extern uint32_t __stack_top[];
+extern uint32_t __stack_limit[];
+extern uint32_t __data_load[];
+extern uint32_t __data_start[];
+extern uint32_t __data_end[];
+extern uint32_t __bss_start[];
+extern uint32_t __bss_end[];
+
+extern void __libc_init_array(void);
+extern void exit(int code) __attribute__((noreturn));
+
+void Reset_Handler(void);
+void Fault_Handler(void);
+void Default_Handler(void);
+void SysTick_Handler(void);
+
+/* The C runtime calls these around the constructor tables; nothing to do without crti/crtn. */
+void _init(void) {}
+void _fini(void) {}
+
+/* C++ registers the destructors of static objects against this handle (crtbegin.o defines it
+ * in a hosted build; the firmware links without the start files). */
+void* __dso_handle = 0;
+
+typedef void (*vector_t)(void);
+
+/* Only the system exceptions: the runner enables no external interrupt. */
+__attribute__((section(".vectors"), used)) const vector_t runner_vectors[16] = {
+    (vector_t)__stack_top, /* initial MSP */
+    Reset_Handler,
+    Fault_Handler, /* NMI */
+    Fault_Handler, /* HardFault */
+    Fault_Handler, /* MemManage */
+    Fault_Handler, /* BusFault */
+    Fault_Handler, /* UsageFault */
+    Fault_Handler, /* SecureFault */
+    0,
+    0,
+    0,
+    Default_Handler, /* SVCall */
+    Default_Handler, /* DebugMonitor */
+    0,
+    Default_Handler, /* PendSV */
+    SysTick_Handler,
+};
+
+__attribute__((noreturn)) void Reset_Handler(void) {
+  REG32(SCB_VTOR) = (uint32_t)runner_vectors;
+  /* A stack overflow faults (UsageFault STKOF) instead of corrupting .bss below the stack. */
+  __asm__ volatile("msr msplim, %0" : : "r"(__stack_limit));
+  /* CP10/CP11 full access: the FPU and MVE (Helium) share these enables on Armv8.1-M. */
+  REG32(SCB_CPACR) |= (0xFu << 20);
+  __asm__ volatile("dsb\n isb" ::: "memory");
+  /* MemManage, BusFault, UsageFault and SecureFault report themselves, not as HardFault. */
+  REG32(SCB_SHCSR) |= (1u << 16) | (1u << 17) | (1u << 18) | (1u << 19);
+
+  size_t data_bytes = (size_t)((uint8_t*)__data_end - (uint8_t*)__data_start);
+  if (__data_load != __data_start) {
+    memcpy(__data_start, __data_load, data_bytes);
+  }
+  memset(__bss_start, 0, (size_t)((uint8_t*)__bss_end - (uint8_t*)__bss_start));
+
+  counters_init();
+  __libc_init_array();
+  exit(main());
+}
+
+static void print_hex(const char* name, uint32_t value) {
+  char line[48];
+  snprintf(line, sizeof(line), " %s=0x%08lx", name, (unsigned long)value);
+  sh_print(line);
+}
+
+/* Called with the exception stack frame (r0-r3, r12, lr, pc, xpsr). */
+__attribute__((used, noreturn)) void runner_fault_report(const uint32_t* frame) {
+  static const char* const names[] = {"Thread", "Reset", "NMI", "HardFault", "MemManage",
+                                      "BusFault", "UsageFault", "SecureFault"};
+  uint32_t exception = REG32(SCB_ICSR) & 0x1FFu;
+  sh_print("F [executorch:startup.c] CPU fault: ");
+  sh_print(exception < 8 ? names[exception] : "exception");
+  print_hex("PC", frame[6]);
+  print_hex("LR", frame[5]);
+  print_hex("CFSR", REG32(SCB_CFSR));
+  print_hex("HFSR", REG32(SCB_HFSR));
+  print_hex("MMFAR", REG32(SCB_MMFAR));
+  print_hex("BFAR", REG32(SCB_BFAR));
+  print_hex("SFSR", REG32(SAU_SFSR));
+  print_hex("SFAR", REG32(SAU_SFAR));
+  sh_print("\n");
+  sh_exit(RUNNER_EXIT_FAULT);
+}
+
+__attribute__((naked)) void Fault_Handler(void) {
+  __asm__ volatile(
+      "tst lr, #4\n"
+      "ite eq\n"
+      "mrseq r0, msp\n"
+      "mrsne r0, psp\n"
+      "b runner_fault_report\n");
+}
+
+void Default_Handler(void) {
+  sh_print("F [executorch:startup.c] unexpected exception\n");
+  sh_exit(RUNNER_EXIT_FAULT);
+}

@@ -1,0 +1,165 @@
+"""The runner firmware on QEMU's Corstone-300 (mps3-an547): a CPU-only BundleIO program checks
+itself against the host twin with the real ExecuTorch runtime and CMSIS-NN kernels.
+
+Skipped with "not run: ..." where the arm-none-eabi toolchain, qemu-system-arm or the third-party
+sources are missing. The firmware is built once per operator set and cached (see
+platforms/qemu.py), so only the first session on a machine pays for the build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from platforms import load_platform
+from platforms.qemu import (
+    KernelsMissing,
+    NoEthosUInQemu,
+    QemuNotFound,
+    QemuUnavailable,
+    build_firmware,
+    find_qemu,
+    find_third_party,
+    find_toolchain,
+    load_firmware_config,
+    read_operators,
+    run_bpte_on_qemu,
+    select_operators,
+)
+
+
+def _why_not_runnable() -> str | None:
+    try:
+        find_toolchain()
+        find_qemu()
+        find_third_party()
+    except QemuUnavailable as missing:
+        return str(missing)
+    return None
+
+
+_NOT_RUNNABLE = _why_not_runnable()
+needs_qemu = pytest.mark.skipif(_NOT_RUNNABLE is not None, reason=_NOT_RUNNABLE or "")
+
+
+def _needs_sources() -> None:
+    try:
+        find_third_party()
+    except QemuUnavailable as missing:
+        pytest.skip(str(missing))
+
+
+@pytest.fixture(scope="session")
+def ds_cnn_bundle(tmp_path_factory) -> Path:
+    """A CPU-only DS-CNN compiled for cortex-m55 with its BundleIO .bpte beside it."""
+    import orchestrator
+
+    pte = tmp_path_factory.mktemp("qemu") / "ds_cnn.pte"
+    orchestrator.compile("ds-cnn", pte, npu="none", bundle=True)
+    return pte.with_suffix(".bpte")
+
+
+@pytest.fixture(scope="session")
+def ds_cnn_on_qemu(ds_cnn_bundle):
+    return run_bpte_on_qemu(ds_cnn_bundle, _operators_txt(ds_cnn_bundle), "corstone300")
+
+
+def _operators_txt(bpte: Path) -> Path:
+    return bpte.with_suffix(".artifacts") / "operators.txt"
+
+
+def _with_altered_expected_output(bpte: Path, out: Path) -> Path:
+    """A copy of `bpte` whose first test case expects a different first output element."""
+    from executorch.devtools.bundled_program.serialize import (
+        deserialize_from_flatbuffer_to_bundled_program,
+    )
+
+    data = bytearray(bpte.read_bytes())
+    bundle = deserialize_from_flatbuffer_to_bundled_program(bytes(data))
+    expected = bytes(bundle.method_test_suites[0].test_cases[0].expected_outputs[0].val.data)
+    at = data.find(expected)
+    assert at >= 0 and data.find(expected, at + 1) < 0, "expected output bytes are not unique"
+    data[at + 3] ^= 0x80  # the first float's sign bit (little-endian)
+    out.write_bytes(bytes(data))
+    return out
+
+
+@needs_qemu
+def test_cpu_only_ds_cnn_bundle_passes_on_qemu(ds_cnn_on_qemu):
+    result = ds_cnn_on_qemu
+    assert result.passed is True, result.summary() + "\n" + result.log
+    assert len(result.cases) == 4 and all(case.passed for case in result.cases)
+    assert result.exit_code == 0
+    assert result.method == "Corstone-300 CPU in QEMU: real kernels, no timing"
+
+
+@needs_qemu
+def test_an_altered_expected_output_fails_on_qemu(ds_cnn_bundle, ds_cnn_on_qemu, tmp_path):
+    altered = _with_altered_expected_output(ds_cnn_bundle, tmp_path / "altered.bpte")
+    # The same operators: the firmware of the passing run is reused, only the bundle differs.
+    result = run_bpte_on_qemu(altered, _operators_txt(ds_cnn_bundle), "corstone300")
+    assert result.passed is False
+    assert result.firmware.cached
+    assert [case.passed for case in result.cases] == [False, True, True, True]
+    assert result.exit_code == 10
+    assert any("Output 0 element 0" in line for line in result.errors), result.errors
+
+
+@needs_qemu
+def test_instructions_per_inference_are_counted(ds_cnn_on_qemu):
+    result = ds_cnn_on_qemu
+    # icount: 1 ns of virtual time per instruction, SysTick at 32 MHz of it.
+    assert result.instructions_per_tick == pytest.approx(31.25, rel=1e-3)
+    counts = [case.instructions for case in result.cases]
+    assert min(counts) > 100_000
+    # The same network on inputs of the same shape runs the same code, to within a tick.
+    assert max(counts) - min(counts) <= 2 * result.instructions_per_tick
+
+
+@needs_qemu
+def test_the_firmware_is_cached_by_operator_set(ds_cnn_bundle, ds_cnn_on_qemu):
+    again = build_firmware(read_operators(_operators_txt(ds_cnn_bundle)), "corstone300")
+    assert again.cached and again.elf == ds_cnn_on_qemu.firmware.elf
+    assert again.compiled_objects == 0
+
+
+@needs_qemu
+def test_the_bundle_and_arena_go_where_the_plan_put_them(ds_cnn_on_qemu):
+    placement = ds_cnn_on_qemu.placement
+    assert placement["image"] == "qspi_flash" and placement["image_address"] == "0x38000000"
+    assert placement["planned"] == "dtcm"
+
+
+def test_a_program_with_ethos_u_delegates_is_not_run(tmp_path):
+    hybrid = tmp_path / "hybrid.bpte"
+    hybrid.write_bytes(b"\0" * 64 + b"EthosUBackend" + b"\0" * 64)
+    operators = tmp_path / "operators.txt"
+    operators.write_text("cortex_m::quantize_per_tensor.out\n")
+    with pytest.raises(NoEthosUInQemu, match="^not run: .*no Ethos-U; nothing was run"):
+        run_bpte_on_qemu(hybrid, operators, "corstone300")
+
+
+def test_an_operator_without_a_kernel_in_the_sources_is_not_run():
+    _needs_sources()
+    # The pinned wheel's NHWC variant, absent from the third_party snapshot.
+    with pytest.raises(KernelsMissing, match="^not run: .*cortex_m::quantized_conv2d_nhwc.out"):
+        select_operators(["cortex_m::quantized_conv2d_nhwc.out"], find_third_party())
+
+
+def test_a_missing_qemu_is_reported_as_not_run(monkeypatch, tmp_path):
+    monkeypatch.setenv("ORCHESTRATE_QEMU", str(tmp_path / "no-qemu"))
+    with pytest.raises(QemuNotFound, match="^not run: "):
+        find_qemu()
+
+
+def test_every_region_the_firmware_uses_is_memory_qemu_models():
+    platform = load_platform("corstone300")
+    config = load_firmware_config(platform)
+    used = {*config.code_regions, config.data_region, config.heap_region, config.runtime_region,
+            config.default_program_region, config.default_planned_region}
+    for name in used:
+        region = platform.memory(name)
+        backing = config.qemu_backing(region.base_address, region.size_bytes)
+        assert backing is not None, name
+        assert backing.writable or name == config.default_program_region, name
