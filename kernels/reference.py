@@ -300,7 +300,7 @@ def _is_channel_broadcast(tensors: list[RawTensor]) -> bool:
     return a.numel == a.sizes[1] or b.numel == b.sizes[1]
 
 
-def _cmsis(name: str, schema, args) -> KernelResult:
+def _cmsis(name: str, schema, args, tier: str | None = None) -> KernelResult:
     op = name.split("::")[1]
     kernel = CPU_KERNELS.get(op)
     explicit_nhwc = op.endswith("_nhwc")  # sizes already NHWC: the bytes are row-major
@@ -329,8 +329,10 @@ def _cmsis(name: str, schema, args) -> KernelResult:
         else:
             values.append(_convert(argument, value))
     device_semantics = _DEVICE_SEMANTICS.get(op)
-    result = (device_semantics(*values) if device_semantics
-              else op_overload(name, "default")(*values))
+    if device_semantics is not None and (op in _TIER_INDEPENDENT or tier is not None):
+        result = device_semantics(*values, tier=tier)
+    else:
+        result = op_overload(name, "default")(*values)
     (argument, out), = _outs(schema, args)
     if elementwise and not channel_broadcast:
         # Walked in lockstep with the output's bytes: an operand laid out otherwise is
@@ -357,7 +359,7 @@ def _cmsis(name: str, schema, args) -> KernelResult:
 
 
 def _avgpool_s8(input, kernel_size, stride, padding, ceil_mode, zero_point, multiplier, shift,
-                scratch):
+                scratch, tier=None):
     """`arm_avgpool_s8` as every CMSIS-NN path computes it (Source/PoolingFunctions/
     arm_avgpool_s8.c): the sum of the raw int8 values over the window's in-bounds elements,
     `(sum +- count/2) / count` in integers (half away from zero), clamped to int8 (the bounds
@@ -381,8 +383,31 @@ def _avgpool_s8(input, kernel_size, stride, padding, ceil_mode, zero_point, mult
     return torch.div(rounded, counts, rounding_mode="trunc").clamp(-128, 127).to(torch.int8)
 
 
-# `cortex_m::` ops whose device kernel computes otherwise than upstream's Python reference.
-_DEVICE_SEMANTICS = {"quantized_avg_pool2d": _avgpool_s8}
+def _quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype, tier=None):
+    """op_quantize_per_tensor.cpp: `inv_scale = 1.0f / (float)scale`, then per element
+    `zp + nearbyint(inv_scale * x)` in float32 (the scalar path, and the MVE path's tail); the
+    MVE path takes 16 elements at a time through `vfmaq_f32(magic, x, inv_scale)`, a fused
+    multiply-add that rounds the exact product once (half to even). Upstream's Python
+    reference rounds the float32 product, as the scalar path does: on the MVE tier one step
+    apart where rounding the product to float32 lands it on a half (7.5 / 3.0: exactly
+    2.50000007, so 3 on the MVE path; 2.5 in float32, so 2 on the scalar path)."""
+    x = input.to(torch.float32).reshape(-1)
+    inv = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(float(scale), dtype=torch.float32)
+    scalar = torch.round(x * inv)  # float32 product, then nearbyint
+    if tier == "mve":
+        fused = torch.round(x.to(torch.float64) * inv.to(torch.float64))  # exact product
+        vector = x.numel() - x.numel() % 16
+        scalar = torch.cat([fused[:vector].to(torch.float32), scalar[vector:]])
+    q = (scalar.to(torch.int64) + int(zero_point)).clamp(int(quant_min), int(quant_max))
+    return q.to(dtype).reshape(input.shape)
+
+
+# `cortex_m::` ops whose device kernel computes otherwise than upstream's Python reference
+# (per ISA tier where the tier's paths differ); the twin runs these.
+_DEVICE_SEMANTICS = {"quantized_avg_pool2d": _avgpool_s8,
+                     "quantize_per_tensor": _quantize_per_tensor}
+# Ops whose device semantics are the same on every tier: used even without a known tier.
+_TIER_INDEPENDENT = frozenset({"quantized_avg_pool2d"})
 
 
 def _elementwise(name: str, key: str, opov, schema, args) -> KernelResult:
@@ -534,8 +559,11 @@ def out_positions(name: str, overload: str) -> tuple[int, ...]:
     return tuple(i for i, a in enumerate(schema.arguments) if _is_out(a))
 
 
-def execute(name: str, overload: str, args: list) -> KernelResult:
-    """Run one KernelCall; `args` follow the op's schema (tensors as RawTensor, outs included)."""
+def execute(name: str, overload: str, args: list, tier: str | None = None) -> KernelResult:
+    """Run one KernelCall; `args` follow the op's schema (tensors as RawTensor, outs included).
+
+    `tier` (scalar | dsp | mve) selects the kernel path where the device's paths compute
+    differently (see _DEVICE_SEMANTICS); None keeps upstream's Python reference."""
     key = f"{name}.{overload or 'default'}"
     opov = op_overload(name, overload)
     schema = opov._schema
@@ -543,7 +571,7 @@ def execute(name: str, overload: str, args: list) -> KernelResult:
         raise KernelError(f"{key} expects {len(schema.arguments)} arguments, got {len(args)}")
     args = list(args[:len(schema.arguments)])
     if name.startswith("cortex_m::"):
-        return _cmsis(name, schema, args)
+        return _cmsis(name, schema, args, tier)
     if name in _ELEMENTWISE:
         return _elementwise(name, key, opov, schema, args)
     if name == "aten::view_copy":

@@ -117,6 +117,7 @@ class TwinProgram:
     program: object = field(repr=False)  # executorch.exir.schema.Program
     partitions: tuple[NpuPartition, ...]  # indexed like plan.delegates
     config: dict  # config methods, e.g. {"input0_scale": 0.03, ...}
+    isa_tier: str | None = None  # the core's ISA tier from the manifest: kernels differ per tier
 
     @property
     def plan(self):
@@ -259,7 +260,16 @@ def load_twin(pte_path) -> TwinProgram:
                         "does not load")
     program = pte.program
     return TwinProgram(pte_path, pte_bytes, program, _load_partitions(pte_path, program),
-                       _config_methods(program))
+                       _config_methods(program), _isa_tier(pte_path))
+
+
+def _isa_tier(pte_path: Path) -> str | None:
+    """The ISA tier the program was compiled for (manifest.json), or None without artifacts."""
+    path = artifacts_dir_for(pte_path) / "manifest.json"
+    try:
+        return json.loads(path.read_text())["target"]["isa_tier"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def run_twin(pte_path, inputs: tuple[torch.Tensor, ...], keep_intermediates: bool = False) -> TwinRun:
@@ -407,7 +417,7 @@ class _Execution:
         args = [self.resolve(i) for i in call.args]
         try:
             outs = reference.out_positions(op.name, op.overload)
-            result = reference.execute(op.name, op.overload, args)
+            result = reference.execute(op.name, op.overload, args, self.twin.isa_tier)
         except KernelError as error:
             raise TwinCannotRun(f"not run: the twin cannot execute instruction {position} "
                                 f"({key}): {error}") from None

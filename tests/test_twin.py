@@ -345,3 +345,18 @@ def test_a_verdict_on_vanishing_outputs_is_inconclusive_not_passed(tmp_path, cap
     captured = capsys.readouterr()
     assert "verify " in captured.out and ": INCONCLUSIVE" in captured.out
     assert "not run meaningfully: INCONCLUSIVE" in captured.err
+
+
+def test_quantize_follows_the_kernel_path_of_the_isa_tier():
+    """op_quantize_per_tensor.cpp: the MVE path rounds the exact product x * (1/scale) once (a
+    fused multiply-add), in blocks of 16; the scalar path (and the MVE path's tail) rounds the
+    float32 product. 7.5 * float32(1/3) = 2.50000007: 3 on the MVE path, 2.5 -> 2 on the other."""
+    import torch
+
+    from kernels.reference import _quantize_per_tensor
+
+    x = torch.full((17,), 7.5)
+    mve = _quantize_per_tensor(x, 3.0, 0, -128, 127, torch.int8, tier="mve").tolist()
+    dsp = _quantize_per_tensor(x, 3.0, 0, -128, 127, torch.int8, tier="dsp").tolist()
+    assert mve == [3] * 16 + [2]
+    assert dsp == [2] * 17
