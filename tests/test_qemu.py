@@ -163,3 +163,21 @@ def test_every_region_the_firmware_uses_is_memory_qemu_models():
         backing = config.qemu_backing(region.base_address, region.size_bytes)
         assert backing is not None, name
         assert backing.writable or name == config.default_program_region, name
+
+
+@needs_qemu
+@pytest.mark.parametrize("model", ["mobilenet-v1-025", "resnet8", "deep-autoencoder", "mixed"])
+def test_every_mlperf_tiny_model_and_mixed_pass_on_qemu(model, tmp_path, capsys):
+    """The four MLPerf Tiny models and `mixed`, CPU-only on Cortex-M55: the device's bytes equal
+    the twin's expected outputs in every BundleIO case (ds-cnn is checked above)."""
+    _needs_sources()
+    from orchestrator.cli import main
+
+    pte = tmp_path / f"{model}.pte"
+    assert main(["compile", model, "--npu", "none", "--cpu", "cortex-m55", "-o", str(pte),
+                 "--bundle", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(pte), "--qemu"]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "Corstone-300 CPU in QEMU: real kernels, no timing" in out
+    assert out.count(": PASS, ") == 4 and "a lower bound on cycles" in out
