@@ -37,12 +37,13 @@ from dataclasses import dataclass, replace
 
 import torch
 
-# Reference ops that only move, select or compare values: a quantize after them, with the
-# scale and zero point of the dequantize before them, reproduces its input exactly.
+# Reference ops that only move or select values (relu selects 0, which is the zero point):
+# a quantize after them, with the scale and zero point of the dequantize before them,
+# reproduces its input exactly. Clamps to arbitrary bounds and constant pads are not here.
 _DATA_MOVEMENT = ("view", "reshape", "flatten", "permute", "transpose", "squeeze", "unsqueeze",
                   "getitem", "sort", "topk", "cat", "concat", "split", "chunk", "slice", "select",
-                  "clone", "contiguous", "expand", "max_pool", "relu", "hardtanh", "clamp",
-                  "where", "pad", "flip", "index", "gather", "pixel_shuffle", "_to_copy",
+                  "clone", "contiguous", "expand", "max_pool", "relu",
+                  "where", "flip", "index", "gather", "pixel_shuffle", "_to_copy",
                   "_to_dim_order_copy", "alias", "detach", "unbind", "stack", "repeat")
 
 
@@ -164,7 +165,8 @@ class ForcedReference:
 def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[float, int]],
                   steps_per_stage: float) -> tuple[LocalCheck, ...]:
     """Match each (instruction, op, EValue, tensor) the program wrote, in execution order, to a
-    reference node, compare it with the forced reference there, and force the program's value."""
+    reference node and compare it with the forced reference there; a value within its bound is
+    then forced into the reference (see the module docstring for one that is not)."""
     checkpoints = forced.checkpoints()
     checks: list[LocalCheck] = []
     missed: dict = {}  # reference node -> indices of checks that failed against it
