@@ -14,7 +14,8 @@ policy. The key is a SHA-256 over everything they read:
 
 A model whose class source cannot be read is not cached. Entries are written atomically and read
 back with the same safe loader as any `.pt2` (orchestrator/sources.py). `ORCHESTRATE_CACHE=off`
-disables the cache; `ORCHESTRATE_CACHE=/path` moves it (default: $XDG_CACHE_HOME/orchestrate or
+disables the cache; `ORCHESTRATE_CACHE=/path` moves it (default: $ORCHESTRATE_CACHE_DIR, the root
+the host-runtime and firmware builds are cached in too, else $XDG_CACHE_HOME/orchestrate or
 ~/.cache/orchestrate). Entries are content-addressed files, so a shared folder serves several
 machines.
 """
@@ -40,6 +41,9 @@ def cache_dir() -> Path | None:
         return None
     if setting:
         return Path(setting)
+    # The same root as the host-runtime and firmware build caches.
+    if os.environ.get("ORCHESTRATE_CACHE_DIR"):
+        return Path(os.environ["ORCHESTRATE_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "orchestrate"
 
