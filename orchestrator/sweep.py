@@ -12,6 +12,7 @@ the workers and by later runs.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -93,7 +94,11 @@ def sweep_jobs(jobs: list[SweepJob], workers: int | None = None,
                 progress(_label(job), "done", 0.0)
         return tuple(rows)
     results: dict[int, SweepRow] = {}
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    # Spawned, not forked: a fork of a process whose torch has started its thread pools can
+    # inherit a held lock and hang (seen here: both workers asleep after a plan in the parent);
+    # a spawned worker also imports orchestrator first, so its host numerics are pinned.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {pool.submit(run_job, job): index for index, job in enumerate(jobs)}
         for future in as_completed(futures):
             index = futures[future]
