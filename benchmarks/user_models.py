@@ -24,11 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orchestrator  # noqa: E402,F401 - pins host numerics before torch does anything
 
 from examples.user_models import USER_MODELS, model_spec  # noqa: E402
-from orchestrator.artifacts import write_outputs  # noqa: E402
 from orchestrator.errors import as_orchestrate_error  # noqa: E402
-from orchestrator.pipeline import compile_model  # noqa: E402
-from orchestrator.sources import load_calibration, load_model  # noqa: E402
-from orchestrator.target import resolve_target  # noqa: E402
 from orchestrator.verification import verify  # noqa: E402
 
 TARGETS = {"u55": ("corstone300", "ethos-u55-128", None),
@@ -58,16 +54,18 @@ def _verdict(report) -> str:
     return text
 
 
-def run_case(name: str, target_key: str, out_dir: Path, samples: int) -> str:
+def run_case(name: str, target_key: str, out_dir: Path, samples: int, spec=None) -> str:
+    """One line: compile as `orchestrate compile` does (refusing what it refuses), then verify.
+    `spec(name)` gives the model spec (default: examples/user_models.py)."""
+    import orchestrator
+
     platform, npu, cpu = TARGETS[target_key]
     label = f"{name:<26} {npu if npu != 'none' else cpu:<14}"
     start = time.perf_counter()
     try:
-        model = load_model(model_spec(name))
-        compiled = compile_model(model, load_calibration(None, model.example_inputs),
-                                 resolve_target(platform, npu=npu, cpu=cpu))
         pte = out_dir / f"{name}-{target_key}.pte"
-        write_outputs(compiled, pte)
+        orchestrator.compile((spec or model_spec)(name), pte, platform=platform, npu=npu,
+                             cpu=cpu)
     except Exception as error:  # noqa: BLE001 - every outcome is a line of the table
         return f"{label} compile: {_error(error)}"
     compile_s = time.perf_counter() - start

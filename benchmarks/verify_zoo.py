@@ -1,8 +1,8 @@
-"""`verify` verdicts for every zoo model on U55-128, U65-256, U85-256 and CPU-only M55.
+"""Every zoo model on U55-128, U65-256, U85-256 and CPU-only M55: one line per case.
 
-Prints, per model and target: the verdict (method: the host twin), the worst int8-step
-difference from the quantized reference over N samples, device faults found, and the twin's
-wall time per sample (measured here, after the twin is loaded).
+Each line: compile as `orchestrate compile` does (seconds measured here) and the `verify`
+verdict on the host twin, or the classified error (its exit code and first line); never a
+traceback.
 
     python benchmarks/verify_zoo.py [--samples 16]
 """
@@ -10,24 +10,21 @@ wall time per sample (measured here, after the twin is loaded).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import tempfile
 import warnings
 from pathlib import Path
 
-from tabulate import tabulate
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import orchestrator  # noqa: E402,F401 - pins host numerics before torch is imported
 from examples.zoo import zoo_names  # noqa: E402
-from orchestrator.artifacts import write_outputs  # noqa: E402
-from orchestrator.pipeline import compile_model  # noqa: E402
-from orchestrator.sources import load_calibration, load_model  # noqa: E402
-from orchestrator.target import resolve_target  # noqa: E402
-from orchestrator.verification import verify  # noqa: E402
 
-TARGETS = (("corstone300", "ethos-u55-128", None), ("corstone300", "ethos-u65-256", None),
-           ("corstone320", "ethos-u85-256", None), ("corstone300", "none", "cortex-m55"))
+_spec = importlib.util.spec_from_file_location("user_models_bench",
+                                               Path(__file__).with_name("user_models.py"))
+_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_bench)
 
 
 def main() -> None:
@@ -36,27 +33,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=16)
     samples = parser.parse_args().samples
     out_dir = Path(tempfile.mkdtemp(prefix="verify-zoo-"))
-    rows = []
+    print(f"zoo models x targets; verify: host twin, {samples} generated samples; compile "
+          f"seconds measured here; .pte files in {out_dir}", flush=True)
     for name in zoo_names():
-        model = load_model(name)
-        calibration = load_calibration(None, model.example_inputs)
-        for platform, npu, cpu in TARGETS:
-            target = resolve_target(platform, npu=npu, cpu=cpu)
-            pte = out_dir / f"{name}-{npu if npu != 'none' else cpu}.pte"
-            write_outputs(compile_model(model, calibration, target), pte)
-            report = verify(pte, samples=samples)
-            worst = max(o.max_steps for o in report.outputs)
-            faults = sorted({f"{f.op}: {f.check}" for f in report.faults})
-            rows.append([name, npu if npu != "none" else cpu,
-                         "PASS" if report.passed else ("numbers ok, device faults"
-                                                       if report.numerics_passed else "FAIL"),
-                         f"{worst:g}", "; ".join(faults) or "-",
-                         f"{report.twin_seconds_per_sample * 1e3:.1f}"])
-    print(f"method: host twin (cortex_m reference kernels + TOSA reference model on the "
-          f"Vela-compiled TOSA); {samples} samples; pass = <= 1 int8 step vs the quantized "
-          "reference and no device fault")
-    print(tabulate(rows, ["model", "target", "verdict", "max steps", "device faults",
-                          "twin ms/sample (measured)"], disable_numparse=True))
+        for target_key in ("u55", "u65", "u85", "cpu"):
+            print(_bench.run_case(name, target_key, out_dir, samples, spec=str), flush=True)
 
 
 if __name__ == "__main__":
