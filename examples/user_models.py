@@ -23,19 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from examples.zoo import _randomize_batchnorm  # the zoo's non-trivial BatchNorm statistics
+
 Factory = Callable[[], tuple[nn.Module, tuple[Tensor, ...]]]
 
 _SEED = 0
-
-
-def _randomize_batchnorm(module: nn.Module) -> None:
-    for bn in module.modules():
-        if isinstance(bn, nn.modules.batchnorm._BatchNorm):
-            with torch.no_grad():
-                bn.running_mean.normal_(0.0, 0.1)
-                bn.running_var.uniform_(0.5, 1.5)
-                bn.weight.uniform_(0.8, 1.2)
-                bn.bias.normal_(0.0, 0.1)
 
 
 def _seeded(build: Callable[[], nn.Module], *shapes: tuple[int, ...]) -> Factory:

@@ -468,18 +468,18 @@ def _logical(t: RawTensor) -> torch.Tensor:
     return value if value.dtype.is_floating_point else value.contiguous()
 
 
-def _by_dim_order(key: str, opov, schema, args, semantics: str) -> KernelResult:
-    faults = list(_missing_kernel(key))
+def _call(opov, schema, args, read, write) -> None:
+    """Run `opov` on the KernelCall's arguments: tensors (and tensor lists) read from their
+    bytes with `read`, every out tensor (or each of an out list) written back with `write`."""
     values, kwargs = [], {}
-    outs = _outs(schema, args)
     for argument, value in zip(schema.arguments, args):
         if _is_out(argument):
             kwargs[argument.name] = _empty_like(value)
             continue
         if isinstance(value, RawTensor):
-            converted = _logical(value)
-        elif isinstance(value, list) and value and isinstance(value[0], RawTensor):
-            converted = [_logical(v) for v in value]
+            converted = read(value)
+        elif value and _is_tensor_list(value):
+            converted = [read(v) for v in value]
         else:
             converted = _convert(argument, value)
         if argument.kwarg_only:
@@ -487,13 +487,16 @@ def _by_dim_order(key: str, opov, schema, args, semantics: str) -> KernelResult:
         else:
             values.append(converted)
     opov(*values, **kwargs)
-    for argument, out in outs:
+    for argument, out in _outs(schema, args):
         results = kwargs[argument.name]
-        if isinstance(out, list):
-            for tensor, result in zip(out, results):
-                write_by_dim_order(tensor, result)
-        else:
-            write_by_dim_order(out, results)
+        for tensor, result in zip(out if isinstance(out, list) else [out],
+                                  results if isinstance(out, list) else [results]):
+            write(tensor, result)
+
+
+def _by_dim_order(key: str, opov, schema, args, semantics: str) -> KernelResult:
+    faults = list(_missing_kernel(key))
+    _call(opov, schema, args, _logical, write_by_dim_order)
     return KernelResult(semantics, tuple(faults), ())
 
 
@@ -528,27 +531,7 @@ def _leading_dims(key: str, opov, schema, args) -> KernelResult:
         # The device stops here; computing the op by dim_order keeps the rest comparable.
         result = _by_dim_order(key, opov, schema, args, "torch by dim_order (device kernel faults)")
         return KernelResult(result.semantics, tuple(faults), ())
-    values, kwargs = [], {}
-    for argument, value in zip(schema.arguments, args):
-        if _is_out(argument):
-            kwargs[argument.name] = _empty_like(value)
-            continue
-        if isinstance(value, RawTensor):
-            converted = read_row_major(value)
-        elif _is_tensor_list(value) and value:
-            converted = [read_row_major(v) for v in value]
-        else:
-            converted = _convert(argument, value)
-        if argument.kwarg_only:
-            kwargs[argument.name] = converted
-        else:
-            values.append(converted)
-    opov(*values, **kwargs)
-    for argument, out in outs:
-        results = kwargs[argument.name]
-        for tensor, result in zip(out if isinstance(out, list) else [out],
-                                  results if isinstance(out, list) else [results]):
-            write_row_major(tensor, result)
+    _call(opov, schema, args, read_row_major, write_row_major)
     return KernelResult("portable getLeadingDims walk (raw bytes as row-major of the sizes)",
                         tuple(faults), ())
 

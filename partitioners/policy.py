@@ -99,14 +99,7 @@ def _strings(value, where: str, source: str) -> tuple[str, ...]:
 
 
 def _selector(raw, where: str, source: str) -> Selector:
-    if raw is None:
-        return Selector()
-    if not isinstance(raw, dict):
-        raise PolicyError(f"{source}: {where} must be a mapping with keys ops, nodes, modules")
-    unknown = sorted(set(raw) - _SELECTOR_KEYS)
-    if unknown:
-        raise PolicyError(f"{source}: unknown key '{where}.{unknown[0]}'; use "
-                          f"{', '.join(sorted(_SELECTOR_KEYS))}")
+    raw = _section(raw, where, _SELECTOR_KEYS, source)
     return Selector(*(_strings(raw.get(k, []), f"{where}.{k}", source)
                       for k in ("ops", "nodes", "modules")))
 
@@ -115,7 +108,8 @@ def _section(raw, name: str, keys: set[str], source: str) -> dict:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise PolicyError(f"{source}: {name} must be a mapping")
+        raise PolicyError(f"{source}: {name} must be a mapping with keys "
+                          f"{', '.join(sorted(keys))}")
     unknown = sorted(set(raw) - keys)
     if unknown:
         raise PolicyError(f"{source}: unknown key '{name}.{unknown[0]}'; use "
