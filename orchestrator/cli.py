@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--format", default="table", choices=("table", "json", "html"))
     swp.add_argument("-o", "--output", help="write the table to this file")
 
-    ver = sub.add_parser("verify", help="run the .pte on the host twin (or an FVP) and compare")
+    ver = sub.add_parser("verify", help="check the .pte: host twin, real ExecuTorch runtime, QEMU Corstone-300 or an FVP")
     ver.add_argument("pte", help="a .pte written by `orchestrate compile` (artifacts beside it)")
     ver.add_argument("--samples", type=int, default=16)
     ver.add_argument("--calibration", help="inputs to verify with (.pt/.npz/folder)")
