@@ -28,6 +28,13 @@ from orchestrator.local_check import ForcedReference, LocalCheck, check_locally
 from orchestrator.twin import DeviceFault, TwinError, TwinProgram, TwinRun, load_twin
 
 METHOD = "twin (cortex_m reference kernels + TOSA reference model on the Vela-compiled TOSA)"
+CPU_ONLY_METHOD = "twin (cortex_m and portable reference kernels; the program has no NPU partition)"
+
+
+def method_for(twin) -> str:
+    """The twin's method as it ran this program: the TOSA reference model only if it has
+    Ethos-U partitions."""
+    return METHOD if twin.partitions else CPU_ONLY_METHOD
 SEED = 0
 
 
@@ -353,11 +360,11 @@ def _layout_events(run: TwinRun) -> tuple[LayoutEvent, ...]:
 
 
 def _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
-             steps_per_stage) -> str:
+             steps_per_stage, method: str = METHOD) -> str:
     local = (f"every one of {checked} program values within {steps_per_stage:g} int8 step(s) per "
              "rounding stage of the quantized reference fed the program's own inputs")
     if passed:
-        return f"PASSED by {METHOD}: {local}"
+        return f"PASSED by {method}: {local}"
     reasons = []
     if not numerics_passed:
         if divergence is not None:
@@ -374,7 +381,7 @@ def _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
     if faults:
         reasons.append(f"{len(faults)} check(s) the device would fail, first: instruction "
                        f"{faults[0].instruction} {faults[0].op}: {faults[0].check}")
-    return f"FAILED by {METHOD}: " + "; ".join(reasons)
+    return f"FAILED by {method}: " + "; ".join(reasons)
 
 
 def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: bool = False,
@@ -434,11 +441,12 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
     inconclusive = _degenerate(runs, float_outs) if numerics_passed and not faults else None
     passed = numerics_passed and not faults and inconclusive is None
     seconds = sum(r.seconds for r in runs) / max(len(runs), 1)
-    verdict = (f"INCONCLUSIVE by {METHOD}: {inconclusive}" if inconclusive else
+    method = method_for(twin)
+    verdict = (f"INCONCLUSIVE by {method}: {inconclusive}" if inconclusive else
                _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
-                        max_steps))
+                        max_steps, method))
     return VerifyReport(
-        str(pte_path), METHOD, len(inputs), source, max_steps, outputs, faults,
+        str(pte_path), method, len(inputs), source, max_steps, outputs, faults,
         _layout_events(runs[0]) if runs else (), divergence,
         local[worst] if per_op and local else (), checked, unmatched, seconds,
         numerics_passed, passed, verdict, inconclusive)

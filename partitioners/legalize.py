@@ -13,7 +13,22 @@ reported in the plan (as a `Workaround`) so the user sees what changed and why:
   single-element `c` fail with InvalidArgument. When `c` is known at compile time (a lifted
   constant, or a constant an NPU partition outputs), the `.Scalar` overload of the op, which
   checks only `x` and `out`, takes its value instead.
+- `aten.linear` has no kernel in the portable library; upstream's Cortex-M flow keeps it
+  undecomposed for CMSIS-NN, so a linear the quantizer left in float (a GRU's gates on a
+  CPU-only target) reaches the device as a missing operator. It is rewritten to the portable
+  `mm`/`addmm` on the transposed weight (one transpose per weight, shared by every step of an
+  unrolled recurrence), with `view_copy` around it for inputs of rank other than 2.
+- ExecuTorch 1.5.1's Cortex-M pass turns every int8 `permute_copy` into `cortex_m::transpose`,
+  whose kernel (backends/cortex_m/ops/op_transpose.cpp, `kMaxSupportedDims = 4`) refuses rank
+  5 and up at run time ("expected tensor rank in [1, 4]"), e.g. a channel shuffle's 5-D
+  permute. Those go back to the portable `permute_copy`, which takes any rank.
+- A CPU kernel that assumes a layout does not check it (kernels/layout_checks.py lists the
+  rules). Where a tensor reaches such a kernel in another layout (a CMSIS-NN conv fed by a
+  contiguous view, a cortex_m add walking a channels-last and a contiguous operand in lockstep,
+  a portable `cat`/`split` over channels-last bytes), a `_to_dim_order_copy` gives the kernel the
+  layout it reads, and raw-walking outputs are copied back to the layout their users expect.
 """
+
 
 from __future__ import annotations
 
@@ -175,9 +190,185 @@ def sort_values_via_topk(program) -> list[Workaround]:
     return fixes
 
 
+def float_linear_via_matmul(program) -> list[Workaround]:
+    """`linear(x, w, b)` in float -> `addmm(b, x, permute(w))` (or `mm`), reshaped around."""
+    graph = program.graph_module.graph
+    fixes, transposed = [], {}
+    for node in list(graph.nodes):
+        if node.op != "call_function" or _target_parts(node)[:2] != ["aten", "linear"]:
+            continue
+        x, weight = node.args[0], node.args[1]
+        bias = node.args[2] if len(node.args) > 2 else None
+        x_val, w_val, out_val = _val(x), _val(weight), _val(node)
+        if x_val is None or w_val is None or not x_val.dtype.is_floating_point \
+                or w_val.dim() != 2:
+            continue
+        origin = node.meta.get(ORIGIN_KEY, node.name)
+        k, n = int(w_val.shape[1]), int(w_val.shape[0])
+        rows = int(x_val.numel() // k)
+        with graph.inserting_before(node):
+            if weight not in transposed:
+                t = graph.call_function(_edge_op("permute_copy", "default"), (weight, [1, 0]))
+                t.meta["val"] = w_val.t().contiguous()
+                t.meta[ORIGIN_KEY] = f"{origin}:transpose_weight"
+                transposed[weight] = t
+            current = x
+            if x_val.dim() != 2:
+                current = graph.call_function(_edge_op("view_copy", "default"), (x, [rows, k]))
+                current.meta["val"] = x_val.contiguous().reshape(rows, k)
+                current.meta[ORIGIN_KEY] = f"{origin}:flatten"
+            if bias is not None:
+                product = graph.call_function(_edge_op("addmm", "default"),
+                                              (bias, current, transposed[weight]))
+            else:
+                product = graph.call_function(_edge_op("mm", "default"),
+                                              (current, transposed[weight]))
+            product.meta["val"] = out_val.contiguous().reshape(rows, n)
+            product.meta[ORIGIN_KEY] = origin
+            result = product
+            if out_val.dim() != 2:
+                result = graph.call_function(_edge_op("view_copy", "default"),
+                                             (product, list(out_val.shape)))
+                result.meta["val"] = out_val.contiguous()
+                result.meta[ORIGIN_KEY] = f"{origin}:unflatten"
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+        fixes.append(Workaround(
+            origin, "ExecuTorch 1.5.1 portable kernel library (no aten::linear kernel)",
+            f"float linear {tuple(x_val.shape)} x {tuple(w_val.shape)}^T rewritten to "
+            f"{'addmm' if bias is not None else 'mm'} on the transposed weight "
+            f"'{weight.name}'" + (" with view_copy around it" if x_val.dim() != 2 else "")))
+    return fixes
+
+
+CORTEX_M_TRANSPOSE_MAX_RANK = 4  # op_transpose.cpp: kMaxSupportedDims
+
+
+def wide_transpose_to_portable(program) -> list[Workaround]:
+    """`cortex_m.transpose` of rank > 4 -> the portable `permute_copy` (same permutation)."""
+    fixes = []
+    for node in program.graph_module.graph.nodes:
+        if node.op != "call_function" or _target_parts(node)[:2] != ["cortex_m", "transpose"]:
+            continue
+        val = _val(node.args[0])
+        if val is None or val.dim() <= CORTEX_M_TRANSPOSE_MAX_RANK:
+            continue
+        node.target = _edge_op("permute_copy", "default")
+        fixes.append(Workaround(
+            node.meta.get(ORIGIN_KEY, node.name),
+            "ExecuTorch 1.5.1 Cortex-M pass (permute_copy substitution ignores the kernel's rank "
+            "limit)",
+            f"a rank-{val.dim()} int8 permute was routed to cortex_m::transpose, whose kernel "
+            f"refuses rank above {CORTEX_M_TRANSPOSE_MAX_RANK} at run time; it runs on the "
+            "portable permute_copy instead"))
+    return fixes
+
+
+def _with_dim_order(val, order: tuple[int, ...]):
+    """`val` (a fake tensor) laid out in `order`, for a copy node's meta."""
+    inverse = [order.index(d) for d in range(len(order))]
+    return val.permute(*order).contiguous().permute(*inverse)
+
+
+def _layout_copy(graph, place, source, order: tuple[int, ...], origin: str, cache: dict):
+    """A `_to_dim_order_copy` of `source` into `order` at `place` (one per source and order)."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    key = (source, order)
+    if key not in cache:
+        with place:
+            copy = graph.call_function(exir_ops.edge.dim_order_ops._to_dim_order_copy.default,
+                                       (source,), {"dim_order": list(order)})
+        copy.meta["val"] = _with_dim_order(_val(source), order)
+        copy.meta[ORIGIN_KEY] = origin
+        cache[key] = copy
+    return cache[key]
+
+
+def _replace_input(node, old, new) -> None:
+    node.args = tuple([new if a is old else a for a in arg] if isinstance(arg, (list, tuple))
+                      else (new if arg is old else arg) for arg in node.args)
+
+
+def copy_to_kernel_layouts(program) -> list[Workaround]:
+    """Copies that give every CPU kernel its operands in the layout it reads (see above)."""
+    from kernels.layout_checks import layout_findings
+
+    graph = program.graph_module.graph
+    fixes, cache = [], {}
+    by_name = {n.name: n for n in graph.nodes}
+    for node in list(graph.nodes):
+        findings = layout_findings(node)
+        if not findings:
+            continue
+        origin = node.meta.get(ORIGIN_KEY, node.name)
+        for check, fields in findings:
+            tensor = by_name[fields["tensor"]]
+            val = _val(tensor)
+            if check == "layout-nhwc-read":
+                order = CHANNELS_LAST
+            elif check == "layout-raw-lockstep":
+                order = tuple(fields["out_order"])
+            else:  # layout-view, layout-raw-walk: the kernel walks contiguous bytes
+                order = tuple(range(val.dim()))
+            targets = [tensor] if check != "layout-raw-walk" else [
+                t for t in (node.args[0] if isinstance(node.args[0], (list, tuple))
+                            else [node.args[0]]) if _val(t) is not None]
+            for source in targets:
+                if tuple(_val(source).dim_order()) == order:
+                    continue
+                copy = _layout_copy(graph, graph.inserting_before(node), source, order,
+                                    f"{origin}:to_kernel_layout", cache)
+                _replace_input(node, source, copy)
+            if check == "layout-raw-walk":
+                _restore_raw_walk_outputs(graph, node, origin)
+            fixes.append(Workaround(
+                origin, "ExecuTorch 1.5.1 CPU kernels (layout assumed, not checked)",
+                f"{fields['op']} reads {fields['tensor']} as dim_order {order} but it is laid out "
+                f"{tuple(fields['order'])}; a copy into the kernel's layout was inserted"
+                + (" and its outputs copied back" if check == "layout-raw-walk" else "")))
+    return fixes
+
+
+def _restore_raw_walk_outputs(graph, node, origin: str) -> None:
+    """A raw-walking kernel now writes contiguous bytes: declare them so, and copy back."""
+    outs = node.meta["val"]
+    if isinstance(outs, torch.Tensor):
+        order = tuple(int(d) for d in outs.dim_order())
+        contiguous = tuple(range(outs.dim()))
+        if order == contiguous:
+            return
+        node.meta["val"] = outs.contiguous()
+        users = list(node.users)
+        copy = _layout_copy(graph, graph.inserting_after(node), node, order,
+                            f"{origin}:restore_dim_order", {})
+        for user in users:
+            _replace_input(user, node, copy)
+        return
+    vals = list(outs)
+    node.meta["val"] = type(outs)(v.contiguous() for v in vals)
+    for user in list(node.users):
+        if user.target is not operator.getitem:
+            continue
+        val = vals[user.args[1]]
+        order = tuple(int(d) for d in val.dim_order())
+        user.meta["val"] = val.contiguous()
+        if order == tuple(range(val.dim())):
+            continue
+        readers = list(user.users)
+        if not readers:
+            continue
+        copy = _layout_copy(graph, graph.inserting_after(user), user, order,
+                            f"{origin}:restore_dim_order", {})
+        for reader in readers:
+            _replace_input(reader, user, copy)
+
+
 def legalize_for_device(program) -> list[Workaround]:
     """Apply every rewrite above to the final CPU-side program, in place."""
-    fixes = scalarize_constant_operands(program) + sort_values_via_topk(program)
+    fixes = (scalarize_constant_operands(program) + sort_values_via_topk(program)
+             + float_linear_via_matmul(program) + wide_transpose_to_portable(program)
+             + copy_to_kernel_layouts(program))
     if fixes:
         program.graph_module.graph.eliminate_dead_code()
         program.graph_module.recompile()

@@ -246,19 +246,44 @@ def test_a_model_with_torch_cond_partitions_through_both_branches(tmp_path):
     assert [backend for backend, _ in _delegate_specs(plan.compiled.pte_bytes)] == ["EthosUBackend"]
 
 
-def test_a_cpu_only_program_that_mixes_layouts_between_cpu_kernels_is_refused(tmp_path, capsys):
+def test_a_cpu_only_program_that_mixes_layouts_between_cpu_kernels_gets_the_copies_it_needs(
+        tmp_path, capsys):
     """The residual block's skip path reaches a CMSIS-NN add contiguous while the conv path is
-    channels-last: the add walks both in lockstep. The check covers every tensor every CPU
-    kernel reads, not only CPU/NPU boundaries; the plan names it and compile writes nothing."""
+    channels-last: as upstream leaves it, the add walks both in lockstep and computes wrong
+    numbers. The check covers every tensor every CPU kernel reads (not only CPU/NPU
+    boundaries): without legalization compile refuses; with it, a layout copy is inserted,
+    the plan names it, and the written program verifies."""
     from examples.user_models import model_spec
+    from orchestrator.pipeline import compile_model
+    from orchestrator.planner import make_plan
+    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.target import resolve_target
     import orchestrator
 
-    plan = orchestrator.plan(model_spec("residual_block"), npu="none")
-    faults = [(r.name, f.key) for r in plan.rows for f in r.device_faults]
+    model = load_model(model_spec("residual_block"))
+    samples = load_calibration(None, model.example_inputs)
+    cpu_only = resolve_target("corstone300", npu="none")
+    upstream = make_plan(compile_model(model, samples, cpu_only, legalize=False))
+    faults = [(r.name, f.key) for r in upstream.rows for f in r.device_faults]
     assert ("aten_add_tensor", "layout-raw-lockstep") in faults
+    with pytest.raises(OrchestrateError,
+                       match="not writing a program that computes wrong numbers"):
+        upstream.refuse_miscompiles()
+
     out = tmp_path / "res.pte"
-    assert main(["compile", model_spec("residual_block"), "--npu", "none", "-o", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert "not writing a program that computes wrong numbers" in err
-    assert "cortex_m::quantized_add walks" in err
-    assert not out.exists() and not (tmp_path / "res.artifacts").exists()
+    assert main(["compile", model_spec("residual_block"), "--npu", "none", "-o", str(out),
+                 "--quiet"]) == 0
+    plan = json.loads((tmp_path / "res.artifacts" / "plan.json").read_text())
+    assert not [f for r in plan["ops"] for f in r["device_faults"]]
+    assert plan["summary"]["device_faults"] == []
+    fix = next(w for w in plan["summary"]["workarounds"] if w["node"] == "aten_add_tensor")
+    assert "a copy into the kernel's layout was inserted" in fix["message"]
+    program = compile_model(model, samples, cpu_only).final_program
+    add = next(n for n in program.graph.nodes if "quantized_add" in str(n.target))
+    operands = [a.meta["val"] for a in add.args
+                if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)]
+    assert len(operands) == 2
+    assert {tuple(t.dim_order()) for t in operands + [add.meta["val"]]} == {(0, 2, 3, 1)} \
+        or {tuple(t.dim_order()) for t in operands + [add.meta["val"]]} == {(0, 1, 2, 3)}
+    report = orchestrator.verify(out, samples=4)
+    assert report.passed and report.numerics_passed
