@@ -12,7 +12,8 @@ those bytes depends on the kernel, not on the tensor, and that is the point of t
 - The other `cortex_m::` kernels (quantize, dequantize, LUT activation, add, mul, div,
   minimum, maximum, transpose, softmax, linear, batch matmul) walk the raw bytes as the
   row-major layout of the sizes, checking no dim_order; add and mul with a channels-only
-  operand (`is_channel_broadcast`) walk the other operand and the output as NHWC.
+  operand (`is_channel_broadcast`) walk the other operand and the output as NHWC; transpose
+  refuses an input of rank 0 or above 4 (`kMaxSupportedDims`).
 - Portable elementwise kernels (`kernels/portable/cpu/util/elementwise_util.h`,
   `broadcast_indexes_range.h`) first require all operands to share a dim_order family
   (`tensors_have_same_dim_order`: all contiguous or all channels-last), then walk the raw bytes
@@ -27,6 +28,8 @@ those bytes depends on the kernel, not on the tensor, and that is the point of t
 A check a device kernel would fail is returned as a `KernelFault` (the device returns
 InvalidArgument at that instruction, or cannot load the program when the kernel is missing); the
 value is still computed as if the check had passed, so the rest of the program can be compared.
+Its text is the catalogue entry of that check (kernels/faults.py, registered in
+partitioners/reasons.py), the one the plan shows for the same rule.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kernels import upstream_runtime
 from kernels.catalogue import CHANNELS_LAST, CPU_KERNELS
+from kernels.faults import fault_text
 
 # Portable kernels built on apply_{uni,bi,tri}tensor_elementwise_fn.
 _ELEMENTWISE = frozenset({
@@ -59,6 +64,16 @@ _LEADING_DIMS_KERNELS = frozenset({"aten::cat", "aten::split_copy", "aten::split
 _RAW_CMSIS = frozenset({"quantize_per_tensor", "dequantize_per_tensor", "quantized_activation",
                         "quantized_add", "quantized_mul", "quantized_div", "minimum", "maximum",
                         "transpose", "softmax", "quantized_linear", "quantized_batch_matmul"})
+# op_transpose.cpp: `kMaxSupportedDims = 4`; an input of rank 0 or above it fails the kernel
+# ("transpose_out: expected tensor rank in [1, 4], got N", InvalidArgument).
+TRANSPOSE_MAX_RANK = 4
+
+
+def transpose_rank_supported(rank: int) -> bool:
+    """Whether cortex_m::transpose (op_transpose.cpp) accepts an input of `rank` dimensions."""
+    return 1 <= rank <= TRANSPOSE_MAX_RANK
+
+
 # op_quantized_add.cpp / op_quantized_mul.cpp: when one 4-D operand holds only the channels
 # (`is_channel_broadcast`), the kernel adds that C-vector to every C-element chunk of the other
 # operand's bytes, i.e. reads the big operand and writes the output as NHWC.
@@ -93,11 +108,18 @@ class RawTensor:
 
 @dataclass(frozen=True)
 class KernelFault:
-    """A check the device kernel performs and this call fails."""
+    """A check the device kernel performs and this call fails, worded by its catalogue entry."""
 
     op: str
-    check: str
+    check: str  # the device kernel's own check, e.g. "tensors_have_same_dim_order"
     message: str
+    key: str = ""  # the catalogue entry (kernels/faults.py) the message comes from
+
+
+def device_fault(key: str, op: str, check: str, **fields) -> KernelFault:
+    """The KernelFault of catalogue entry `key` (kernels/faults.py) for the kernel of `op`, its
+    text filled with `op` and `fields`."""
+    return KernelFault(op, check, fault_text(key, op=op, **fields), key)
 
 
 @dataclass(frozen=True)
@@ -174,9 +196,7 @@ def layouts_differ(sizes, order_a, order_b) -> bool:
 @functools.lru_cache(maxsize=1)
 def portable_kernel_names() -> frozenset[str]:
     """`ns::name.overload` of every kernel in ExecuTorch's portable library (host build)."""
-    from executorch.extension.pybindings import portable_lib
-
-    return frozenset(portable_lib._get_operator_names())
+    return upstream_runtime.operator_names()
 
 
 @functools.lru_cache(maxsize=None)
@@ -284,10 +304,7 @@ def _drop_leading_ones(sizes) -> tuple[int, ...]:
 def _missing_kernel(key: str) -> tuple[KernelFault, ...]:
     if key in portable_kernel_names():
         return ()
-    return (KernelFault(key, "kernel registered",
-                        f"ExecuTorch's portable kernel library has no {key}; the device "
-                        "program fails to load (Missing operator) unless the firmware links "
-                        "a custom kernel for it"),)
+    return (device_fault("missing-kernel", key, "kernel registered"),)
 
 
 def _is_channel_broadcast(tensors: list[RawTensor]) -> bool:
@@ -300,7 +317,18 @@ def _is_channel_broadcast(tensors: list[RawTensor]) -> bool:
     return a.numel == a.sizes[1] or b.numel == b.sizes[1]
 
 
-def _cmsis(name: str, schema, args, tier: str | None = None) -> KernelResult:
+def _cmsis_faults(op: str, key: str, schema, args) -> tuple[KernelFault, ...]:
+    """The checks a cortex_m kernel performs that this call fails."""
+    if op == "transpose":
+        (_, value), *_ = _tensor_args(schema, args)
+        rank = len(value.sizes)
+        if not transpose_rank_supported(rank):
+            return (device_fault("transpose-rank", key, "kMaxSupportedDims", rank=rank,
+                                 max_rank=TRANSPOSE_MAX_RANK),)
+    return ()
+
+
+def _cmsis(name: str, key: str, schema, args, tier: str | None = None) -> KernelResult:
     op = name.split("::")[1]
     kernel = CPU_KERNELS.get(op)
     explicit_nhwc = op.endswith("_nhwc")  # sizes already NHWC: the bytes are row-major
@@ -355,7 +383,8 @@ def _cmsis(name: str, schema, args, tier: str | None = None) -> KernelResult:
     else:
         write_by_dim_order(out, result)
         semantics = "CMSIS-NN reference (by dim_order)"
-    return KernelResult(semantics, (), tuple(reads))
+    # A failed check stops the device here; the value is computed as if it had passed.
+    return KernelResult(semantics, _cmsis_faults(op, key, schema, args), tuple(reads))
 
 
 def _avgpool_s8(input, kernel_size, stride, padding, ceil_mode, zero_point, multiplier, shift,
@@ -416,10 +445,8 @@ def _elementwise(name: str, key: str, opov, schema, args) -> KernelResult:
     faults = list(_missing_kernel(key))
     if not _same_dim_order_family([t for _, t in tensors] + [out]):
         orders = ", ".join(f"{a.name} {tuple(t.dim_order)}" for a, t in tensors)
-        faults.append(KernelFault(key, "tensors_have_same_dim_order",
-                                  f"{key} requires all tensors contiguous or all channels-last; "
-                                  f"got {orders}, out {tuple(out.dim_order)}: the portable kernel "
-                                  "returns InvalidArgument"))
+        faults.append(device_fault("dim-order-family", key, "tensors_have_same_dim_order",
+                                   orders=f"{orders}, out {tuple(out.dim_order)}"))
     if faults:
         # The device stops here; computing the op by dim_order keeps the rest comparable.
         result = _by_dim_order(key, opov, schema, args, "torch by dim_order (device kernel faults)")
@@ -451,9 +478,8 @@ def _view_copy(key: str, schema, args) -> KernelResult:
     faults = list(_missing_kernel(key))
     default = tuple(range(len(source.dim_order)))
     if not _same_dim_order_family([source, out]) or tuple(source.dim_order) != default:
-        faults.append(KernelFault(key, "tensor_is_default_dim_order",
-                                  f"view_copy needs a default dim_order input, got "
-                                  f"{tuple(source.dim_order)}: InvalidArgument on device"))
+        faults.append(device_fault("default-dim-order", key, "tensor_is_default_dim_order",
+                                   order=tuple(source.dim_order)))
     out.data[:source.nbytes] = source.data[:source.nbytes]
     return KernelResult("portable view_copy (memcpy)", tuple(faults), ())
 
@@ -518,15 +544,12 @@ def _leading_dims(key: str, opov, schema, args) -> KernelResult:
     tensors = inputs + _out_tensors(outs)
     if not _same_dim_order_family(tensors):
         orders = ", ".join(str(tuple(t.dim_order)) for t in tensors)
-        faults.append(KernelFault(key, "tensors_have_same_dim_order",
-                                  f"{key} requires its input and outputs all contiguous or all "
-                                  f"channels-last; got {orders}: the portable kernel returns "
-                                  "InvalidArgument"))
+        faults.append(device_fault("dim-order-family", key, "tensors_have_same_dim_order",
+                                   orders=orders))
     if key.startswith("aten::unbind_copy") and inputs and \
             tuple(inputs[0].dim_order) != tuple(range(len(inputs[0].dim_order))):
-        faults.append(KernelFault(key, "tensor_is_default_dim_order",
-                                  f"{key} needs a default dim_order input, got "
-                                  f"{tuple(inputs[0].dim_order)}: InvalidArgument on device"))
+        faults.append(device_fault("default-dim-order", key, "tensor_is_default_dim_order",
+                                   order=tuple(inputs[0].dim_order)))
     if faults and any(f.check != "kernel registered" for f in faults):
         # The device stops here; computing the op by dim_order keeps the rest comparable.
         result = _by_dim_order(key, opov, schema, args, "torch by dim_order (device kernel faults)")
@@ -554,7 +577,7 @@ def execute(name: str, overload: str, args: list, tier: str | None = None) -> Ke
         raise KernelError(f"{key} expects {len(schema.arguments)} arguments, got {len(args)}")
     args = list(args[:len(schema.arguments)])
     if name.startswith("cortex_m::"):
-        return _cmsis(name, schema, args, tier)
+        return _cmsis(name, key, schema, args, tier)
     if name in _ELEMENTWISE:
         return _elementwise(name, key, opov, schema, args)
     if name == "aten::view_copy":
@@ -570,10 +593,7 @@ def execute(name: str, overload: str, args: list, tier: str | None = None) -> Ke
         tensors = [t for _, t in _tensor_args(schema, args)] + _out_tensors(_outs(schema, args))
         bad = [tuple(t.dim_order) for t in tensors if tuple(t.dim_order) != tuple(range(len(t.dim_order)))]
         if bad:
-            fault = KernelFault(key, "contiguous strides",
-                                f"{key} walks its tensors with contiguous strides "
-                                f"(op_topk.cpp: getLeadingDims, strides()[dim]); dim_order {bad[0]} "
-                                "makes it read and write the wrong elements on the device")
+            fault = device_fault("contiguous-strides", key, "contiguous strides", order=bad[0])
             return KernelResult(result.semantics, result.faults + (fault,), result.layout_reads)
     return result
 

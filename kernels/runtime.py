@@ -125,9 +125,9 @@ def logical(value: RawValue) -> torch.Tensor:
 
 def input_dim_orders(pte: bytes) -> tuple[tuple[int, ...] | None, ...]:
     """The dim_order of each input of the program's first method (None for a non-tensor)."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
+    from kernels.upstream_runtime import deserialize_program
 
-    plan = deserialize_pte_binary(pte).program.execution_plan[0]
+    plan = deserialize_program(pte).execution_plan[0]
     orders = []
     for index in plan.inputs:
         value = plan.values[index].val

@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_options(plan)
     plan.add_argument("--format", default="table",
                       choices=("table", "json", "markdown", "html", "model-explorer"))
+    plan.add_argument("--all-rows", action="store_true",
+                      help="table: list every op of an unrolled recurrence (GRU/LSTM/RNN) "
+                      "instead of one line per recurrence")
     plan.add_argument("-o", "--output", help="write the report to this file")
     plan.add_argument("--pte", help="also write the compiled .pte (and its artifacts) here")
     plan.add_argument("--runner-ops", help="file listing the operators your runner registers")
@@ -120,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "(one row per model x configuration)")
     swp.add_argument("--jobs", type=_positive, help="configurations compiled at once, in worker "
                      "processes (default: the machine's cores)")
+    swp.add_argument("--executor", default="local", metavar="local|ray|ray:ADDRESS",
+                     help="where configurations compile: local worker processes (default), "
+                     "ray (a Ray instance started here with --jobs CPUs) or ray:ADDRESS (a "
+                     "running Ray cluster, e.g. ray:auto, ray:10.0.0.1:6379; the cache folder "
+                     "must be on a filesystem its nodes share); needs pip install "
+                     "'orchestrate[ray]'")
     swp.add_argument("--format", default="table", choices=("table", "json", "html"))
     swp.add_argument("-o", "--output", help="write the table to this file")
 
@@ -270,7 +279,7 @@ def _inside(path: Path, folder: Path) -> bool:
 def cmd_plan(args) -> int:
     from orchestrator.artifacts import write_outputs
     from orchestrator.planner import Gates, check_gates, make_plan
-    from orchestrator.report import read_runner_ops, render_json, render_markdown, render_text
+    from orchestrator.report import read_runner_ops, render_json, render_markdown
 
     _check_outputs(args, report=args.output, pte=args.pte, pte_option="--pte")
     _policy_first(args)
@@ -283,8 +292,10 @@ def cmd_plan(args) -> int:
         from orchestrator.report_explorer import render_node_data
 
         text = render_node_data(plan)
+    elif args.format == "table":
+        text = plan.to_text(all_rows=args.all_rows)
     else:
-        render = {"table": render_text, "json": render_json, "markdown": render_markdown}[args.format]
+        render = {"json": render_json, "markdown": render_markdown}[args.format]
         text = render(compiled, plan.rows, plan.summary)
     if args.output:
         atomic_write_bytes(Path(args.output),
@@ -357,10 +368,14 @@ def cmd_sweep(args) -> int:
     import json
 
     from orchestrator.sources import load_model
-    from orchestrator.sweep import SweepJob, render_text, sweep_jobs, to_json
+    from orchestrator.sweep import Executor, SweepJob, render_text, sweep_jobs, to_json
     from orchestrator.target import resolve_target
     from platforms import PlatformError, load_platform
 
+    if Executor.parse(args.executor).kind == "ray":  # a missing Ray is named before any compile
+        from orchestrator.sweep_ray import import_ray
+
+        import_ray()
     _check_outputs(args, report=args.output)
     _policy_first(args)
     if args.placement == "cost":
@@ -387,7 +402,7 @@ def cmd_sweep(args) -> int:
     jobs = [SweepJob(model, args.calibration, args.platform, npu, args.cpu, args.io, args.cpu_hz,
                      args.npu_hz, args.policy) for model in models for npu in npus]
     progress = _SweepProgress(len(jobs), not args.quiet and sys.stderr.isatty())
-    rows = sweep_jobs(jobs, args.jobs, progress)
+    rows = sweep_jobs(jobs, args.jobs, progress, executor=args.executor)
     progress.finish()
     if args.format == "html":
         from orchestrator.report_html import render_sweep_html

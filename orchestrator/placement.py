@@ -15,6 +15,7 @@ import torch
 from cost_models.cost import Cost
 from cost_models.graph_shapes import NodeInfo, describe, op_name
 from kernels.layout_checks import layout_findings
+from orchestrator.structure import module_of
 from kernels.catalogue import CPU_KERNELS, cortex_m_op_name, specialised_function
 from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
 from partitioners.reasons import Reason, because  # noqa: F401 - Reason is part of the Plan
@@ -56,6 +57,8 @@ class OpPlacement:
     cost: Cost | None = None
     fused: tuple[str, ...] = ()  # pre-CPU-pass nodes folded into this kernel (e.g. a ReLU)
     device_faults: tuple[Reason, ...] = ()  # why the device runtime would fail on this op
+    module: str = ""  # innermost source module (nn_module_stack path); "" = the model's forward
+    module_type: str = ""  # its class name, e.g. GRU
 
     @property
     def out_dtype(self) -> str:
@@ -89,7 +92,8 @@ def _npu_rows(index: int, lowered) -> list[OpPlacement]:
             placement="npu", partition=index, kernel=f"ethos-u partition {index}", tier=None,
             input_shapes=info.input_shapes, output_shape=info.output_shape,
             dtypes=_npu_dtype(node, info.dtypes),
-            macs=info.macs, reasons=(), info=info))
+            macs=info.macs, reasons=(), info=info, module=module_of(node)[0],
+            module_type=module_of(node)[1]))
     return rows
 
 
@@ -190,7 +194,8 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
             name=origin, op=info.op, kind=kind, placement=placement, partition=None,
             kernel=kernel, tier=target.tier if placement == "cmsis-nn" else None,
             input_shapes=info.input_shapes, output_shape=info.output_shape, dtypes=current.dtypes,
-            macs=info.macs, reasons=tuple(reasons), info=info, device_faults=faults))
+            macs=info.macs, reasons=tuple(reasons), info=info, device_faults=faults,
+            module=module_of(node)[0], module_type=module_of(node)[1]))
     return tuple(_attach_fused(rows, pre_cpu, seen_origins, lowered_stage))
 
 

@@ -51,10 +51,11 @@ class Plan:
 
         return render_markdown(self.compiled, self.rows, self.summary)
 
-    def to_text(self, width: int = 100) -> str:
+    def to_text(self, width: int = 100, all_rows: bool = False) -> str:
+        """The terminal report; an unrolled recurrence is one line unless `all_rows`."""
         from orchestrator.report import render_text
 
-        return render_text(self.compiled, self.rows, self.summary, width)
+        return render_text(self.compiled, self.rows, self.summary, width, all_rows)
 
     def to_html(self) -> str:
         """One self-contained page: timeline, memory map, sortable op table."""
@@ -117,11 +118,21 @@ def _summary_stage(state: PlanState) -> PlanState:
                                             runner_ops))
 
 
+def _structure_stage(state: PlanState) -> PlanState:
+    """Rows by source module; unrolled recurrences with their steps and stored weights."""
+    from orchestrator.structure import module_groups, recurrences
+
+    return replace(state, summary=replace(
+        state.summary, modules=module_groups(state.rows),
+        recurrences=recurrences(state.compiled, state.rows, state.estimates)))
+
+
 PLAN_STAGES = (
     Stage("vela_estimates", _vela_stage),
     Stage("device_faults", _device_faults_stage),
     Stage("costs", _costs_stage),
     Stage("summary", _summary_stage),
+    Stage("structure", _structure_stage),
 )
 
 

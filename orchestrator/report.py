@@ -48,6 +48,8 @@ class Summary:
     npu_utilisation: dict  # partition -> MAC utilisation from Vela
     npu_traffic: dict  # partition -> memory -> bytes per inference, from Vela
     device_faults: tuple[str, ...]  # "row: message" for each op the device runtime would fail
+    modules: tuple = ()  # orchestrator.structure.ModuleGroup, rows by source module
+    recurrences: tuple = ()  # orchestrator.structure.Recurrence, unrolled recurrent layers
 
 
 _ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2}
@@ -235,9 +237,35 @@ def _ellipsize(text: str, width: int) -> str:
     return text[:head] + "~" + text[len(text) - (width - 1 - head):]
 
 
-def _rows_table(rows, markdown: bool) -> str:
+def _collapsed(rows, recurrences):
+    """(row number, row) pairs, with each unrolled recurrence's rows replaced by one entry
+    (first row number, Recurrence)."""
+    spans = {r.first_row: r for r in recurrences if r.rows}
+    out, skip_to = [], -1
+    for i, row in enumerate(rows):
+        if i <= skip_to:
+            continue
+        if i in spans:
+            out.append((i, spans[i]))
+            skip_to = spans[i].last_row
+            continue
+        out.append((i, row))
+    return out
+
+
+def _recurrence_why(rows, rec) -> list[str]:
+    """The distinct reasons of a collapsed recurrence's rows, each with how many rows give it."""
+    counts: dict[str, int] = {}
+    for row in rows[rec.first_row:rec.last_row + 1]:
+        for line in _reasons(row):
+            counts[line] = counts.get(line, 0) + 1
+    return [f"{line} (x{n})" if n > 1 else line for line, n in counts.items()]
+
+
+def _rows_table(rows, markdown: bool, recurrences=()) -> str:
     """Markdown: one table with every column. Terminal: the op table, then the reasons keyed
-    by row number, so both fit 100 columns however long a reason is."""
+    by row number, so both fit 100 columns however long a reason is. An unrolled recurrence's
+    rows collapse into one line in the terminal table (`recurrences` empty: every row)."""
     if markdown:
         table = [[i, r.name if r.kind == "op" else f"{r.name} [{r.kind}]", _short_op(r.op),
                   ", ".join(_shape(x) for x in r.input_shapes) or "-",
@@ -247,7 +275,20 @@ def _rows_table(rows, markdown: bool) -> str:
         return tabulate(table, ["#", "node", "op", "in", "out", "dtypes", "MACs", "where",
                                 "kernel", "cost", "why not better"], tablefmt="github")
     table, why = [], []
-    for i, r in enumerate(rows):
+    for i, r in _collapsed(rows, recurrences):
+        if not hasattr(r, "placement"):  # a collapsed recurrence
+            last = r.last_row
+            macs = sum(x.macs for x in rows[i:last + 1])
+            seconds = sum(x.cost.seconds for x in rows[i:last + 1] if x.cost is not None)
+            where = sorted({_where(x).replace("CMSIS-NN/", "CMSIS/") for x in rows[i:last + 1]})
+            sources = "+".join(sorted({_short_source(x.cost.source) for x in rows[i:last + 1]
+                                       if x.cost is not None}))
+            table.append([f"{i}-{last}", _ellipsize(f"{r.path} ({r.type})", 22),
+                          _ellipsize(f"{r.steps} steps, {r.rows} ops", 16), "-", f"{macs:,}",
+                          _ellipsize(", ".join(where), 14), f"{seconds * 1e6:,.1f}us {sources}"])
+            for line in _recurrence_why(rows, r):
+                why.append([f"{i}-{last}", textwrap.fill(line, 90)])
+            continue
         op = _short_op(r.op) if r.kind == "op" else f"{_HIDDEN_LABEL[r.kind]}"
         cost = "-" if r.cost is None else f"{r.cost.seconds * 1e6:,.1f}us {_short_source(r.cost.source)}"
         table.append([i, _ellipsize(r.name, 22), _ellipsize(op, 16),
@@ -312,7 +353,24 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
     return lines
 
 
-def render_text(compiled, rows, summary: Summary, width: int = 100) -> str:
+def _structure_lines(s: Summary) -> list[str]:
+    lines = []
+    for rec in s.recurrences:
+        lines.append("recurrence: " + rec.line())
+    named = [g for g in s.modules if g.path]
+    if len(named) > 1:
+        top = sorted(named, key=lambda g: -g.seconds)[:8]
+        lines.append(f"by source module (nn_module_stack; {len(named)} modules, the "
+                     f"{len(top)} costliest by estimate):")
+        for g in top:
+            where = ", ".join(f"{k} {v}" for k, v in sorted(g.placements.items()))
+            lines.append(f"  {g.path} ({g.type}): {g.rows} rows ({g.first_row}-{g.last_row}), "
+                         f"{g.macs:,} MACs, {g.seconds * 1e3:.3f} ms est.; {where}")
+    return lines
+
+
+def render_text(compiled, rows, summary: Summary, width: int = 100,
+                all_rows: bool = False) -> str:
     header = (f"orchestrate plan: {compiled.model.name} ({compiled.model.source}) on "
               f"{compiled.target.describe()}")
     if compiled.target.npu:
@@ -324,9 +382,12 @@ def render_text(compiled, rows, summary: Summary, width: int = 100) -> str:
     out = [wrap(header)]
     if compiled.calibration.warning:
         out.append(wrap("warning: " + compiled.calibration.warning))
-    out.append(_rows_table(rows, markdown=False))
+    out.append(_rows_table(rows, markdown=False,
+                           recurrences=() if all_rows else summary.recurrences))
+    if summary.recurrences and not all_rows:
+        out.append("(each unrolled recurrence is one line above; --all-rows lists its ops)")
     out.append("")
-    out.extend(wrap(line) for line in _summary_lines(compiled, summary))
+    out.extend(wrap(line) for line in _structure_lines(summary) + _summary_lines(compiled, summary))
     out.append(wrap(SOURCE_LEGEND))
     return "\n".join(out)
 
@@ -337,7 +398,8 @@ def render_markdown(compiled, rows, summary: Summary) -> str:
         out += [f"> warning: {compiled.calibration.warning}", ""]
     out.append(_rows_table(rows, markdown=True))
     out += ["", "## Summary", ""]
-    out += [f"- {line.strip()}" for line in _summary_lines(compiled, summary)]
+    out += [f"- {line.strip()}" for line in _structure_lines(summary)
+            + _summary_lines(compiled, summary)]
     return "\n".join(out) + "\n"
 
 
@@ -365,10 +427,13 @@ def to_json(compiled, rows, summary: Summary) -> dict:
                          "debug": x.debug} for x in r.reasons],
             "fused": list(r.fused), "cost": _cost_json(r.cost),
             "device_faults": [{"check": f.check, "message": f.message} for f in r.device_faults],
+            "module": r.module, "module_type": r.module_type,
         } for r in rows],
         "summary": {
             "ops": summary.ops, "macs": summary.macs,
             "npu_mac_coverage_pct": summary.npu_mac_coverage_pct,
+            "modules": [dict(g.__dict__) for g in summary.modules],
+            "recurrences": [{**rec.__dict__, "text": rec.line()} for rec in summary.recurrences],
             "npu_partitions": summary.npu_partitions, "transitions": summary.transitions,
             "hidden_rows": summary.hidden_rows,
             "npu_utilisation": {f"p{k}": v for k, v in summary.npu_utilisation.items()},

@@ -4,10 +4,11 @@ For a SoC vendor choosing an NPU size or an engineer choosing a part: one plan p
 configuration, summarized as NPU coverage, partitions, estimated latency (with its source),
 memory and fit. Each configuration is a full compile, so figures are the same as `plan`'s.
 
-Configurations run in parallel worker processes (`jobs`); each worker loads the model from its
-spec and compiles. Work that does not depend on the configuration (capture and quantization
-for one quantizer) comes from the content-addressed cache (orchestrator/cache.py), shared by
-the workers and by later runs.
+Configurations run in parallel worker processes (`jobs`) on this machine, or as tasks on a Ray
+cluster (`executor="ray[:ADDRESS]"`, orchestrator/sweep_ray.py); each worker loads the model
+from its spec and compiles. Work that does not depend on the configuration (capture and
+quantization for one quantizer) comes from the content-addressed cache (orchestrator/cache.py),
+shared by the workers and by later runs.
 """
 
 from __future__ import annotations
@@ -80,11 +81,42 @@ def run_job(job: SweepJob) -> SweepRow:
     return _row(model.name, _plan_under(model, samples, target, policy, None, None))
 
 
-def sweep_jobs(jobs: list[SweepJob], workers: int | None = None,
-               progress=None) -> tuple[SweepRow, ...]:
+EXECUTORS = "local, ray or ray:ADDRESS (e.g. ray:auto, ray:10.0.0.1:6379)"
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Where a sweep's jobs run: `local` worker processes, or `ray` tasks on a Ray instance
+    started here (`address` None) or on the running cluster at `address`."""
+
+    kind: str  # "local" or "ray"
+    address: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Executor":
+        """`local`, `ray` or `ray:ADDRESS`; anything else is a UserError naming those."""
+        from orchestrator.errors import UserError
+
+        if text in ("local", "ray"):
+            return cls(text)
+        if text.startswith("ray:") and text[len("ray:"):].strip():
+            return cls("ray", text[len("ray:"):].strip())
+        raise UserError(f"--executor '{text}' is not one of {EXECUTORS}")
+
+
+def sweep_jobs(jobs: list[SweepJob], workers: int | None = None, progress=None,
+               executor: str = "local") -> tuple[SweepRow, ...]:
     """Run every job, `workers` at a time (default: the machine's cores), rows in job order.
 
+    `executor` is `local` (worker processes here), `ray` (Ray tasks on a Ray instance started
+    here with `workers` CPUs) or `ray:ADDRESS` (Ray tasks on the cluster at ADDRESS; see
+    orchestrator/sweep_ray.py for what its nodes need). The rows are the same on each.
     `progress(label, event, seconds)` hears each configuration finish."""
+    chosen = Executor.parse(executor)
+    if chosen.kind == "ray":
+        from orchestrator.sweep_ray import sweep_on_ray
+
+        return sweep_on_ray(jobs, chosen.address, workers, progress)
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:
         rows = []

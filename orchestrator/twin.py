@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from kernels import reference
-from kernels.reference import KernelError, LayoutRead, RawTensor
+from kernels.reference import KernelError, KernelFault, LayoutRead, RawTensor
 from npu_driver.payload import EthosUPayload, PayloadError, parse_payload
 from npu_driver.tosa_twin import TosaGraphIO, TosaTwinError, check_against_payload, graph_io, run_tosa
 from orchestrator.artifacts import artifacts_dir_for
@@ -68,12 +68,14 @@ class NpuPartition:
 
 @dataclass(frozen=True)
 class DeviceFault:
-    """A check the device runtime or a kernel would fail at this instruction."""
+    """A check the device runtime or a kernel would fail at this instruction; its message is a
+    catalogue entry's text (kernels/faults.py, tests/test_architecture.py)."""
 
     instruction: int
     op: str
     check: str
     message: str
+    key: str = ""  # the catalogue entry the message comes from
 
 
 @dataclass(frozen=True)
@@ -244,14 +246,16 @@ def _load_partitions(pte_path: Path, program) -> tuple[NpuPartition, ...]:
 
 def load_twin(pte_path) -> TwinProgram:
     """Parse the `.pte` and resolve every Ethos-U delegate to its hash-checked TOSA graph."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
+    from kernels.upstream_runtime import UpstreamVersionError, deserialize_pte
 
     pte_path = Path(pte_path)
     if not pte_path.is_file():
         raise TwinError(f"program {pte_path} does not exist")
     pte_bytes = pte_path.read_bytes()
     try:
-        pte = deserialize_pte_binary(pte_bytes)
+        pte = deserialize_pte(pte_bytes)
+    except UpstreamVersionError:
+        raise  # an unsupported ExecuTorch is that, not "not a .pte"
     except Exception as error:  # noqa: BLE001 - any parse failure means "not a .pte"
         raise TwinError(f"{pte_path} is not an ExecuTorch program ({type(error).__name__}: "
                         f"{error})") from None
@@ -427,7 +431,7 @@ class _Execution:
             raise TwinCannotRun(f"not run: the twin's host computation of instruction {position} "
                                 f"({key}) failed: {type(error).__name__}: {first[:200]}") from error
         for fault in result.faults:
-            self.faults.append(DeviceFault(position, key, fault.check, fault.message))
+            self.faults.append(DeviceFault(position, key, fault.check, fault.message, fault.key))
         # Tensor-list arguments (cat's inputs, split's outputs) stand for their items.
         inputs = [t for p, i in enumerate(call.args[:len(args)]) if p not in outs
                   for t in self.twin.tensor_indices(i)]
@@ -449,10 +453,10 @@ class _Execution:
         arrays = []
         for slot, (tensor, vela, spec) in enumerate(zip(ins, payload.inputs, partition.io.inputs)):
             if (tensor.dtype, vela.elem_size) not in _NPU_INPUT_TYPES:
-                self.faults.append(DeviceFault(position, op, "input type",
-                                               f"input {slot} is {tensor.dtype} but Vela expects "
-                                               f"{vela.elem_size}-byte elements: EthosUBackend "
-                                               "returns InvalidProgram"))
+                fault = reference.device_fault("npu-input-type", op, "input type", slot=slot,
+                                               dtype=tensor.dtype, elem_size=vela.elem_size)
+                self.faults.append(DeviceFault(position, op, fault.check, fault.message,
+                                               fault.key))
             if tensor.numel != vela.elements:
                 raise TwinError(f"instruction {position} ({op}): input {slot} has "
                                 f"{tensor.numel} elements, Vela expects {vela.elements} (the "
@@ -472,16 +476,19 @@ class _Execution:
             if _without_ones(tensor.physical_shape) != _without_ones(spec.shape):
                 reads.append(LayoutRead(f"output {slot}", tensor.dim_order,
                                         f"TOSA {list(spec.shape)}", "write"))
-            fault = _copy_output(array.tobytes(), vela, tensor)
+            fault = _copy_output(array.tobytes(), vela, tensor, op, slot)
             if fault:
-                self.faults.append(DeviceFault(position, op, "output copy", fault))
+                self.faults.append(DeviceFault(position, op, fault.check, fault.message,
+                                               fault.key))
         self._record(position, "delegate", op,
                      [i for i in call.args[:n_in]], [i for i in call.args[n_in:]],
                      f"TOSA reference model on {partition.tosa_relpath}", reads, began)
 
 
-def _copy_output(scratch: bytes, vela, tensor: RawTensor) -> str | None:
-    """Copy one delegate output from the Ethos-U scratch into its EValue as the device does.
+def _copy_output(scratch: bytes, vela, tensor: RawTensor, op: str,
+                 slot: int) -> KernelFault | None:
+    """Copy one delegate output from the Ethos-U scratch into its EValue as the device does;
+    the fault (a catalogue entry) where the device refuses the copy.
 
     EthosUBackend_Cortex_M.cpp: memcpy when the byte counts agree; otherwise
     `copy_with_layout_adjustment` copies `tensor_bytes / chunk_count` bytes out of every Vela
@@ -494,9 +501,13 @@ def _copy_output(scratch: bytes, vela, tensor: RawTensor) -> str | None:
     chunk_count = math.prod(d or 1 for d in vela.shape6d[:-1])
     vela_chunk = (vela.shape6d[-1] or 1) * vela.elem_size
     if tensor_bytes % chunk_count:
-        return f"tensor bytes {tensor_bytes} not divisible by Vela chunk count {chunk_count}"
+        return reference.device_fault("npu-output-chunks", op, "output copy", slot=slot,
+                                      tensor_bytes=tensor_bytes, chunk_count=chunk_count)
     chunk = tensor_bytes // chunk_count
     if vela_chunk < chunk:
+        if chunk % vela_chunk:
+            return reference.device_fault("npu-output-chunk-bytes", op, "output copy", slot=slot,
+                                          chunk=chunk, vela_chunk=vela_chunk)
         if chunk == 2 * vela_chunk and vela.elem_size == 1 and tensor.dtype == torch.int8:
             packed = np.frombuffer(scratch, dtype=np.uint8)[:chunk_count * vela_chunk]
             low = (packed & 0x0F).astype(np.int16)
@@ -505,7 +516,8 @@ def _copy_output(scratch: bytes, vela, tensor: RawTensor) -> str | None:
             high[high >= 8] -= 16
             tensor.data[:tensor_bytes] = np.stack([low, high], axis=1).astype(np.int8).tobytes()
             return None
-        return f"expansion factor {chunk // vela_chunk} with element size {vela.elem_size}"
+        return reference.device_fault("npu-output-expansion", op, "output copy", slot=slot,
+                                      factor=chunk // vela_chunk, elem_size=vela.elem_size)
     out = bytearray(tensor_bytes)
     for c in range(chunk_count):
         out[c * chunk:(c + 1) * chunk] = scratch[c * vela_chunk:c * vela_chunk + chunk]

@@ -2,29 +2,23 @@
 
 `AtenToCortexMPass` decides, per node, through one substitution function per aten op: the function
 returns a CMSIS-NN-backed `cortex_m::` node, or `None` when one of its conditions fails, and the
-node then stays on a portable kernel. Upstream records no reason. We run the unchanged functions
-and, when one returns `None`, note the line of the `return None` it took and the condition just
-above it: the reason is the source of the check that decided, not a guess made afterwards. Of a
-condition `a or b`, the reason names the operands that held in the function's own frame; when
-the operand is a flag a quantizer-time check left on the node (a ceil_mode max-pool keeps its
-qparams but is tagged `skip_quantized_max_pool2d`), that check is replayed on the node and its
-own condition named.
+node then stays on a portable kernel. Upstream records no reason. The adapter
+(partitioners/upstream_cortex_m.py) runs the unchanged functions and reports, for each `None`,
+the condition of upstream's own source that held (or the quantizer check behind a flag it
+read); here that becomes a `CpuDecision` with a category and the text a user reads.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import inspect
-import linecache
 import math
 import re
-import sys
 from dataclasses import dataclass
 from typing import Iterator
 
 import torch
 
+from partitioners import upstream_cortex_m
 from partitioners.records import ORIGIN_KEY, Workaround, stamp_origins  # noqa: F401 - re-exported
 
 
@@ -55,133 +49,6 @@ _READABLE = {
 }
 
 
-def _condition_before(filename: str, return_line: int) -> str:
-    """The `if ...:` guarding a `return None`, read from upstream's source."""
-    return _guarding_condition(filename, return_line)[1]
-
-
-def _guarding_condition(filename: str, return_line: int) -> tuple[int, str]:
-    """(line, text) of the `if ...:` guarding a statement, read from upstream's source."""
-    for line_no in range(return_line - 1, max(return_line - 12, 0), -1):
-        text = linecache.getline(filename, line_no).strip()
-        if text.startswith(("if ", "elif ")) or text.startswith("or ") or text.startswith("and "):
-            # Conditions can span lines: collect up to the colon that ends the `if`.
-            parts = [text]
-            nxt = line_no + 1
-            while not parts[-1].endswith(":") and nxt < return_line:
-                parts.append(linecache.getline(filename, nxt).strip())
-                nxt += 1
-            return line_no, " ".join(parts).rstrip(":")
-    return return_line, linecache.getline(filename, return_line).strip()
-
-
-def _held_parts(condition: str, f_globals: dict, f_locals: dict) -> list[str]:
-    """The operands of a top-level `or` in `condition` that are true in the frame that took the
-    `return None`: `a or b` fails for one reason, not both. The whole condition when it is no
-    disjunction or an operand cannot be re-evaluated."""
-    expression = re.sub(r"^(if|elif|or|and)\s+", "", condition.strip())
-    try:
-        tree = ast.parse(expression, mode="eval").body
-    except SyntaxError:
-        return [condition]
-    if not (isinstance(tree, ast.BoolOp) and isinstance(tree.op, ast.Or)):
-        return [condition]
-    held = []
-    for part in tree.values:
-        try:
-            value = eval(compile(ast.Expression(part), "<upstream condition>", "eval"),  # noqa: S307
-                         f_globals, dict(f_locals))
-        except Exception:  # noqa: BLE001 - upstream's names, not ours: keep the whole condition
-            return [condition]
-        if value:
-            held.append(ast.unparse(part))
-    return held or [condition]
-
-
-def _values_of(parts: list[str], f_locals: dict) -> str:
-    """`name=value` for the plain local names a condition reads (the node's kernel, stride ...)."""
-    names = []
-    for part in parts:
-        try:
-            tree = ast.parse(part, mode="eval")
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and node.id in f_locals and node.id not in names:
-                value = f_locals[node.id]
-                if isinstance(value, (bool, int, float, str, tuple, list)) or value is None:
-                    names.append(node.id)
-    return ", ".join(f"{n}={f_locals[n]!r}" for n in names)
-
-
-# Flags a quantizer-time check leaves in `node.meta` for AtenToCortexMPass to read. When a
-# substitution declines because of one, the reason is the check that set it: it is replayed on
-# the node to find which of its conditions held. (ExecuTorch 1.5.1: CortexMMaxPool2DCheck tags
-# a ceil_mode or dilated max-pool, which keeps its qparams, so `input_qparams is None or
-# <flag>` would otherwise read as "not quantized".)
-_FLAG_SETTERS = {
-    "skip_quantized_max_pool2d": ("executorch.backends.cortex_m.quantizer.pattern_checkers",
-                                  "CortexMMaxPool2DCheck"),
-}
-
-
-def _flag_setter(flag: str, node) -> tuple[list[str], str, str, str] | None:
-    """(held conditions, their values, the check's class, "file.py:line") of the quantizer check
-    that set `flag` on `node`, found by replaying its `check_pattern` under a line tracer."""
-    import importlib
-
-    module_name, class_name = _FLAG_SETTERS[flag]
-    checker = getattr(importlib.import_module(module_name), class_name)
-    code = checker.check_pattern.__func__.__code__
-    filename = inspect.getsourcefile(checker.check_pattern) or code.co_filename
-    found: list = []
-
-    def tracer(frame, event, arg):
-        if frame.f_code is not code:
-            return None
-        if event == "line" and not found and flag in linecache.getline(filename, frame.f_lineno):
-            found.append((frame.f_lineno, dict(frame.f_globals), dict(frame.f_locals)))
-        return tracer
-
-    previous = sys.gettrace()
-    sys.settrace(tracer)
-    try:
-        checker.check_pattern([node])  # sets a flag the node already carries: idempotent
-    except Exception:  # noqa: BLE001 - the replay explains; it must never break the compile
-        return None
-    finally:
-        sys.settrace(previous)
-    if not found:
-        return None
-    line, f_globals, f_locals = found[0]
-    line, condition = _guarding_condition(filename, line)
-    held = _held_parts(condition, f_globals, f_locals)
-    return held, _values_of(held, f_locals), class_name, f"{filename.rsplit('/', 1)[-1]}:{line}"
-
-
-def _explain(condition: str, frame, node) -> tuple[str, str, str | None]:
-    """(category, reason text, file:line of a quantizer check behind it) for a substitution's
-    `return None`: the operands of its condition that held, with the node's values, or the
-    quantizer check behind a flag it read. Line numbers stay out of the text (plan.json must
-    not change with unrelated upstream edits)."""
-    if frame is None:
-        return _categorize(condition), f"`{condition}`", None
-    f_globals, f_locals = frame
-    held = _held_parts(condition, f_globals, f_locals)
-    for flag in _FLAG_SETTERS:
-        if any(flag in part for part in held):
-            setter = _flag_setter(flag, node)
-            if setter is not None:
-                setter_held, values, check_class, where = setter
-                text = " or ".join(setter_held)
-                detail = f" ({values})" if values else ""
-                return (_categorize(text), f"`{text}`{detail}: the quantizer's {check_class} "
-                        f"marks the node `{flag}`", where)
-    text = " or ".join(held)
-    values = _values_of(held, f_locals)
-    return _categorize(text), f"`{text}`" + (f" ({values})" if values else ""), None
-
-
 def _categorize(condition: str) -> str:
     for category, pattern in _CATEGORY_PATTERNS:
         if pattern.search(condition):
@@ -190,65 +57,45 @@ def _categorize(condition: str) -> str:
 
 
 def _op_name(target) -> str:
-    name = str(getattr(target, "__name__", target))
-    return name
+    return str(getattr(target, "__name__", target))
+
+
+def _decision(origin: str, aten_op: str,
+             outcome: upstream_cortex_m.Lowered | upstream_cortex_m.Declined) -> CpuDecision:
+    """The CpuDecision of one substitution's outcome. Line numbers stay out of the message
+    (plan.json must not change with unrelated upstream edits); they go to `check`."""
+    if isinstance(outcome, upstream_cortex_m.Lowered):
+        return CpuDecision(origin, aten_op, "lowered", f"lowered to {outcome.op}", outcome.where)
+    flag = outcome.flag
+    if flag is not None:
+        text = " or ".join(flag.held)
+        detail = f" ({flag.values})" if flag.values else ""
+        reason = (f"`{text}`{detail}: the quantizer's {flag.check} marks the node "
+                  f"`{flag.flag}`")
+        where = f"{outcome.where} after {flag.where}"
+    else:
+        text = " or ".join(outcome.held)
+        reason = f"`{text}`" + (f" ({outcome.values})" if outcome.values else "")
+        where = outcome.where
+    category = _categorize(text)
+    return CpuDecision(origin, aten_op, category, f"{_READABLE[category]} ({reason})", where)
 
 
 @contextlib.contextmanager
 def cmsis_decisions_recorded() -> Iterator[dict[str, CpuDecision]]:
     """Record every AtenToCortexMPass substitution decision, keyed by the node's origin name."""
-    from executorch.backends.cortex_m.passes.aten_to_cortex_m_pass import AtenToCortexMPass
-
     decisions: dict[str, CpuDecision] = {}
-    upstream = dict(AtenToCortexMPass._DIALECT_SUBSTITUTIONS)
 
-    def wrap(substitution):
-        code = substitution.__code__
-        filename = inspect.getsourcefile(substitution) or code.co_filename
+    def record(node, outcome) -> None:
+        origin = node.meta.get(ORIGIN_KEY, node.name)
+        decisions[origin] = _decision(origin, _op_name(node.target), outcome)
 
-        def recording_substitution(node, dialect_pass):
-            origin = node.meta.get(ORIGIN_KEY, node.name)
-            returned_at: list[tuple[int, tuple[dict, dict]]] = []
-
-            def profiler(frame, event, arg):
-                if event == "return" and frame.f_code is code:
-                    returned_at.append((frame.f_lineno, (frame.f_globals, dict(frame.f_locals))))
-
-            previous = sys.getprofile()
-            sys.setprofile(profiler)
-            try:
-                spec = substitution(node, dialect_pass)
-            finally:
-                sys.setprofile(previous)
-            short_file = filename.rsplit("/", 1)[-1]
-            if spec is None:
-                line, frame = returned_at[-1] if returned_at else (code.co_firstlineno, None)
-                condition = _condition_before(filename, line)
-                category, text, setter = _explain(condition, frame, node)
-                decisions[origin] = CpuDecision(
-                    origin, _op_name(node.target), category, f"{_READABLE[category]} ({text})",
-                    f"{short_file}:{line}" + (f" after {setter}" if setter else ""))
-            else:
-                decisions[origin] = CpuDecision(
-                    origin, _op_name(node.target), "lowered",
-                    f"lowered to {_op_name(spec.op)}", f"{short_file}:{code.co_firstlineno}")
-            return spec
-
-        return recording_substitution
-
-    for target, substitution in upstream.items():
-        AtenToCortexMPass._DIALECT_SUBSTITUTIONS[target] = wrap(substitution)
-    try:
+    with upstream_cortex_m.substitutions_observed(record):
         yield decisions
-    finally:
-        AtenToCortexMPass._DIALECT_SUBSTITUTIONS.clear()
-        AtenToCortexMPass._DIALECT_SUBSTITUTIONS.update(upstream)
 
 
 def has_cmsis_substitution(target) -> bool:
-    from executorch.backends.cortex_m.passes.aten_to_cortex_m_pass import AtenToCortexMPass
-
-    return target in AtenToCortexMPass._DIALECT_SUBSTITUTIONS
+    return upstream_cortex_m.has_substitution(target)
 
 
 _COMPARISONS = {"gt": math.floor, "le": math.floor, "ge": math.ceil, "lt": math.ceil}

@@ -2,12 +2,13 @@
 flags a device fault, with the text a user reads.
 
 One entry per check, as Vela's operator-support constraints are one function each: the plan
-(orchestrator/placement.py), the device checks (kernels/) and the generated
-partitioners/REASONS.md all read it, so one rule never has two messages. Where an upstream
-check decided (the Ethos-U partitioner's operator-support checks, a Cortex-M substitution that
-returned None), the entry says so and the upstream message is carried verbatim as `{message}`;
-where that upstream check lives (file and line) goes to `Reason.debug`, never into the text, so
-plan.json does not change with unrelated upstream edits.
+(orchestrator/placement.py), the device checks and the twin's kernels (kernels/) and the
+generated partitioners/REASONS.md all read it, so one rule never has two messages. The
+device-fault entries are written in kernels/faults.py, beside their checks, and registered
+here. Where an upstream check decided (the Ethos-U partitioner's operator-support checks, a
+Cortex-M substitution that returned None), the entry says so and the upstream message is carried
+verbatim as `{message}`; where that upstream check lives (file and line) goes to `Reason.debug`,
+never into the text, so plan.json does not change with unrelated upstream edits.
 
 `python -m partitioners.reasons` prints the catalogue as Markdown (REASONS.md is that output).
 """
@@ -15,6 +16,8 @@ plan.json does not change with unrelated upstream edits.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from kernels.faults import DEVICE_FAULTS
 
 KINDS = ("not-npu", "not-cmsis-nn", "device-fault")
 
@@ -76,26 +79,10 @@ _entry("cmsis-substitution-not-applied", "not-cmsis-nn", "AtenToCortexMPass",
 _entry("no-cmsis-kernel", "not-cmsis-nn", "AtenToCortexMPass",
        "no CMSIS-NN kernel for {op}: ExecuTorch's Cortex-M backend registers no substitution "
        "for it, so the portable kernel runs")
-# Faults the device runtime would hit
-_entry("missing-kernel", "device-fault", "device kernel libraries (kernels/device_ops.py)",
-       "no kernel for {op} in the libraries the device runner links (portable, quantized, "
-       "Cortex-M): the program fails to load (Missing operator) unless the firmware adds one")
-_entry("dim-order-family", "device-fault",
-       "portable kernel dim-order check (tensors_have_same_dim_order)",
-       "{op} needs all tensors contiguous or all channels-last; got {orders}: the kernel "
-       "returns InvalidArgument on the device")
-_entry("layout-nhwc-read", "device-fault", "CMSIS-NN layout rule (kernels/layout_checks.py)",
-       "{op} reads its input as NHWC, but {tensor} has dim_order {order}: the kernel computes "
-       "on reinterpreted bytes")
-_entry("layout-raw-lockstep", "device-fault", "CMSIS-NN layout rule (kernels/layout_checks.py)",
-       "{op} walks {tensor} (dim_order {order}) in lockstep with its output (dim_order "
-       "{out_order}): the elements it pairs are not the ones the model pairs")
-_entry("layout-view", "device-fault", "portable view_copy (kernels/layout_checks.py)",
-       "{op} copies the bytes of {tensor} (dim_order {order}) as if contiguous: the view holds "
-       "the elements in another order")
-_entry("layout-raw-walk", "device-fault", "portable kernel layout rule (kernels/layout_checks.py)",
-       "{op} walks the raw bytes of {tensor} (dim_order {order}) by its sizes: it moves the wrong "
-       "elements")
+# Faults the device runtime would hit: worded beside their checks in kernels/faults.py (kernels/
+# sits below partitioners/, and the twin's kernels word their faults with the same entries).
+for _fault in DEVICE_FAULTS:
+    _entry(_fault.key, "device-fault", _fault.decided_by, _fault.template)
 
 
 def because(key: str, value: str = "", debug: str = "", **fields) -> Reason:

@@ -1,19 +1,50 @@
-"""Adapter: every touch of the Cortex-M backend's private names, in one place, with a version guard.
+"""Adapter: every touch of the Cortex-M backend's private names and internals, in one place, with
+a version guard.
 
-`AtenToCortexMPass._DIALECT_SUBSTITUTIONS` (aten op -> substitution function that returns a
-CMSIS-NN-backed node or None) is the only record of which aten ops have a CMSIS-NN kernel and of
-the conditions each substitution checks; it has no public accessor.
+- `AtenToCortexMPass._DIALECT_SUBSTITUTIONS` (aten op -> substitution function that returns a
+  CMSIS-NN-backed node or None) is the only record of which aten ops have a CMSIS-NN kernel and
+  of the conditions each substitution checks; it has no public accessor.
+- Upstream records no reason when a substitution returns None. `substitutions_observed` runs
+  the unchanged functions under a profiler and, when one returns None, reads the `return None`
+  it took and the `if` just above it from upstream's source (linecache); of a condition
+  `a or b` it keeps the operands that held in the function's own frame. The reason is the
+  source of the check that decided, not a guess made afterwards.
+- When that operand is a flag a quantizer-time check left in `node.meta` (ExecuTorch 1.5.1:
+  `CortexMMaxPool2DCheck` tags a ceil_mode or dilated max-pool `skip_quantized_max_pool2d` and
+  keeps its qparams, so `input_qparams is None or <flag>` would otherwise read as "not
+  quantized"), the check's `check_pattern` is replayed on the node under a line tracer and its
+  own condition is named.
+
+This leans on upstream's source layout: every `return None` of a substitution sits under an
+`if` a few lines above it, and the checker sets its flag under an `if`. `contract()` reports
+both, and tests/test_upstream_adapters.py checks them without compiling.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import importlib
 import inspect
+import linecache
+import re
+import sys
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from partitioners.upstream_version import UpstreamVersionError, require  # noqa: F401
 
 SUPPORTED_EXECUTORCH = ("1.5.1",)
+
+# Flags a quantizer-time check leaves in `node.meta` for AtenToCortexMPass to read, and the check
+# that sets each: (module, class). Its `check_pattern(pattern)` sets the flag under a condition.
+FLAG_SETTERS = {
+    "skip_quantized_max_pool2d": ("executorch.backends.cortex_m.quantizer.pattern_checkers",
+                                  "CortexMMaxPool2DCheck"),
+}
+# How far above a `return None` its guarding `if` may start (the longest upstream condition
+# spans a few lines).
+_GUARD_SEARCH_LINES = 12
 
 
 def check_version() -> str:
@@ -48,7 +79,7 @@ def substituted_op_names() -> frozenset[str]:
 
 @contextlib.contextmanager
 def substitutions_wrapped(wrap: Callable[[Callable], Callable]) -> Iterator[None]:
-    """Replace every substitution `f` by `wrap(f)` meanwhile (how decisions are recorded)."""
+    """Replace every substitution `f` by `wrap(f)` meanwhile."""
     table = _table()
     upstream = dict(table)
     for target, substitution in upstream.items():
@@ -60,12 +91,234 @@ def substitutions_wrapped(wrap: Callable[[Callable], Callable]) -> Iterator[None
         table.update(upstream)
 
 
+@dataclass(frozen=True)
+class Lowered:
+    """A substitution returned a CMSIS-NN-backed node."""
+
+    op: str  # the cortex_m op it returned, e.g. "cortex_m.quantized_add.default"
+    where: str  # "file.py:line" of the substitution function
+
+
+@dataclass(frozen=True)
+class QuantizerFlag:
+    """The quantizer-time check behind a flag a substitution read."""
+
+    flag: str  # the `node.meta` flag, e.g. "skip_quantized_max_pool2d"
+    check: str  # the class of the check that set it, e.g. "CortexMMaxPool2DCheck"
+    held: tuple[str, ...]  # the operands of the check's condition that held (upstream source)
+    values: str  # "name=value, ..." of the plain locals they read
+    where: str  # "file.py:line" of that condition
+
+
+@dataclass(frozen=True)
+class Declined:
+    """A substitution returned None: which of its conditions held."""
+
+    held: tuple[str, ...]  # operands of the condition guarding the `return None` (upstream source)
+    values: str  # "name=value, ..." of the plain locals they read
+    where: str  # "file.py:line" of the `return None` taken
+    flag: QuantizerFlag | None = None  # when an operand that held is a quantizer check's flag
+
+
+@contextlib.contextmanager
+def substitutions_observed(observe: Callable[[object, Lowered | Declined], None]) -> Iterator[None]:
+    """Call `observe(node, outcome)` after every substitution AtenToCortexMPass runs meanwhile.
+
+    Not reentrant: an observed substitution observed again would profile the outer wrapper."""
+    with substitutions_wrapped(_observing(observe)):
+        yield
+
+
+def _observing(observe):
+    def wrap(substitution):
+        code = substitution.__code__
+        filename = inspect.getsourcefile(substitution) or code.co_filename
+        short_file = filename.rsplit("/", 1)[-1]
+
+        def observed_substitution(node, dialect_pass):
+            returned_at: list[tuple[int, tuple[dict, dict]]] = []
+
+            def profiler(frame, event, arg):
+                if event == "return" and frame.f_code is code:
+                    returned_at.append((frame.f_lineno, (frame.f_globals, dict(frame.f_locals))))
+
+            previous = sys.getprofile()
+            sys.setprofile(profiler)
+            try:
+                spec = substitution(node, dialect_pass)
+            finally:
+                sys.setprofile(previous)
+            if spec is None:
+                line, frame = returned_at[-1] if returned_at else (code.co_firstlineno, None)
+                observe(node, _declined(filename, line, frame, node))
+            else:
+                observe(node, Lowered(_name(spec.op), f"{short_file}:{code.co_firstlineno}"))
+            return spec
+
+        return observed_substitution
+
+    return wrap
+
+
+def _name(target) -> str:
+    return str(getattr(target, "__name__", target))
+
+
+def _declined(filename: str, line: int, frame, node) -> Declined:
+    where = f"{filename.rsplit('/', 1)[-1]}:{line}"
+    condition = _guarding_condition(filename, line)[1]
+    if frame is None:
+        return Declined((_expression(condition),), "", where)
+    f_globals, f_locals = frame
+    held = _held_parts(condition, f_globals, f_locals)
+    values = _values_of(held, f_locals)
+    for flag in FLAG_SETTERS:
+        if any(flag in part for part in held):
+            setter = _flag_setter(flag, node)
+            if setter is not None:
+                return Declined(tuple(held), values, where, setter)
+    return Declined(tuple(held), values, where)
+
+
+def _guarding_condition(filename: str, return_line: int) -> tuple[int, str]:
+    """(line, text) of the `if ...:` guarding a statement, read from upstream's source; the
+    statement itself when no `if` is found above it."""
+    for line_no in range(return_line - 1, max(return_line - _GUARD_SEARCH_LINES, 0), -1):
+        text = linecache.getline(filename, line_no).strip()
+        if text.startswith(("if ", "elif ", "or ", "and ")):
+            # Conditions can span lines: collect up to the colon that ends the `if`.
+            parts = [text]
+            nxt = line_no + 1
+            while not parts[-1].endswith(":") and nxt < return_line:
+                parts.append(linecache.getline(filename, nxt).strip())
+                nxt += 1
+            return line_no, " ".join(parts).rstrip(":")
+    return return_line, linecache.getline(filename, return_line).strip()
+
+
+def _expression(condition: str) -> str:
+    """The condition without its `if`/`elif` (or the `or`/`and` of a continuation line)."""
+    return re.sub(r"^(if|elif|or|and)\s+", "", condition.strip())
+
+
+def _held_parts(condition: str, f_globals: dict, f_locals: dict) -> list[str]:
+    """The operands of a top-level `or` in `condition` that are true in the frame that took the
+    `return None`: `a or b` fails for one reason, not both. The whole condition when it is no
+    disjunction or an operand cannot be re-evaluated."""
+    expression = _expression(condition)
+    try:
+        tree = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return [expression]
+    if not (isinstance(tree, ast.BoolOp) and isinstance(tree.op, ast.Or)):
+        return [expression]
+    held = []
+    for part in tree.values:
+        try:
+            value = eval(compile(ast.Expression(part), "<upstream condition>", "eval"),  # noqa: S307
+                         f_globals, dict(f_locals))
+        except Exception:  # noqa: BLE001 - upstream's names, not ours: keep the whole condition
+            return [expression]
+        if value:
+            held.append(ast.unparse(part))
+    return held or [expression]
+
+
+def _values_of(parts: list[str], f_locals: dict) -> str:
+    """`name=value` for the plain local names a condition reads (the node's kernel, stride ...)."""
+    names = []
+    for part in parts:
+        try:
+            tree = ast.parse(part, mode="eval")
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in f_locals and node.id not in names:
+                value = f_locals[node.id]
+                if isinstance(value, (bool, int, float, str, tuple, list)) or value is None:
+                    names.append(node.id)
+    return ", ".join(f"{n}={f_locals[n]!r}" for n in names)
+
+
+def _flag_checker(flag: str):
+    module_name, class_name = FLAG_SETTERS[flag]
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def _flag_setter(flag: str, node) -> QuantizerFlag | None:
+    """The quantizer check that set `flag` on `node`, found by replaying its `check_pattern`
+    under a line tracer: the first line that names the flag, and the `if` guarding it."""
+    checker = _flag_checker(flag)
+    code = checker.check_pattern.__func__.__code__
+    filename = inspect.getsourcefile(checker.check_pattern) or code.co_filename
+    found: list = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+        if event == "line" and not found and flag in linecache.getline(filename, frame.f_lineno):
+            found.append((frame.f_lineno, dict(frame.f_globals), dict(frame.f_locals)))
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        checker.check_pattern([node])  # sets a flag the node already carries: idempotent
+    except Exception:  # noqa: BLE001 - the replay explains; it must never break the compile
+        return None
+    finally:
+        sys.settrace(previous)
+    if not found:
+        return None
+    line, f_globals, f_locals = found[0]
+    line, condition = _guarding_condition(filename, line)
+    held = _held_parts(condition, f_globals, f_locals)
+    return QuantizerFlag(flag, checker.__name__, tuple(held), _values_of(held, f_locals),
+                         f"{filename.rsplit('/', 1)[-1]}:{line}")
+
+
+def _guards_of_return_none(function) -> list[tuple[str, str]]:
+    """("file.py:line", guarding condition or "") for every `return None` in `function`'s source."""
+    filename = inspect.getsourcefile(function)
+    lines, first = inspect.getsourcelines(function)
+    guards = []
+    for offset, text in enumerate(lines):
+        if text.strip() == "return None":
+            line = first + offset
+            guard_line, condition = _guarding_condition(filename, line)
+            guards.append((f"{filename.rsplit('/', 1)[-1]}:{line}",
+                           _expression(condition) if guard_line != line else ""))
+    return guards
+
+
 def contract() -> dict[str, object]:
+    """The upstream names, signatures and source lines this adapter relies on (for the contract
+    test)."""
     from executorch.backends.cortex_m.passes.aten_to_cortex_m_pass import AtenToCortexMPass
 
     table = AtenToCortexMPass._DIALECT_SUBSTITUTIONS
+    functions = {f.__name__: f for f in table.values()}
     first = next(iter(table.values()))
+    returns = {name: _guards_of_return_none(f) for name, f in sorted(functions.items())
+               if inspect.isfunction(f)}
+    setters = {}
+    for flag in FLAG_SETTERS:
+        checker = _flag_checker(flag)
+        source_lines, start = inspect.getsourcelines(checker.check_pattern)
+        filename = inspect.getsourcefile(checker.check_pattern)
+        setting = [start + i for i, text in enumerate(source_lines) if flag in text]
+        setters[flag] = {
+            "check": checker.__name__,
+            "check_pattern": list(inspect.signature(checker.check_pattern).parameters),
+            "sets it under": (_expression(_guarding_condition(filename, setting[0])[1])
+                              if setting else None),
+            "read by": sorted(name for name, f in functions.items()
+                              if inspect.isfunction(f) and flag in inspect.getsource(f)),
+        }
     return {
         "_DIALECT_SUBSTITUTIONS": isinstance(table, dict) and len(table) > 0,
         "substitution signature": list(inspect.signature(first).parameters),
+        "plain functions": all(inspect.isfunction(f) for f in table.values()),
+        "return None guards": returns,
+        "flag setters": setters,
     }

@@ -1,20 +1,12 @@
-"""The version guard every upstream adapter uses: an upgrade breaks loudly, in one place."""
+"""The version guard every upstream adapter uses: an upgrade breaks loudly, in one place.
+
+The guard lives in kernels/upstream_version.py (kernels/ sits below partitioners/ and has
+adapters of its own); this module re-exports it so the partitioners' and the orchestrator's
+adapters keep importing from here, with one guard and one error class for all of them.
+"""
 
 from __future__ import annotations
 
-from importlib import metadata
+from kernels.upstream_version import UpstreamVersionError, require
 
-
-class UpstreamVersionError(RuntimeError):
-    """The installed package is not one the adapter was checked against."""
-
-
-def require(package: str, supported: tuple[str, ...], adapter: str) -> str:
-    """The installed version of `package`; UpstreamVersionError naming `adapter` if unsupported."""
-    found = metadata.version(package)
-    if found not in supported:
-        raise UpstreamVersionError(
-            f"{package} {found} is installed; {adapter} was checked against "
-            f"{', '.join(supported)}: install {package}=={supported[-1]} or re-check the "
-            "adapter's contract tests (tests/test_upstream_adapters.py)")
-    return found
+__all__ = ["UpstreamVersionError", "require"]

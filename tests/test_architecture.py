@@ -78,15 +78,104 @@ def test_no_import_cycles():
     assert cycles == []
 
 
+def _calls(callee: str):
+    """(module, call node) of every call of `callee` (a name or an attribute) in the packages."""
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and callee in (getattr(node.func, "id", None),
+                                                         getattr(node.func, "attr", None)):
+                yield name, node
+
+
 def test_every_reason_comes_from_the_catalogue():
     """Only partitioners/reasons.py builds a Reason; everything else names a catalogue entry."""
-    modules = _modules()
-    builders = []
-    for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Reason":
-                builders.append(name)
-    assert set(builders) <= {"partitioners.reasons"}
+    builders = {name for name, _ in _calls("Reason")}
+    assert builders <= {"partitioners.reasons"}
+
+
+def _message(call: ast.Call, position: int):
+    return call.args[position] if len(call.args) > position else next(
+        (k.value for k in call.keywords if k.arg == "message"), None)
+
+
+def _from_catalogue(message) -> bool:
+    """`fault_text(...)`, or the `.message` of a KernelFault (whose own text is checked)."""
+    return ((isinstance(message, ast.Call) and getattr(message.func, "id", None) == "fault_text")
+            or (isinstance(message, ast.Attribute) and message.attr == "message"))
+
+
+def _free_fault_texts(calls) -> list[str]:
+    """The KernelFault / DeviceFault calls whose message is not a catalogue text."""
+    free = []
+    for name, call in calls:
+        callee = getattr(call.func, "id", None) or getattr(call.func, "attr", None)
+        if callee == "KernelFault":
+            message = _message(call, 2)
+            ok = isinstance(message, ast.Call) and getattr(message.func, "id", None) == "fault_text"
+        else:  # the twin's DeviceFault(instruction, op, check, message, key)
+            ok = _from_catalogue(_message(call, 3))
+        if not ok:
+            free.append(f"{name}:{call.lineno}")
+    return free
+
+
+def test_every_device_fault_text_comes_from_the_catalogue():
+    """A twin kernel's KernelFault carries a catalogue entry's text (`fault_text`), and the twin's
+    DeviceFault a `fault_text` or a KernelFault's message, never a literal or f-string of its
+    own: the plan, the twin and REASONS.md read one text per rule."""
+    calls = [*_calls("KernelFault"), *_calls("DeviceFault")]
+    assert any(name == "orchestrator.twin" for name, _ in calls)
+    assert _free_fault_texts(calls) == []
+    entries = {name for name, _ in _calls("FaultEntry")}
+    assert entries <= {"kernels.faults"}
+
+
+def test_a_free_device_fault_text_is_caught():
+    source = """
+DeviceFault(1, op, "input type", f"input {slot} is {dtype}")
+DeviceFault(1, op, "output copy", "tensor bytes not divisible")
+DeviceFault(1, op, "output copy", message=text)
+KernelFault(op, "check", "free text")
+DeviceFault(1, op, fault.check, fault.message, fault.key)
+DeviceFault(1, op, "check", fault_text("transpose-rank", op=op, rank=5, max_rank=4))
+KernelFault(op, "check", fault_text("transpose-rank", op=op, rank=5, max_rank=4))
+"""
+    calls = [("snippet", node) for node in ast.walk(ast.parse(source))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
+                 "DeviceFault", "KernelFault")]
+    assert _free_fault_texts(calls) == ["snippet:2", "snippet:3", "snippet:4", "snippet:5"]
+
+
+def test_every_named_entry_is_in_the_catalogue():
+    """Each literal key handed to `because`, `fault_text` or `device_fault` is a catalogue entry,
+    so a typo fails here and not on the one model that reaches that branch."""
+    from partitioners.reasons import CATALOGUE
+
+    unknown = [f"{name}:{call.lineno} {call.args[0].value!r}"
+               for callee in ("because", "fault_text", "device_fault")
+               for name, call in _calls(callee)
+               if call.args and isinstance(call.args[0], ast.Constant)
+               and call.args[0].value not in CATALOGUE]
+    assert unknown == []
+
+
+def test_twin_faults_read_their_catalogue_entry():
+    """The twin's view_copy fault is the `default-dim-order` entry, filled with the call's values."""
+    import torch
+
+    from kernels.reference import RawTensor, execute
+    from partitioners.reasons import CATALOGUE
+
+    def raw(sizes, dim_order):
+        return RawTensor(torch.int8, sizes, dim_order, memoryview(bytearray(24)))
+
+    result = execute("aten::view_copy", "out", [raw((1, 2, 3, 4), (0, 2, 3, 1)), [1, 24],
+                                                raw((1, 24), (0, 1))])
+    (fault,) = result.faults
+    entry = CATALOGUE[fault.key]
+    assert (fault.key, entry.kind, fault.check) == (
+        "default-dim-order", "device-fault", "tensor_is_default_dim_order")
+    assert fault.message == entry.template.format(op="aten::view_copy.out", order=(0, 2, 3, 1))
 
 
 def test_the_reasons_document_is_generated_from_the_catalogue():

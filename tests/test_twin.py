@@ -29,7 +29,7 @@ def mixed_cpu_only(compiles) -> Path:
 
 @pytest.fixture(scope="module")
 def mixed_u55_nchw(tmp_path_factory) -> Path:
-    """`mixed` compiled the upstream way: NCHW export, boundary check off."""
+    """`mixed` compiled the upstream way: NCHW export, boundary check and legalization off."""
     from orchestrator.artifacts import write_outputs
     from orchestrator.pipeline import compile_model
     from orchestrator.sources import load_calibration, load_model
@@ -38,7 +38,7 @@ def mixed_u55_nchw(tmp_path_factory) -> Path:
     model = load_model("mixed")
     compiled = compile_model(model, load_calibration(None, model.example_inputs),
                              resolve_target("corstone300", npu=U55), channels_last=False,
-                             check_boundary_layouts=False)
+                             check_boundary_layouts=False, legalize=False)
     pte = tmp_path_factory.mktemp("nchw") / "mixed_nchw.pte"
     write_outputs(compiled, pte)
     return pte

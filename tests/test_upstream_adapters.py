@@ -60,17 +60,27 @@ def test_vela_compile_is_restored_after_the_wrapper():
 
 
 @pytest.mark.parametrize("module_name", ["partitioners.upstream_ethos_u", "partitioners.upstream_cortex_m",
-                                         "orchestrator.upstream_exir"])
+                                         "orchestrator.upstream_exir", "kernels.upstream_runtime"])
 def test_version_guard_names_the_supported_versions(module_name, monkeypatch):
     import importlib
 
     adapter = importlib.import_module(module_name)
     assert adapter.check_version() == metadata.version("executorch")
     monkeypatch.setattr(adapter, "SUPPORTED_EXECUTORCH", ("0.0.1",))
-    from partitioners.upstream_version import UpstreamVersionError
+    from kernels.upstream_version import UpstreamVersionError
 
     with pytest.raises(UpstreamVersionError, match=r"checked against 0\.0\.1"):
         adapter.check_version()
+
+
+def test_one_version_guard_for_every_adapter():
+    """partitioners/upstream_version.py re-exports the kernels guard: one function, one error
+    class, whichever package an adapter imports it from."""
+    from kernels import upstream_version as kernels_guard
+    from partitioners import upstream_version as partitioners_guard
+
+    assert partitioners_guard.require is kernels_guard.require
+    assert partitioners_guard.UpstreamVersionError is kernels_guard.UpstreamVersionError
 
 
 def test_cortex_m_adapter_contract():
@@ -89,3 +99,124 @@ def test_cortex_m_substitutions_are_restored_after_wrapping():
     with upstream_cortex_m.substitutions_wrapped(lambda f: "wrapped"):
         assert set(upstream_cortex_m.substitutions().values()) == {"wrapped"}
     assert upstream_cortex_m.substitutions() == before
+
+
+def test_cortex_m_reason_capture_contract():
+    """What the reason capture reads from upstream's source: every `return None` of a
+    substitution sits under an `if` the capture can find, and the max-pool checker sets the flag
+    the max-pool substitution reads under a condition of its own."""
+    from partitioners import upstream_cortex_m
+
+    contract = upstream_cortex_m.contract()
+    assert contract["plain functions"] is True  # the profiler matches their code objects
+    guards = contract["return None guards"]
+    assert [where for returns in guards.values() for where, condition in returns
+            if not condition] == []
+    assert [c for _, c in guards["_get_avg_pool2d_replacement"]] == [
+        "not _has_qparams(node)", "divisor_override is not None"]
+    assert ('input_qparams is None or cortex_m_meta.get("skip_quantized_max_pool2d", False)'
+            in [c for _, c in guards["_get_max_pool2d_replacement"]])
+    assert contract["flag setters"] == {"skip_quantized_max_pool2d": {
+        "check": "CortexMMaxPool2DCheck", "check_pattern": ["pattern"],
+        "sets it under": "dilation != (1, 1) or ceil_mode",
+        "read by": ["_get_max_pool2d_replacement"]}}
+
+
+@pytest.fixture(scope="module")
+def pools_edge():
+    """A factory of the smallest CPU-only edge program whose two pools CMSIS-NN declines:
+    a ceil_mode max-pool (quantized, but flagged by the quantizer) and an avg-pool with a
+    divisor_override (left unquantized by the quantizer)."""
+    import torch
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+    from executorch.exir import to_edge_transform_and_lower
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    class Pools(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.max_pool = torch.nn.MaxPool2d(2, ceil_mode=True)
+            self.avg_pool = torch.nn.AvgPool2d(2, divisor_override=3)
+
+        def forward(self, x):
+            return self.max_pool(x), self.avg_pool(x)
+
+    x = (torch.randn(1, 2, 5, 5, generator=torch.Generator().manual_seed(0)),)
+    prepared = prepare_pt2e(torch.export.export(Pools().eval(), x, strict=True)
+                            .module(check_guards=False), CortexMQuantizer())
+    prepared(*x)
+    quantized = torch.export.export(convert_pt2e(prepared), x, strict=True)
+
+    def edge():
+        return to_edge_transform_and_lower(quantized, compile_config=cortex_m_edge_compile_config())
+
+    return edge
+
+
+def test_cortex_m_capture_names_the_condition_that_declined(pools_edge):
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
+
+    from partitioners import upstream_cortex_m
+
+    before, outcomes = upstream_cortex_m.substitutions(), {}
+    with upstream_cortex_m.substitutions_observed(
+            lambda node, outcome: outcomes.setdefault(node.target.__name__, outcome)):
+        CortexMPassManager(pools_edge().exported_program(),
+                           target_config=CortexMTargetConfig.from_target_string("cortex-m55")
+                           ).transform()
+    max_pool = outcomes["aten.max_pool2d.default"]
+    assert isinstance(max_pool, upstream_cortex_m.Declined)
+    assert max_pool.held == ("cortex_m_meta.get('skip_quantized_max_pool2d', False)",)
+    assert (max_pool.flag.check, max_pool.flag.held, max_pool.flag.values) == (
+        "CortexMMaxPool2DCheck", ("ceil_mode",), "ceil_mode=True")
+    avg_pool = outcomes["aten.avg_pool2d.default"]
+    assert (avg_pool.held, avg_pool.flag) == (("not _has_qparams(node)",), None)
+    assert avg_pool.where.startswith("aten_to_cortex_m_pass.py:")
+    assert upstream_cortex_m.substitutions() == before
+
+
+def test_cortex_m_declines_become_the_cmsis_condition_reason(pools_edge):
+    from partitioners.cpu import route_to_cpu
+    from partitioners.reasons import CATALOGUE, because
+
+    _, decisions, _ = route_to_cpu(pools_edge(), "cortex-m55", legalize=False)
+    by_op = {d.aten_op: d for d in decisions.values()}
+    max_pool, avg_pool = by_op["aten.max_pool2d.default"], by_op["aten.avg_pool2d.default"]
+    assert (max_pool.category, max_pool.message) == (
+        "shape-limit", "shape/geometry outside what the CMSIS-NN kernel supports (`ceil_mode` "
+        "(ceil_mode=True): the quantizer's CortexMMaxPool2DCheck marks the node "
+        "`skip_quantized_max_pool2d`)")
+    assert (avg_pool.category, avg_pool.message) == (
+        "not-quantized", "not quantized: the node carries no input/output qparams, so no int8 "
+        "kernel applies (`not _has_qparams(node)`)")
+    reason = because("cmsis-condition", debug=max_pool.check, message=max_pool.message)
+    assert (reason.key, reason.check, reason.message) == (
+        "cmsis-condition", CATALOGUE["cmsis-condition"].decided_by, max_pool.message)
+    assert " after pattern_checkers.py:" in reason.debug  # upstream lines: debug, not the text
+
+
+def test_runtime_adapter_contract():
+    from kernels import upstream_runtime
+
+    contract = upstream_runtime.contract()
+    assert contract["_get_operator_names"] == []
+    assert contract["operator name form"] is True  # "aten::add.out"
+    assert contract["_get_registered_backend_names"] == []
+    assert contract["_load_for_executorch_from_buffer"][:4] == [
+        "buffer", "data_map_buffer", "enable_etdump", "debug_buffer_size"]
+    assert contract["deserialize_pte_binary"] == ["program_data"]
+    assert contract["PTEFile.program"] is True
+    # the twin refuses a program with data segments it does not load (orchestrator/twin.py)
+    assert {"program", "mutable_data", "named_data"} <= set(contract["PTEFile fields"])
+
+
+def test_runtime_adapter_lists_the_host_kernels():
+    from kernels import upstream_runtime
+
+    names = upstream_runtime.operator_names()
+    assert {"aten::add.out", "aten::view_copy.out"} <= names
+    # No portable kernel: the twin reports the device fault (tests/test_twin.py).
+    assert "aten::sort.values" not in names
+    assert isinstance(upstream_runtime.registered_backend_names(), frozenset)

@@ -213,3 +213,53 @@ def _assert_classified_one_line(error: BaseException) -> None:
     if classified is None:
         raise error
     assert "\n" not in str(classified).strip(), classified
+
+
+def test_an_unrolled_gru_is_one_flagged_line_with_its_steps_and_encoded_weights(compiles):
+    """torch.export unrolls the GRU over its 8 frames; on U55 Vela encodes every step's copy of
+    the weights. The plan says so in one line instead of 155 rows, and --all-rows lists them."""
+    from orchestrator.planner import make_plan
+
+    compiled, _ = compiles.get(model_spec("gru_kws"), "corstone300", "ethos-u55-128")
+    plan = make_plan(compiled)
+    (gru,) = plan.summary.recurrences
+    assert (gru.path, gru.type, gru.steps, gru.layers) == ("gru", "GRU", 8, 1)
+    assert gru.parameters == 3 * 16 * (10 + 16) + 2 * 3 * 16  # W_ih, W_hh, b_ih, b_hh
+    rows = [r for r in plan.rows if r.module == "gru"]
+    assert len(rows) == gru.rows > 8 * 10 and all(r.module_type == "GRU" for r in rows)
+    encoded = plan.estimates[0].weight_bytes
+    assert f"{encoded:,} B of encoded weights (vela)" in gru.stored
+    assert encoded > 4 * gru.parameters and "every unrolled step carries its own copy" in gru.stored
+    text = plan.to_text()
+    assert f"{gru.first_row}-{gru.last_row}" in text and "8 steps, " in text
+    assert "aten_sigmoid_default_3" not in text  # collapsed
+    assert "aten_sigmoid_default_3" in plan.to_text(all_rows=True)
+    groups = {g.path: g for g in plan.summary.modules}
+    assert groups["gru"].rows == gru.rows and groups["head"].macs == 16 * 12
+    data = plan.to_json()
+    assert data["summary"]["recurrences"][0]["steps"] == 8
+    assert {r["module"] for r in data["ops"]} >= {"gru", "head", ""}
+
+
+def test_a_cpu_only_gru_runs_on_the_device_kernels(compiles):
+    """The quantizer leaves a CPU-only GRU's gates in float; upstream keeps `aten.linear`,
+    which no device library implements. The compile rewrites it to the portable addmm on one
+    transposed weight per matrix (shared by all 8 steps); the program verifies."""
+    from orchestrator.planner import make_plan
+    from orchestrator.verification import verify
+
+    compiled, pte = compiles.get(model_spec("gru_kws"), *CPU_ONLY, write=True)
+    plan = make_plan(compiled)
+    assert plan.summary.device_faults == ()
+    ops = plan.summary.operators
+    assert "aten::linear.out" not in ops and "aten::addmm.out" in ops
+    graph = compiled.final_program.graph
+    transposes = [n for n in graph.nodes if "permute_copy" in str(n.target)
+                  and n.args[0].op == "placeholder"]
+    assert len(transposes) == 2  # W_ih once, W_hh once, not once per step
+    fixes = [w for w in compiled.workarounds if "no aten::linear kernel" in w.upstream]
+    assert len(fixes) == 9  # the input projection and 8 recurrent steps
+    report = verify(pte, samples=2)
+    assert report.passed, report.verdict
+    (gru,) = plan.summary.recurrences
+    assert gru.stored.startswith("its CPU weights are stored once")

@@ -1,10 +1,10 @@
 """One process's view of the host runtime: the library loaded into the wheel's ExecuTorch runtime,
 programs loaded by `executorch.extension.pybindings`, and runs with optional per-op outputs.
 
-Loading order matters: `portable_lib` is imported first so that its `libexecutorch.so` (the one
-holding the kernel and backend registries) is the one our library binds to; our library is then
-opened with RTLD_GLOBAL, which runs EthosUBackend.cpp's static registration, and the generated
-Cortex-M Kernel table is registered explicitly.
+Loading order matters: `portable_lib` is imported first (`upstream_runtime.load_runtime()`) so
+that its `libexecutorch.so` (the one holding the kernel and backend registries) is the one our
+library binds to; our library is then opened with RTLD_GLOBAL, which runs EthosUBackend.cpp's
+static registration, and the generated Cortex-M Kernel table is registered explicitly.
 
 Per-op outputs come from the runtime itself: a program loaded with ETDump enabled and a debug
 buffer records, after every instruction, the tensors its kernel wrote (the generated kernel
@@ -21,6 +21,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from kernels import upstream_runtime
 
 # ExecuTorch's ScalarType numbering (runtime/core/portable_type/scalar_type.h), as ETDump writes it.
 _SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16",
@@ -81,9 +83,7 @@ class RuntimeSession:
     an NpuRegions and must write the partition's outputs into region 1 (or raise)."""
 
     def __init__(self, library_path: str | Path):
-        from executorch.extension.pybindings import portable_lib
-
-        self._pl = portable_lib
+        upstream_runtime.load_runtime()
         try:
             self._lib = ctypes.CDLL(str(library_path), mode=ctypes.RTLD_GLOBAL)
         except OSError as error:
@@ -99,7 +99,7 @@ class RuntimeSession:
         if status != 0:
             raise LibraryError(f"registering the cortex_m kernels failed with runtime error "
                                f"{status:#x}")
-        if "EthosUBackend" not in portable_lib._get_registered_backend_names():
+        if "EthosUBackend" not in upstream_runtime.registered_backend_names():
             raise LibraryError("EthosUBackend did not register into the wheel's runtime")
         self.build_key = self._lib.orchestrate_host_build_key().decode()
         self.npu = None
@@ -137,7 +137,7 @@ class RuntimeSession:
             data = bytes(pte)
             try:
                 # The module reads the buffer in place without owning it: keep `data` alive.
-                module = self._pl._load_for_executorch_from_buffer(data)
+                module = upstream_runtime.load_from_buffer(data)
             except Exception as error:  # noqa: BLE001 - pybind raises RuntimeError and others
                 raise SessionError(f"the runtime refused the program: {error}") from None
             self._programs[key] = (data, module)
@@ -171,7 +171,7 @@ class RuntimeSession:
         outputs and every instruction's written tensors."""
         data = self._programs[key][0]
         try:
-            module = self._pl._load_for_executorch_from_buffer(
+            module = upstream_runtime.load_from_buffer(
                 data, enable_etdump=True, debug_buffer_size=DEBUG_BUFFER_BYTES)
         except Exception as error:  # noqa: BLE001
             raise SessionError(f"the runtime refused the program: {error}") from None

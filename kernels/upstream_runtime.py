@@ -1,0 +1,122 @@
+"""Adapter: every touch of the ExecuTorch runtime's private Python names from kernels/, in one
+place, with a version guard.
+
+- `executorch.extension.pybindings.portable_lib._get_operator_names()`: the kernels the host
+  runtime registered ("aten::add.out", ...), the only way to ask it; no public accessor.
+- `portable_lib._get_registered_backend_names()`: the delegate backends registered in the
+  process (the host runtime checks its EthosUBackend arrived).
+- `portable_lib._load_for_executorch_from_buffer(buffer, ...)`: the pybindings' loader of a
+  `.pte` held in memory.
+- `executorch.exir._serialize._program.deserialize_pte_binary`: the only reader of a `.pte` into
+  the schema's Program in Python, and of its mutable/named data segments (`PTEFile`);
+  orchestrator/upstream_exir.py has `deserialize_program` for orchestrator/, kernels/ may not
+  import it; the twin, which also needs the segments, uses `deserialize_pte` here.
+
+`tests/test_upstream_adapters.py` checks these names and signatures without compiling.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from kernels.upstream_version import UpstreamVersionError, require  # noqa: F401
+
+SUPPORTED_EXECUTORCH = ("1.5.1",)
+
+
+def check_version() -> str:
+    return require("executorch", SUPPORTED_EXECUTORCH, "kernels/upstream_runtime.py")
+
+
+def _portable_lib():
+    check_version()
+    from executorch.extension.pybindings import portable_lib
+
+    return portable_lib
+
+
+def load_runtime() -> None:
+    """Import the pybindings (after the version check), which loads the wheel's
+    `libexecutorch.so`: the kernel and backend registries a library opened afterwards with
+    RTLD_GLOBAL binds to (kernels/host_runtime/session.py)."""
+    _portable_lib()
+
+
+def operator_names() -> frozenset[str]:
+    """`ns::name.overload` of every kernel registered in the host runtime (portable library,
+    plus whatever else the process loaded)."""
+    return frozenset(_portable_lib()._get_operator_names())
+
+
+def registered_backend_names() -> frozenset[str]:
+    """The delegate backends registered in the host runtime, e.g. {"EthosUBackend", ...}."""
+    return frozenset(_portable_lib()._get_registered_backend_names())
+
+
+def load_from_buffer(buffer: bytes, **options):
+    """The pybindings module of a `.pte` in memory; it reads `buffer` in place: keep it alive.
+    `options`: enable_etdump, debug_buffer_size, ... as `_load_for_executorch_from_buffer` takes."""
+    return _portable_lib()._load_for_executorch_from_buffer(buffer, **options)
+
+
+@dataclass(frozen=True)
+class PteContents:
+    """A `.pte` as upstream's reader returns it: the schema Program and the data segments kept
+    outside it (falsy when the program has none)."""
+
+    program: object
+    mutable_data: object
+    named_data: object
+
+
+def deserialize_pte(pte_bytes: bytes) -> PteContents:
+    """The Program and the mutable/named data segments of a `.pte` (upstream's exceptions pass
+    through: anything it cannot parse raises)."""
+    check_version()
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    pte = deserialize_pte_binary(pte_bytes)
+    return PteContents(pte.program, pte.mutable_data, pte.named_data)
+
+
+def deserialize_program(pte_bytes: bytes):
+    """The schema Program (execution plans, delegates, constant buffers) of a `.pte`."""
+    return deserialize_pte(pte_bytes).program
+
+
+def _pybind_parameters(function) -> list[str]:
+    """Parameter names from a pybind11 docstring: `name(a: int, b: bytes = None) -> list`."""
+    first = (function.__doc__ or "").strip().splitlines()[0] if function.__doc__ else ""
+    inside = first[first.find("(") + 1:first.rfind(")")] if "(" in first else ""
+    names, depth, current = [], 0, ""
+    for char in inside:
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if char == "," and depth == 0:
+            names.append(current)
+            current = ""
+        else:
+            current += char
+    names.append(current)
+    return [n.split(":")[0].split("=")[0].strip() for n in names if n.strip()]
+
+
+def contract() -> dict[str, object]:
+    """The upstream names and signatures this adapter relies on (for the contract test)."""
+    from executorch.exir._serialize import _program
+    from executorch.extension.pybindings import portable_lib
+
+    names = portable_lib._get_operator_names()
+    return {
+        "_get_operator_names": _pybind_parameters(portable_lib._get_operator_names),
+        "operator name form": isinstance(names, list) and all(
+            isinstance(n, str) and "::" in n for n in names),
+        "_get_registered_backend_names": _pybind_parameters(
+            portable_lib._get_registered_backend_names),
+        "_load_for_executorch_from_buffer": _pybind_parameters(
+            portable_lib._load_for_executorch_from_buffer),
+        "deserialize_pte_binary": list(inspect.signature(_program.deserialize_pte_binary).parameters),
+        "PTEFile.program": "program" in getattr(_program.PTEFile, "__dataclass_fields__", {}),
+        "PTEFile fields": list(getattr(_program.PTEFile, "__dataclass_fields__", {})),
+    }

@@ -1,0 +1,182 @@
+"""`sweep --executor ray[:ADDRESS]`: a sweep's configurations as Ray tasks, rows in job order.
+
+`ray` starts a Ray instance on this machine for the sweep (`workers` CPUs, default the
+machine's cores) and stops it after; `ray:ADDRESS` connects to a running cluster (`ray:auto`
+for the one `ray start` last started here, `ray:HOST:PORT` for its head, `ray:ray://HOST:PORT`
+for a Ray Client server), where the cluster's CPUs decide how many configurations compile at
+once (`workers`, when given, caps it). A process already connected to Ray (`ray.init` called)
+runs the tasks on that connection. Each task calls the same `sweep.run_job` a local worker
+calls, so every row is the one a local sweep computes.
+
+What a worker needs, and how it gets it:
+
+- the package: the tasks reference `orchestrator` by module, and no working directory is
+  shipped, so every node's Python must import the same version of `orchestrate` (on this
+  machine a `ray start` from this venv uses this venv; on a remote cluster, install the
+  package with `pip install 'orchestrate[ray]'` on every node);
+- the files a job names (a model `.py`, a `.pt2`, calibration, a platform YAML, a policy): a
+  task runs in the sweep's working directory when that folder exists on its node, so relative
+  paths mean what they mean here; on a multi-machine cluster, give paths on a shared filesystem;
+- the capture/quantization cache (orchestrator/cache.py): this process's resolved cache folder
+  (or `off`) is passed to every task as `ORCHESTRATE_CACHE` (and `ORCHESTRATE_CACHE_DIR` when
+  set), so all workers read and write the same content-addressed entries; on a multi-machine
+  cluster that folder must be a shared filesystem mounted at the same path on every node,
+  otherwise each node fills a cache of its own;
+- the host numerics (orchestrator/numerics.py): a task imports `orchestrator` before anything
+  computes, which pins them, and the settings are also in the task's environment from process
+  start, so a worker whose torch was imported early computes the same scales.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import warnings
+
+from orchestrator import numerics
+from orchestrator.errors import UserError
+from orchestrator.sweep import SweepJob, SweepRow, _label, run_job
+
+MISSING_RAY = "sweep --executor ray needs Ray: pip install 'orchestrate[ray]'"
+# Seconds to wait for a cluster's head to accept a connection: Ray itself retries an
+# unreachable GCS for many minutes (seen here: still retrying after 8 min) before failing.
+CONNECT_TIMEOUT_SECONDS = 5.0
+# The object store holds only the rows (a few hundred bytes each); Ray's default reserves
+# 30% of the machine's memory in /dev/shm.
+LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
+
+
+def import_ray():
+    """The `ray` module, or the one-line UserError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError(MISSING_RAY) from None
+    return ray
+
+
+def worker_env() -> dict[str, str]:
+    """The environment every task runs with: this process's cache folder and host numerics."""
+    from orchestrator import cache
+
+    folder = cache.cache_dir()
+    env = dict(numerics.SETTINGS)
+    env["ORCHESTRATE_CACHE"] = "off" if folder is None else str(folder.expanduser().absolute())
+    if os.environ.get("ORCHESTRATE_CACHE_DIR"):
+        env["ORCHESTRATE_CACHE_DIR"] = os.path.abspath(
+            os.path.expanduser(os.environ["ORCHESTRATE_CACHE_DIR"]))
+    return env
+
+
+def sweep_on_ray(jobs: list[SweepJob], address: str | None, workers: int | None,
+                 progress=None) -> tuple[SweepRow, ...]:
+    """Run every job as a Ray task on the cluster at `address` (None: a Ray instance started
+    here with `workers` CPUs), at most `workers` at once when given; rows in job order.
+
+    `progress(label, event, seconds)` hears each configuration finish, in finishing order. A
+    job's error is raised as the worker raised it (a bad model is the same UserError as in a
+    local sweep); the other tasks are cancelled."""
+    ray = import_ray()
+    if not jobs:
+        return ()
+    connected_here = not ray.is_initialized()
+    if connected_here:
+        _connect(ray, address, workers or min(os.cpu_count() or 1, len(jobs)))
+    try:
+        return _run(ray, jobs, workers, progress)
+    finally:
+        if connected_here:
+            ray.shutdown()
+
+
+def _connect(ray, address: str | None, cpus: int) -> None:
+    options = dict(log_to_driver=bool(os.environ.get("ORCHESTRATE_DEBUG")),
+                   logging_level=logging.WARNING)
+    if address is None:
+        # "local": a new instance even when RAY_ADDRESS or an earlier `ray start` names another.
+        options.update(address="local", num_cpus=cpus, include_dashboard=False,
+                       object_store_memory=LOCAL_OBJECT_STORE_BYTES)
+    else:
+        options.update(address=_reachable(ray, address))
+    with warnings.catch_warnings():
+        # Ray 2.52 warns on every init about a future change to GPU visibility; no GPUs here.
+        warnings.simplefilter("ignore", FutureWarning)
+        try:
+            ray.init(**options)
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            where = "a local Ray instance" if address is None else f"Ray at '{address}'"
+            raise UserError(f"could not start or join {where}: {_one_line(error)}") from None
+
+
+def _reachable(ray, address: str) -> str:
+    """`address` as ray.init takes it, once its head accepts a TCP connection."""
+    if address.startswith("ray://"):
+        resolved, target = address, address[len("ray://"):]
+    else:
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+
+        try:
+            # Resolves `auto` (RAY_ADDRESS, else the cluster `ray start` last started here)
+            # and `localhost`; a private function of Ray's, pinned by the `ray` extra.
+            resolved = target = canonicalize_bootstrap_address_or_die(address)
+        except (ConnectionError, ValueError) as error:
+            raise UserError(f"--executor ray:{address}: {_one_line(error)}; start a cluster "
+                            "with `ray start --head` or give ray:HOST:PORT") from None
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--executor ray:{address} is not HOST:PORT, e.g. ray:10.0.0.1:6379")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_SECONDS).close()
+    except OSError as error:
+        raise UserError(f"no Ray cluster answers at {target} ({error.strerror or error}); "
+                        "check the address, or start one there with `ray start --head`") from None
+    return resolved
+
+
+def _run(ray, jobs: list[SweepJob], workers: int | None, progress) -> tuple[SweepRow, ...]:
+    task = ray.remote(num_cpus=1)(_run_job_in).options(runtime_env={"env_vars": worker_env()})
+    folder = os.getcwd()
+    window = workers or len(jobs)
+    pending: dict = {}  # ObjectRef -> job index
+    rows: dict[int, SweepRow] = {}
+    submitted = 0
+    try:
+        while submitted < len(jobs) or pending:
+            while submitted < len(jobs) and len(pending) < window:
+                pending[task.remote(folder, jobs[submitted])] = submitted
+                submitted += 1
+            (ready,), _ = ray.wait(list(pending), num_returns=1)
+            index = pending.pop(ready)
+            rows[index] = _result(ray, ready)
+            if progress:
+                progress(_label(jobs[index]), "done", 0.0)
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+    return tuple(rows[i] for i in range(len(jobs)))
+
+
+def _result(ray, ref) -> SweepRow:
+    """The task's row, or the exception the job raised in its worker (not Ray's wrapper)."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as error:
+        cause = error.cause
+        while isinstance(cause, ray.exceptions.RayTaskError):
+            cause = cause.cause
+        if isinstance(cause, BaseException):
+            raise cause from error
+        raise
+
+
+def _run_job_in(folder: str, job: SweepJob) -> SweepRow:
+    """`run_job` in a Ray worker, from the sweep's working directory when this node has it."""
+    if os.path.isdir(folder):
+        os.chdir(folder)
+    return run_job(job)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300]
