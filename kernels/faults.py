@@ -3,10 +3,11 @@ kernels would fail on, in the words a user reads.
 
 They are written here, beside the checks that find them (kernels/device_ops.py,
 kernels/layout_checks.py, kernels/reference.py; the twin's EthosUBackend I/O checks in
-orchestrator/twin.py build theirs with kernels/reference.py's `device_fault`), because kernels/ sits below partitioners/
-(tests/test_architecture.py) and the twin's kernels word their faults with them.
+orchestrator/twin.py build theirs with kernels/reference.py's `device_fault`), because kernels/
+sits below partitioners/ (tests/test_architecture.py) and the twin's kernels word their faults
+with them.
 partitioners/reasons.py registers every entry in the one catalogue, so the plan, the twin and
-partitioners/REASONS.md read the same text; a `KernelFault` is built from `fault_text` only
+partitioners/REASONS.md read the same text; a `KernelFault` is built from `fault_text` only,
 and a twin `DeviceFault` from a catalogue text (tests/test_architecture.py checks both).
 """
 

@@ -15,6 +15,11 @@ CPU/NPU boundaries:
   (op_cat.cpp, op_split_with_sizes_copy.cpp): on a non-contiguous dim_order they move the wrong
   elements.
 
+Beside the layout rules, one shape rule the plan reads from the same findings: cortex_m::transpose
+refuses an input of rank 0 or above `kMaxSupportedDims` (op_transpose.cpp); its `transpose-rank`
+finding is a device fault, not a `layout-*` one, so the compile does not refuse it as a
+miscompile (the program fails on the device instead of computing wrong numbers).
+
 Each finding is (check, detail) data; partitioners/reasons.py words it.
 """
 
@@ -23,7 +28,8 @@ from __future__ import annotations
 import torch
 
 from kernels.catalogue import CHANNELS_LAST, CPU_KERNELS
-from kernels.reference import _RAW_CMSIS, layouts_differ
+from kernels.reference import (_RAW_CMSIS, TRANSPOSE_MAX_RANK, layouts_differ,
+                               transpose_rank_supported)
 
 _VIEWS = frozenset({"view_copy", "_unsafe_view", "view"})
 _RAW_WALK_PORTABLE = frozenset({"cat", "split_with_sizes_copy", "split_copy", "unbind_copy"})
@@ -56,7 +62,8 @@ def _tensor_inputs(node):
 
 
 def layout_findings(node: torch.fx.Node) -> list[tuple[str, dict]]:
-    """(check, fields) for every tensor of `node` laid out otherwise than its kernel reads it."""
+    """(check, fields) for every tensor of `node` laid out otherwise than its kernel reads it,
+    and for a cortex_m::transpose input of a rank the kernel refuses."""
     if node.op != "call_function":
         return []
     namespace, op = _parts(node)
@@ -77,6 +84,12 @@ def layout_findings(node: torch.fx.Node) -> list[tuple[str, dict]]:
                 findings.append(("layout-raw-lockstep", {
                     "op": f"cortex_m::{op}", "tensor": arg.name, "order": _order(t),
                     "out_order": _order(out)}))
+    if namespace == "cortex_m" and op == "transpose":
+        inputs = list(_tensor_inputs(node))
+        if inputs and not transpose_rank_supported(inputs[0][1].dim()):
+            findings.append(("transpose-rank", {"op": "cortex_m::transpose",
+                                                "rank": inputs[0][1].dim(),
+                                                "max_rank": TRANSPOSE_MAX_RANK}))
     if namespace == "aten" and (op in _VIEWS or op in _RAW_WALK_PORTABLE):
         for arg, t in _tensor_inputs(node):
             if layouts_differ(tuple(t.shape), _order(t), tuple(range(t.dim()))):

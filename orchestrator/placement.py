@@ -18,6 +18,7 @@ from kernels.layout_checks import layout_findings
 from orchestrator.structure import module_of
 from kernels.catalogue import CPU_KERNELS, cortex_m_op_name, specialised_function
 from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
+from partitioners.records import MOVED_OFF_CMSIS_KEY
 from partitioners.reasons import Reason, because  # noqa: F401 - Reason is part of the Plan
 
 PLACEMENTS = ("npu", "cmsis-nn", "portable")
@@ -186,7 +187,11 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
         else:
             placement = "portable"
             kernel = op_name(node.target)
-            reasons.append(_not_cmsis_reason(origin, node.target, decisions.get(origin), aten_target))
+            moved = node.meta.get(MOVED_OFF_CMSIS_KEY)
+            reasons.append(
+                because("cmsis-kernel-limit", op=op_name(aten_target or node.target),
+                        kernel=moved[0], limit=moved[1]) if moved else
+                _not_cmsis_reason(origin, node.target, decisions.get(origin), aten_target))
         current = describe(node)
         faults = (_dim_order_faults(node) if placement == "portable" else ()) + tuple(
             because(check, **fields) for check, fields in layout_findings(node))

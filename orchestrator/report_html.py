@@ -27,7 +27,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .note{color:#555;font-size:12px}
 """
 
-_SCRIPT = """
+_SCRIPT = r"""
 window.addEventListener('error', function (e) {
   document.body.dataset.errors = (document.body.dataset.errors || '') + e.message + ';';
 });

@@ -43,11 +43,11 @@ def with_forward(edge_manager, program):
 
 
 def deserialize_program(pte_bytes: bytes):
-    """The schema Program (execution plans, delegates, constant buffers) of a `.pte`."""
-    check_version()
-    from executorch.exir._serialize._program import deserialize_pte_binary
+    """The schema Program (execution plans, delegates, constant buffers) of a `.pte` (one
+    adapter reads `.pte` files: kernels/upstream_runtime.py)."""
+    from kernels.upstream_runtime import deserialize_program as read
 
-    return deserialize_pte_binary(pte_bytes).program
+    return read(pte_bytes)
 
 
 def contract() -> dict[str, object]:

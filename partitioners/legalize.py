@@ -37,7 +37,8 @@ import operator
 import torch
 
 from kernels.catalogue import CHANNELS_LAST
-from partitioners.records import ORIGIN_KEY, Workaround
+from kernels.reference import TRANSPOSE_MAX_RANK
+from partitioners.records import MOVED_OFF_CMSIS_KEY, ORIGIN_KEY, Workaround
 
 _SCALAR_OVERLOADS = {"add": "Scalar", "sub": "Scalar", "mul": "Scalar", "div": "Scalar",
                      "gt": "Scalar", "ge": "Scalar", "lt": "Scalar", "le": "Scalar",
@@ -241,7 +242,6 @@ def float_linear_via_matmul(program) -> list[Workaround]:
     return fixes
 
 
-CORTEX_M_TRANSPOSE_MAX_RANK = 4  # op_transpose.cpp: kMaxSupportedDims
 
 
 def wide_transpose_to_portable(program) -> list[Workaround]:
@@ -251,15 +251,18 @@ def wide_transpose_to_portable(program) -> list[Workaround]:
         if node.op != "call_function" or _target_parts(node)[:2] != ["cortex_m", "transpose"]:
             continue
         val = _val(node.args[0])
-        if val is None or val.dim() <= CORTEX_M_TRANSPOSE_MAX_RANK:
+        if val is None or val.dim() <= TRANSPOSE_MAX_RANK:
             continue
         node.target = _edge_op("permute_copy", "default")
+        node.meta[MOVED_OFF_CMSIS_KEY] = (
+            "cortex_m::transpose", f"rank {val.dim()} above op_transpose.cpp's "
+            f"kMaxSupportedDims = {TRANSPOSE_MAX_RANK}")
         fixes.append(Workaround(
             node.meta.get(ORIGIN_KEY, node.name),
             "ExecuTorch 1.5.1 Cortex-M pass (permute_copy substitution ignores the kernel's rank "
             "limit)",
             f"a rank-{val.dim()} int8 permute was routed to cortex_m::transpose, whose kernel "
-            f"refuses rank above {CORTEX_M_TRANSPOSE_MAX_RANK} at run time; it runs on the "
+            f"refuses rank above {TRANSPOSE_MAX_RANK} at run time; it runs on the "
             "portable permute_copy instead"))
     return fixes
 

@@ -76,6 +76,9 @@ _entry("left-out-of-partitions", "not-npu", "ethos-u partitioner",
 _entry("cmsis-condition", "not-cmsis-nn", "AtenToCortexMPass", "{message}")
 _entry("cmsis-substitution-not-applied", "not-cmsis-nn", "AtenToCortexMPass",
        "{op} has a CMSIS-NN substitution, but it was not applied")
+_entry("cmsis-kernel-limit", "not-cmsis-nn", "device legalization",
+       "{op} was routed to {kernel} by the Cortex-M passes, but that kernel refuses it on the "
+       "device ({limit}); the compile runs it on the portable kernel instead")
 _entry("no-cmsis-kernel", "not-cmsis-nn", "AtenToCortexMPass",
        "no CMSIS-NN kernel for {op}: ExecuTorch's Cortex-M backend registers no substitution "
        "for it, so the portable kernel runs")

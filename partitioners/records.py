@@ -9,6 +9,8 @@ import torch
 # Meta key holding a node's name before the Cortex-M passes rewrite it; the passes carry `meta`
 # across rewrites, so a CMSIS-NN decision can be joined back to the node the plan shows.
 ORIGIN_KEY = "orchestrate_origin"
+# Set by a legalization that moves a node off its CMSIS-NN kernel: (kernel, the limit it hit).
+MOVED_OFF_CMSIS_KEY = "orchestrate_moved_off_cmsis"
 
 
 def stamp_origins(graph_module: torch.fx.GraphModule) -> None:

@@ -48,10 +48,17 @@ class CompileCache:
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory):
     """A fresh capture/quantization cache per test session (orchestrator/cache.py): shared by
-    the session's compiles, never by a user's own cache or an earlier run."""
+    the session's compiles (and by every pytest-xdist worker of the session: their base temp
+    folders are siblings), never by a user's own cache or an earlier run. Entries are written
+    to a temporary folder and renamed, so workers racing on one key leave one whole entry."""
     import os
 
-    os.environ["ORCHESTRATE_CACHE"] = str(tmp_path_factory.mktemp("orchestrate-cache"))
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    cache = base / "orchestrate-cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    os.environ["ORCHESTRATE_CACHE"] = str(cache)
 
 
 @pytest.fixture(scope="session")

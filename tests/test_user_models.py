@@ -263,3 +263,28 @@ def test_a_cpu_only_gru_runs_on_the_device_kernels(compiles):
     assert report.passed, report.verdict
     (gru,) = plan.summary.recurrences
     assert gru.stored.startswith("its CPU weights are stored once")
+
+
+def test_a_cpu_only_shufflenet_gets_layout_copies_and_a_portable_5d_permute(compiles):
+    """Upstream leaves ShuffleNet's split/cat walking channels-last bytes and routes its rank-5
+    channel-shuffle permute to cortex_m::transpose, whose kernel refuses rank 5 (QEMU showed
+    "transpose_out: expected tensor rank in [1, 4], got 5"). The compile copies the split/cat
+    operands to the layout their kernels walk and runs the permute on the portable kernel; the
+    plan names why, and the program verifies."""
+    from orchestrator.planner import make_plan
+    from orchestrator.verification import verify
+
+    compiled, pte = compiles.get(model_spec("shufflenet_small"), *CPU_ONLY, write=True)
+    plan = make_plan(compiled)
+    assert plan.summary.device_faults == ()
+    permutes = [r for r in plan.rows if r.op.startswith("aten.permute_copy")
+                and len(r.output_shape) == 5]
+    assert permutes and all(r.placement == "portable" for r in permutes)
+    for row in permutes:
+        (limit,) = [x for x in row.reasons if x.key == "cmsis-kernel-limit"]
+        assert "cortex_m::transpose" in limit.message and "rank 5" in limit.message
+    copies = [w for w in compiled.workarounds if "a copy into the kernel's layout" in w.message]
+    assert any("split_with_sizes_copy" in w.message for w in copies)
+    assert any("aten::cat" in w.message for w in copies)
+    report = verify(pte, samples=2)
+    assert report.passed, report.verdict
