@@ -6,6 +6,8 @@ source names the estimator, so a report can say how much to trust a figure:
   model:<tier>      our CMSIS-NN cost model for the CPU's ISA tier (model:scalar|dsp|mve)
   model:portable    our cost model for ExecuTorch portable (float) kernels
   model:transition  our cost model for hidden CPU work (NPU invocation, boundary q/dq, copies)
+  model:memory      the CPU's reads of weights and activations at the speed of the region
+                    they are placed in (platform YAML `cpu_read`, each figure with its source)
   measured          timed on hardware or an FVP
 A sum over several sources keeps all of them, joined by '+', in first-seen order.
 """
@@ -16,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-_SOURCE_PART = re.compile(r"^(vela|measured|model:(scalar|dsp|mve|portable|transition))$")
+_SOURCE_PART = re.compile(r"^(vela|measured|model:(scalar|dsp|mve|portable|transition|memory))$")
 
 
 def _check_source(source: str) -> None:
@@ -25,7 +27,7 @@ def _check_source(source: str) -> None:
     if bad:
         raise ValueError(
             f"Cost source {source!r}: {bad} not one of vela, measured, model:scalar, model:dsp, "
-            "model:mve, model:portable, model:transition (joined by '+')"
+            "model:mve, model:portable, model:transition, model:memory (joined by '+')"
         )
 
 

@@ -344,14 +344,59 @@ def _float_cycles_per_element(data: CpuCostData, core: CoreFacts, kind: str) -> 
     return table[_float_mode(core)]
 
 
-def cmsis_nn_cost(op: OpShape, cpu: str, cpu_hz: int) -> Cost:
-    """Cost of `op` as a CMSIS-NN (int8) kernel on `cpu` (e.g. "cortex-m55") at cpu_hz."""
+@dataclass(frozen=True)
+class MemoryTimings:
+    """Where an op's weights and activations live, as CPU cycles per byte read on first touch
+    (platforms/memory_placement.py). None: no figure; the calibrated flash streaming rate
+    (weights) or nothing (activations) applies."""
+
+    weights_cycles_per_byte: float | None
+    arena_cycles_per_byte: float | None
+
+
+def calibrated_weight_cycles_per_byte(cpu: str) -> float:
+    """The calibrated flash streaming rate (cycles per weight byte) of `cpu`'s CMSIS-NN figures:
+    what a region without a `cpu_read` figure costs."""
+    data, _ = _core(cpu)
+    return 1.0 / data.cmsis_nn[cpu].weight_bytes_per_cycle
+
+
+def memory_cycles(op: OpShape, memory: MemoryTimings) -> float:
+    """Cycles to read the op's weights (once per inference) and its activations (in and out)
+    at the speed of their regions; 0 when both sit in zero-wait TCM."""
+    cycles = 0.0
+    if memory.weights_cycles_per_byte is not None and op.kind in MAC_KINDS:
+        cycles += op.weight_bytes * memory.weights_cycles_per_byte
+    if memory.arena_cycles_per_byte is not None:
+        cycles += (op.input_bytes + op.output_bytes) * memory.arena_cycles_per_byte
+    return cycles
+
+
+def _with_memory(cycles: float, streamed: float, op: OpShape, memory: MemoryTimings | None,
+                 source: str) -> tuple[float, str]:
+    """Swap the calibrated flash streaming term for the placed regions' read costs."""
+    if memory is None:
+        return cycles, source
+    if memory.weights_cycles_per_byte is not None:
+        cycles -= streamed
+    extra = memory_cycles(op, memory)
+    if extra or (memory.weights_cycles_per_byte is not None and streamed):
+        source += "+model:memory"
+    return cycles + extra, source
+
+
+def cmsis_nn_cost(op: OpShape, cpu: str, cpu_hz: int, memory: MemoryTimings | None = None) -> Cost:
+    """Cost of `op` as a CMSIS-NN (int8) kernel on `cpu` (e.g. "cortex-m55") at cpu_hz; with
+    `memory`, weights and activations are read at their regions' speed."""
     data, core = _core(cpu)
-    cycles = cmsis_nn_terms(op, cpu).cycles(data.cmsis_nn[cpu])
-    return Cost.from_cycles(cycles, cpu_hz, f"model:{core.tier}")
+    rates = data.cmsis_nn[cpu]
+    terms = cmsis_nn_terms(op, cpu)
+    cycles, source = _with_memory(terms.cycles(rates), terms.streamed_weight_bytes
+                                  / rates.weight_bytes_per_cycle, op, memory, f"model:{core.tier}")
+    return Cost.from_cycles(cycles, cpu_hz, source)
 
 
-def portable_cost(op: OpShape, cpu: str, cpu_hz: int) -> Cost:
+def portable_cost(op: OpShape, cpu: str, cpu_hz: int, memory: MemoryTimings | None = None) -> Cost:
     """Cost of `op` as an ExecuTorch portable (float) kernel between dequantize and quantize."""
     data, core = _core(cpu)
     rates = data.portable[cpu]
@@ -367,7 +412,8 @@ def portable_cost(op: OpShape, cpu: str, cpu_hz: int) -> Cost:
         + dequantized * _float_cycles_per_element(data, core, "dequantize")
         + op.output_bytes * _float_cycles_per_element(data, core, "quantize")
     )
-    return Cost.from_cycles(cycles, cpu_hz, "model:portable")
+    cycles, source = _with_memory(cycles, 0.0, op, memory, "model:portable")
+    return Cost.from_cycles(cycles, cpu_hz, source)
 
 
 def transition_cost(kind: str, cpu: str, cpu_hz: int, bytes_: int = 0) -> Cost:

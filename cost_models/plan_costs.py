@@ -4,7 +4,8 @@
   claims (rescales, layout ops Vela adds) go on the partition's invocation row, so the rows of a
   partition add up to Vela's own total for it.
 - NPU invocation: the remainder above plus the CPU-side driver cost (model:transition).
-- CMSIS-NN ops: the per-tier CPU model; boundary quantize/dequantize and layout copies: the
+- CMSIS-NN ops: the per-tier CPU model, with weights and activations read at the speed of the
+  regions the memory placement chose (model:memory); boundary quantize/dequantize and layout copies: the
   transition model; portable ops: the portable (float) model.
 Seconds use the target's clocks (platform YAML, overridable with --cpu-hz/--npu-hz).
 """
@@ -19,8 +20,9 @@ from cost_models.graph_shapes import numel
 from cost_models.npu import VelaPartitionEstimate, match_layers_to_ops
 
 
-def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate]):
-    """Return the rows with `cost` set. `estimates` maps NPU partition index to Vela's figures."""
+def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memory=None):
+    """Return the rows with `cost` set. `estimates` maps NPU partition index to Vela's figures;
+    `memory` (cost_models.cpu.MemoryTimings) charges CPU reads at the placed regions' speed."""
     npu_hz = target.npu_hz or 1
     cpu_hz = target.cpu_hz
     per_op: dict[int, dict[str, int]] = {}
@@ -55,9 +57,9 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate]):
             cost = transition_cost("layout_copy", target.cpu, cpu_hz,
                                    numel(row.output_shape) * width)
         elif row.info is not None and row.placement == "cmsis-nn":
-            cost = cmsis_nn_cost(row.info.op_shape, target.cpu, cpu_hz)
+            cost = cmsis_nn_cost(row.info.op_shape, target.cpu, cpu_hz, memory)
         elif row.info is not None:
-            cost = portable_cost(row.info.op_shape, target.cpu, cpu_hz)
+            cost = portable_cost(row.info.op_shape, target.cpu, cpu_hz, memory)
         costed.append(replace(row, cost=cost))
     return tuple(costed)
 

@@ -59,30 +59,43 @@ def _target(platform, npu, cpu, io, cpu_hz, npu_hz, policy):
     return target
 
 
-def _plan_under(loaded, samples, target, policy, runner_ops, progress):
+def _plan_under(loaded, samples, target, policy, runner_ops, progress, memory_policy=None):
     from orchestrator.pipeline import compile_model
     from orchestrator.planner import make_plan
 
     compiled = compile_model(loaded, samples, target, policy=policy, progress=progress)
-    return make_plan(compiled, runner_ops, progress)
+    return make_plan(compiled, runner_ops, progress, memory_policy)
+
+
+def _memory_policy(text):
+    from orchestrator.errors import UserError
+    from platforms import PlatformError
+    from platforms.memory_placement import MemoryPolicy, load_memory_policy
+
+    if isinstance(text, MemoryPolicy) or text is None:
+        return text
+    try:
+        return load_memory_policy(str(text))
+    except PlatformError as error:
+        raise UserError(str(error)) from None
 
 
 def plan(model: str, platform: str = "corstone300", npu: str | None = None,
          cpu: str | None = None, io: str = "float", calibration: str | None = None,
          cpu_hz: float | None = None, npu_hz: float | None = None,
          runner_ops: set[str] | None = None, policy=None, placement: str | None = None,
-         progress=None):
+         progress=None, memory_policy=None):
     """Compile `model` for the target and return its Plan (nothing is written).
 
     `policy`: a placement policy YAML path (partitioners/policy.py) or Policy; `placement`:
     "greedy" (default) or "cost" (orchestrator/cost_placement.py), overriding the policy's. With
     "cost", the returned Plan carries the decisions in `plan.cost_placement`."""
     return _planned(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, runner_ops,
-                    policy, placement, progress)
+                    policy, placement, progress, memory_policy)
 
 
 def _planned(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, runner_ops, policy,
-             placement, progress):
+             placement, progress, memory_policy=None):
     from dataclasses import replace
 
     from orchestrator.cost_placement import place_by_cost
@@ -95,12 +108,13 @@ def _planned(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, runner_
     if mode not in PLACEMENTS:
         raise UserError(f"--placement {mode!r} is not supported; use one of {', '.join(PLACEMENTS)}")
     target = _target(platform, npu, cpu, io, cpu_hz, npu_hz, policy)
+    memory = _memory_policy(memory_policy)
     loaded = load_model(model)
     samples = load_calibration(calibration, loaded.example_inputs)
     if mode == "greedy" or not target.npu:
-        return _plan_under(loaded, samples, target, policy, runner_ops, progress)
+        return _plan_under(loaded, samples, target, policy, runner_ops, progress, memory)
     chosen = place_by_cost(
-        lambda p: _plan_under(loaded, samples, target, p, runner_ops, progress), policy)
+        lambda p: _plan_under(loaded, samples, target, p, runner_ops, progress, memory), policy)
     return replace(chosen.chosen, cost_placement=chosen)
 
 
@@ -108,14 +122,14 @@ def compile(model: str, output, platform: str = "corstone300", npu: str | None =
             cpu: str | None = None, io: str = "float", calibration: str | None = None,
             cpu_hz: float | None = None, npu_hz: float | None = None,
             bundle: bool = False, policy=None, placement: str | None = None,
-            progress=None) -> CompileResult:
+            progress=None, memory_policy=None) -> CompileResult:
     """Compile `model` to `output` (.pte) with everything the CLI writes beside it."""
     from orchestrator.artifacts import check_outputs, write_outputs
 
     output = Path(output)
     check_outputs(output)
     made = _planned(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, None, policy,
-                    placement, progress)
+                    placement, progress, memory_policy)
     made.refuse_miscompiles()
     artifacts = write_outputs(made.compiled, output, made.artifact_files())
     if bundle:

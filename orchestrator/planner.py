@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, replace
 from cost_models.npu import VelaPartitionEstimate, read_vela_dir
 from cost_models.plan_costs import attach_costs
 from partitioners.npu import npu_delegates
-from orchestrator.errors import GateFailure
+from orchestrator.errors import GateFailure, UserError
+from platforms import PlatformError
 from orchestrator.pipeline import Stage, run_stages
 from orchestrator.placement import missing_kernel_faults
 from orchestrator.report import Summary, program_operators, summarize
@@ -92,6 +93,8 @@ class PlanState:
     estimates: dict = field(default_factory=dict)
     rows: tuple = ()
     summary: Summary | None = None
+    memory_policy: object = None  # platforms.memory_placement.MemoryPolicy (None: auto)
+    memory: object = None  # platforms.memory_placement.MemoryPlacement
 
 
 def _vela_stage(state: PlanState) -> PlanState:
@@ -106,16 +109,53 @@ def _device_faults_stage(state: PlanState) -> PlanState:
         compiled.placements, program_operators(compiled.executorch_program)))
 
 
+def _memory_stage(state: PlanState) -> PlanState:
+    """Regions for the image, the arena, the NPU scratch and the CPU weights (constant segment)."""
+    from cost_models.cpu import calibrated_weight_cycles_per_byte
+    from orchestrator.report import constant_segment_bytes
+    from platforms.memory_placement import MemoryPolicy, place_program
+
+    compiled = state.compiled
+    scratch = {k: e.scratch_bytes for k, e in state.estimates.items()}
+    largest = max(scratch.items(), key=lambda kv: kv[1]) if scratch else None
+    try:
+        memory = place_program(compiled.target.platform, len(compiled.pte_bytes),
+                               compiled.arena_bytes,
+                               constant_segment_bytes(compiled.executorch_program),
+                               largest, state.memory_policy or MemoryPolicy(),
+                               calibrated_weight_cycles_per_byte(compiled.target.cpu))
+    except PlatformError as error:
+        raise UserError(str(error)) from None
+    return replace(state, memory=memory)
+
+
 def _costs_stage(state: PlanState) -> PlanState:
-    """Cycles and time per row: Vela for NPU rows, our CPU models for the rest."""
-    return replace(state, rows=attach_costs(state.rows, state.compiled.target, state.estimates))
+    """Cycles and time per row: Vela for NPU rows, our CPU models for the rest, CPU reads at the
+    speed of the regions the memory stage chose."""
+    from cost_models.cpu import MemoryTimings
+
+    memory = state.memory
+    timings = MemoryTimings(memory.weights_cycles_per_byte, memory.arena_cycles_per_byte)
+    rows = attach_costs(state.rows, state.compiled.target, state.estimates, timings)
+    if memory.weights_copied:
+        # What the copy buys: the same rows with the weights read in place from the image.
+        image = next(r for r in state.compiled.target.platform.memories
+                     if r.name == memory.image_region)
+        in_place = attach_costs(state.rows, state.compiled.target, state.estimates,
+                                MemoryTimings(image.cpu_read_cycles_per_byte,
+                                              memory.arena_cycles_per_byte))
+        gains = [(a.name, b.cost.cycles - a.cost.cycles) for a, b in zip(rows, in_place)
+                 if a.cost is not None and b.cost is not None and b.cost.cycles > a.cost.cycles]
+        memory = replace(memory, gain_cycles=sum(g for _, g in gains),
+                         hottest=tuple(sorted(gains, key=lambda g: -g[1])[:3]))
+    return replace(state, rows=rows, memory=memory)
 
 
 def _summary_stage(state: PlanState) -> PlanState:
     """Coverage, partitions, latency, memory fit and runnability."""
     runner_ops = set(state.runner_ops) if state.runner_ops is not None else None
     return replace(state, summary=summarize(state.compiled, state.rows, state.estimates,
-                                            runner_ops))
+                                            runner_ops, state.memory))
 
 
 def _structure_stage(state: PlanState) -> PlanState:
@@ -130,17 +170,20 @@ def _structure_stage(state: PlanState) -> PlanState:
 PLAN_STAGES = (
     Stage("vela_estimates", _vela_stage),
     Stage("device_faults", _device_faults_stage),
+    Stage("memory", _memory_stage),
     Stage("costs", _costs_stage),
     Stage("summary", _summary_stage),
     Stage("structure", _structure_stage),
 )
 
 
-def make_plan(compiled, runner_ops: set[str] | None = None, progress=None) -> Plan:
-    """Run PLAN_STAGES on a compile (COMPILE_STAGES ran before)."""
+def make_plan(compiled, runner_ops: set[str] | None = None, progress=None,
+              memory_policy=None) -> Plan:
+    """Run PLAN_STAGES on a compile (COMPILE_STAGES ran before). `memory_policy`: a
+    platforms.memory_placement.MemoryPolicy (default auto)."""
     state = run_stages(PLAN_STAGES, PlanState(
-        compiled, frozenset(runner_ops) if runner_ops is not None else None),
-        {}, progress)
+        compiled, frozenset(runner_ops) if runner_ops is not None else None,
+        memory_policy=memory_policy), {}, progress)
     return Plan(compiled, state.rows, state.estimates, state.summary)
 
 

@@ -17,8 +17,7 @@ import torch
 from tabulate import tabulate
 
 from cost_models.graph_shapes import numel
-from platforms.memory_fit import MemoryUse, free_space  # noqa: F401 - MemoryUse is in Summary
-from platforms.memory_fit import place as place_in_memory
+from platforms.memory_fit import MemoryUse  # noqa: F401 - MemoryUse is in Summary
 
 SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = Path(__file__).with_name("plan.schema.json")
@@ -48,6 +47,7 @@ class Summary:
     npu_utilisation: dict  # partition -> MAC utilisation from Vela
     npu_traffic: dict  # partition -> memory -> bytes per inference, from Vela
     device_faults: tuple[str, ...]  # "row: message" for each op the device runtime would fail
+    placement: object = None  # platforms.memory_placement.MemoryPlacement
     modules: tuple = ()  # orchestrator.structure.ModuleGroup, rows by source module
     recurrences: tuple = ()  # orchestrator.structure.Recurrence, unrolled recurrent layers
 
@@ -104,7 +104,22 @@ def _cmsis_scratch_bytes(final_program) -> int:
     return total
 
 
-def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = None) -> Summary:
+CONSTANT_TENSOR_ALIGNMENT = 16  # exir/_serialize/_program.py ALIGNMENT, the serializer's default
+
+
+def constant_segment_bytes(executorch_program) -> int:
+    """Bytes of the program's constant segment: the CPU weights, as the runtime loads them
+    (one block; runtime/executor/program.cpp). The serializer packs `constant_buffer` entries
+    each padded to the alignment, the last one unpadded (_extract_constant_segment)."""
+    sizes = [len(b.storage) for b in getattr(executorch_program, "constant_buffer", ())]
+    if not any(sizes):
+        return 0
+    padded = [-(-n // CONSTANT_TENSOR_ALIGNMENT) * CONSTANT_TENSOR_ALIGNMENT for n in sizes[:-1]]
+    return sum(padded) + sizes[-1]
+
+
+def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = None,
+              placement=None) -> Summary:
     target = compiled.target
     ops = {p: 0 for p in ("npu", "cmsis-nn", "portable")}
     macs = {p: 0 for p in ("npu", "cmsis-nn", "portable")}
@@ -129,16 +144,15 @@ def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = Non
     # Each item goes into what the previous ones left. ExecuTorch's EthosUBackend.cpp takes a
     # delegate's scratch from the method's temp allocator on every call, and that allocator is
     # reset between instructions: the temp pool must hold the largest scratch, not their sum.
-    free = free_space(platform)
-    memory = [place_in_memory(platform, "weights", len(compiled.pte_bytes),
-                              ".pte (weights, code data)", "executorch", free,
-                              npu_reads=bool(scratch)),
-              place_in_memory(platform, "arena", arena, "executorch arena", "executorch", free)]
-    if scratch:
-        index, size = max(scratch.items(), key=lambda kv: kv[1])
-        memory.append(place_in_memory(
-            platform, "npu_scratch", size,
-            f"npu scratch (largest, p{index}; reused by all partitions)", "vela", free))
+    if placement is None:
+        from cost_models.cpu import calibrated_weight_cycles_per_byte
+        from platforms.memory_placement import MemoryPolicy, place_program
+
+        placement = place_program(platform, len(compiled.pte_bytes), arena,
+                                  constant_segment_bytes(compiled.executorch_program),
+                                  max(scratch.items(), key=lambda kv: kv[1]) if scratch else None,
+                                  MemoryPolicy(), calibrated_weight_cycles_per_byte(target.cpu))
+    memory = list(placement.items)
     operators = program_operators(compiled.executorch_program)
     missing = None
     if runner_ops is not None:
@@ -169,6 +183,7 @@ def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = Non
         npu_utilisation={k: e.utilisation(target.npu_macs or 1) for k, e in estimates.items()},
         npu_traffic={k: dict(e.traffic_bytes) for k, e in estimates.items()},
         device_faults=tuple(f"{r.name}: {f.message}" for r in rows for f in r.device_faults),
+        placement=placement,
     )
 
 
@@ -219,10 +234,12 @@ def _reasons(row) -> list[str]:
 _HIDDEN_LABEL = {"boundary-quantize": "quantize (edge)", "boundary-dequantize": "dequantize (edge)",
                  "layout": "layout copy", "npu-invocation": "NPU invocation"}
 _SOURCE_ABBREVIATION = {"vela": "V", "model:transition": "T", "model:portable": "P",
-                        "model:scalar": "S", "model:dsp": "D", "model:mve": "M", "measured": "meas"}
+                        "model:scalar": "S", "model:dsp": "D", "model:mve": "M", "measured": "meas",
+                        "model:memory": "R"}
 SOURCE_LEGEND = ("cost source: V = Vela estimate; M/D/S = orchestrate CMSIS-NN cost model for the "
                  "MVE/DSP/Scalar tier; P = portable-kernel model; T = transition model "
-                 "(cost_models/data/cpu_cost.yaml); nothing here is measured")
+                 "(cost_models/data/cpu_cost.yaml); R = reads at the placed region's speed "
+                 "(platform YAML cpu_read); nothing here is measured")
 
 
 def _short_source(source: str) -> str:
@@ -336,6 +353,7 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
                   if m.region else "no region may hold it")
         lines.append(f"  {m.item}: {m.bytes:,} B ({m.source}) -> {region}: {verdict}")
     lines.append(f"memory verdict: {'fits' if s.fits else 'DOES NOT FIT'} ({t.platform.name}, platform YAML)")
+    lines.extend(_placement_lines(s.placement, t))
     for w in compiled.workarounds:
         lines.append(f"workaround applied to {w.node}: {w.upstream}: {w.message}")
     lines.append(f"operators to register ({len(s.operators)}): "
@@ -350,6 +368,26 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
     if s.missing_operators is not None:
         lines.append("runner ops check: " + ("all present" if not s.missing_operators else
                                              "MISSING " + ", ".join(s.missing_operators)))
+    return lines
+
+
+def _placement_lines(p, target) -> list[str]:
+    if p is None:
+        return []
+    weights = p.weights_region or "-"
+    read = ("calibrated flash streaming rate" if p.weights_cycles_per_byte is None
+            else f"{p.weights_cycles_per_byte:g} cycles/B")
+    lines = [f"memory policy {p.policy.source}: CPU weights read from {weights} ({read}), "
+             f"activations from {p.arena_region or '-'}"
+             + (f" ({p.arena_cycles_per_byte:g} cycles/B)" if p.arena_cycles_per_byte is not None
+                else "")]
+    if p.weights_copied:
+        hottest = ", ".join(f"{name} -{cycles:,}" for name, cycles in p.hottest)
+        lines.append(
+            f"  weights copied {p.image_region} -> {weights} at boot: estimated -{p.gain_cycles:,} "
+            f"CPU cycles (-{p.gain_cycles / target.cpu_hz * 1e3:.3f} ms) per inference vs "
+            f"reading them in place (cost model; region read figures from the platform YAML); "
+            f"most gained: {hottest or '-'}")
     return lines
 
 
@@ -433,6 +471,18 @@ def to_json(compiled, rows, summary: Summary) -> dict:
             "ops": summary.ops, "macs": summary.macs,
             "npu_mac_coverage_pct": summary.npu_mac_coverage_pct,
             "modules": [dict(g.__dict__) for g in summary.modules],
+            "memory_placement": None if summary.placement is None else {
+                "policy": summary.placement.policy.to_json(),
+                "image_region": summary.placement.image_region,
+                "weights_region": summary.placement.weights_region,
+                "weights_cycles_per_byte": summary.placement.weights_cycles_per_byte,
+                "weights_read_source": summary.placement.weights_source,
+                "arena_region": summary.placement.arena_region,
+                "arena_cycles_per_byte": summary.placement.arena_cycles_per_byte,
+                "weights_copied": summary.placement.weights_copied,
+                "gain_cycles": summary.placement.gain_cycles,
+                "gain_source": "cost model (model:memory)",
+                "hottest": [list(h) for h in summary.placement.hottest]},
             "recurrences": [{**rec.__dict__, "text": rec.line()} for rec in summary.recurrences],
             "npu_partitions": summary.npu_partitions, "transitions": summary.transitions,
             "hidden_rows": summary.hidden_rows,

@@ -76,6 +76,10 @@ class MemoryRegion:
     npu_accessible: bool
     holds: frozenset[str]  # subset of MEMORY_USES that may be placed here
     source: str  # where the size and address come from
+    # CPU cycles per byte a kernel streams from here on first touch (0 for a zero-wait TCM);
+    # None: no timing declared, so the cost model keeps its calibrated flash streaming rate.
+    cpu_read_cycles_per_byte: float | None = None
+    cpu_read_source: str = ""
 
     def may_hold(self, use: str) -> bool:
         if use not in MEMORY_USES:
@@ -369,6 +373,19 @@ def _read_memories(reader: _Reader, document: dict) -> tuple[MemoryRegion, ...]:
         base_address = reader.get(entry, "base_address", int, where)
         if base_address < 0:
             raise reader.fail(f"{where}.base_address", f"must not be negative, got {base_address}")
+        read_cost, read_source = None, ""
+        if "cpu_read" in entry:
+            timing = reader.get(entry, "cpu_read", dict, where)
+            read_cost = reader.get(timing, "cycles_per_byte", (int, float), f"{where}.cpu_read")
+            if isinstance(read_cost, bool) or not (0 <= read_cost < 1e6):
+                raise reader.fail(f"{where}.cpu_read.cycles_per_byte",
+                                  f"must be a number of cycles from 0 up, got {read_cost!r}")
+            read_source = reader.get(timing, "source", str, f"{where}.cpu_read")
+            extra = sorted(set(timing) - {"cycles_per_byte", "source"})
+            if extra:
+                raise reader.fail(f"{where}.cpu_read.{extra[0]}",
+                                  "unknown key (allowed: cycles_per_byte, source)")
+            read_cost = float(read_cost)
         regions.append(
             MemoryRegion(
                 name=name,
@@ -378,6 +395,8 @@ def _read_memories(reader: _Reader, document: dict) -> tuple[MemoryRegion, ...]:
                 npu_accessible=reader.get(entry, "npu_accessible", bool, where),
                 holds=frozenset(holds),
                 source=reader.get(entry, "source", str, where),
+                cpu_read_cycles_per_byte=read_cost,
+                cpu_read_source=read_source,
             )
         )
     if not regions:

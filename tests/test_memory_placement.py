@@ -1,0 +1,103 @@
+"""Where buffers live changes what the CPU pays to read them (issue: flash and memory).
+
+The deep autoencoder is weight-bound (270 KB of fully-connected weights, 264k MACs): read in
+place from QSPI flash its estimate is dominated by streaming the weights; copied to DTCM at boot
+(the auto policy: DTCM has room) it is not. The plan names the region, the gain and its source.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.planner import make_plan
+from platforms.memory_placement import WEIGHTS_ITEM, MemoryPolicy, load_memory_policy
+from platforms.platform import PlatformError
+
+
+@pytest.fixture(scope="module")
+def autoencoder_m55(compiles):
+    compiled, _ = compiles.get("deep-autoencoder", "corstone300", "none", "cortex-m55")
+    return compiled
+
+
+def _fc(plan):
+    return next(r for r in plan.rows if r.name == "aten_linear_default")
+
+
+def test_a_weight_bound_estimate_follows_the_region_its_weights_are_read_from(
+        autoencoder_m55, tmp_path):
+    in_place = make_plan(autoencoder_m55, memory_policy=load_memory_policy("in-place"))
+    policy = tmp_path / "memory.yaml"
+    policy.write_text("weights: sram\n")
+    sram = make_plan(autoencoder_m55, memory_policy=load_memory_policy(str(policy)))
+    auto = make_plan(autoencoder_m55)
+    fc = {name: _fc(p).cost for name, p in (("flash", in_place), ("sram", sram), ("dtcm", auto))}
+    # 81,920 int8 weights + 512 B bias: flash at the calibrated 1/1.54 cycles/B, SRAM at the
+    # vela.ini-derived 1.125 cycles/B, DTCM (zero-wait) at 0.
+    assert fc["dtcm"].cycles < fc["flash"].cycles < fc["sram"].cycles
+    assert fc["sram"].cycles - fc["dtcm"].cycles == pytest.approx(82_432 * 1.125, abs=2)
+    assert fc["flash"].source == "model:mve" and fc["sram"].source == "model:mve+model:memory"
+    assert in_place.summary.placement.weights_region == "qspi_flash"
+    assert sram.summary.placement.weights_region == "sram"
+    assert auto.summary.latency_seconds < in_place.summary.latency_seconds \
+        < sram.summary.latency_seconds
+
+
+def test_auto_puts_the_weights_into_dtcm_when_it_has_room_and_names_the_gain(autoencoder_m55):
+    plan = make_plan(autoencoder_m55)
+    placement = plan.summary.placement
+    assert (placement.image_region, placement.weights_region) == ("qspi_flash", "dtcm")
+    item = next(m for m in plan.summary.memory if m.item == WEIGHTS_ITEM)
+    assert item.region == "dtcm" and item.fits and item.bytes >= 270_000
+    in_place = make_plan(autoencoder_m55, memory_policy=load_memory_policy("in-place"))
+    saved = round((in_place.summary.latency_seconds - plan.summary.latency_seconds)
+                  * plan.compiled.target.cpu_hz)
+    assert placement.gain_cycles == pytest.approx(saved, abs=len(plan.rows))
+    assert placement.hottest[0][0] in ("aten_linear_default", "aten_linear_default_9")
+    text = plan.to_text()
+    assert f"weights copied qspi_flash -> dtcm at boot: estimated -{placement.gain_cycles:,}" in text
+    assert "(cost model; region read figures from the platform YAML)" in text
+    data = plan.to_json()["summary"]
+    assert data["memory_placement"]["weights_region"] == "dtcm"
+    assert WEIGHTS_ITEM in [m["item"] for m in data["memory"]["items"]]
+    json.dumps(data)
+
+
+def test_weights_stay_in_place_when_no_faster_region_has_room(autoencoder_m55):
+    import dataclasses
+
+    platform = autoencoder_m55.target.platform
+    small = dataclasses.replace(platform, memories=tuple(
+        dataclasses.replace(m, size_bytes=64 * 1024) if m.kind in ("tcm", "sram") else m
+        for m in platform.memories))
+    compiled = dataclasses.replace(autoencoder_m55, target=dataclasses.replace(
+        autoencoder_m55.target, platform=small))
+    plan = make_plan(compiled)
+    assert plan.summary.placement.weights_region == "qspi_flash"
+    assert not plan.summary.placement.weights_copied
+    assert WEIGHTS_ITEM not in [m.item for m in plan.summary.memory]
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("weights: nowhere\n", "region 'nowhere' is not a memory of corstone300"),
+    ("weights: itcm\n", "itcm may not hold weights"),
+    ("speed: fast\n", "unknown key 'speed'"),
+])
+def test_a_bad_memory_policy_is_one_line_naming_it(autoencoder_m55, tmp_path, text, needle):
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    with pytest.raises(PlatformError, match=needle):
+        policy = load_memory_policy(str(path))
+        from platforms.memory_placement import place_program
+
+        place_program(autoencoder_m55.target.platform, 1000, 100, 100, None, policy)
+
+
+def test_memory_policy_cli_refuses_a_missing_file(capsys):
+    from orchestrator.cli import main
+
+    assert main(["plan", "mixed", "--memory-policy", "missing.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--memory-policy 'missing.yaml'" in err[0]
