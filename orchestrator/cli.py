@@ -77,6 +77,10 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--npu-hz", type=_clock_hz, help="override the platform NPU clock (Hz)")
     p.add_argument("--policy", help="placement policy YAML (force ops/nodes/modules to the CPU, "
                    "NPU, Vela config, clocks; see partitioners/policy.py)")
+    p.add_argument("--memory-policy", default="auto", metavar="auto|in-place|FILE",
+                   help="where buffers live: auto (default: CPU weights copied at boot to the "
+                   "fastest region with room), in-place (read from the .pte where it lies), or a "
+                   "YAML with weights: REGION and arena: REGION")
     p.add_argument("--placement", choices=("greedy", "cost"),
                    help="greedy: every op the NPU accepts goes there (default); cost: move NPU "
                    "islands to the CPU when the cost model says the program gets faster")
@@ -206,7 +210,7 @@ def _plan(args, runner_ops=None):
     try:
         plan = _planned(args.model, args.platform, args.npu, args.cpu, args.io, args.calibration,
                         args.cpu_hz, args.npu_hz, runner_ops, args.policy, args.placement,
-                        progress)
+                        progress, getattr(args, "memory_policy", None))
     finally:
         progress.finish()
     calibration = plan.compiled.calibration
@@ -513,6 +517,9 @@ def _verify_qemu(args, pte: Path) -> int:
     print(f"method: {METHOD} (Cortex-M55 + MVE on QEMU mps3-an547: ExecuTorch runtime, portable "
           "and CMSIS-NN kernels built for the M55; no Ethos-U, no timing)")
     print(result.summary())
+    if result.weights_region:
+        print(f"weights: constant segment ({result.weights_bytes:,} B) read from "
+              f"{result.weights_region} at {result.weights_address:#x}")
     for case in result.cases:
         count = f"{case.instructions:,} instructions" if case.instructions else "no count"
         print(f"  case {case.index}: {'PASS' if case.passed else 'FAIL'}, {count}")

@@ -9,7 +9,8 @@ $ORCHESTRATE_THIRD_PARTY). The linker script is generated from the platform YAML
 regions; `runner/firmware.yaml` says which regions hold code and data and what QEMU models.
 
 One firmware serves every program with the same operators: the harness writes a mailbox (where the
-image lies, which region holds the planned buffers, the tolerances) and the `.bpte` into memory
+image lies, which regions hold the planned buffers and the CPU weights, the tolerances) and the
+`.bpte` into memory
 with QEMU's `-device loader`, as the FVP's `--data FILE@ADDRESS` would. Builds are cached under
 $ORCHESTRATE_CACHE_DIR (default ~/.cache/orchestrate): objects by compiler, flags and source
 content, firmware by its objects and linker script, so only a new operator costs a compile.
@@ -68,9 +69,9 @@ _FIRMWARE_CONFIG = "firmware.yaml"
 _RECIPE_VERSION = "1"
 
 # Mirrors runner_mailbox_t in runner/board.h.
-_MAILBOX = struct.Struct("<IIII16s16sffI5I")
+_MAILBOX = struct.Struct("<IIII16s16sffI16sI")
 _MAILBOX_MAGIC = 0x4E55524F
-_MAILBOX_VERSION = 1
+_MAILBOX_VERSION = 2
 _IMAGE_ALIGNMENT = 64
 
 # The Ethos-U delegate's id as serialized in the program's backend_delegates table.
@@ -1025,6 +1026,11 @@ class QemuResult:
     trace: tuple[QemuTraceEntry, ...] = field(default=(), repr=False)
     method: str = METHOD
     placement: Mapping[str, str] = field(default_factory=dict)  # image/planned/runtime -> region
+    # Where the runner read the program's constant segment (the CPU weights) from, as it logged
+    # it: the region holding that address, the address, the bytes. None without a constant segment.
+    weights_region: str | None = None
+    weights_address: int | None = None
+    weights_bytes: int | None = None
 
     def summary(self) -> str:
         counted = (f", {self.instructions:,} instructions per inference (icount; not cycles)"
@@ -1047,6 +1053,8 @@ _ET_LOG_PREFIX = re.compile(r"^[DIWEF] \[executorch:[^\]]*\]\s*")
 _CASE_TICKS = re.compile(r"Inference\[(\d+)\]: (\d+) SysTick ticks")
 _CASE_RESULT = re.compile(r"BundleIO index\[(\d+)\] Test_result: (PASS|FAIL)")
 _CALIBRATION = re.compile(r"Calibration: (\d+) instructions in (\d+) SysTick ticks")
+_CONSTANT_SEGMENT = re.compile(
+    r"constant segment: (\d+) bytes (?:copied to (\S+)|read in place) at (0x[0-9a-fA-F]+)")
 _TRACE_TICKS = re.compile(
     r"Trace\[(\d+)\] instruction (\d+) (\w+) (\S+): (\d+) SysTick ticks \(kernel (\d+)\)")
 _TRACE_TENSOR = re.compile(
@@ -1063,7 +1071,8 @@ def program_has_ethos_u(image_path: str | Path) -> bool:
 
 
 def _plan_regions(operators_txt: Path) -> dict[str, str]:
-    """The regions the plan chose for the .pte and the arena (plan.json beside operators.txt)."""
+    """The regions the plan chose for the .pte ("image"), the arena ("planned") and the CPU
+    weights ("weights": the constant segment, copied at boot) in plan.json beside operators.txt."""
     plan_path = operators_txt.parent / "plan.json"
     chosen = {}
     if plan_path.is_file():
@@ -1074,6 +1083,8 @@ def _plan_regions(operators_txt: Path) -> dict[str, str]:
                 chosen["image"] = item["region"]
             elif "arena" in name and item.get("region"):
                 chosen["planned"] = item["region"]
+            elif name.startswith("cpu weights") and item.get("region"):
+                chosen["weights"] = item["region"]
     return chosen
 
 
@@ -1096,7 +1107,10 @@ def run_bpte_on_qemu(
     With `trace`, the result also holds each instruction's instructions and its outputs' CRC-32
     (`QemuResult.trace`), to find the first operator whose bytes differ from the host twin's.
     The .bpte goes where the plan put the .pte (plan.json beside operators.txt), the planned
-    buffers where it put the arena; tolerances 0 and 0 demand byte-equal outputs. Raises a
+    buffers where it put the arena, and the program's constant segment (the CPU weights) is copied
+    at boot to where it put the CPU weights when that is not the image's region
+    (`QemuResult.weights_region` says where the runner read them from); tolerances 0 and 0 demand
+    byte-equal outputs. Raises a
     QemuUnavailable ("not run: ...") when the check cannot run here, including for programs
     with Ethos-U delegates (QEMU has no Ethos-U; nothing is run)."""
     bpte_path, operators_txt = Path(bpte_path), Path(operators_txt)
@@ -1117,12 +1131,19 @@ def run_bpte_on_qemu(
     ram = {r.name for r in _ram_regions(platform, config)}
     if planned_region not in ram:
         planned_region = config.default_planned_region
+    weights_region = chosen.get("weights", image_region.name)
+    if weights_region != image_region.name and weights_region not in ram:
+        platform.memory(weights_region)  # raises PlatformError for a region the platform lacks
+        raise QemuUnavailable(
+            f"the plan puts the CPU weights in {weights_region}, which the runner cannot write on "
+            f"QEMU's {config.qemu_machine}; nothing was run"
+        )
     image_address = _image_address(platform, config, firmware, image_region, bpte_path.stat().st_size)
 
     mailbox = _MAILBOX.pack(
         _MAILBOX_MAGIC, _MAILBOX_VERSION, image_address, bpte_path.stat().st_size,
         planned_region.encode(), config.runtime_region.encode(), rtol, atol, max(1, repeats),
-        0, 0, 0, 0, 0,
+        b"" if weights_region == image_region.name else weights_region.encode(), 0,
     )
     with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
         mailbox_path = Path(folder) / "mailbox.bin"
@@ -1145,8 +1166,8 @@ def run_bpte_on_qemu(
         errors += [f"qemu: {line}" for line in qemu_errors.splitlines()]
     return _result(log, exit_code, errors, firmware, run_seconds,
                    {"image": image_region.name, "planned": planned_region,
-                    "runtime": config.runtime_region},
-                   image_address)
+                    "runtime": config.runtime_region, "weights": weights_region},
+                   image_address, platform)
 
 
 def _loader(path: Path, address: int) -> str:
@@ -1175,8 +1196,13 @@ def _image_address(platform: Platform, config: FirmwareConfig, firmware: Firmwar
 
 
 def _result(log: str, exit_code: int | None, errors: list[str], firmware: Firmware,
-            run_seconds: float, placement: dict[str, str], image_address: int) -> QemuResult:
+            run_seconds: float, placement: dict[str, str], image_address: int,
+            platform: Platform | None = None) -> QemuResult:
     parsed = parse_runner_log(log)
+    weights_region = weights_address = weights_bytes = None
+    if constants := _CONSTANT_SEGMENT.search(log):
+        weights_bytes, weights_address = int(constants[1]), int(constants[3], 16)
+        weights_region = _region_at(platform, weights_address) or constants[2]
     ratio = None
     if calibration := _CALIBRATION.search(log):
         instructions, ticks = int(calibration[1]), int(calibration[2])
@@ -1228,4 +1254,15 @@ def _result(log: str, exit_code: int | None, errors: list[str], firmware: Firmwa
         firmware=firmware,
         trace=tuple(trace),
         placement=MappingProxyType({**placement, "image_address": f"{image_address:#x}"}),
+        weights_region=weights_region,
+        weights_address=weights_address,
+        weights_bytes=weights_bytes,
     )
+
+
+def _region_at(platform: Platform | None, address: int) -> str | None:
+    """The platform region holding `address` (the firmware uses the platform YAML's addresses)."""
+    for region in platform.memories if platform is not None else ():
+        if region.base_address <= address < region.base_address + region.size_bytes:
+            return region.name
+    return None

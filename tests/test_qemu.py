@@ -8,6 +8,8 @@ platforms/qemu.py), so only the first session on a machine pays for the build.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from platforms.qemu import (
     NoEthosUInQemu,
     QemuNotFound,
     QemuUnavailable,
+    _plan_regions,
     build_firmware,
     find_qemu,
     find_third_party,
@@ -129,6 +132,68 @@ def test_the_bundle_and_arena_go_where_the_plan_put_them(ds_cnn_on_qemu):
     placement = ds_cnn_on_qemu.placement
     assert placement["image"] == "qspi_flash" and placement["image_address"] == "0x38000000"
     assert placement["planned"] == "dtcm"
+
+
+_CPU_WEIGHTS_ITEM = "cpu weights (constant segment, copied at boot)"
+_DTCM = range(0x30000000, 0x30080000)  # Corstone-300's DTCM, at the addresses the firmware uses
+
+
+def _with_cpu_weights_in(bpte: Path, region: str, weight_bytes: int, out_dir: Path) -> Path:
+    """A copy of `bpte` and its artifacts whose plan.json puts the CPU weights in `region`."""
+    copy = out_dir / bpte.name
+    shutil.copy(bpte, copy)
+    shutil.copytree(bpte.with_suffix(".artifacts"), copy.with_suffix(".artifacts"))
+    plan_path = copy.with_suffix(".artifacts") / "plan.json"
+    plan = json.loads(plan_path.read_text())
+    items = [item for item in plan["summary"]["memory"]["items"]
+             if not str(item.get("item", "")).startswith("cpu weights")]
+    items.append({"item": _CPU_WEIGHTS_ITEM, "bytes": weight_bytes, "source": "executorch",
+                  "region": region, "region_bytes": 524288, "fits": True})
+    plan["summary"]["memory"]["items"] = items
+    plan_path.write_text(json.dumps(plan, indent=1))
+    return copy
+
+
+_FLASH = range(0x38000000, 0x38800000)  # qspi_flash, where the image lies
+
+
+def _check_weights(result, region: str) -> None:
+    assert result.passed is True, result.summary() + "\n" + result.log
+    assert result.placement["weights"] == region
+    assert result.weights_region == region, result.log
+    assert result.weights_bytes and result.weights_bytes > 10_000, result.log
+    if region == "dtcm":
+        assert result.weights_address in _DTCM and result.weights_address % 16 == 0
+        assert f"bytes copied to dtcm at {result.weights_address:#010x}" in result.log
+    elif region == "qspi_flash":
+        assert result.weights_address in _FLASH
+        assert f"bytes read in place at {result.weights_address:#010x}" in result.log
+
+
+@needs_qemu
+def test_the_cpu_weights_go_where_the_plan_put_them(ds_cnn_bundle, ds_cnn_on_qemu, tmp_path):
+    """The compiled plan's placement (its `cpu weights` item, or none: in place in the image) and
+    one more run with the other of DTCM and the image's flash: the runner copies the constant
+    segment to DTCM at boot, or reads it where the image lies, and the outputs stay byte-exact."""
+    planned = _plan_regions(_operators_txt(ds_cnn_bundle)).get("weights", "qspi_flash")
+    _check_weights(ds_cnn_on_qemu, planned)
+    other = "qspi_flash" if planned == "dtcm" else "dtcm"
+    variant = _with_cpu_weights_in(ds_cnn_bundle, other, ds_cnn_on_qemu.weights_bytes, tmp_path)
+    result = run_bpte_on_qemu(variant, _operators_txt(variant), "corstone300")
+    assert result.firmware.cached and result.firmware.elf == ds_cnn_on_qemu.firmware.elf
+    _check_weights(result, other)
+    assert result.weights_bytes == ds_cnn_on_qemu.weights_bytes
+    assert len(result.cases) == 4
+
+
+def test_the_plan_names_the_weights_region(tmp_path):
+    (tmp_path / "plan.json").write_text(json.dumps({"summary": {"memory": {"items": [
+        {"item": ".pte (weights, code data)", "region": "qspi_flash"},
+        {"item": "arena", "region": "dtcm"},
+        {"item": _CPU_WEIGHTS_ITEM, "bytes": 1234, "region": "sram"},
+    ]}}}))
+    assert _plan_regions(tmp_path / "operators.txt") == {
+        "image": "qspi_flash", "planned": "dtcm", "weights": "sram"}
 
 
 def test_a_program_with_ethos_u_delegates_is_not_run(tmp_path):

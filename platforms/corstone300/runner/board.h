@@ -29,7 +29,7 @@ enum runner_exit_code {
 
 /* "ORUN" little-endian: the harness wrote a mailbox. */
 #define RUNNER_MAILBOX_MAGIC 0x4E55524Fu
-#define RUNNER_MAILBOX_VERSION 1u
+#define RUNNER_MAILBOX_VERSION 2u
 #define RUNNER_REGION_NAME_BYTES 16
 
 /* Written by the harness at the linker symbol __runner_mailbox; layout mirrored in
@@ -44,7 +44,10 @@ typedef struct {
   float rtol;              /* BundleIO tolerances; 0 and 0 compare exactly */
   float atol;
   uint32_t repeats;        /* inferences per test case; the counters report each */
-  uint32_t reserved[5];
+  /* Where the plan put the CPU weights (the program's constant segment): the runner copies the
+   * segment into this region's free part before the method loads. Empty: they stay in the image. */
+  char weights_region[RUNNER_REGION_NAME_BYTES];
+  uint32_t reserved[1];
 } runner_mailbox_t;
 
 extern volatile runner_mailbox_t __runner_mailbox;

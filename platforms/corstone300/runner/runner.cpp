@@ -6,7 +6,9 @@
  * Where things are comes from the mailbox (board.h) the harness wrote before reset: the image
  * (.bpte, or a plain .pte that is run once on zeroed inputs without a verdict), the region for
  * the memory-planned buffers (the region the plan chose for the arena) and the region for the
- * method and temp allocators. The free part of every region is known from the linker script.
+ * method and temp allocators, and the region for the CPU weights when the plan moved them out of
+ * the image (the constant segment is copied there at load). The free part of every region is
+ * known from the linker script.
  *
  * Log lines follow ExecuTorch's Arm executor runner (`TEST: BundleIO index[i] Test_result:
  * PASS`), so platforms/fvp.py reads them too.
@@ -33,6 +35,7 @@ using executorch::aten::Tensor;
 using executorch::extension::BufferDataLoader;
 using executorch::runtime::Error;
 using executorch::runtime::EValue;
+using executorch::runtime::FreeableBuffer;
 using executorch::runtime::HierarchicalAllocator;
 using executorch::runtime::MemoryAllocator;
 using executorch::runtime::MemoryManager;
@@ -80,6 +83,78 @@ bool find_pool(const char* name, const uint8_t* image, size_t image_bytes, Pool*
     return true;
   }
   return false;
+}
+
+// The program's data loader: every segment is read where the image lies (BufferDataLoader),
+// except the constant segment (the CPU weights) when the plan put the weights in another region:
+// then it is copied at load time into that region's free part, and the program's tensors point
+// at the copy. Logs where the constant segment is read from either way.
+class WeightsLoader final : public executorch::runtime::DataLoader {
+ public:
+  WeightsLoader(BufferDataLoader* inner, const Pool* weights)
+      : inner_(inner), weights_(weights) {}
+
+  Result<FreeableBuffer> load(size_t offset, size_t size,
+                              const SegmentInfo& segment_info) const override {
+    Result<FreeableBuffer> loaded = inner_->load(offset, size, segment_info);
+    if (!loaded.ok() || segment_info.segment_type != SegmentInfo::Type::Constant) {
+      return loaded;
+    }
+    const uint8_t* source = static_cast<const uint8_t*>(loaded->data());
+    if (weights_ == nullptr) {
+      ET_LOG(Info, "constant segment: %zu bytes read in place at 0x%08" PRIx32, size,
+             static_cast<uint32_t>(reinterpret_cast<uintptr_t>(source)));
+      return loaded;
+    }
+    // Program::load asks for the constant segment once; a second request gets a second copy.
+    uint8_t* start = weights_->start + used_;
+    uintptr_t aligned = (reinterpret_cast<uintptr_t>(start) + kBufferAlignment - 1) &
+                        ~static_cast<uintptr_t>(kBufferAlignment - 1);
+    uint8_t* copy = reinterpret_cast<uint8_t*>(aligned);
+    if (copy > weights_->end || static_cast<size_t>(weights_->end - copy) < size) {
+      ET_LOG(Error, "constant segment: %zu bytes do not fit in %s (%zu bytes free): the weights "
+             "cannot be placed where the plan put them", size, weights_->name,
+             weights_->bytes() - used_);
+      failed_ = true;
+      return Error::MemoryAllocationFailed;
+    }
+    std::memcpy(copy, source, size);
+    used_ = static_cast<size_t>(copy + size - weights_->start);
+    ET_LOG(Info, "constant segment: %zu bytes copied to %s at 0x%08" PRIx32, size, weights_->name,
+           static_cast<uint32_t>(aligned));
+    return FreeableBuffer(copy, size, /*free_fn=*/nullptr);
+  }
+
+  Error load_into(size_t offset, size_t size, const SegmentInfo& segment_info,
+                  void* buffer) const override {
+    return inner_->load_into(offset, size, segment_info, buffer);
+  }
+
+  Result<size_t> size() const override {
+    return inner_->size();
+  }
+
+  // Bytes of the weights pool the copies took (alignment included).
+  size_t used() const {
+    return used_;
+  }
+  // The constant segment did not fit in the weights pool.
+  bool failed() const {
+    return failed_;
+  }
+
+ private:
+  BufferDataLoader* inner_;
+  const Pool* weights_;  // nullptr: the weights stay in the image
+  mutable size_t used_ = 0;
+  mutable bool failed_ = false;
+};
+
+// Takes the first `bytes` of `pool` away when it starts where `taken` starts (the same region).
+void skip_taken(const Pool& taken, size_t bytes, Pool* pool) {
+  if (bytes != 0 && pool->start == taken.start) {
+    pool->start += bytes < pool->bytes() ? bytes : pool->bytes();
+  }
 }
 
 void region_name(const volatile char* field, char* out) {
@@ -355,8 +430,10 @@ int main(void) {
   const size_t image_bytes = mailbox.image_bytes;
   char planned_name[RUNNER_REGION_NAME_BYTES + 1];
   char runtime_name[RUNNER_REGION_NAME_BYTES + 1];
+  char weights_name[RUNNER_REGION_NAME_BYTES + 1];
   region_name(mailbox.planned_region, planned_name);
   region_name(mailbox.runtime_region, runtime_name);
+  region_name(mailbox.weights_region, weights_name);
   const double rtol = mailbox.rtol;
   const double atol = mailbox.atol;
   const uint32_t repeats = mailbox.repeats > 0 ? mailbox.repeats : 1;
@@ -376,8 +453,20 @@ int main(void) {
   ET_LOG(Info, "%s at %p: %zu bytes, program %zu bytes", bundled ? "BundleIO .bpte" : ".pte",
          image, image_bytes, program_bytes);
 
-  BufferDataLoader loader(program_data, program_bytes);
+  // The CPU weights go where the plan put them: copied into the weights region's free part when
+  // the mailbox names one, else read in place from the image.
+  Pool weights_pool;
+  const bool weights_moved = weights_name[0] != '\0';
+  if (weights_moved && !find_pool(weights_name, image, image_bytes, &weights_pool)) {
+    ET_LOG(Error, "Unknown memory region '%s' for the weights", weights_name);
+    return RUNNER_EXIT_ERROR;
+  }
+  BufferDataLoader image_loader(program_data, program_bytes);
+  WeightsLoader loader(&image_loader, weights_moved ? &weights_pool : nullptr);
   Result<Program> program = Program::load(&loader, Program::Verification::InternalConsistency);
+  if (loader.failed()) {
+    return RUNNER_EXIT_ERROR;
+  }
   if (!program.ok()) {
     ET_LOG(Error, "Program loading failed: 0x%" PRIx32, static_cast<uint32_t>(program.error()));
     return RUNNER_EXIT_ERROR;
@@ -399,6 +488,12 @@ int main(void) {
       !find_pool(runtime_name, image, image_bytes, &runtime_pool)) {
     ET_LOG(Error, "Unknown memory region '%s' or '%s'", planned_name, runtime_name);
     return RUNNER_EXIT_ERROR;
+  }
+  // The copied weights keep their bytes: the planned buffers and the allocators take what they
+  // leave of a region they share.
+  if (weights_moved) {
+    skip_taken(weights_pool, loader.used(), &planned_pool);
+    skip_taken(weights_pool, loader.used(), &runtime_pool);
   }
   // Planned buffers first from the planned region; when it is also the runtime region the
   // allocators get what the planned buffers leave.
