@@ -116,7 +116,7 @@ def sweep_jobs(jobs: list[SweepJob], workers: int | None = None, progress=None,
     if chosen.kind == "ray":
         from orchestrator.sweep_ray import sweep_on_ray
 
-        return sweep_on_ray(jobs, chosen.address, workers, progress)
+        return sweep_on_ray(jobs, chosen.address, workers, run_job, _label, progress)
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:
         rows = []
