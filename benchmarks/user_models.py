@@ -47,7 +47,8 @@ def _error(error: BaseException) -> str:
 
 def _verdict(report) -> str:
     worst = max((o.max_steps for o in report.outputs), default=0.0)
-    verdict = "PASSED" if report.passed else "FAILED"
+    verdict = ("PASSED" if report.passed else
+               "INCONCLUSIVE" if report.inconclusive else "FAILED")
     text = f"{verdict}, end-to-end max {worst:g} steps, {report.checked_values} values checked"
     if not report.passed:
         text += f"; {report.verdict.split(': ', 1)[-1]}"
