@@ -293,6 +293,9 @@ def _replace_input(node, old, new) -> None:
                       else (new if arg is old else arg) for arg in node.args)
 
 
+_LAYOUT_CHECKS = ("layout-nhwc-read", "layout-raw-lockstep", "layout-view", "layout-raw-walk")
+
+
 def copy_to_kernel_layouts(program) -> list[Workaround]:
     """Copies that give every CPU kernel its operands in the layout it reads (see above)."""
     from kernels.layout_checks import layout_findings
@@ -306,6 +309,8 @@ def copy_to_kernel_layouts(program) -> list[Workaround]:
             continue
         origin = node.meta.get(ORIGIN_KEY, node.name)
         for check, fields in findings:
+            if check not in _LAYOUT_CHECKS:
+                continue  # not a layout finding (e.g. transpose-rank): no copy fixes it
             tensor = by_name[fields["tensor"]]
             val = _val(tensor)
             if check == "layout-nhwc-read":
