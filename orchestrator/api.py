@@ -67,17 +67,21 @@ def _plan_under(loaded, samples, target, policy, runner_ops, progress, memory_po
     return make_plan(compiled, runner_ops, progress, memory_policy)
 
 
-def _memory_policy(text):
+def _memory_policy(text, platform=None):
+    """The MemoryPolicy of `--memory-policy` (None: auto), checked against `platform` when
+    given; a UserError names what is wrong."""
     from orchestrator.errors import UserError
     from platforms import PlatformError
-    from platforms.memory_placement import MemoryPolicy, load_memory_policy
+    from platforms.memory_placement import MemoryPolicy, check_policy, load_memory_policy
 
-    if isinstance(text, MemoryPolicy) or text is None:
-        return text
     try:
-        return load_memory_policy(str(text))
+        policy = text if isinstance(text, MemoryPolicy) or text is None else \
+            load_memory_policy(str(text))
+        if policy is not None and platform is not None:
+            check_policy(platform, policy)
     except PlatformError as error:
         raise UserError(str(error)) from None
+    return policy
 
 
 def plan(model: str, platform: str = "corstone300", npu: str | None = None,
@@ -108,7 +112,7 @@ def _planned(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, runner_
     if mode not in PLACEMENTS:
         raise UserError(f"--placement {mode!r} is not supported; use one of {', '.join(PLACEMENTS)}")
     target = _target(platform, npu, cpu, io, cpu_hz, npu_hz, policy)
-    memory = _memory_policy(memory_policy)
+    memory = _memory_policy(memory_policy, target.platform)
     loaded = load_model(model)
     samples = load_calibration(calibration, loaded.example_inputs)
     if mode == "greedy" or not target.npu:

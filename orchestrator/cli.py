@@ -210,7 +210,7 @@ def _plan(args, runner_ops=None):
     try:
         plan = _planned(args.model, args.platform, args.npu, args.cpu, args.io, args.calibration,
                         args.cpu_hz, args.npu_hz, runner_ops, args.policy, args.placement,
-                        progress, getattr(args, "memory_policy", None))
+                        progress, args.memory_policy)
     finally:
         progress.finish()
     calibration = plan.compiled.calibration
@@ -282,7 +282,7 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def cmd_plan(args) -> int:
     from orchestrator.artifacts import write_outputs
-    from orchestrator.planner import Gates, check_gates, make_plan
+    from orchestrator.planner import Gates, check_gates
     from orchestrator.report import read_runner_ops, render_json, render_markdown
 
     _check_outputs(args, report=args.output, pte=args.pte, pte_option="--pte")
@@ -389,6 +389,9 @@ def cmd_sweep(args) -> int:
         platform = load_platform(args.platform)
     except PlatformError as error:
         raise UserError(str(error)) from None
+    from orchestrator.api import _memory_policy
+
+    _memory_policy(args.memory_policy, platform)  # named before any worker starts
     chosen = args.npus or args.npu
     npus = [npu.strip() for npu in chosen.split(",")] if chosen else list(platform.npu_options)
     if not all(npus):
@@ -404,7 +407,8 @@ def cmd_sweep(args) -> int:
         print("warning: calibration: no --calibration given; generated samples calibrate the "
               "quantizer, so accuracy figures are not representative", file=sys.stderr)
     jobs = [SweepJob(model, args.calibration, args.platform, npu, args.cpu, args.io, args.cpu_hz,
-                     args.npu_hz, args.policy) for model in models for npu in npus]
+                     args.npu_hz, args.policy, args.memory_policy)
+            for model in models for npu in npus]
     progress = _SweepProgress(len(jobs), not args.quiet and sys.stderr.isatty())
     rows = sweep_jobs(jobs, args.jobs, progress, executor=args.executor)
     progress.finish()

@@ -82,6 +82,11 @@ def _delegates(program) -> list[tuple[torch.fx.Node, str, object]]:
     return found
 
 
+def _module_fields(node) -> dict:
+    path, type_name = module_of(node)
+    return {"module": path, "module_type": type_name}
+
+
 def _npu_rows(index: int, lowered) -> list[OpPlacement]:
     rows = []
     for node in lowered.original_module.graph.nodes:
@@ -93,8 +98,7 @@ def _npu_rows(index: int, lowered) -> list[OpPlacement]:
             placement="npu", partition=index, kernel=f"ethos-u partition {index}", tier=None,
             input_shapes=info.input_shapes, output_shape=info.output_shape,
             dtypes=_npu_dtype(node, info.dtypes),
-            macs=info.macs, reasons=(), info=info, module=module_of(node)[0],
-            module_type=module_of(node)[1]))
+            macs=info.macs, reasons=(), info=info, **_module_fields(node)))
     return rows
 
 
@@ -200,7 +204,7 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
             kernel=kernel, tier=target.tier if placement == "cmsis-nn" else None,
             input_shapes=info.input_shapes, output_shape=info.output_shape, dtypes=current.dtypes,
             macs=info.macs, reasons=tuple(reasons), info=info, device_faults=faults,
-            module=module_of(node)[0], module_type=module_of(node)[1]))
+            **_module_fields(node)))
     return tuple(_attach_fused(rows, pre_cpu, seen_origins, lowered_stage))
 
 

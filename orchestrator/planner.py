@@ -116,6 +116,9 @@ def _memory_stage(state: PlanState) -> PlanState:
     from platforms.memory_placement import MemoryPolicy, place_program
 
     compiled = state.compiled
+    # ExecuTorch's EthosUBackend.cpp takes a delegate's scratch from the method's temp allocator
+    # on every call, and that allocator is reset between instructions: the temp pool must hold
+    # the largest scratch, not their sum.
     scratch = {k: e.scratch_bytes for k, e in state.estimates.items()}
     largest = max(scratch.items(), key=lambda kv: kv[1]) if scratch else None
     try:

@@ -118,8 +118,9 @@ def constant_segment_bytes(executorch_program) -> int:
     return sum(padded) + sizes[-1]
 
 
-def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = None,
-              placement=None) -> Summary:
+def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None,
+              placement) -> Summary:
+    """`placement`: the plan's memory stage result (platforms.memory_placement)."""
     target = compiled.target
     ops = {p: 0 for p in ("npu", "cmsis-nn", "portable")}
     macs = {p: 0 for p in ("npu", "cmsis-nn", "portable")}
@@ -140,18 +141,6 @@ def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None = Non
     weight_bytes = sum(e.weight_bytes for e in estimates.values()) + constant_tensor_bytes(
         compiled.executorch_program)
     arena = compiled.arena_bytes
-    platform = target.platform
-    # Each item goes into what the previous ones left. ExecuTorch's EthosUBackend.cpp takes a
-    # delegate's scratch from the method's temp allocator on every call, and that allocator is
-    # reset between instructions: the temp pool must hold the largest scratch, not their sum.
-    if placement is None:
-        from cost_models.cpu import calibrated_weight_cycles_per_byte
-        from platforms.memory_placement import MemoryPolicy, place_program
-
-        placement = place_program(platform, len(compiled.pte_bytes), arena,
-                                  constant_segment_bytes(compiled.executorch_program),
-                                  max(scratch.items(), key=lambda kv: kv[1]) if scratch else None,
-                                  MemoryPolicy(), calibrated_weight_cycles_per_byte(target.cpu))
     memory = list(placement.items)
     operators = program_operators(compiled.executorch_program)
     missing = None

@@ -37,6 +37,7 @@ class SweepJob:
     cpu_hz: float | None
     npu_hz: float | None
     policy: str | None  # a policy file path
+    memory_policy: str | None = None  # auto | in-place | a memory policy YAML path
 
 
 @dataclass(frozen=True)
@@ -71,14 +72,15 @@ def _row(model_name: str, plan) -> SweepRow:
 
 def run_job(job: SweepJob) -> SweepRow:
     """Compile and plan one model x configuration (in a worker process or in this one)."""
-    from orchestrator.api import _plan_under, _target, load_policy_arg
+    from orchestrator.api import _memory_policy, _plan_under, _target, load_policy_arg
     from orchestrator.sources import load_calibration, load_model
 
     policy = load_policy_arg(job.policy)
     target = _target(job.platform, job.npu, job.cpu, job.io, job.cpu_hz, job.npu_hz, policy)
     model = load_model(job.model)
     samples = load_calibration(job.calibration, model.example_inputs)
-    return _row(model.name, _plan_under(model, samples, target, policy, None, None))
+    return _row(model.name, _plan_under(model, samples, target, policy, None, None,
+                                        _memory_policy(job.memory_policy)))
 
 
 EXECUTORS = "local, ray or ray:ADDRESS (e.g. ray:auto, ray:10.0.0.1:6379)"

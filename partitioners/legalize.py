@@ -302,7 +302,6 @@ def copy_to_kernel_layouts(program) -> list[Workaround]:
 
     graph = program.graph_module.graph
     fixes, cache = [], {}
-    by_name = {n.name: n for n in graph.nodes}
     for node in list(graph.nodes):
         findings = layout_findings(node)
         if not findings:
@@ -311,7 +310,7 @@ def copy_to_kernel_layouts(program) -> list[Workaround]:
         for check, fields in findings:
             if check not in _LAYOUT_CHECKS:
                 continue  # not a layout finding (e.g. transpose-rank): no copy fixes it
-            tensor = by_name[fields["tensor"]]
+            tensor = next(n for n in node.all_input_nodes if n.name == fields["tensor"])
             val = _val(tensor)
             if check == "layout-nhwc-read":
                 order = CHANNELS_LAST

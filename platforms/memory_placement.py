@@ -110,6 +110,16 @@ def _check_region(platform, use: str, name: str, policy: MemoryPolicy) -> None:
                             f"hold {use} (its YAML lists: {', '.join(sorted(region.holds))})")
 
 
+def check_policy(platform, policy: MemoryPolicy) -> None:
+    """PlatformError naming the first region of `policy` that `platform` lacks or that may not
+    hold its use: checked before anything compiles."""
+    for use, name in (("weights", policy.weights), ("arena", policy.arena)):
+        if name not in ("auto", "in-place"):
+            _check_region(platform, use, name, policy)
+    if policy.arena == "in-place":
+        raise PlatformError(f"memory policy ({policy.source}): arena must be a region or auto")
+
+
 def _read_cost(region, unknown: float) -> float:
     """A region's CPU read cost; `unknown` (the cost model's calibrated flash streaming rate)
     for one without a figure."""
@@ -123,11 +133,7 @@ def place_program(platform, pte_bytes: int, arena_bytes: int, constant_segment_b
     """Place image, arena, NPU scratch and (when it pays) the CPU weights; see the docstring.
     `unknown_cycles_per_byte`: what reading a region without a `cpu_read` figure costs (the
     cost model's calibrated rate for the target's core)."""
-    for use, name in (("weights", policy.weights), ("arena", policy.arena)):
-        if name not in ("auto", "in-place"):
-            _check_region(platform, use, name, policy)
-    if policy.arena == "in-place":
-        raise PlatformError(f"memory policy ({policy.source}): arena must be a region or auto")
+    check_policy(platform, policy)
     free = free_space(platform)
     items = [place(platform, "weights", pte_bytes, ".pte (weights, code data)", "executorch",
                    free, npu_reads=npu_scratch is not None)]

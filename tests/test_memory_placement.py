@@ -101,3 +101,32 @@ def test_memory_policy_cli_refuses_a_missing_file(capsys):
     assert main(["plan", "mixed", "--memory-policy", "missing.yaml"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--memory-policy 'missing.yaml'" in err[0]
+
+
+def test_sweep_configurations_are_planned_under_the_memory_policy():
+    """`sweep --memory-policy` reaches every job: the weight-bound model's row is slower with
+    its weights read in place from flash than copied to DTCM."""
+    from orchestrator.sweep import SweepJob, run_job
+
+    def row(memory_policy):
+        return run_job(SweepJob("deep-autoencoder", None, "corstone300", "none", None, "float",
+                                None, None, None, memory_policy))
+
+    assert row("in-place").latency_seconds > row("auto").latency_seconds
+
+
+@pytest.mark.parametrize("verb", ["plan", "sweep"])
+def test_a_memory_policy_naming_an_unknown_region_is_refused_before_compiling(
+        tmp_path, capsys, monkeypatch, verb):
+    from orchestrator import pipeline
+    from orchestrator.cli import main
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled before the policy was checked")
+
+    monkeypatch.setattr(pipeline, "compile_model", no_compile)
+    path = tmp_path / "m.yaml"
+    path.write_text("weights: nowhere\n")
+    assert main([verb, "mixed", "--npu", "none", "--memory-policy", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "region 'nowhere' is not a memory of corstone300" in err[0]
