@@ -109,11 +109,10 @@ def _device_faults_stage(state: PlanState) -> PlanState:
         compiled.placements, program_operators(compiled.executorch_program)))
 
 
-def _memory_stage(state: PlanState) -> PlanState:
-    """Regions for the image, the arena, the NPU scratch and the CPU weights (constant segment)."""
+def _place_memory(state: PlanState, policy):
     from cost_models.cpu import calibrated_weight_cycles_per_byte
     from orchestrator.report import constant_segment_bytes
-    from platforms.memory_placement import MemoryPolicy, place_program
+    from platforms.memory_placement import place_program
 
     compiled = state.compiled
     # ExecuTorch's EthosUBackend.cpp takes a delegate's scratch from the method's temp allocator
@@ -122,35 +121,44 @@ def _memory_stage(state: PlanState) -> PlanState:
     scratch = {k: e.scratch_bytes for k, e in state.estimates.items()}
     largest = max(scratch.items(), key=lambda kv: kv[1]) if scratch else None
     try:
-        memory = place_program(compiled.target.platform, len(compiled.pte_bytes),
-                               compiled.arena_bytes,
-                               constant_segment_bytes(compiled.executorch_program),
-                               largest, state.memory_policy or MemoryPolicy(),
-                               calibrated_weight_cycles_per_byte(compiled.target.cpu))
+        return place_program(compiled.target.platform, len(compiled.pte_bytes),
+                             compiled.arena_bytes,
+                             constant_segment_bytes(compiled.executorch_program), largest,
+                             policy, calibrated_weight_cycles_per_byte(compiled.target.cpu))
     except PlatformError as error:
         raise UserError(str(error)) from None
-    return replace(state, memory=memory)
+
+
+def _memory_stage(state: PlanState) -> PlanState:
+    """Regions for the image, the arena, the NPU scratch and the CPU weights (constant segment)."""
+    from platforms.memory_placement import MemoryPolicy
+
+    return replace(state, memory=_place_memory(state, state.memory_policy or MemoryPolicy()))
 
 
 def _costs_stage(state: PlanState) -> PlanState:
     """Cycles and time per row: Vela for NPU rows, our CPU models for the rest, CPU reads at the
-    speed of the regions the memory stage chose."""
+    speed of the regions the memory stage chose. Under the auto policy, a weights copy the cost
+    model finds no gain in is not made: the weights stay in place."""
     from cost_models.cpu import MemoryTimings
 
     memory = state.memory
-    timings = MemoryTimings(memory.weights_cycles_per_byte, memory.arena_cycles_per_byte)
-    rows = attach_costs(state.rows, state.compiled.target, state.estimates, timings)
-    if memory.weights_copied:
-        # What the copy buys: the same rows with the weights read in place from the image.
-        image = next(r for r in state.compiled.target.platform.memories
-                     if r.name == memory.image_region)
-        in_place = attach_costs(state.rows, state.compiled.target, state.estimates,
-                                MemoryTimings(image.cpu_read_cycles_per_byte,
-                                              memory.arena_cycles_per_byte))
-        gains = [(a.name, b.cost.cycles - a.cost.cycles) for a, b in zip(rows, in_place)
-                 if a.cost is not None and b.cost is not None and b.cost.cycles > a.cost.cycles]
-        memory = replace(memory, gain_cycles=sum(g for _, g in gains),
-                         hottest=tuple(sorted(gains, key=lambda g: -g[1])[:3]))
+    rows = attach_costs(state.rows, state.compiled.target, state.estimates,
+                        MemoryTimings(memory.weights_cycles_per_byte,
+                                      memory.arena_cycles_per_byte))
+    if not memory.weights_copied:
+        return replace(state, rows=rows)
+    # What the copy buys: the same rows with the weights read in place from the image.
+    stay = _place_memory(state, replace(memory.policy, weights="in-place"))
+    in_place = attach_costs(state.rows, state.compiled.target, state.estimates,
+                            MemoryTimings(stay.weights_cycles_per_byte,
+                                          stay.arena_cycles_per_byte))
+    gains = [(a.name, b.cost.cycles - a.cost.cycles) for a, b in zip(rows, in_place)
+             if a.cost is not None and b.cost is not None and b.cost.cycles > a.cost.cycles]
+    if not gains and memory.policy.weights == "auto":
+        return replace(state, rows=in_place, memory=stay)
+    memory = replace(memory, gain_cycles=sum(g for _, g in gains),
+                     hottest=tuple(sorted(gains, key=lambda g: -g[1])[:3]))
     return replace(state, rows=rows, memory=memory)
 
 

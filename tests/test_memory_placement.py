@@ -130,3 +130,24 @@ def test_a_memory_policy_naming_an_unknown_region_is_refused_before_compiling(
     assert main([verb, "mixed", "--npu", "none", "--memory-policy", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "region 'nowhere' is not a memory of corstone300" in err[0]
+
+
+def test_auto_does_not_copy_weights_the_cost_model_sees_no_gain_in(compiles, tmp_path):
+    """CMSIS-NN convs read their weights within the calibrated MAC rate (no streaming term),
+    so for a conv-only model a copy to DTCM buys nothing by the model: auto leaves the weights
+    in place instead of claiming a gain of 0; a policy naming DTCM still puts them there."""
+    model = tmp_path / "convs.py"
+    model.write_text(
+        "import torch\nfrom torch import nn\n"
+        "def factory():\n"
+        "    torch.manual_seed(0)\n"
+        "    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3))\n"
+        "    return m.eval(), (torch.randn(1, 3, 16, 16),)\n")
+    compiled, _ = compiles.get(f"{model}:factory", "corstone300", "none", "cortex-m55")
+    plan = make_plan(compiled)
+    assert plan.summary.placement.weights_region == "qspi_flash"
+    assert WEIGHTS_ITEM not in [m.item for m in plan.summary.memory]
+    assert "weights copied" not in plan.to_text()
+    forced = make_plan(compiled, memory_policy=MemoryPolicy(weights="dtcm", source="test"))
+    assert forced.summary.placement.weights_region == "dtcm"
+    assert forced.summary.latency_seconds == plan.summary.latency_seconds
