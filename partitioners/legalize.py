@@ -341,34 +341,26 @@ def _restore_raw_walk_outputs(graph, node, origin: str) -> None:
     """A raw-walking kernel now writes contiguous bytes: declare them so, and copy back."""
     outs = node.meta["val"]
     if isinstance(outs, torch.Tensor):
-        order = tuple(int(d) for d in outs.dim_order())
-        contiguous = tuple(range(outs.dim()))
-        if order == contiguous:
-            return
-        node.meta["val"] = outs.contiguous()
-        users = list(node.users)
-        copy = _layout_copy(graph, graph.inserting_after(node), node, order,
-                            f"{origin}:restore_dim_order", {})
-        for user in users:
-            _replace_input(user, node, copy)
+        _declare_contiguous(graph, node, outs, origin)
         return
-    vals = list(outs)
-    node.meta["val"] = type(outs)(v.contiguous() for v in vals)
+    node.meta["val"] = type(outs)(v.contiguous() for v in outs)
     for user in list(node.users):
-        if user.target is not operator.getitem:
-            continue
-        val = vals[user.args[1]]
-        order = tuple(int(d) for d in val.dim_order())
-        user.meta["val"] = val.contiguous()
-        if order == tuple(range(val.dim())):
-            continue
-        readers = list(user.users)
-        if not readers:
-            continue
-        copy = _layout_copy(graph, graph.inserting_after(user), user, order,
-                            f"{origin}:restore_dim_order", {})
-        for reader in readers:
-            _replace_input(reader, user, copy)
+        if user.target is operator.getitem:
+            _declare_contiguous(graph, user, outs[user.args[1]], origin)
+
+
+def _declare_contiguous(graph, producer, val, origin: str) -> None:
+    """`producer` holds `val`'s elements contiguous: say so, and give its readers a copy in
+    `val`'s layout."""
+    producer.meta["val"] = val.contiguous()
+    order = tuple(int(d) for d in val.dim_order())
+    readers = list(producer.users)
+    if order == tuple(range(val.dim())) or not readers:
+        return
+    copy = _layout_copy(graph, graph.inserting_after(producer), producer, order,
+                        f"{origin}:restore_dim_order", {})
+    for reader in readers:
+        _replace_input(reader, producer, copy)
 
 
 def legalize_for_device(program) -> list[Workaround]:
