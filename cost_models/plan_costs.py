@@ -22,7 +22,8 @@ from cost_models.npu import VelaPartitionEstimate, match_layers_to_ops
 
 def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memory=None):
     """Return the rows with `cost` set. `estimates` maps NPU partition index to Vela's figures;
-    `memory` (cost_models.cpu.MemoryTimings) charges CPU reads at the placed regions' speed."""
+    `memory` (cost_models.cpu.MemoryTimings, or a function of the row giving one) charges CPU
+    reads at the placed regions' speed."""
     npu_hz = target.npu_hz or 1
     cpu_hz = target.cpu_hz
     per_op: dict[int, dict[str, int]] = {}
@@ -57,9 +58,11 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memo
             cost = transition_cost("layout_copy", target.cpu, cpu_hz,
                                    numel(row.output_shape) * width)
         elif row.info is not None and row.placement == "cmsis-nn":
-            cost = cmsis_nn_cost(row.info.op_shape, target.cpu, cpu_hz, memory)
+            cost = cmsis_nn_cost(row.info.op_shape, target.cpu, cpu_hz,
+                                 memory(row) if callable(memory) else memory)
         elif row.info is not None:
-            cost = portable_cost(row.info.op_shape, target.cpu, cpu_hz, memory)
+            cost = portable_cost(row.info.op_shape, target.cpu, cpu_hz,
+                                 memory(row) if callable(memory) else memory)
         costed.append(replace(row, cost=cost))
     return tuple(costed)
 

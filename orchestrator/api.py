@@ -63,7 +63,8 @@ def _plan_under(loaded, samples, target, policy, runner_ops, progress, memory_po
     from orchestrator.pipeline import compile_model
     from orchestrator.planner import make_plan
 
-    compiled = compile_model(loaded, samples, target, policy=policy, progress=progress)
+    compiled = compile_model(loaded, samples, target, policy=policy, memory_policy=memory_policy,
+                             progress=progress)
     return make_plan(compiled, runner_ops, progress, memory_policy)
 
 

@@ -524,6 +524,9 @@ def _verify_qemu(args, pte: Path) -> int:
     if result.weights_region:
         print(f"weights: constant segment ({result.weights_bytes:,} B) read from "
               f"{result.weights_region} at {result.weights_address:#x}")
+    for mem_id, size, region, address in result.planned_buffers:
+        print(f"activations: planned buffer mem_id {mem_id} ({size:,} B) in {region or '-'} at "
+              f"{address:#x}")
     for case in result.cases:
         count = f"{case.instructions:,} instructions" if case.instructions else "no count"
         print(f"  case {case.index}: {'PASS' if case.passed else 'FAIL'}, {count}")

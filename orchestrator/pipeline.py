@@ -81,6 +81,10 @@ class Compiled:
     work_dir: Path | None = None
     pruned_constants: tuple = ()  # orchestrator.prune.PrunedConstant
     cache_hit: bool = False  # capture + quantization came from orchestrator/cache.py
+    # ExecuTorch's planned buffers, each in its region (platforms/arena_planning.py), and the
+    # buffer (mem_id) of each node's output, by node name.
+    arenas: tuple = ()
+    arena_of: dict = field(default_factory=dict)
 
     @property
     def arena_bytes(self) -> int:
@@ -213,11 +217,23 @@ def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:
     return replace(lowered, edge=edge), upstream_exir.config_methods(edge)
 
 
-def serialize(edge) -> tuple[bytes, object]:
+def serialize(edge, slots=None) -> tuple[bytes, object, tuple]:
+    """ExecuTorch's memory planning and emitter. `slots` (platforms.arena_planning.ArenaSlot):
+    the regions the activations may use, fastest first; each becomes one planned buffer. Returns
+    the .pte bytes, the schema Program and the ArenaRecord of the planning."""
     from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
 
-    program = edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=False))
-    return bytes(program.buffer), program.executorch_program
+    from platforms.arena_planning import ArenaRecord, planning_algorithm
+
+    record = ArenaRecord()
+    config = ExecutorchBackendConfig(extract_delegate_segments=False)
+    if slots:
+        config = ExecutorchBackendConfig(
+            extract_delegate_segments=False,
+            memory_planning_pass=MemoryPlanningPass(planning_algorithm(slots, record)))
+    program = edge.to_executorch(config)
+    return bytes(program.buffer), program.executorch_program, record
 
 
 @dataclass(frozen=True)
@@ -231,6 +247,7 @@ class CompileOptions:
     legalize: bool = True
     prune_constants: bool = True
     policy: object = None  # partitioners.policy.Policy: nodes forced to the CPU
+    memory_policy: object = None  # platforms.memory_placement.MemoryPolicy (None: auto)
 
 
 @dataclass(frozen=True)
@@ -258,6 +275,7 @@ class CompileState:
     pruned_constants: tuple = ()  # orchestrator.prune.PrunedConstant: dead bytes not shipped
     pte_bytes: bytes = b""
     executorch_program: object = None
+    arena_record: object = None  # platforms.arena_planning.ArenaRecord
 
 
 def _capture_stage(state: CompileState) -> CompileState:
@@ -339,9 +357,14 @@ def _prune_constants_stage(state: CompileState) -> CompileState:
 
 
 def _serialize_stage(state: CompileState) -> CompileState:
-    """ExecuTorch's memory planning and emitter: the .pte bytes."""
-    pte_bytes, program = serialize(state.routed_edge)
-    return replace(state, pte_bytes=pte_bytes, executorch_program=program)
+    """ExecuTorch's memory planning (activations split over the regions the memory policy
+    allows, platforms/arena_planning.py) and emitter: the .pte bytes."""
+    from platforms.arena_planning import arena_slots
+    from platforms.memory_placement import MemoryPolicy
+
+    slots = arena_slots(state.target.platform, state.options.memory_policy or MemoryPolicy())
+    pte_bytes, program, record = serialize(state.routed_edge, slots)
+    return replace(state, pte_bytes=pte_bytes, executorch_program=program, arena_record=record)
 
 
 @dataclass(frozen=True)
@@ -411,7 +434,8 @@ def run_stages(stages, state, seconds: dict[str, float],
 def compile_model(model: LoadedModel, calibration: Calibration, target: Target, *,
                   work_dir: Path | None = None, channels_last: bool = True,
                   check_boundary_layouts: bool = True, legalize: bool = True,
-                  prune_constants: bool = True, policy=None, progress: Callable[[str, str, float], None] | None = None) -> Compiled:
+                  prune_constants: bool = True, policy=None, memory_policy=None,
+                  progress: Callable[[str, str, float], None] | None = None) -> Compiled:
     """Run COMPILE_STAGES (see CompileOptions for the switches)."""
     if work_dir is None:
         # Vela's per-partition outputs live here until `write_outputs` copies them; a plan
@@ -421,10 +445,12 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
     seconds: dict[str, float] = {}
     state = run_stages(COMPILE_STAGES, CompileState(
         model, calibration, target,
-        CompileOptions(channels_last, check_boundary_layouts, legalize, prune_constants, policy),
+        CompileOptions(channels_last, check_boundary_layouts, legalize, prune_constants, policy,
+                       memory_policy),
         Path(work_dir)),
         seconds, progress)
     return Compiled(model, target, calibration, state.captured, state.quantized, state.lowered,
                     state.final_program, state.cpu_decisions, state.boundaries, state.placements,
                     state.pte_bytes, state.executorch_program, state.io_quant, state.workarounds,
-                    seconds, Path(work_dir), state.pruned_constants, state.cache_hit)
+                    seconds, Path(work_dir), state.pruned_constants, state.cache_hit,
+                    state.arena_record.arenas, dict(state.arena_record.mem_id_of or {}))

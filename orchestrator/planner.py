@@ -114,15 +114,18 @@ def _place_memory(state: PlanState, policy):
     from orchestrator.report import constant_segment_bytes
     from platforms.memory_placement import place_program
 
+    from platforms.arena_planning import Arena
+
     compiled = state.compiled
+    arenas = compiled.arenas or (Arena(1, compiled.target.platform.memories[0].name,
+                                       compiled.arena_bytes, 0),)
     # ExecuTorch's EthosUBackend.cpp takes a delegate's scratch from the method's temp allocator
     # on every call, and that allocator is reset between instructions: the temp pool must hold
     # the largest scratch, not their sum.
     scratch = {k: e.scratch_bytes for k, e in state.estimates.items()}
     largest = max(scratch.items(), key=lambda kv: kv[1]) if scratch else None
     try:
-        return place_program(compiled.target.platform, len(compiled.pte_bytes),
-                             compiled.arena_bytes,
+        return place_program(compiled.target.platform, len(compiled.pte_bytes), arenas,
                              constant_segment_bytes(compiled.executorch_program), largest,
                              policy, calibrated_weight_cycles_per_byte(compiled.target.cpu))
     except PlatformError as error:
@@ -136,23 +139,55 @@ def _memory_stage(state: PlanState) -> PlanState:
     return replace(state, memory=_place_memory(state, state.memory_policy or MemoryPolicy()))
 
 
+def activation_read_costs(compiled, memory) -> dict[str, float]:
+    """Row name (the node's origin before the CPU passes) -> cycles per activation byte its kernel reads and writes: the read costs of the
+    arenas its planned input and output tensors are in, weighted by their bytes (only where
+    the activations are split over several arenas; else empty)."""
+    from partitioners.records import ORIGIN_KEY
+
+    rates = {a.mem_id: cost for a, cost, _ in memory.arenas}
+    if len(rates) < 2 or None in rates.values():
+        return {}
+    mem_id_of = compiled.arena_of
+    per_row = {}
+    for node in compiled.final_program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        weighted = total = 0.0
+        for tensor in (*node.all_input_nodes, node):
+            value = tensor.meta.get("val")
+            mem_id = mem_id_of.get(tensor.name)
+            if mem_id in rates and hasattr(value, "element_size"):
+                size = value.numel() * value.element_size()
+                weighted += size * rates[mem_id]
+                total += size
+        if total:
+            per_row[node.meta.get(ORIGIN_KEY, node.name)] = weighted / total
+    return per_row
+
+
 def _costs_stage(state: PlanState) -> PlanState:
     """Cycles and time per row: Vela for NPU rows, our CPU models for the rest, CPU reads at the
-    speed of the regions the memory stage chose. Under the auto policy, a weights copy the cost
-    model finds no gain in is not made: the weights stay in place."""
+    speed of the regions the memory stage chose (each op's activations at the speed of the
+    arenas its tensors are in). Under the auto policy, a weights copy the cost model finds no
+    gain in is not made: the weights stay in place."""
     from cost_models.cpu import MemoryTimings
 
     memory = state.memory
-    rows = attach_costs(state.rows, state.compiled.target, state.estimates,
-                        MemoryTimings(memory.weights_cycles_per_byte,
-                                      memory.arena_cycles_per_byte))
+    per_row = activation_read_costs(state.compiled, memory)
+
+    def timings(placement):
+        def of(row) -> MemoryTimings:
+            return MemoryTimings(placement.weights_cycles_per_byte,
+                                 per_row.get(row.name, placement.arena_cycles_per_byte))
+        return of
+
+    rows = attach_costs(state.rows, state.compiled.target, state.estimates, timings(memory))
     if not memory.weights_copied:
         return replace(state, rows=rows)
     # What the copy buys: the same rows with the weights read in place from the image.
     stay = _place_memory(state, replace(memory.policy, weights="in-place"))
-    in_place = attach_costs(state.rows, state.compiled.target, state.estimates,
-                            MemoryTimings(stay.weights_cycles_per_byte,
-                                          stay.arena_cycles_per_byte))
+    in_place = attach_costs(state.rows, state.compiled.target, state.estimates, timings(stay))
     gains = [(a.name, b.cost.cycles - a.cost.cycles) for a, b in zip(rows, in_place)
              if a.cost is not None and b.cost is not None and b.cost.cycles > a.cost.cycles]
     if not gains and memory.policy.weights == "auto":

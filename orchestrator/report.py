@@ -341,6 +341,9 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
         region = (f"{m.region} ({m.region_bytes:,} B {'of' if m.fits else 'free in'} it)"
                   if m.region else "no region may hold it")
         lines.append(f"  {m.item}: {m.bytes:,} B ({m.source}) -> {region}: {verdict}")
+    for region, (size, _) in t.platform.reserved.items():
+        lines.append(f"  firmware's own use of {region}: {size:,} B (reserved in the platform "
+                     "YAML; nothing is placed there)")
     lines.append(f"memory verdict: {'fits' if s.fits else 'DOES NOT FIT'} ({t.platform.name}, platform YAML)")
     lines.extend(_placement_lines(s.placement, t))
     for w in compiled.workarounds:
@@ -366,10 +369,24 @@ def _placement_lines(p, target) -> list[str]:
     weights = p.weights_region or "-"
     read = ("calibrated flash streaming rate" if p.weights_cycles_per_byte is None
             else f"{p.weights_cycles_per_byte:g} cycles/B")
+    if len(p.arenas) > 1:
+        activations = f"activations in {len(p.arenas)} arenas (below)"
+    else:
+        activations = f"activations from {p.arena_region or '-'}" + (
+            f" ({p.arena_cycles_per_byte:g} cycles/B)" if p.arena_cycles_per_byte is not None
+            else "")
     lines = [f"memory policy {p.policy.source}: CPU weights read from {weights} ({read}), "
-             f"activations from {p.arena_region or '-'}"
-             + (f" ({p.arena_cycles_per_byte:g} cycles/B)" if p.arena_cycles_per_byte is not None
-                else "")]
+             + activations]
+    if len(p.arenas) > 1:
+        first = p.arenas[0][0]
+        parts = ", ".join(
+            f"{a.mem_id} -> {a.region} {a.bytes:,} B, {a.tensors} tensors"
+            + (f", {cost:g} cycles/B" if cost is not None else "") for a, cost, _ in p.arenas)
+        lines.append(
+            f"  activations split over {len(p.arenas)} arenas (ExecuTorch planned buffers, mem_id): "
+            f"{parts}; {first.region} had {first.budget:,} B for them, so the tensors the CPU "
+            "touches least (fewest reads and writes per inference) went on to the next region; each op's "
+            "activation reads are costed at their arena's speed")
     if p.weights_copied:
         hottest = ", ".join(f"{name} -{cycles:,}" for name, cycles in p.hottest)
         lines.append(
@@ -468,6 +485,8 @@ def to_json(compiled, rows, summary: Summary) -> dict:
                 "weights_read_source": summary.placement.weights_source,
                 "arena_region": summary.placement.arena_region,
                 "arena_cycles_per_byte": summary.placement.arena_cycles_per_byte,
+                "arenas": [{**arena.to_json(), "cycles_per_byte": cost, "read_source": source}
+                           for arena, cost, source in summary.placement.arenas],
                 "weights_copied": summary.placement.weights_copied,
                 "gain_cycles": summary.placement.gain_cycles,
                 "gain_source": "cost model (model:memory)",
@@ -487,7 +506,10 @@ def to_json(compiled, rows, summary: Summary) -> dict:
                 "weight_bytes": summary.weight_bytes, "fits": summary.fits,
                 "items": [{"item": m.item, "bytes": m.bytes, "source": m.source,
                            "region": m.region, "region_bytes": m.region_bytes, "fits": m.fits}
-                          for m in summary.memory]},
+                          for m in summary.memory],
+                "reserved": [{"region": region, "bytes": size, "source": source}
+                             for region, (size, source) in
+                             compiled.target.platform.reserved.items()]},
             "operators": list(summary.operators),
             "device_faults": list(summary.device_faults),
             "workarounds": [{"node": w.node, "upstream": w.upstream, "message": w.message}

@@ -25,8 +25,10 @@ class MemoryUse:
 
 
 def free_space(platform) -> dict[str, int]:
-    """Bytes free per region before anything is placed."""
-    return {r.name: r.size_bytes for r in platform.memories}
+    """Bytes free per region before anything of the program is placed: the region's size less
+    what the platform reserves for the firmware itself (`reserved:` in its YAML)."""
+    reserved = getattr(platform, "reserved", {}) or {}
+    return {r.name: r.size_bytes - reserved.get(r.name, (0, ""))[0] for r in platform.memories}
 
 
 def place(platform, use: str, size: int, item: str, source: str, free: dict[str, int],

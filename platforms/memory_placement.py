@@ -5,8 +5,9 @@ What a device can place, ExecuTorch decides in units this module respects:
 - the `.pte` (or `.bpte`) image: loaded once where the firmware links it (flash, usually). The
   NPU reads its delegates' weights in place from it, so with NPU partitions it must sit where
   the NPU can reach;
-- the activations arena (ExecuTorch's memory plan): one block, placed in the fastest RAM that
-  holds it;
+- the activations: ExecuTorch's planned buffers (one per `mem_id`), each in the region the
+  compile chose for it (platforms/arena_planning.py: the fastest RAM first, the tensors the CPU
+  touches least moved to the next region when they do not all fit);
 - the NPU scratch (Vela): one block, reused by all partitions;
 - the CPU weights: the program's constant segment. The runtime asks its data loader for that
   segment as one block (runtime/executor/program.cpp, `SegmentInfo::Type::Constant`), so a
@@ -20,7 +21,13 @@ region without a figure keeps the cost model's calibrated flash streaming rate.
 
 A policy (`--memory-policy`) is `auto` (the default: the rules above), `in-place` (CPU weights
 read from the image where it lies, as the calibration boards did), or a YAML file:
-`weights: REGION|auto|in-place` and `arena: REGION|auto`.
+`weights: REGION|auto|in-place`, `arena: auto|REGION|[REGION, REGION, ...]` (one region: one
+arena there; a list: split over those regions in that order, the last taking what the others
+cannot) and `keep_free: {REGION: BYTES, ...}` (what the application keeps of a region for
+itself, on top of the firmware's own use the platform YAML reserves).
+
+Activations come before the CPU weights: a byte of activation is written once and read at least
+once per inference, a byte of weights read once, so the weights copy takes what the arenas leave.
 """
 
 from __future__ import annotations
@@ -32,17 +39,28 @@ from platforms.memory_fit import MemoryUse, free_space, place
 from platforms.platform import PlatformError
 
 WEIGHTS_ITEM = "cpu weights (constant segment, copied at boot)"
-POLICY_KEYS = ("weights", "arena")
+POLICY_KEYS = ("weights", "arena", "keep_free")
 
 
 @dataclass(frozen=True)
 class MemoryPolicy:
     weights: str = "auto"  # auto | in-place | a region name
-    arena: str = "auto"  # auto | a region name
+    arena: str | tuple[str, ...] = "auto"  # auto | a region name | regions to split over
     source: str = "auto"  # "auto", "in-place" or the policy file's path
+    keep_free: tuple[tuple[str, int], ...] = ()  # (region, bytes) the application keeps
 
     def to_json(self) -> dict:
-        return {"weights": self.weights, "arena": self.arena, "source": self.source}
+        return {"weights": self.weights,
+                "arena": list(self.arena) if isinstance(self.arena, tuple) else self.arena,
+                "keep_free": dict(self.keep_free), "source": self.source}
+
+    def free_space(self, platform) -> dict[str, int]:
+        """Bytes per region a program may use: the region less the firmware's reserve (platform
+        YAML) and what this policy keeps free."""
+        free = free_space(platform)
+        for region, size in self.keep_free:
+            free[region] = max(0, free[region] - size)
+        return free
 
 
 def load_memory_policy(text: str | None) -> MemoryPolicy:
@@ -69,11 +87,26 @@ def load_memory_policy(text: str | None) -> MemoryPolicy:
     if unknown:
         raise PlatformError(f"--memory-policy {text}: unknown key '{unknown[0]}' (allowed: "
                             f"{', '.join(POLICY_KEYS)})")
-    values = {k: data.get(k, "auto") for k in POLICY_KEYS}
+    keep_free = data.get("keep_free", {})
+    if not isinstance(keep_free, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for k, v in keep_free.items()):
+        raise PlatformError(f"--memory-policy {text}: keep_free must map region names to "
+                            "byte counts (e.g. keep_free: {dtcm: 65536})")
+    values = {k: data.get(k, "auto") for k in POLICY_KEYS if k != "keep_free"}
+    arena = values["arena"]
+    if isinstance(arena, list):
+        if not arena or not all(isinstance(r, str) and r for r in arena) \
+                or len(set(arena)) != len(arena):
+            raise PlatformError(f"--memory-policy {text}: arena must list distinct region names")
+        values["arena"] = tuple(arena)
     for key, value in values.items():
-        if not isinstance(value, str) or not value:
-            raise PlatformError(f"--memory-policy {text}: {key} must be a region name or auto")
-    return MemoryPolicy(values["weights"], values["arena"], str(path))
+        if not (isinstance(value, str) and value) and not (key == "arena"
+                                                           and isinstance(value, tuple)):
+            raise PlatformError(f"--memory-policy {text}: {key} must be a region name or auto"
+                                + (" (or a list of regions)" if key == "arena" else ""))
+    return MemoryPolicy(values["weights"], values["arena"], str(path),
+                        tuple(sorted(keep_free.items())))
 
 
 @dataclass(frozen=True)
@@ -87,6 +120,9 @@ class MemoryPlacement:
     arena_source: str
     image_region: str | None
     policy: MemoryPolicy
+    # Each planned buffer (platforms.arena_planning.Arena) with its region's read cost
+    # (cycles per byte, None: no figure) and that figure's source.
+    arenas: tuple = ()
     gain_cycles: int = 0  # CPU cycles per inference the weights copy saves (cost model)
     hottest: tuple = ()  # (row name, cycles saved), the ops that gain most
 
@@ -113,9 +149,15 @@ def _check_region(platform, use: str, name: str, policy: MemoryPolicy) -> None:
 def check_policy(platform, policy: MemoryPolicy) -> None:
     """PlatformError naming the first region of `policy` that `platform` lacks or that may not
     hold its use: checked before anything compiles."""
-    for use, name in (("weights", policy.weights), ("arena", policy.arena)):
+    arenas = policy.arena if isinstance(policy.arena, tuple) else (policy.arena,)
+    for use, name in (("weights", policy.weights), *(("arena", a) for a in arenas)):
         if name not in ("auto", "in-place"):
             _check_region(platform, use, name, policy)
+    for name, _ in policy.keep_free:
+        if _region(platform, name) is None:
+            raise PlatformError(f"memory policy ({policy.source}): keep_free region '{name}' is "
+                                f"not a memory of {platform.name} (known: "
+                                f"{', '.join(r.name for r in platform.memories)})")
     if policy.arena == "in-place":
         raise PlatformError(f"memory policy ({policy.source}): arena must be a region or auto")
 
@@ -127,22 +169,23 @@ def _read_cost(region, unknown: float) -> float:
     return unknown if cost is None else cost
 
 
-def place_program(platform, pte_bytes: int, arena_bytes: int, constant_segment_bytes: int,
+def place_program(platform, pte_bytes: int, arenas, constant_segment_bytes: int,
                   npu_scratch: tuple[int, int] | None, policy: MemoryPolicy,
                   unknown_cycles_per_byte: float = float("inf")) -> MemoryPlacement:
-    """Place image, arena, NPU scratch and (when it pays) the CPU weights; see the docstring.
-    `unknown_cycles_per_byte`: what reading a region without a `cpu_read` figure costs (the
-    cost model's calibrated rate for the target's core)."""
+    """Place image, arenas, NPU scratch and (when it pays) the CPU weights; see the docstring.
+    `arenas`: the compile's planned buffers (platforms.arena_planning.Arena), each already
+    assigned a region. `unknown_cycles_per_byte`: what reading a region without a `cpu_read`
+    figure costs (the cost model's calibrated rate for the target's core)."""
     check_policy(platform, policy)
-    free = free_space(platform)
+    free = policy.free_space(platform)
     items = [place(platform, "weights", pte_bytes, ".pte (weights, code data)", "executorch",
                    free, npu_reads=npu_scratch is not None)]
     image_region = items[0].region
-    if policy.arena == "auto":
-        items.append(place(platform, "arena", arena_bytes, "executorch arena", "executorch", free))
-    else:
-        items.append(_place_in(platform, policy.arena, arena_bytes, "executorch arena", free))
-    arena_region = items[-1].region
+    for arena in arenas:
+        name = ("executorch arena" if len(arenas) == 1 else
+                f"executorch arena {arena.mem_id} of {len(arenas)} ({arena.tensors} tensors)")
+        items.append(_place_in(platform, arena.region, arena.bytes, name, free))
+    arena_region = arenas[0].region if arenas else None
     if npu_scratch is not None:
         index, size = npu_scratch
         items.append(place(platform, "npu_scratch", size,
@@ -166,13 +209,15 @@ def place_program(platform, pte_bytes: int, arena_bytes: int, constant_segment_b
                                    WEIGHTS_ITEM, free))
             weights_region = faster[0].name
     weights, arena = _region(platform, weights_region), _region(platform, arena_region)
+    placed = tuple((a, _region(platform, a.region).cpu_read_cycles_per_byte,
+                    _region(platform, a.region).cpu_read_source) for a in arenas)
     return MemoryPlacement(
         tuple(items), weights_region,
         weights.cpu_read_cycles_per_byte if weights else None,
         (weights.cpu_read_source if weights and weights.cpu_read_cycles_per_byte is not None
          else "calibrated flash streaming rate (cost model data)"),
         arena_region, arena.cpu_read_cycles_per_byte if arena else None,
-        arena.cpu_read_source if arena else "", image_region, policy)
+        arena.cpu_read_source if arena else "", image_region, policy, placed)
 
 
 def _place_in(platform, name: str, size: int, item: str, free: dict) -> MemoryUse:

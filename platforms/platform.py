@@ -115,6 +115,10 @@ class Platform:
     fvp: Mapping[str, FvpSpec] = field(hash=False)  # NPU family -> FVP
     fvp_load_address: int  # where `--data` puts the .bpte; the runner is built with this ET_MODEL_PTE_ADDR
     fvp_load_region: str  # the memory that address lies in, which bounds the .bpte size
+    # Bytes of a region the firmware itself takes (stack, .data/.bss, heap), with the source of
+    # each figure: a plan places nothing there. region name -> (bytes, source)
+    reserved: Mapping[str, tuple[int, str]] = field(default_factory=lambda: MappingProxyType({}),
+                                                    hash=False)
 
     def validate_npu(self, npu_name: str) -> str:
         """Return the NPU name in upstream spelling if this platform offers it, else raise."""
@@ -300,6 +304,7 @@ def _read_platform_file(path: Path) -> Platform:
     vela = _read_vela(reader, document, families, config_ini)
     memories = _read_memories(reader, document)
     fvp_specs, load_address, load_region = _read_fvp(reader, document, families, memories)
+    reserved = _read_reserved(reader, document, memories)
 
     return Platform(
         name=reader.get(document, "name", str),
@@ -318,7 +323,31 @@ def _read_platform_file(path: Path) -> Platform:
         fvp=MappingProxyType(fvp_specs),
         fvp_load_address=load_address,
         fvp_load_region=load_region,
+        reserved=MappingProxyType(reserved),
     )
+
+
+def _read_reserved(reader: _Reader, document: dict, memories) -> dict[str, tuple[int, str]]:
+    """`reserved:` (optional): what the firmware takes of a region before any program buffer,
+    e.g. `- {region: dtcm, bytes: 81920, source: ...}`."""
+    if "reserved" not in document:
+        return {}
+    names = {m.name: m for m in memories}
+    reserved: dict[str, tuple[int, str]] = {}
+    for index, entry in enumerate(reader.get(document, "reserved", list)):
+        where = f"reserved[{index}]"
+        region = reader.get(entry, "region", str, where)
+        if region not in names:
+            raise reader.fail(f"{where}.region", f"{region!r} is not a memory of this platform "
+                              f"(known: {', '.join(names)})")
+        size = reader.positive_int(entry, "bytes", where)
+        if size > names[region].size_bytes:
+            raise reader.fail(f"{where}.bytes", f"{size} is more than {region}'s "
+                              f"{names[region].size_bytes} bytes")
+        if region in reserved:
+            raise reader.fail(f"{where}.region", f"{region} is listed twice")
+        reserved[region] = (size, reader.get(entry, "source", str, where))
+    return reserved
 
 
 def _vela_accelerators() -> tuple[str, ...]:

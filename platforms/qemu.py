@@ -69,9 +69,10 @@ _FIRMWARE_CONFIG = "firmware.yaml"
 _RECIPE_VERSION = "1"
 
 # Mirrors runner_mailbox_t in runner/board.h.
-_MAILBOX = struct.Struct("<IIII16s16sffI16sI")
+_MAILBOX_PLANNED = 4  # RUNNER_MAILBOX_PLANNED
+_MAILBOX = struct.Struct("<IIII" + "16s" * _MAILBOX_PLANNED + "16sffI16sI")
 _MAILBOX_MAGIC = 0x4E55524F
-_MAILBOX_VERSION = 2
+_MAILBOX_VERSION = 3
 _IMAGE_ALIGNMENT = 64
 
 # The Ethos-U delegate's id as serialized in the program's backend_delegates table.
@@ -1031,6 +1032,9 @@ class QemuResult:
     weights_region: str | None = None
     weights_address: int | None = None
     weights_bytes: int | None = None
+    # Each planned buffer as the runner logged it: (mem_id, bytes, region holding its address,
+    # address); the region is read from the address, not from the runner's own label.
+    planned_buffers: tuple[tuple[int, int, str | None, int], ...] = ()
 
     def summary(self) -> str:
         counted = (f", {self.instructions:,} instructions per inference (icount; not cycles)"
@@ -1055,6 +1059,8 @@ _CASE_RESULT = re.compile(r"BundleIO index\[(\d+)\] Test_result: (PASS|FAIL)")
 _CALIBRATION = re.compile(r"Calibration: (\d+) instructions in (\d+) SysTick ticks")
 _CONSTANT_SEGMENT = re.compile(
     r"constant segment: (\d+) bytes (?:copied to (\S+)|read in place) at (0x[0-9a-fA-F]+)")
+_PLANNED_BUFFER = re.compile(
+    r"planned buffer \d+ \(mem_id (\d+)\): (\d+) bytes in (\S+) at (0x[0-9a-fA-F]+|\(nil\))")
 _TRACE_TICKS = re.compile(
     r"Trace\[(\d+)\] instruction (\d+) (\w+) (\S+): (\d+) SysTick ticks \(kernel (\d+)\)")
 _TRACE_TENSOR = re.compile(
@@ -1070,21 +1076,24 @@ def program_has_ethos_u(image_path: str | Path) -> bool:
     return _ETHOS_U_BACKEND_ID in Path(image_path).read_bytes()
 
 
-def _plan_regions(operators_txt: Path) -> dict[str, str]:
-    """The regions the plan chose for the .pte ("image"), the arena ("planned") and the CPU
-    weights ("weights": the constant segment, copied at boot) in plan.json beside operators.txt."""
+def _plan_regions(operators_txt: Path) -> dict:
+    """The regions the plan chose for the .pte ("image"), each planned buffer ("planned": the
+    arenas' regions in mem_id order) and the CPU weights ("weights": the constant segment,
+    copied at boot), from plan.json beside operators.txt."""
     plan_path = operators_txt.parent / "plan.json"
-    chosen = {}
+    chosen: dict = {}
     if plan_path.is_file():
-        items = json.loads(plan_path.read_text()).get("summary", {}).get("memory", {}).get("items", [])
-        for item in items:
+        summary = json.loads(plan_path.read_text()).get("summary", {})
+        for item in summary.get("memory", {}).get("items", []):
             name = str(item.get("item", ""))
             if name.startswith(".pte") and item.get("region"):
                 chosen["image"] = item["region"]
-            elif "arena" in name and item.get("region"):
-                chosen["planned"] = item["region"]
             elif name.startswith("cpu weights") and item.get("region"):
                 chosen["weights"] = item["region"]
+        arenas = (summary.get("memory_placement") or {}).get("arenas") or []
+        if arenas:
+            chosen["planned"] = tuple(a["region"] for a in sorted(arenas,
+                                                                  key=lambda a: a["mem_id"]))
     return chosen
 
 
@@ -1127,10 +1136,12 @@ def run_bpte_on_qemu(
 
     chosen = _plan_regions(operators_txt)
     image_region = platform.memory(chosen.get("image", config.default_program_region))
-    planned_region = chosen.get("planned", config.default_planned_region)
     ram = {r.name for r in _ram_regions(platform, config)}
-    if planned_region not in ram:
-        planned_region = config.default_planned_region
+    planned = tuple(r if r in ram else config.default_planned_region
+                    for r in chosen.get("planned", (config.default_planned_region,)))
+    if len(planned) > _MAILBOX_PLANNED:
+        raise QemuUnavailable(f"the plan has {len(planned)} arenas; the runner places at most "
+                              f"{_MAILBOX_PLANNED}; nothing was run")
     weights_region = chosen.get("weights", image_region.name)
     if weights_region != image_region.name and weights_region not in ram:
         platform.memory(weights_region)  # raises PlatformError for a region the platform lacks
@@ -1142,7 +1153,8 @@ def run_bpte_on_qemu(
 
     mailbox = _MAILBOX.pack(
         _MAILBOX_MAGIC, _MAILBOX_VERSION, image_address, bpte_path.stat().st_size,
-        planned_region.encode(), config.runtime_region.encode(), rtol, atol, max(1, repeats),
+        *(r.encode() for r in planned + ("",) * (_MAILBOX_PLANNED - len(planned))),
+        config.runtime_region.encode(), rtol, atol, max(1, repeats),
         b"" if weights_region == image_region.name else weights_region.encode(), 0,
     )
     with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
@@ -1165,7 +1177,7 @@ def run_bpte_on_qemu(
     if qemu_errors:
         errors += [f"qemu: {line}" for line in qemu_errors.splitlines()]
     return _result(log, exit_code, errors, firmware, run_seconds,
-                   {"image": image_region.name, "planned": planned_region,
+                   {"image": image_region.name, "planned": ",".join(planned),
                     "runtime": config.runtime_region, "weights": weights_region},
                    image_address, platform)
 
@@ -1257,6 +1269,10 @@ def _result(log: str, exit_code: int | None, errors: list[str], firmware: Firmwa
         weights_region=weights_region,
         weights_address=weights_address,
         weights_bytes=weights_bytes,
+        planned_buffers=tuple(
+            (int(m[1]), int(m[2]), _region_at(platform, int(m[4], 16)) if m[4] != "(nil)"
+             else None, int(m[4], 16) if m[4] != "(nil)" else 0)
+            for m in _PLANNED_BUFFER.finditer(log)),
     )
 
 

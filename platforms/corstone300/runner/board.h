@@ -29,8 +29,10 @@ enum runner_exit_code {
 
 /* "ORUN" little-endian: the harness wrote a mailbox. */
 #define RUNNER_MAILBOX_MAGIC 0x4E55524Fu
-#define RUNNER_MAILBOX_VERSION 2u
+#define RUNNER_MAILBOX_VERSION 3u
 #define RUNNER_REGION_NAME_BYTES 16
+/* Planned buffers (ExecuTorch mem_ids 1..N) the mailbox can place one by one. */
+#define RUNNER_MAILBOX_PLANNED 4
 
 /* Written by the harness at the linker symbol __runner_mailbox; layout mirrored in
  * platforms/qemu.py (_MAILBOX). All fields little-endian, names NUL-padded. */
@@ -39,7 +41,9 @@ typedef struct {
   uint32_t version;
   uint32_t image_address;  /* the .bpte or .pte */
   uint32_t image_bytes;
-  char planned_region[RUNNER_REGION_NAME_BYTES];  /* memory-planned buffers (the arena) */
+  /* The region of each memory-planned buffer: entry i holds ExecuTorch's mem_id i + 1. A buffer
+   * without an entry (empty name, or beyond RUNNER_MAILBOX_PLANNED) goes to entry 0's region. */
+  char planned_regions[RUNNER_MAILBOX_PLANNED][RUNNER_REGION_NAME_BYTES];
   char runtime_region[RUNNER_REGION_NAME_BYTES];  /* method and temp allocators */
   float rtol;              /* BundleIO tolerances; 0 and 0 compare exactly */
   float atol;

@@ -4,9 +4,9 @@
  * report PASS/FAIL per case with the counters of each inference.
  *
  * Where things are comes from the mailbox (board.h) the harness wrote before reset: the image
- * (.bpte, or a plain .pte that is run once on zeroed inputs without a verdict), the region for
- * the memory-planned buffers (the region the plan chose for the arena) and the region for the
- * method and temp allocators, and the region for the CPU weights when the plan moved them out of
+ * (.bpte, or a plain .pte that is run once on zeroed inputs without a verdict), the region of
+ * each memory-planned buffer (the regions the plan chose for the arenas, one per ExecuTorch
+ * mem_id) and the region for the method and temp allocators, and the region for the CPU weights when the plan moved them out of
  * the image (the constant segment is copied there at load). The free part of every region is
  * known from the linker script.
  *
@@ -428,10 +428,12 @@ int main(void) {
   }
   uint8_t* image = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(mailbox.image_address));
   const size_t image_bytes = mailbox.image_bytes;
-  char planned_name[RUNNER_REGION_NAME_BYTES + 1];
+  char planned_names[RUNNER_MAILBOX_PLANNED][RUNNER_REGION_NAME_BYTES + 1];
   char runtime_name[RUNNER_REGION_NAME_BYTES + 1];
   char weights_name[RUNNER_REGION_NAME_BYTES + 1];
-  region_name(mailbox.planned_region, planned_name);
+  for (size_t i = 0; i < RUNNER_MAILBOX_PLANNED; i++) {
+    region_name(mailbox.planned_regions[i], planned_names[i]);
+  }
   region_name(mailbox.runtime_region, runtime_name);
   region_name(mailbox.weights_region, weights_name);
   const double rtol = mailbox.rtol;
@@ -482,55 +484,74 @@ int main(void) {
     return RUNNER_EXIT_ERROR;
   }
 
-  Pool planned_pool;
-  Pool runtime_pool;
-  if (!find_pool(planned_name, image, image_bytes, &planned_pool) ||
-      !find_pool(runtime_name, image, image_bytes, &runtime_pool)) {
-    ET_LOG(Error, "Unknown memory region '%s' or '%s'", planned_name, runtime_name);
-    return RUNNER_EXIT_ERROR;
-  }
-  // The copied weights keep their bytes: the planned buffers and the allocators take what they
-  // leave of a region they share.
-  if (weights_moved) {
-    skip_taken(weights_pool, loader.used(), &planned_pool);
-    skip_taken(weights_pool, loader.used(), &runtime_pool);
-  }
-  // Planned buffers first from the planned region; when it is also the runtime region the
-  // allocators get what the planned buffers leave.
-  MemoryAllocator planned_allocator(static_cast<uint32_t>(planned_pool.bytes()), planned_pool.start);
+  // One pool per region: the planned buffers take their region's pool from its start, in
+  // mem_id order; the method and temp allocators get what the runtime region has left.
   const size_t planned_count = meta->num_memory_planned_buffers();
   if (planned_count > kMaxPlannedBuffers) {
     ET_LOG(Error, "%zu planned buffers; the runner has room for %zu", planned_count,
            kMaxPlannedBuffers);
     return RUNNER_EXIT_ERROR;
   }
+  Pool pools[RUNNER_MAILBOX_PLANNED + 1];
+  size_t pool_count = 0;
+  auto pool_for = [&](const char* name) -> Pool* {
+    for (size_t i = 0; i < pool_count; i++) {
+      if (std::strncmp(pools[i].name, name, RUNNER_REGION_NAME_BYTES) == 0) {
+        return &pools[i];
+      }
+    }
+    Pool* pool = &pools[pool_count];
+    if (pool_count == RUNNER_MAILBOX_PLANNED + 1 || !find_pool(name, image, image_bytes, pool)) {
+      ET_LOG(Error, "Unknown memory region '%s'", name);
+      return nullptr;
+    }
+    // The copied weights keep their bytes: the others take what they leave of a shared region.
+    if (weights_moved) {
+      skip_taken(weights_pool, loader.used(), pool);
+    }
+    pool_count++;
+    return pool;
+  };
+  Pool* runtime_pool = pool_for(runtime_name);
+  if (runtime_pool == nullptr) {
+    return RUNNER_EXIT_ERROR;
+  }
   Span<uint8_t> planned_spans[kMaxPlannedBuffers];
   size_t planned_bytes = 0;
   for (size_t id = 0; id < planned_count; id++) {
-    size_t size = static_cast<size_t>(meta->memory_planned_buffer_size(id).get());
-    uint8_t* buffer = size == 0 ? nullptr
-                                : static_cast<uint8_t*>(
-                                      planned_allocator.allocate(size, kBufferAlignment));
-    if (size != 0 && buffer == nullptr) {
-      ET_LOG(Error, "Planned buffer %zu (%zu bytes) does not fit in %s (%zu bytes free)", id, size,
-             planned_pool.name, planned_pool.bytes());
+    const char* name = id < RUNNER_MAILBOX_PLANNED && planned_names[id][0] != '\0'
+                           ? planned_names[id]
+                           : planned_names[0];
+    Pool* pool = pool_for(name);
+    if (pool == nullptr) {
       return RUNNER_EXIT_ERROR;
     }
-    if (buffer != nullptr) {
+    size_t size = static_cast<size_t>(meta->memory_planned_buffer_size(id).get());
+    uint8_t* buffer = nullptr;
+    if (size != 0) {
+      uintptr_t aligned = (reinterpret_cast<uintptr_t>(pool->start) + kBufferAlignment - 1) &
+                          ~static_cast<uintptr_t>(kBufferAlignment - 1);
+      buffer = reinterpret_cast<uint8_t*>(aligned);
+      if (buffer > pool->end || size > static_cast<size_t>(pool->end - buffer)) {
+        ET_LOG(Error, "Planned buffer %zu (%zu bytes) does not fit in %s (%zu bytes free)", id,
+               size, pool->name, pool->bytes());
+        return RUNNER_EXIT_ERROR;
+      }
+      pool->start = buffer + size;
       std::memset(buffer, 0, size);
     }
+    ET_LOG(Info, "planned buffer %zu (mem_id %zu): %zu bytes in %s at %p", id, id + 1, size,
+           pool->name, static_cast<void*>(buffer));
     planned_spans[id] = Span<uint8_t>(buffer, size);
     planned_bytes += size;
   }
-  if (runtime_pool.start == planned_pool.start) {
-    runtime_pool.start = planned_pool.start + planned_allocator.used_size();
-  }
   // The method allocator holds the runtime's per-method structures (a few KiB); kernels' temp
   // allocations get a quarter of the pool.
-  const size_t temp_bytes = (runtime_pool.bytes() / 4) & ~(kBufferAlignment - 1);
-  MemoryAllocator method_allocator(static_cast<uint32_t>(runtime_pool.bytes() - temp_bytes),
-                                   runtime_pool.start);
-  MemoryAllocator temp_allocator(static_cast<uint32_t>(temp_bytes), runtime_pool.end - temp_bytes);
+  const size_t temp_bytes = (runtime_pool->bytes() / 4) & ~(kBufferAlignment - 1);
+  MemoryAllocator method_allocator(static_cast<uint32_t>(runtime_pool->bytes() - temp_bytes),
+                                   runtime_pool->start);
+  MemoryAllocator temp_allocator(static_cast<uint32_t>(temp_bytes),
+                                 runtime_pool->end - temp_bytes);
   HierarchicalAllocator planned_memory(Span<Span<uint8_t>>(planned_spans, planned_count));
   MemoryManager memory_manager(&method_allocator, &planned_memory, &temp_allocator);
 
@@ -542,9 +563,9 @@ int main(void) {
   }
   ET_LOG(Info, "Method '%s' loaded: %zu inputs, %zu outputs", *method_name, method->inputs_size(),
          method->outputs_size());
-  ET_LOG(Info, "planned_buffers_bytes : %zu in %s", planned_bytes, planned_pool.name);
+  ET_LOG(Info, "planned_buffers_bytes : %zu", planned_bytes);
   ET_LOG(Info, "method_allocator_used : %zu in %s", method_allocator.used_size(),
-         runtime_pool.name);
+         runtime_pool->name);
 
   const bundled_program_flatbuffer::BundledMethodTestSuite* suite = nullptr;
   if (bundled) {

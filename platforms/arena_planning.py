@@ -1,0 +1,210 @@
+"""Activation arenas across memory regions, through ExecuTorch's own memory planning.
+
+ExecuTorch plans every activation into numbered buffers (`mem_id` 1, 2, ...); a firmware hands
+the method one span per buffer (HierarchicalAllocator), so each buffer may sit in a different
+region. This module decides which tensors go to which buffer:
+
+- the activations go to the platform's fastest region that may hold an arena (DTCM on the
+  Corstone platforms), with what the firmware leaves of it as the budget;
+- when they do not all fit, the tensors the CPU touches least go to the next region, one
+  ExecuTorch buffer per region. A tensor's gain from fast memory per byte it takes there is its
+  number of accesses (one write, one read per reader), so the least-accessed go first, the
+  largest of them first. The plan then charges each op's activation traffic at the speed of the
+  region its tensors are in.
+
+The split runs inside ExecuTorch's MemoryPlanningPass as its planning algorithm: each buffer is
+planned by upstream's `greedy`, so lifetimes and reuse are upstream's; only the buffer of each
+tensor (`TensorSpec.mem_id`, which `greedy` honours) is chosen here.
+
+Control flow (cond/while submodules) keeps one arena: submodule buffers are planned with offsets
+into the parent's buffers, which a split would break.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from platforms.memory_fit import KIND_PREFERENCE
+from platforms.platform import PlatformError
+
+
+@dataclass(frozen=True)
+class ArenaSlot:
+    """One planned buffer: the region it goes to and the bytes it may take there (None: no
+    limit; the last region takes what the others cannot)."""
+
+    region: str
+    budget: int | None
+
+
+@dataclass(frozen=True)
+class Arena:
+    """One ExecuTorch planned buffer as compiled: its mem_id, region, size and tensor count."""
+
+    mem_id: int
+    region: str
+    bytes: int
+    tensors: int
+    budget: int | None = None
+
+    def to_json(self) -> dict:
+        return {"mem_id": self.mem_id, "region": self.region, "bytes": self.bytes,
+                "tensors": self.tensors, "budget": self.budget}
+
+
+def _read_cost(region) -> float:
+    cost = region.cpu_read_cycles_per_byte
+    return float("inf") if cost is None else cost
+
+
+def arena_slots(platform, policy) -> tuple[ArenaSlot, ...]:
+    """The regions the activations may use, fastest first, from a memory policy's `arena`:
+    `auto` (the fastest region that may hold an arena, then the next for what does not fit),
+    one region name (one arena there, no split) or a list of regions (split in that order)."""
+    from platforms.memory_placement import check_policy
+
+    check_policy(platform, policy)
+    arena = policy.arena
+    free = policy.free_space(platform)
+    if isinstance(arena, str) and arena != "auto":
+        return (ArenaSlot(arena, None),)
+    if isinstance(arena, (tuple, list)):
+        names = list(arena)
+    else:
+        order = KIND_PREFERENCE["arena"]
+        candidates = [(index, r) for index, r in enumerate(platform.memories)
+                      if r.may_hold("arena")]
+        if not candidates:
+            raise PlatformError(f"{platform.name}: no memory may hold the arena (holds: arena)")
+        candidates.sort(key=lambda ir: (_read_cost(ir[1]),
+                                        order.index(ir[1].kind) if ir[1].kind in order
+                                        else len(order), ir[0]))
+        names = [r.name for _, r in candidates[:2]]
+    return tuple(ArenaSlot(name, free[name] if i < len(names) - 1 else None)
+                 for i, name in enumerate(names))
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """What the split needs of one planned tensor: a key, its bytes, how often the CPU touches it."""
+
+    key: object
+    bytes: int
+    accesses: int
+
+
+def split(tensors: Sequence[Tensor], slots: Sequence[ArenaSlot],
+          size_of: Callable[[list], int]) -> list[int]:
+    """The slot of each tensor (indices into `slots`). `size_of(keys)` plans one buffer holding
+    those tensors and returns its size. Slots are filled in order: each keeps the most accessed
+    tensors its budget allows (the fewest evicted, found by bisection over the eviction order),
+    the rest go on to the next slot."""
+    slot_of = [0] * len(tensors)
+    remaining = list(range(len(tensors)))
+    for index, slot in enumerate(slots[:-1]):
+        if slot.budget is None:
+            break
+
+        def fits(evicted: int) -> bool:
+            kept = order[evicted:]
+            return not kept or size_of([tensors[i].key for i in kept]) <= slot.budget
+
+        # Least accessed first; the largest of equally accessed ones first.
+        order = sorted(remaining, key=lambda i: (tensors[i].accesses, -tensors[i].bytes))
+        if fits(0):
+            break
+        low, high = 0, len(order)  # fits(high) is True: an empty buffer fits
+        while high - low > 1:
+            middle = (low + high) // 2
+            if fits(middle):
+                high = middle
+            else:
+                low = middle
+        evicted = order[:high]
+        for i in evicted:
+            slot_of[i] = index + 1
+        remaining = evicted
+    return slot_of
+
+
+@dataclass
+class ArenaRecord:
+    """Filled by the planning algorithm: the arenas and each node's mem_id (for the plan)."""
+
+    arenas: tuple[Arena, ...] = ()
+    mem_id_of: dict | None = None
+
+
+def _accesses(graph_module) -> dict:
+    """TensorSpec -> times the CPU touches it in one inference: once per instruction that writes
+    or reads it (an out-variant's `out` argument is its write), once more for a program output
+    the firmware reads."""
+    from executorch.exir.tensor import TensorSpec
+
+    counts: dict = {}
+    for node in graph_module.graph.nodes:
+        if node.op not in ("call_function", "output") or "alloc" in str(node.target):
+            continue
+        for arg in node.all_input_nodes:
+            specs = arg.meta.get("spec")
+            for spec in specs if isinstance(specs, (tuple, list)) else (specs,):
+                if isinstance(spec, TensorSpec):
+                    counts[spec] = counts.get(spec, 0) + 1
+    return counts
+
+
+def planning_algorithm(slots: Sequence[ArenaSlot], record: ArenaRecord):
+    """A `memory_planning_algo` for ExecuTorch's MemoryPlanningPass: `greedy` per buffer, the
+    buffer of each tensor chosen by `split`. Fills `record`."""
+    from executorch.exir.memory_planning import MemoryPlanningAlgorithmSuite, greedy
+
+    def algo(alignment, specs, graph_module, graph_signature, extra_padding=0):
+        suite = MemoryPlanningAlgorithmSuite([greedy])
+        import torch
+
+        has_submodules = any(isinstance(child, torch.fx.GraphModule)
+                             for child in graph_module.children())
+        if len(slots) < 2 or has_submodules or getattr(graph_module, "input_mem_buffer_sizes",
+                                                         None):
+            chosen = [0] * len(specs)
+            units = [[spec] for spec in specs]
+        else:
+            # A spec that aliases another's storage goes wherever its base goes.
+            groups: dict = {}
+            for spec in specs:
+                base = spec
+                while getattr(base, "storage_base", None) is not None:
+                    base = base.storage_base
+                groups.setdefault(id(base), []).append(spec)
+            units = list(groups.values())
+            counts = _accesses(graph_module)
+            tensors = [Tensor(i, max(s.allocated_memory for s in unit),
+                              sum(counts.get(s, 0) for s in unit))
+                       for i, unit in enumerate(units)]
+
+            def size_of(keys) -> int:
+                subset = [s for k in keys for s in units[k]]
+                for spec in subset:
+                    spec.mem_id = 1
+                return greedy(alignment, set(subset), graph_module, graph_signature,
+                              extra_padding).bufsizes[1]
+
+            chosen = split(tensors, slots, size_of)
+        used = sorted(set(chosen))
+        mem_id = {slot: used.index(slot) + 1 for slot in used}  # no empty buffer between
+        for unit, slot in zip(units, chosen):
+            for spec in unit:
+                spec.mem_id = mem_id[slot]
+        bufsizes = suite(alignment, specs, graph_module, graph_signature, extra_padding)
+        # Upstream plans control-flow submodules first: the last call is the top-level graph.
+        counts = {slot: sum(len(u) for u, c in zip(units, chosen) if c == slot) for slot in used}
+        record.arenas = tuple(
+            Arena(mem_id[slot], slots[slot].region, int(bufsizes[mem_id[slot]]), counts[slot],
+                  slots[slot].budget) for slot in used)
+        record.mem_id_of = {n.name: n.meta["spec"].mem_id for n in graph_module.graph.nodes
+                            if getattr(n.meta.get("spec"), "mem_id", None) is not None}
+        return bufsizes
+
+    algo.__name__ = "region_split_greedy"
+    return algo
