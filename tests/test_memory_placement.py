@@ -84,6 +84,10 @@ def test_weights_stay_in_place_when_no_faster_region_has_room(autoencoder_m55):
     ("weights: nowhere\n", "region 'nowhere' is not a memory of corstone300"),
     ("weights: itcm\n", "itcm may not hold weights"),
     ("speed: fast\n", "unknown key 'speed'"),
+    ("arena: [dtcm, nowhere]\n", "arena region 'nowhere' is not a memory of corstone300"),
+    ("arena: [dtcm, dtcm]\n", "arena must list distinct region names"),
+    ("keep_free: {dtcm: lots}\n", "keep_free must map region names to byte counts"),
+    ("keep_free: {nowhere: 10}\n", "keep_free region 'nowhere' is not a memory"),
 ])
 def test_a_bad_memory_policy_is_one_line_naming_it(autoencoder_m55, tmp_path, text, needle):
     path = tmp_path / "m.yaml"
@@ -92,7 +96,7 @@ def test_a_bad_memory_policy_is_one_line_naming_it(autoencoder_m55, tmp_path, te
         policy = load_memory_policy(str(path))
         from platforms.memory_placement import place_program
 
-        place_program(autoencoder_m55.target.platform, 1000, 100, 100, None, policy)
+        place_program(autoencoder_m55.target.platform, 1000, (), 100, None, policy)
 
 
 def test_memory_policy_cli_refuses_a_missing_file(capsys):
@@ -151,3 +155,79 @@ def test_auto_does_not_copy_weights_the_cost_model_sees_no_gain_in(compiles, tmp
     forced = make_plan(compiled, memory_policy=MemoryPolicy(weights="dtcm", source="test"))
     assert forced.summary.placement.weights_region == "dtcm"
     assert forced.summary.latency_seconds == plan.summary.latency_seconds
+
+
+def test_the_split_keeps_the_most_accessed_tensors_in_the_fast_slot():
+    """The eviction order: fewest accesses first, the largest of equals first; the fast slot keeps
+    all it can within its budget (here a buffer's size is the sum of its tensors)."""
+    from platforms.arena_planning import ArenaSlot, Tensor, split
+
+    tensors = [Tensor("a", 100, 2), Tensor("b", 400, 2), Tensor("c", 300, 5), Tensor("d", 50, 3)]
+    sizes = {t.key: t.bytes for t in tensors}
+
+    def size_of(keys):
+        return sum(sizes[k] for k in keys)
+
+    slots = (ArenaSlot("dtcm", 450), ArenaSlot("bram", None))
+    assert split(tensors, slots, size_of) == [0, 1, 0, 0]  # b (2 accesses, largest) goes
+    assert split(tensors, (ArenaSlot("dtcm", 360), ArenaSlot("bram", None)), size_of) == \
+        [1, 1, 0, 0]
+    assert split(tensors, (ArenaSlot("dtcm", 10_000), ArenaSlot("bram", None)), size_of) == \
+        [0, 0, 0, 0]
+    assert split(tensors, (ArenaSlot("dtcm", 0), ArenaSlot("bram", None)), size_of) == \
+        [1, 1, 1, 1]
+
+
+@pytest.fixture(scope="module")
+def ds_cnn_arenas(compiles, tmp_path_factory):
+    """DS-CNN CPU-only three ways: one arena in DTCM (auto, it fits), split because the
+    application keeps most of DTCM, and one arena in BRAM; the CPU weights read in place from
+    flash in all three, so only the activations differ."""
+    from orchestrator.api import _plan_under
+    from orchestrator.sources import load_calibration, load_model
+
+    folder = tmp_path_factory.mktemp("policies")
+    (folder / "split.yaml").write_text("keep_free: {dtcm: 440000}\nweights: in-place\n")
+    (folder / "bram.yaml").write_text("arena: bram\nweights: in-place\n")
+    model = load_model("ds-cnn")
+    samples = load_calibration(None, model.example_inputs)
+    compiled, _ = compiles.get("ds-cnn", "corstone300", "none", "cortex-m55")
+    plans = {"dtcm": make_plan(compiled, memory_policy=load_memory_policy("in-place"))}
+    for name in ("split", "bram"):
+        policy = load_memory_policy(str(folder / f"{name}.yaml"))
+        plans[name] = _plan_under(model, samples, compiled.target, None, None, None, policy)
+    return plans
+
+
+def test_activations_that_do_not_fit_dtcm_are_split_over_two_planned_buffers(ds_cnn_arenas):
+    dtcm, split, bram = (ds_cnn_arenas[k] for k in ("dtcm", "split", "bram"))
+    assert [(a.mem_id, a.region) for a in dtcm.compiled.arenas] == [(1, "dtcm")]
+    assert [(a.mem_id, a.region) for a in split.compiled.arenas] == [(1, "dtcm"), (2, "bram")]
+    assert [(a.mem_id, a.region) for a in bram.compiled.arenas] == [(1, "bram")]
+    first = split.compiled.arenas[0]
+    assert first.bytes <= first.budget == 524_288 - 73_728 - 440_000
+    # What ExecuTorch serialized: one planned buffer per arena, the sizes the plan shows.
+    buffers = list(split.compiled.executorch_program.execution_plan[0].non_const_buffer_sizes)
+    assert buffers == [0] + [a.bytes for a in split.compiled.arenas]
+    # Every planned tensor is in one of them.
+    assert set(split.compiled.arena_of.values()) == {1, 2}
+    items = {m.item: m for m in split.summary.memory}
+    assert items["executorch arena 1 of 2 (%d tensors)" % first.tensors].region == "dtcm"
+    assert "activations split over 2 arenas" in split.to_text()
+    data = split.to_json()["summary"]["memory_placement"]["arenas"]
+    assert [(a["region"], a["cycles_per_byte"]) for a in data] == [("dtcm", 0), ("bram", 1.125)]
+
+
+def test_each_ops_activation_reads_are_costed_at_its_arenas_speed(ds_cnn_arenas):
+    """All in zero-wait DTCM < split < all in BRAM (1.125 cycles/B), op by op and in total."""
+    dtcm, split, bram = (ds_cnn_arenas[k] for k in ("dtcm", "split", "bram"))
+    assert dtcm.summary.latency_seconds < split.summary.latency_seconds \
+        < bram.summary.latency_seconds
+    cost = {name: {r.name: r.cost.cycles for r in plan.rows if r.placement == "cmsis-nn"
+                   and r.kind == "op"} for name, plan in ds_cnn_arenas.items()}
+    assert cost["dtcm"].keys() == cost["split"].keys() == cost["bram"].keys()
+    for op in cost["dtcm"]:
+        assert cost["dtcm"][op] <= cost["split"][op] <= cost["bram"][op]
+    # Some op reads only DTCM tensors in the split plan, some only BRAM ones.
+    assert any(cost["split"][op] == cost["dtcm"][op] for op in cost["dtcm"])
+    assert any(cost["split"][op] == cost["bram"][op] > cost["dtcm"][op] for op in cost["dtcm"])

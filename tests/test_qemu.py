@@ -132,6 +132,60 @@ def test_the_bundle_and_arena_go_where_the_plan_put_them(ds_cnn_on_qemu):
     placement = ds_cnn_on_qemu.placement
     assert placement["image"] == "qspi_flash" and placement["image_address"] == "0x38000000"
     assert placement["planned"] == "dtcm"
+    # One planned buffer, and the runner put it in DTCM (read back from the address it logged).
+    assert [(mem_id, region) for mem_id, _, region, _ in ds_cnn_on_qemu.planned_buffers] == \
+        [(1, "dtcm")]
+
+
+@needs_qemu
+def test_split_activations_run_byte_exact_from_the_regions_the_plan_chose(
+        tmp_path, ds_cnn_on_qemu):
+    """An application keeping most of DTCM for itself: the activations no longer fit there, so
+    ExecuTorch plans two buffers, DTCM and BRAM; the runner places each where plan.json says and
+    the outputs are still byte-equal to the twin's."""
+    import orchestrator
+
+    policy = tmp_path / "memory.yaml"
+    policy.write_text("keep_free: {dtcm: 440000}\n")
+    pte = tmp_path / "ds_cnn_split.pte"
+    orchestrator.compile("ds-cnn", pte, npu="none", bundle=True, memory_policy=str(policy))
+    bpte = pte.with_suffix(".bpte")
+    plan = json.loads((pte.with_suffix(".artifacts") / "plan.json").read_text())
+    arenas = plan["summary"]["memory_placement"]["arenas"]
+    assert [a["region"] for a in arenas] == ["dtcm", "bram"]
+    assert arenas[0]["bytes"] <= arenas[0]["budget"] == 524_288 - 73_728 - 440_000
+    result = run_bpte_on_qemu(bpte, _operators_txt(bpte), "corstone300")
+    assert result.passed is True, result.summary() + "\n" + result.log
+    assert len(result.cases) == 4
+    assert result.firmware.elf == ds_cnn_on_qemu.firmware.elf  # same operators, same firmware
+    assert [(m, size, region) for m, size, region, _ in result.planned_buffers] == \
+        [(a["mem_id"], a["bytes"], a["region"]) for a in arenas]
+    assert result.placement["planned"] == "dtcm,bram"
+
+
+@needs_qemu
+def test_the_platform_reserves_what_the_runner_firmware_takes(ds_cnn_on_qemu):
+    """platform.yaml's `reserved:` is what the plan keeps out of DTCM and SRAM; the built
+    runner's own sections (stack, .data, .bss, mailbox; the heap) must fit inside it."""
+    import subprocess
+
+    from platforms.platform import load_platform
+
+    platform = load_platform("corstone300")
+    out = subprocess.run(["arm-none-eabi-size", "-A", str(ds_cnn_on_qemu.firmware.elf)],
+                         capture_output=True, text=True, check=True).stdout
+    used: dict[str, int] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() and int(parts[1]):
+            region = next((r.name for r in platform.memories
+                           if r.base_address <= int(parts[2]) < r.base_address + r.size_bytes),
+                          None)
+            if region in platform.reserved:
+                used[region] = used.get(region, 0) + int(parts[1])
+    assert used["dtcm"] > 65_536  # the stack alone is 64 KiB
+    for region, size in used.items():
+        assert size <= platform.reserved[region][0], (region, size, out)
 
 
 _CPU_WEIGHTS_ITEM = "cpu weights (constant segment, copied at boot)"
@@ -186,14 +240,15 @@ def test_the_cpu_weights_go_where_the_plan_put_them(ds_cnn_bundle, ds_cnn_on_qem
     assert len(result.cases) == 4
 
 
-def test_the_plan_names_the_weights_region(tmp_path):
+def test_the_plan_names_the_weights_and_arena_regions(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps({"summary": {"memory": {"items": [
         {"item": ".pte (weights, code data)", "region": "qspi_flash"},
-        {"item": "arena", "region": "dtcm"},
+        {"item": "executorch arena 1 of 2", "region": "dtcm"},
         {"item": _CPU_WEIGHTS_ITEM, "bytes": 1234, "region": "sram"},
-    ]}}}))
+    ]}, "memory_placement": {"arenas": [{"mem_id": 2, "region": "bram"},
+                                        {"mem_id": 1, "region": "dtcm"}]}}}))
     assert _plan_regions(tmp_path / "operators.txt") == {
-        "image": "qspi_flash", "planned": "dtcm", "weights": "sram"}
+        "image": "qspi_flash", "planned": ("dtcm", "bram"), "weights": "sram"}
 
 
 def test_a_program_with_ethos_u_delegates_is_not_run(tmp_path):
