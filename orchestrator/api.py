@@ -59,12 +59,13 @@ def _target(platform, npu, cpu, io, cpu_hz, npu_hz, policy):
     return target
 
 
-def _plan_under(loaded, samples, target, policy, runner_ops, progress, memory_policy=None):
+def _plan_under(loaded, samples, target, policy, runner_ops, progress, memory_policy=None,
+                io_auto=False):
     from orchestrator.pipeline import compile_model
     from orchestrator.planner import make_plan
 
     compiled = compile_model(loaded, samples, target, policy=policy, memory_policy=memory_policy,
-                             progress=progress)
+                             io_auto=io_auto, progress=progress)
     return make_plan(compiled, runner_ops, progress, memory_policy)
 
 
@@ -112,14 +113,18 @@ def _planned(model, platform, npu, cpu, io, calibration, cpu_hz, npu_hz, runner_
     mode = placement or (policy.placement if policy is not None else "greedy")
     if mode not in PLACEMENTS:
         raise UserError(f"--placement {mode!r} is not supported; use one of {', '.join(PLACEMENTS)}")
+    from orchestrator.target import io_request
+
     target = _target(platform, npu, cpu, io, cpu_hz, npu_hz, policy)
+    io_auto = io_request(io)[1]
     memory = _memory_policy(memory_policy, target.platform)
     loaded = load_model(model)
     samples = load_calibration(calibration, loaded.example_inputs)
     if mode == "greedy" or not target.npu:
-        return _plan_under(loaded, samples, target, policy, runner_ops, progress, memory)
+        return _plan_under(loaded, samples, target, policy, runner_ops, progress, memory, io_auto)
     chosen = place_by_cost(
-        lambda p: _plan_under(loaded, samples, target, p, runner_ops, progress, memory), policy)
+        lambda p: _plan_under(loaded, samples, target, p, runner_ops, progress, memory, io_auto),
+        policy)
     return replace(chosen.chosen, cost_placement=chosen)
 
 

@@ -70,8 +70,10 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
                    help="corstone300, corstone320, or a platform YAML of your own SoC")
     p.add_argument("--npu", help="e.g. ethos-u55-128, ethos-u65-256, ethos-u85-256; 'none' for CPU only")
     p.add_argument("--cpu", help="e.g. cortex-m55, cortex-m33, cortex-m0plus (default: the platform's)")
-    p.add_argument("--io", default="float", choices=("float", "int8"),
-                   help="program input/output type; int8 removes the fp32 I/O buffers")
+    p.add_argument("--io", default="float", choices=("float", "int8", "auto"),
+                   help="program input/output type; int8 removes the fp32 I/O buffers; auto "
+                        "compiles both and keeps int8 when the platform's firmware takes it "
+                        "and it makes the arena smaller (the report shows both arenas)")
     p.add_argument("--calibration", help=".pt/.npz of samples or a folder of them")
     p.add_argument("--cpu-hz", type=_clock_hz, help="override the platform CPU clock (Hz)")
     p.add_argument("--npu-hz", type=_clock_hz, help="override the platform NPU clock (Hz)")

@@ -1,7 +1,7 @@
 """The compile pipeline: an ordered tuple of small stages that one loop runs.
 
     COMPILE_STAGES = capture -> quantize -> lower -> quantize_io -> route_cpu
-                     -> check_boundaries -> place -> prune_constants -> serialize
+                     -> check_boundaries -> place -> prune_constants -> serialize -> choose_io
 
 Each stage takes the `CompileState` so far and returns a new one with its own result added; no
 stage hands a result on by changing another's value or upstream private state. `run_stages`
@@ -85,11 +85,12 @@ class Compiled:
     # buffer (mem_id) of each node's output, by node name.
     arenas: tuple = ()
     arena_of: dict = field(default_factory=dict)
+    io_choice: object = None  # IoChoice when compiled with --io auto
 
     @property
     def arena_bytes(self) -> int:
         """ExecuTorch's planned arena (sum of non-constant buffers; index 0 is reserved)."""
-        return int(sum(self.executorch_program.execution_plan[0].non_const_buffer_sizes))
+        return _arena_bytes(self.executorch_program)
 
 
 def _to_channels_last(value):
@@ -248,6 +249,7 @@ class CompileOptions:
     prune_constants: bool = True
     policy: object = None  # partitioners.policy.Policy: nodes forced to the CPU
     memory_policy: object = None  # platforms.memory_placement.MemoryPolicy (None: auto)
+    io_auto: bool = False  # --io auto: compile both I/O types, keep the smaller arena (choose_io)
 
 
 @dataclass(frozen=True)
@@ -264,6 +266,7 @@ class CompileState:
     captured: Captured | None = None
     quantized: Quantized | None = None
     lowered: Lowered | None = None  # after quantize_io: the program handed to the CPU passes
+    lowered_float_io: Lowered | None = None  # before quantize_io (choose_io starts from it)
     io_quant: dict = field(default_factory=dict)
     pre_cpu: dict = field(default_factory=dict)  # node descriptions before the CPU passes
     routed_edge: object = None  # EdgeProgramManager holding the CPU-routed program
@@ -276,6 +279,7 @@ class CompileState:
     pte_bytes: bytes = b""
     executorch_program: object = None
     arena_record: object = None  # platforms.arena_planning.ArenaRecord
+    io_choice: object = None  # IoChoice (choose_io)
 
 
 def _capture_stage(state: CompileState) -> CompileState:
@@ -316,7 +320,7 @@ def _lower_stage(state: CompileState) -> CompileState:
 def _quantize_io_stage(state: CompileState) -> CompileState:
     """--io int8: the program takes and returns int8 (config methods carry the parameters)."""
     lowered, io_quant = quantize_io(state.lowered, state.target)
-    return replace(state, lowered=lowered, io_quant=io_quant,
+    return replace(state, lowered=lowered, io_quant=io_quant, lowered_float_io=state.lowered,
                    pre_cpu=snapshot_pre_cpu(lowered.edge.exported_program()))
 
 
@@ -368,6 +372,66 @@ def _serialize_stage(state: CompileState) -> CompileState:
 
 
 @dataclass(frozen=True)
+class IoChoice:
+    """What `--io auto` measured and chose: each I/O type's arena and .pte bytes (ExecuTorch's
+    memory plan of the program compiled that way), or why one could not be compiled."""
+
+    chosen: str
+    reason: str
+    arena_bytes: dict  # io -> bytes (measured: ExecuTorch memory plan)
+    pte_bytes: dict  # io -> bytes
+    refused: dict = field(default_factory=dict)  # io -> why it was not possible
+
+    def to_json(self) -> dict:
+        return {"chosen": self.chosen, "reason": self.reason, "arena_bytes": self.arena_bytes,
+                "pte_bytes": self.pte_bytes, "refused": self.refused,
+                "source": "measured: ExecuTorch memory plan of each compiled program"}
+
+
+def _choose_io_stage(state: CompileState) -> CompileState:
+    """--io auto: compile the CPU side again with the other I/O type and keep the smaller arena
+    among the types the platform's firmware accepts (`firmware_io` in its YAML)."""
+    if not state.options.io_auto:
+        return state
+    platform = state.target.platform
+    other_io = "int8" if state.target.io == "float" else "float"
+    start = replace(state, target=replace(state.target, io=other_io),
+                    lowered=state.lowered_float_io, options=replace(state.options, io_auto=False))
+    arena = {state.target.io: _arena_bytes(state.executorch_program)}
+    pte = {state.target.io: len(state.pte_bytes)}
+    refused, other = {}, None
+    if other_io not in platform.firmware_io:
+        refused[other_io] = (f"{platform.name}'s firmware does not take {other_io} I/O "
+                             f"({platform.firmware_io_source})")
+    else:
+        try:
+            other = run_stages(COMPILE_STAGES[COMPILE_STAGES.index(_STAGE_QUANTIZE_IO):-1],
+                               start, {})
+            arena[other_io] = _arena_bytes(other.executorch_program)
+            pte[other_io] = len(other.pte_bytes)
+        except UserError as error:
+            refused[other_io] = str(error)
+    int8_state = other if other_io == "int8" else state
+    float_state = state if other_io == "int8" else other
+    if int8_state is not None and float_state is not None and \
+            arena["int8"] < arena["float"]:
+        chosen = int8_state
+        reason = (f"int8 I/O: the arena is {arena['float'] - arena['int8']:,} B smaller "
+                  "(the float input/output buffers and their quantize/dequantize go)")
+    elif int8_state is None or float_state is None:
+        chosen = state
+        reason = f"{state.target.io} I/O: {other_io} is not possible: {refused[other_io]}"
+    else:
+        chosen = float_state
+        reason = "float I/O: int8 I/O would not make the arena smaller"
+    return replace(chosen, io_choice=IoChoice(chosen.target.io, reason, arena, pte, refused))
+
+
+def _arena_bytes(program) -> int:
+    return int(sum(program.execution_plan[0].non_const_buffer_sizes))
+
+
+@dataclass(frozen=True)
 class Stage:
     name: str
     run: Callable
@@ -377,16 +441,18 @@ class Stage:
         return (self.run.__doc__ or "").strip().splitlines()[0]
 
 
+_STAGE_QUANTIZE_IO = Stage("quantize_io", _quantize_io_stage)
 COMPILE_STAGES = (
     Stage("capture", _capture_stage),
     Stage("quantize", _quantize_stage),
     Stage("lower", _lower_stage),
-    Stage("quantize_io", _quantize_io_stage),
+    _STAGE_QUANTIZE_IO,
     Stage("route_cpu", _route_cpu_stage),
     Stage("check_boundaries", _check_boundaries_stage),
     Stage("place", _place_stage),
     Stage("prune_constants", _prune_constants_stage),
     Stage("serialize", _serialize_stage),
+    Stage("choose_io", _choose_io_stage),
 )
 
 
@@ -435,7 +501,7 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
                   work_dir: Path | None = None, channels_last: bool = True,
                   check_boundary_layouts: bool = True, legalize: bool = True,
                   prune_constants: bool = True, policy=None, memory_policy=None,
-                  progress: Callable[[str, str, float], None] | None = None) -> Compiled:
+                  io_auto: bool = False, progress: Callable[[str, str, float], None] | None = None) -> Compiled:
     """Run COMPILE_STAGES (see CompileOptions for the switches)."""
     if work_dir is None:
         # Vela's per-partition outputs live here until `write_outputs` copies them; a plan
@@ -446,11 +512,12 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
     state = run_stages(COMPILE_STAGES, CompileState(
         model, calibration, target,
         CompileOptions(channels_last, check_boundary_layouts, legalize, prune_constants, policy,
-                       memory_policy),
+                       memory_policy, io_auto),
         Path(work_dir)),
         seconds, progress)
-    return Compiled(model, target, calibration, state.captured, state.quantized, state.lowered,
+    return Compiled(model, state.target, calibration, state.captured, state.quantized, state.lowered,
                     state.final_program, state.cpu_decisions, state.boundaries, state.placements,
                     state.pte_bytes, state.executorch_program, state.io_quant, state.workarounds,
                     seconds, Path(work_dir), state.pruned_constants, state.cache_hit,
-                    state.arena_record.arenas, dict(state.arena_record.mem_id_of or {}))
+                    state.arena_record.arenas, dict(state.arena_record.mem_id_of or {}),
+                    state.io_choice)

@@ -336,6 +336,7 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
     lines.append(f".pte: {s.pte_bytes:,} B, weights {s.weight_bytes:,} B (executorch + vela); "
                  f"arena {s.arena_bytes:,} B (executorch plan, incl. CMSIS-NN scratch "
                  f"{s.cmsis_scratch_bytes:,} B); NPU scratch {s.npu_scratch_bytes:,} B (vela)")
+    lines.append(_io_line(compiled))
     for m in s.memory:
         verdict = "fits" if m.fits else "DOES NOT FIT"
         region = (f"{m.region} ({m.region_bytes:,} B {'of' if m.fits else 'free in'} it)"
@@ -361,6 +362,17 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
         lines.append("runner ops check: " + ("all present" if not s.missing_operators else
                                              "MISSING " + ", ".join(s.missing_operators)))
     return lines
+
+
+def _io_line(compiled) -> str:
+    choice = compiled.io_choice
+    if choice is None:
+        return (f"I/O: {compiled.target.io} (as asked; --io auto also compiles the other I/O "
+                "type and reports both arenas)")
+    figures = ", ".join(f"{io} I/O arena {choice.arena_bytes[io]:,} B, .pte "
+                        f"{choice.pte_bytes[io]:,} B" for io in sorted(choice.arena_bytes))
+    return (f"I/O: {choice.chosen}, chosen by --io auto: {choice.reason}; {figures} (measured: "
+            "ExecuTorch memory plan of each compiled program)")
 
 
 def _placement_lines(p, target) -> list[str]:
@@ -510,6 +522,8 @@ def to_json(compiled, rows, summary: Summary) -> dict:
                 "reserved": [{"region": region, "bytes": size, "source": source}
                              for region, (size, source) in
                              compiled.target.platform.reserved.items()]},
+            "io": {"type": compiled.target.io,
+                   "auto": None if compiled.io_choice is None else compiled.io_choice.to_json()},
             "operators": list(summary.operators),
             "device_faults": list(summary.device_faults),
             "workarounds": [{"node": w.node, "upstream": w.upstream, "message": w.message}

@@ -74,13 +74,15 @@ def run_job(job: SweepJob) -> SweepRow:
     """Compile and plan one model x configuration (in a worker process or in this one)."""
     from orchestrator.api import _memory_policy, _plan_under, _target, load_policy_arg
     from orchestrator.sources import load_calibration, load_model
+    from orchestrator.target import io_request
 
     policy = load_policy_arg(job.policy)
     target = _target(job.platform, job.npu, job.cpu, job.io, job.cpu_hz, job.npu_hz, policy)
     model = load_model(job.model)
     samples = load_calibration(job.calibration, model.example_inputs)
     return _row(model.name, _plan_under(model, samples, target, policy, None, None,
-                                        _memory_policy(job.memory_policy)))
+                                        _memory_policy(job.memory_policy),
+                                        io_request(job.io)[1]))
 
 
 EXECUTORS = "local, ray or ray:ADDRESS (e.g. ray:auto, ray:10.0.0.1:6379)"

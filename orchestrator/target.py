@@ -7,6 +7,14 @@ from dataclasses import dataclass
 from orchestrator.errors import UserError
 
 IO_TYPES = ("float", "int8")
+# What --io accepts: a type, or `auto` (compile both, keep the smaller arena among the types the
+# platform's firmware takes: orchestrator/pipeline.py, stage choose_io).
+IO_CHOICES = (*IO_TYPES, "auto")
+
+
+def io_request(io: str) -> tuple[str, bool]:
+    """(the I/O type to compile first, whether `--io auto` chooses): `auto` starts from float."""
+    return ("float", True) if io == "auto" else (io, False)
 
 
 @dataclass(frozen=True)
@@ -61,8 +69,9 @@ def resolve_target(platform: str, npu: str | None = None, cpu: str | None = None
         tier = cpu_tier(cpu_name)
     except PlatformError as error:
         raise UserError(str(error)) from None
+    io = io_request(io)[0]
     if io not in IO_TYPES:
-        raise UserError(f"--io {io!r} is not supported; use one of: {', '.join(IO_TYPES)}")
+        raise UserError(f"--io {io!r} is not supported; use one of: {', '.join(IO_CHOICES)}")
     system_config = memory_mode = None
     if npu_name:
         system_config, memory_mode = plat.vela_config(npu_name)

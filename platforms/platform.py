@@ -119,6 +119,9 @@ class Platform:
     # each figure: a plan places nothing there. region name -> (bytes, source)
     reserved: Mapping[str, tuple[int, str]] = field(default_factory=lambda: MappingProxyType({}),
                                                     hash=False)
+    # The program I/O types its firmware accepts (`--io auto` chooses among them) and the source.
+    firmware_io: tuple[str, ...] = ("float",)
+    firmware_io_source: str = "not declared in the platform YAML: float only"
 
     def validate_npu(self, npu_name: str) -> str:
         """Return the NPU name in upstream spelling if this platform offers it, else raise."""
@@ -305,6 +308,14 @@ def _read_platform_file(path: Path) -> Platform:
     memories = _read_memories(reader, document)
     fvp_specs, load_address, load_region = _read_fvp(reader, document, families, memories)
     reserved = _read_reserved(reader, document, memories)
+    firmware_io, firmware_io_source = ("float",), "not declared in the platform YAML: float only"
+    if "firmware_io" in document:
+        section = reader.get(document, "firmware_io", dict)
+        firmware_io = reader.string_list(section, "types", "firmware_io")
+        for index, io in enumerate(firmware_io):
+            if io not in ("float", "int8"):
+                raise reader.fail(f"firmware_io.types[{index}]", f"{io!r} is not float or int8")
+        firmware_io_source = reader.get(section, "source", str, "firmware_io")
 
     return Platform(
         name=reader.get(document, "name", str),
@@ -324,6 +335,8 @@ def _read_platform_file(path: Path) -> Platform:
         fvp_load_address=load_address,
         fvp_load_region=load_region,
         reserved=MappingProxyType(reserved),
+        firmware_io=firmware_io,
+        firmware_io_source=firmware_io_source,
     )
 
 

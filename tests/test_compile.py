@@ -99,6 +99,48 @@ def test_io_int8_takes_int8_and_shrinks_the_arena(compiles):
     assert "input0_scale" in int8.io_quant
 
 
+def test_io_auto_measures_both_arenas_and_keeps_int8_when_it_is_smaller(compiles):
+    """--io auto compiles the CPU side both ways: its figures are those of the separate
+    --io float and --io int8 compiles, and it keeps the int8 program (the smaller arena)."""
+    from orchestrator.planner import make_plan
+    from orchestrator.pipeline import compile_model
+    from orchestrator.sources import load_calibration, load_model
+
+    floating, _ = compiles.get("mobilenet-v1-025", "corstone300", "none", "cortex-m55")
+    int8, _ = compiles.get("mobilenet-v1-025", "corstone300", "none", "cortex-m55", io="int8")
+    model = load_model("mobilenet-v1-025")
+    auto = compile_model(model, load_calibration(None, model.example_inputs), floating.target,
+                         io_auto=True)
+    assert auto.target.io == "int8" and auto.pte_bytes == int8.pte_bytes
+    assert auto.io_choice.arena_bytes == {"float": floating.arena_bytes,
+                                          "int8": int8.arena_bytes}
+    assert auto.io_choice.pte_bytes == {"float": len(floating.pte_bytes),
+                                        "int8": len(int8.pte_bytes)}
+    plan = make_plan(auto)
+    assert (f"I/O: int8, chosen by --io auto: int8 I/O: the arena is "
+            f"{floating.arena_bytes - int8.arena_bytes:,} B smaller") in " ".join(
+        plan.to_text(width=10_000).split())
+    assert plan.to_json()["summary"]["io"]["auto"]["arena_bytes"]["int8"] == int8.arena_bytes
+
+
+def test_io_auto_keeps_float_when_the_firmware_takes_no_int8(compiles):
+    import dataclasses
+
+    from orchestrator.pipeline import compile_model
+    from orchestrator.sources import load_calibration, load_model
+
+    floating, _ = compiles.get("mixed", "corstone300", "none", "cortex-m55")
+    platform = dataclasses.replace(floating.target.platform, firmware_io=("float",),
+                                   firmware_io_source="test: a float-only firmware")
+    model = load_model("mixed")
+    auto = compile_model(model, load_calibration(None, model.example_inputs),
+                         dataclasses.replace(floating.target, platform=platform), io_auto=True)
+    assert auto.target.io == "float" and auto.pte_bytes == floating.pte_bytes
+    assert set(auto.io_choice.arena_bytes) == {"float"}
+    assert "firmware does not take int8 I/O (test: a float-only firmware)" in \
+        auto.io_choice.refused["int8"]
+
+
 def test_artifacts_keep_each_partitions_tosa_and_vela_reports_apart(compiles):
     compiled, pte = compiles.get("mixed", "corstone300", "ethos-u55-128", write=True)
     art = pte.with_name(pte.stem + ".artifacts")

@@ -164,6 +164,19 @@ def test_split_activations_run_byte_exact_from_the_regions_the_plan_chose(
 
 
 @needs_qemu
+def test_an_int8_io_program_passes_on_qemu(tmp_path, ds_cnn_on_qemu):
+    """platform.yaml's `firmware_io` says the runner takes int8 I/O (so --io auto may choose it):
+    the int8-I/O DS-CNN runs byte-exact on the same firmware."""
+    import orchestrator
+
+    pte = tmp_path / "ds_cnn_int8.pte"
+    orchestrator.compile("ds-cnn", pte, npu="none", io="int8", bundle=True)
+    bpte = pte.with_suffix(".bpte")
+    result = run_bpte_on_qemu(bpte, _operators_txt(bpte), "corstone300")
+    assert result.passed is True and len(result.cases) == 4, result.summary() + result.log
+
+
+@needs_qemu
 def test_the_platform_reserves_what_the_runner_firmware_takes(ds_cnn_on_qemu):
     """platform.yaml's `reserved:` is what the plan keeps out of DTCM and SRAM; the built
     runner's own sections (stack, .data, .bss, mailbox; the heap) must fit inside it."""
