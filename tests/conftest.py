@@ -64,3 +64,18 @@ def _session_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def compiles(tmp_path_factory) -> CompileCache:
     return CompileCache(tmp_path_factory)
+
+
+# Run order. The no-compile unit files first (a broken catalogue, adapter or platform file fails
+# within seconds), then the files that take longest (worker seconds from `--durations=0`), so the
+# xdist workers (`--dist loadfile`: a file per worker) end together rather than one idling while
+# the other runs a long file that happened to sort last.
+_UNIT_FIRST = ("test_architecture.py", "test_upstream_adapters.py", "test_platforms.py",
+               "test_cost_cpu.py", "test_local_check.py")
+_LONGEST_FIRST = ("test_compile.py", "test_plan.py", "test_sweep.py", "test_user_models.py",
+                  "test_sweep_ray.py", "test_verify_zoo.py", "test_qemu.py", "test_policy.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(_UNIT_FIRST + _LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable within a file

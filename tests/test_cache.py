@@ -22,8 +22,8 @@ def _compile(model, npu, calibration=None):
 
 
 def test_a_cache_hit_gives_the_same_program_bytes(private_cache):
-    cold = _compile("ds-cnn", "ethos-u55-128")
-    warm = _compile("ds-cnn", "ethos-u55-128")
+    cold = _compile("mixed", "ethos-u55-128")
+    warm = _compile("mixed", "ethos-u55-128")
     assert not cold.cache_hit and warm.cache_hit
     assert warm.pte_bytes == cold.pte_bytes
     assert len(list((private_cache / "quantized").iterdir())) == 1

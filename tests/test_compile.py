@@ -88,14 +88,14 @@ def test_boundary_check_fails_an_nchw_mixed_model_lowered_the_upstream_way():
 
 
 def test_io_int8_takes_int8_and_shrinks_the_arena(compiles):
-    floating, _ = compiles.get("mobilenet-v1-025", "corstone300", "none", "cortex-m55")
-    int8, _ = compiles.get("mobilenet-v1-025", "corstone300", "none", "cortex-m55", io="int8")
+    floating, _ = compiles.get("deep-autoencoder", "corstone300", "none", "cortex-m55")
+    int8, _ = compiles.get("deep-autoencoder", "corstone300", "none", "cortex-m55", io="int8")
     plan = _program(int8.pte_bytes).execution_plan[0]
     first_input = plan.values[plan.inputs[0]].val
     assert int(getattr(first_input.scalar_type, "value", first_input.scalar_type)) == 1  # Char = int8
-    # The fp32 input (1x3x96x96x4 B = 110,592 B) becomes a 27,648 B int8 one; the planner
-    # overlaps lifetimes, so at least half of the fp32 buffer must leave the arena.
-    assert floating.arena_bytes - int8.arena_bytes >= 96 * 96 * 3 * 4 // 2
+    # The fp32 input (1x640x4 B = 2,560 B) becomes a 640 B int8 one; the planner overlaps
+    # lifetimes, so at least half of the fp32 buffer must leave the arena.
+    assert floating.arena_bytes - int8.arena_bytes >= 640 * 4 // 2
     assert "input0_scale" in int8.io_quant
 
 
@@ -106,9 +106,9 @@ def test_io_auto_measures_both_arenas_and_keeps_int8_when_it_is_smaller(compiles
     from orchestrator.pipeline import compile_model
     from orchestrator.sources import load_calibration, load_model
 
-    floating, _ = compiles.get("mobilenet-v1-025", "corstone300", "none", "cortex-m55")
-    int8, _ = compiles.get("mobilenet-v1-025", "corstone300", "none", "cortex-m55", io="int8")
-    model = load_model("mobilenet-v1-025")
+    floating, _ = compiles.get("deep-autoencoder", "corstone300", "none", "cortex-m55")
+    int8, _ = compiles.get("deep-autoencoder", "corstone300", "none", "cortex-m55", io="int8")
+    model = load_model("deep-autoencoder")
     auto = compile_model(model, load_calibration(None, model.example_inputs), floating.target,
                          io_auto=True)
     assert auto.target.io == "int8" and auto.pte_bytes == int8.pte_bytes

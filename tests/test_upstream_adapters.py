@@ -220,3 +220,26 @@ def test_runtime_adapter_lists_the_host_kernels():
     # No portable kernel: the twin reports the device fault (tests/test_twin.py).
     assert "aten::sort.values" not in names
     assert isinstance(upstream_runtime.registered_backend_names(), frozenset)
+
+
+def test_memory_planning_names_the_arena_split_uses():
+    """platforms/arena_planning.py runs inside ExecuTorch's MemoryPlanningPass as its
+    `memory_planning_algo`, calls `greedy` per buffer and sets `TensorSpec.mem_id` (which greedy
+    honours); an upstream change to these names or parameters fails here, without a compile."""
+    import inspect
+
+    from executorch.exir.memory_planning import MemoryPlanningAlgorithmSuite, greedy
+    from executorch.exir.passes import MemoryPlanningPass
+    from executorch.exir.tensor import TensorSpec
+
+    assert list(inspect.signature(greedy).parameters)[:5] == [
+        "alignment", "specs", "graph_module", "graph_signature", "extra_padding"]
+    assert "memory_planning_algo" in inspect.signature(MemoryPlanningPass.__init__).parameters
+    assert list(inspect.signature(MemoryPlanningAlgorithmSuite.__call__).parameters)[1:6] == [
+        "alignment", "specs", "graph_module", "graph_signature", "extra_padding"]
+    import torch
+
+    spec = TensorSpec.from_tensor(torch.zeros(64, dtype=torch.int8))
+    # allocated_memory: the bytes rounded up to the planner's alignment (16 by default).
+    assert spec.mem_id is None and spec.storage_base is None and spec.allocated_memory == 64
+    assert "spec.mem_id is None" in inspect.getsource(greedy)  # a preset mem_id is kept
