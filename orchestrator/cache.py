@@ -41,11 +41,9 @@ def cache_dir() -> Path | None:
         return None
     if setting:
         return Path(setting)
-    # The same root as the host-runtime and firmware build caches.
-    if os.environ.get("ORCHESTRATE_CACHE_DIR"):
-        return Path(os.environ["ORCHESTRATE_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "orchestrate"
+    from kernels.cache_root import cache_root
+
+    return cache_root()  # the same root as the host-runtime and firmware build caches
 
 
 def _module_code(module: torch.nn.Module) -> bytes | None:

@@ -45,12 +45,12 @@ from types import MappingProxyType
 import yaml
 
 from platforms.fvp import parse_runner_log
+from kernels.cache_root import cache_root
 from platforms.platform import MemoryRegion, Platform, load_platform
 
 THIRD_PARTY_ENV = "ORCHESTRATE_THIRD_PARTY"
 QEMU_ENV = "ORCHESTRATE_QEMU"  # the qemu-system-arm binary
 TOOLCHAIN_ENV = "ORCHESTRATE_ARM_TOOLCHAIN"  # a folder holding arm-none-eabi-gcc and friends
-CACHE_ENV = "ORCHESTRATE_CACHE_DIR"
 JOBS_ENV = "ORCHESTRATE_BUILD_JOBS"
 
 METHOD = "Corstone-300 CPU in QEMU: real kernels, no timing"
@@ -431,13 +431,6 @@ class Firmware:
     cached: bool  # the ELF came from the cache
     compiled_objects: int  # objects compiled by this call (0 when every object was cached)
     total_objects: int
-
-
-def cache_root() -> Path:
-    if named := os.environ.get(CACHE_ENV):
-        return Path(named).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "orchestrate"
 
 
 def _jobs() -> int:

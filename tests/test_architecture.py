@@ -8,15 +8,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("orchestrator", "partitioners", "cost_models", "kernels", "npu_driver", "platforms",
             "examples")
-# Who may import whom: orchestrator sits on top; partitioners use kernels' catalogue; the rest
-# are leaves (examples: the model zoo, imported by the model loader).
+# Who may import whom: orchestrator sits on top; partitioners use kernels' catalogue; platforms
+# use kernels' cache root (the runner firmware builds the device kernels); the rest are leaves
+# (examples: the model zoo, imported by the model loader).
 ALLOWED = {
     "orchestrator": set(PACKAGES),
     "partitioners": {"partitioners", "kernels"},
     "cost_models": {"cost_models", "kernels"},
     "kernels": {"kernels"},
     "npu_driver": {"npu_driver"},
-    "platforms": {"platforms"},
+    "platforms": {"platforms", "kernels"},
     "examples": {"examples"},
 }
 

@@ -112,10 +112,9 @@ class BuiltLibrary:
 
 
 def default_cache_dir() -> Path:
-    if os.environ.get("ORCHESTRATE_CACHE_DIR"):
-        return Path(os.environ["ORCHESTRATE_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "orchestrate"
+    from kernels.cache_root import cache_root
+
+    return cache_root()
 
 
 def find_wheel() -> Wheel:
