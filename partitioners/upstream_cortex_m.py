@@ -147,7 +147,7 @@ def _observing(observe):
             try:
                 spec = substitution(node, dialect_pass)
             finally:
-                sys.setprofile(previous)
+                _restore_profile(previous)
             if spec is None:
                 line, frame = returned_at[-1] if returned_at else (code.co_firstlineno, None)
                 observe(node, _declined(filename, line, frame, node))
@@ -158,6 +158,19 @@ def _observing(observe):
         return observed_substitution
 
     return wrap
+
+
+def _restore_profile(previous) -> None:
+    """Put back the profile function that was active: a Python callable through setprofile;
+    cProfile's C profiler (getprofile() returns its Profile object, which setprofile refuses)
+    by enabling it again, so `python -m cProfile orchestrate ...` keeps profiling."""
+    if previous is None or callable(previous):
+        sys.setprofile(previous)
+    elif hasattr(previous, "enable"):
+        sys.setprofile(None)
+        previous.enable()
+    else:
+        sys.setprofile(None)
 
 
 def _name(target) -> str:

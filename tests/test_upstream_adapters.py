@@ -243,3 +243,23 @@ def test_memory_planning_names_the_arena_split_uses():
     # allocated_memory: the bytes rounded up to the planner's alignment (16 by default).
     assert spec.mem_id is None and spec.storage_base is None and spec.allocated_memory == 64
     assert "spec.mem_id is None" in inspect.getsource(greedy)  # a preset mem_id is kept
+
+
+def test_the_reason_capture_runs_under_cprofile_and_leaves_it_profiling(pools_edge):
+    """`python -m cProfile orchestrate ...`: the capture swaps the profile function for each
+    substitution; it must hand cProfile's C profiler back (setprofile refuses its object)."""
+    import cProfile
+    import sys
+
+    from partitioners.cpu import route_to_cpu
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        _, decisions, _ = route_to_cpu(pools_edge(), "cortex-m55", legalize=False)
+        still_profiling = sys.getprofile() is profile
+    finally:
+        profile.disable()
+    assert still_profiling
+    assert {d.aten_op for d in decisions.values()} >= {"aten.max_pool2d.default",
+                                                       "aten.avg_pool2d.default"}
