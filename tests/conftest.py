@@ -66,16 +66,41 @@ def compiles(tmp_path_factory) -> CompileCache:
     return CompileCache(tmp_path_factory)
 
 
-# Run order. The no-compile unit files first (a broken catalogue, adapter or platform file fails
-# within seconds), then the files that take longest (worker seconds from `--durations=0`), so the
-# xdist workers (`--dist loadfile`: a file per worker) end together rather than one idling while
-# the other runs a long file that happened to sort last.
+# Run order and worker groups. pytest-xdist runs with `--dist loadfile --no-loadscope-reorder`
+# (a file per worker, in the order below rather than by test count), and
+# the scheduler below makes one unit of the files in SHARED_COMPILES, so they run on one worker
+# and its session `compiles` fixture compiles each (model, target) they have in common once
+# (ds-cnn and mixed on U55-128, U85 and the M55, ds-cnn on the M33, the deep autoencoder, the
+# person detector on the example SoC: about a minute of compiles both workers would otherwise
+# do). The no-compile unit files run first (a
+# broken catalogue, adapter or platform file fails within seconds), then the units that take
+# longest (worker seconds from `--durations=0`), so the workers end together rather than one
+# idling while the other runs a long file that happened to sort last.
+SHARED_COMPILES = ("test_compile.py", "test_plan.py", "test_verify_zoo.py", "test_twin.py",
+                   "test_memory_placement.py", "test_host_runtime.py", "test_bad_inputs.py",
+                   "test_size.py")
 _UNIT_FIRST = ("test_architecture.py", "test_upstream_adapters.py", "test_platforms.py",
                "test_cost_cpu.py", "test_local_check.py")
-_LONGEST_FIRST = ("test_compile.py", "test_plan.py", "test_sweep.py", "test_user_models.py",
-                  "test_sweep_ray.py", "test_verify_zoo.py", "test_qemu.py", "test_policy.py")
+_LONGEST_FIRST = (*SHARED_COMPILES, "test_sweep.py", "test_user_models.py", "test_qemu.py",
+                  "test_sweep_ray.py", "test_policy.py")
 
 
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(_UNIT_FIRST + _LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable within a file
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with the SHARED_COMPILES files as one unit. (xdist's own
+    `--dist loadgroup` does not group under pytest 9: it renames `Item._nodeid`, which pytest 9
+    no longer reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedCompilesScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "shared-compiles" if file.rsplit("/", 1)[-1] in SHARED_COMPILES else file
+
+    return SharedCompilesScheduling(config, log)

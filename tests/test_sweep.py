@@ -29,11 +29,12 @@ def test_a_parallel_sweep_of_several_models_equals_the_serial_one():
     from orchestrator.sweep import SweepJob, sweep_jobs
 
     jobs = [SweepJob(model, None, "corstone300", npu, None, "float", None, None, None)
-            for model, npu in (("mixed", "ethos-u55-64"), ("ds-cnn", "none"))]
+            for model, npu in (("mixed", "ethos-u55-64"), ("deep-autoencoder", "none"))]
     parallel = sweep_jobs(jobs, workers=2)
     serial = sweep_jobs(jobs, workers=1)
     assert parallel == serial
-    assert [(r.model, r.npu) for r in parallel] == [("mixed", "ethos-u55-64"), ("ds-cnn", "none")]
+    assert [(r.model, r.npu) for r in parallel] == [("mixed", "ethos-u55-64"),
+                                                    ("deep-autoencoder", "none")]
 
 
 def test_sweep_takes_more_models_and_refuses_a_bad_one_before_compiling(capsys):
