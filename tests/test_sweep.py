@@ -8,13 +8,14 @@ from orchestrator.cli import main
 
 
 def test_sweep_compares_npu_sizes_with_velas_cycles(capsys):
-    code = main(["sweep", "ds-cnn", "--npus", "ethos-u55-32,ethos-u55-128,none", "--format", "json"])
+    code = main(["sweep", "mixed", "--npus", "ethos-u55-32,ethos-u55-128,none", "--format", "json"])
     assert code == 0
     rows = {r["npu"]: r for r in json.loads(capsys.readouterr().out)}
     assert set(rows) == {"ethos-u55-32", "ethos-u55-128", "none"}
     small, large, cpu = rows["ethos-u55-32"], rows["ethos-u55-128"], rows["none"]
     # Same placement, four times the MACs: Vela schedules the partitions in fewer cycles.
-    assert small["npu_mac_coverage_pct"] == large["npu_mac_coverage_pct"] == 100.0
+    assert small["npu_mac_coverage_pct"] == large["npu_mac_coverage_pct"] > 50.0
+    assert small["npu_partitions"] == large["npu_partitions"] > 0
     assert large["npu_cycles"] < small["npu_cycles"]
     assert cpu["npu_partitions"] == 0 and cpu["npu_cycles"] == 0
     assert "vela" in large["latency_source"] and "vela" not in cpu["latency_source"]
