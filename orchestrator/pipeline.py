@@ -395,8 +395,11 @@ def _choose_io_stage(state: CompileState) -> CompileState:
         return state
     platform = state.target.platform
     other_io = "int8" if state.target.io == "float" else "float"
-    start = replace(state, target=replace(state.target, io=other_io),
-                    lowered=state.lowered_float_io, options=replace(state.options, io_auto=False))
+    # From the lowered program on, nothing of the first compile is carried over.
+    start = CompileState(state.model, state.calibration, replace(state.target, io=other_io),
+                         replace(state.options, io_auto=False), state.work_dir, state.cache_key,
+                         state.cache_hit, state.captured, state.quantized,
+                         lowered=state.lowered_float_io)
     arena = {state.target.io: _arena_bytes(state.executorch_program)}
     pte = {state.target.io: len(state.pte_bytes)}
     refused, other = {}, None
@@ -409,7 +412,7 @@ def _choose_io_stage(state: CompileState) -> CompileState:
                                start, {})
             arena[other_io] = _arena_bytes(other.executorch_program)
             pte[other_io] = len(other.pte_bytes)
-        except UserError as error:
+        except OrchestrateError as error:  # the model refuses it, or upstream fails on it
             refused[other_io] = str(error)
     int8_state = other if other_io == "int8" else state
     float_state = state if other_io == "int8" else other

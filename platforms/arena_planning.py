@@ -106,12 +106,13 @@ def split(tensors: Sequence[Tensor], slots: Sequence[ArenaSlot],
         if slot.budget is None:
             break
 
-        def fits(evicted: int) -> bool:
-            kept = order[evicted:]
-            return not kept or size_of([tensors[i].key for i in kept]) <= slot.budget
-
         # Least accessed first; the largest of equally accessed ones first.
         order = sorted(remaining, key=lambda i: (tensors[i].accesses, -tensors[i].bytes))
+
+        def fits(evicted: int) -> bool:
+            kept = sorted(order[evicted:])  # in the program's order: a reproducible plan
+            return not kept or size_of([tensors[i].key for i in kept]) <= slot.budget
+
         if fits(0):
             break
         low, high = 0, len(order)  # fits(high) is True: an empty buffer fits
@@ -184,10 +185,12 @@ def planning_algorithm(slots: Sequence[ArenaSlot], record: ArenaRecord):
                        for i, unit in enumerate(units)]
 
             def size_of(keys) -> int:
+                # A list in the program's order, not a set: greedy breaks ties between equal
+                # sizes by iteration order, and the .pte must not depend on hash order.
                 subset = [s for k in keys for s in units[k]]
                 for spec in subset:
                     spec.mem_id = 1
-                return greedy(alignment, set(subset), graph_module, graph_signature,
+                return greedy(alignment, subset, graph_module, graph_signature,
                               extra_padding).bufsizes[1]
 
             chosen = split(tensors, slots, size_of)

@@ -231,3 +231,18 @@ def test_each_ops_activation_reads_are_costed_at_its_arenas_speed(ds_cnn_arenas)
     # Some op reads only DTCM tensors in the split plan, some only BRAM ones.
     assert any(cost["split"][op] == cost["dtcm"][op] for op in cost["dtcm"])
     assert any(cost["split"][op] == cost["bram"][op] > cost["dtcm"][op] for op in cost["dtcm"])
+
+
+def test_a_split_plan_is_reproducible(ds_cnn_arenas, tmp_path):
+    """The split plans buffers many times over: the same program and policy give the same
+    .pte bytes (no dependence on hash order of the planner's tensor objects)."""
+    from orchestrator.api import _plan_under
+
+    split = ds_cnn_arenas["split"]
+    compiled = split.compiled
+    policy = tmp_path / "split.yaml"
+    policy.write_text("keep_free: {dtcm: 440000}\nweights: in-place\n")
+    again = _plan_under(compiled.model, compiled.calibration, compiled.target, None, None, None,
+                        load_memory_policy(str(policy)))
+    assert again.compiled.pte_bytes == compiled.pte_bytes
+    assert again.compiled.arenas == compiled.arenas
