@@ -396,9 +396,10 @@ def _placement_lines(p, target) -> list[str]:
             + (f", {cost:g} cycles/B" if cost is not None else "") for a, cost, _ in p.arenas)
         lines.append(
             f"  activations split over {len(p.arenas)} arenas (ExecuTorch planned buffers, mem_id): "
-            f"{parts}; {first.region} had {first.budget:,} B for them, so the tensors the CPU "
-            "touches least (fewest reads and writes per inference) went on to the next region; each op's "
-            "activation reads are costed at their arena's speed")
+            f"{parts}; {first.region} had {first.budget:,} B for them, so it keeps the tensors with "
+            "the most CPU traffic (bytes x reads and writes per inference) that fit with "
+            "ExecuTorch's reuse and the rest went on to the next region; each op's activation "
+            "reads are costed at their arena's speed")
     if p.weights_copied:
         hottest = ", ".join(f"{name} -{cycles:,}" for name, cycles in p.hottest)
         lines.append(

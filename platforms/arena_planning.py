@@ -6,11 +6,10 @@ region. This module decides which tensors go to which buffer:
 
 - the activations go to the platform's fastest region that may hold an arena (DTCM on the
   Corstone platforms), with what the firmware leaves of it as the budget;
-- when they do not all fit, the tensors the CPU touches least go to the next region, one
-  ExecuTorch buffer per region. A tensor's gain from fast memory per byte it takes there is its
-  number of accesses (one write, one read per reader), so the least-accessed go first, the
-  largest of them first. The plan then charges each op's activation traffic at the speed of the
-  region its tensors are in.
+- when they do not all fit, the fast region keeps the tensors with the most CPU traffic (bytes x
+  accesses: one write, one read per reader) that fit with ExecuTorch's reuse, and the rest go to
+  the next region, one ExecuTorch buffer per region. The plan then charges each op's activation
+  traffic at the speed of the region its tensors are in.
 
 The split runs inside ExecuTorch's MemoryPlanningPass as its planning algorithm: each buffer is
 planned by upstream's `greedy`, so lifetimes and reuse are upstream's; only the buffer of each
@@ -97,32 +96,29 @@ class Tensor:
 def split(tensors: Sequence[Tensor], slots: Sequence[ArenaSlot],
           size_of: Callable[[list], int]) -> list[int]:
     """The slot of each tensor (indices into `slots`). `size_of(keys)` plans one buffer holding
-    those tensors and returns its size. Slots are filled in order: each keeps the most accessed
-    tensors its budget allows (the fewest evicted, found by bisection over the eviction order),
-    the rest go on to the next slot."""
+    those tensors (with the planner's reuse) and returns its size. Slots are filled in order:
+    each takes the tensors with the most CPU traffic (bytes x accesses) first, one at a time,
+    keeping each that still lets the buffer fit its budget (two tensors that are never alive
+    together share bytes, so this keeps more traffic than taking the smallest); the rest go on
+    to the next slot."""
     slot_of = [0] * len(tensors)
     remaining = list(range(len(tensors)))
     for index, slot in enumerate(slots[:-1]):
-        if slot.budget is None:
+        if slot.budget is None or not remaining:
             break
 
-        # Least accessed first; the largest of equally accessed ones first.
-        order = sorted(remaining, key=lambda i: (tensors[i].accesses, -tensors[i].bytes))
+        def fits(chosen: list[int]) -> bool:
+            # In the program's order: greedy breaks ties by order, and the plan must be
+            # reproducible.
+            return size_of([tensors[i].key for i in sorted(chosen)]) <= slot.budget
 
-        def fits(evicted: int) -> bool:
-            kept = sorted(order[evicted:])  # in the program's order: a reproducible plan
-            return not kept or size_of([tensors[i].key for i in kept]) <= slot.budget
-
-        if fits(0):
+        if fits(remaining):
             break
-        low, high = 0, len(order)  # fits(high) is True: an empty buffer fits
-        while high - low > 1:
-            middle = (low + high) // 2
-            if fits(middle):
-                high = middle
-            else:
-                low = middle
-        evicted = order[:high]
+        kept: list[int] = []
+        for i in sorted(remaining, key=lambda i: (-tensors[i].bytes * tensors[i].accesses, i)):
+            if tensors[i].bytes <= slot.budget and fits(kept + [i]):
+                kept.append(i)
+        evicted = [i for i in remaining if i not in set(kept)]
         for i in evicted:
             slot_of[i] = index + 1
         remaining = evicted

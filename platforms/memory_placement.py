@@ -6,8 +6,8 @@ What a device can place, ExecuTorch decides in units this module respects:
   NPU reads its delegates' weights in place from it, so with NPU partitions it must sit where
   the NPU can reach;
 - the activations: ExecuTorch's planned buffers (one per `mem_id`), each in the region the
-  compile chose for it (platforms/arena_planning.py: the fastest RAM first, the tensors the CPU
-  touches least moved to the next region when they do not all fit);
+  compile chose for it (platforms/arena_planning.py: the fastest RAM keeps the tensors with the
+  most CPU traffic that fit, the rest go to the next region);
 - the NPU scratch (Vela): one block, reused by all partitions;
 - the CPU weights: the program's constant segment. The runtime asks its data loader for that
   segment as one block (runtime/executor/program.cpp, `SegmentInfo::Type::Constant`), so a

@@ -228,9 +228,8 @@ def test_each_ops_activation_reads_are_costed_at_its_arenas_speed(ds_cnn_arenas)
     assert cost["dtcm"].keys() == cost["split"].keys() == cost["bram"].keys()
     for op in cost["dtcm"]:
         assert cost["dtcm"][op] <= cost["split"][op] <= cost["bram"][op]
-    # Some op reads only DTCM tensors in the split plan, some only BRAM ones.
-    assert any(cost["split"][op] == cost["dtcm"][op] for op in cost["dtcm"])
-    assert any(cost["split"][op] == cost["bram"][op] > cost["dtcm"][op] for op in cost["dtcm"])
+    # An op reading one arena and writing the other costs strictly between the two.
+    assert any(cost["dtcm"][op] < cost["split"][op] < cost["bram"][op] for op in cost["dtcm"])
 
 
 def test_a_split_plan_is_reproducible(ds_cnn_arenas, tmp_path):
