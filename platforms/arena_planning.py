@@ -15,8 +15,9 @@ The split runs inside ExecuTorch's MemoryPlanningPass as its planning algorithm:
 planned by upstream's `greedy`, so lifetimes and reuse are upstream's; only the buffer of each
 tensor (`TensorSpec.mem_id`, which `greedy` honours) is chosen here.
 
-Control flow (cond/while submodules) keeps one arena: submodule buffers are planned with offsets
-into the parent's buffers, which a split would break.
+Control flow (cond/while submodules) keeps one arena, in the fast region when it fits there, else
+in the last one: submodule buffers are planned with offsets into the parent's buffers, which a
+split would break.
 """
 
 from __future__ import annotations
@@ -156,10 +157,10 @@ def planning_algorithm(slots: Sequence[ArenaSlot], record: ArenaRecord):
     buffer of each tensor chosen by `split`. Fills `record`."""
     from executorch.exir.memory_planning import MemoryPlanningAlgorithmSuite, greedy
 
+    import torch
+
     def algo(alignment, specs, graph_module, graph_signature, extra_padding=0):
         suite = MemoryPlanningAlgorithmSuite([greedy])
-        import torch
-
         has_submodules = any(isinstance(child, torch.fx.GraphModule)
                              for child in graph_module.children())
         if len(slots) < 2 or has_submodules or getattr(graph_module, "input_mem_buffer_sizes",
@@ -196,6 +197,12 @@ def planning_algorithm(slots: Sequence[ArenaSlot], record: ArenaRecord):
             for spec in unit:
                 spec.mem_id = mem_id[slot]
         bufsizes = suite(alignment, specs, graph_module, graph_signature, extra_padding)
+        if used == [0] and len(slots) > 1 and slots[0].budget is not None \
+                and bufsizes[1] > slots[0].budget:
+            # One arena that the fast region cannot hold (control flow, which is not split):
+            # it goes to the last region, which takes what the others cannot.
+            used, mem_id, chosen = [len(slots) - 1], {len(slots) - 1: 1}, \
+                [len(slots) - 1] * len(units)
         # Upstream plans control-flow submodules first: the last call is the top-level graph.
         counts = {slot: sum(len(u) for u, c in zip(units, chosen) if c == slot) for slot in used}
         record.arenas = tuple(

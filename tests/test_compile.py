@@ -286,6 +286,14 @@ def test_a_model_with_torch_cond_partitions_through_both_branches(tmp_path):
     conv = next(r for r in plan.rows if "convolution" in r.op)
     assert conv.placement == "npu"
     assert [backend for backend, _ in _delegate_specs(plan.compiled.pte_bytes)] == ["EthosUBackend"]
+    # Control flow keeps one arena (its branches are planned inside the parent's buffers): in
+    # DTCM when it fits, else whole in the next region rather than over DTCM's budget.
+    assert [(a.mem_id, a.region) for a in plan.compiled.arenas] == [(1, "dtcm")]
+    policy = tmp_path / "memory.yaml"
+    policy.write_text("keep_free: {dtcm: 450000}\n")  # leaves 560 B of DTCM
+    small = orchestrator.plan(f"{model}:factory", npu="ethos-u55-128", memory_policy=str(policy))
+    assert [(a.mem_id, a.region) for a in small.compiled.arenas] == [(1, "bram")]
+    assert small.compiled.arenas[0].bytes > 560 and small.summary.fits
 
 
 def test_a_cpu_only_program_that_mixes_layouts_between_cpu_kernels_gets_the_copies_it_needs(
