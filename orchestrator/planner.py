@@ -112,13 +112,18 @@ def _device_faults_stage(state: PlanState) -> PlanState:
 def _place_memory(state: PlanState, policy):
     from cost_models.cpu import calibrated_weight_cycles_per_byte
     from orchestrator.report import constant_segment_bytes
+    from platforms.arena_planning import Arena, arena_slots
     from platforms.memory_placement import place_program
 
-    from platforms.arena_planning import Arena
-
     compiled = state.compiled
-    arenas = compiled.arenas or (Arena(1, compiled.target.platform.memories[0].name,
-                                       compiled.arena_bytes, 0),)
+    try:
+        # A program with no planned tensor has no arena record: an empty one where the first
+        # would have gone.
+        arenas = compiled.arenas or (Arena(1, arena_slots(compiled.target.platform,
+                                                          policy)[0].region,
+                                           compiled.arena_bytes, 0),)
+    except PlatformError as error:
+        raise UserError(str(error)) from None
     # ExecuTorch's EthosUBackend.cpp takes a delegate's scratch from the method's temp allocator
     # on every call, and that allocator is reset between instructions: the temp pool must hold
     # the largest scratch, not their sum.
