@@ -22,7 +22,7 @@ from cost_models.npu import VelaPartitionEstimate, match_layers_to_ops
 
 def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memory=None):
     """Return the rows with `cost` set. `estimates` maps NPU partition index to Vela's figures;
-    `memory` (cost_models.cpu.MemoryTimings, or a function of the row giving one) charges CPU
+    `memory` (a function of the row giving its cost_models.cpu.MemoryTimings) charges CPU
     reads at the placed regions' speed."""
     npu_hz = target.npu_hz or 1
     cpu_hz = target.cpu_hz
@@ -59,10 +59,10 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memo
                                    numel(row.output_shape) * width)
         elif row.info is not None and row.placement == "cmsis-nn":
             cost = cmsis_nn_cost(row.info.op_shape, target.cpu, cpu_hz,
-                                 memory(row) if callable(memory) else memory)
+                                 memory(row) if memory else None)
         elif row.info is not None:
             cost = portable_cost(row.info.op_shape, target.cpu, cpu_hz,
-                                 memory(row) if callable(memory) else memory)
+                                 memory(row) if memory else None)
         costed.append(replace(row, cost=cost))
     return tuple(costed)
 

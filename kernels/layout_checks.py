@@ -31,6 +31,13 @@ from kernels.catalogue import CHANNELS_LAST, CPU_KERNELS
 from kernels.reference import (_RAW_CMSIS, TRANSPOSE_MAX_RANK, layouts_differ,
                                transpose_rank_supported)
 
+def is_layout_finding(check: str) -> bool:
+    """Whether a finding is a layout one (`layout-*`: a kernel reads a tensor in another layout
+    than it has, computing wrong numbers), which a layout copy fixes; else a shape rule such as
+    `transpose-rank`."""
+    return check.startswith("layout-")
+
+
 _VIEWS = frozenset({"view_copy", "_unsafe_view", "view"})
 _RAW_WALK_PORTABLE = frozenset({"cat", "split_with_sizes_copy", "split_copy", "unbind_copy"})
 

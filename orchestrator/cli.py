@@ -80,9 +80,11 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", help="placement policy YAML (force ops/nodes/modules to the CPU, "
                    "NPU, Vela config, clocks; see partitioners/policy.py)")
     p.add_argument("--memory-policy", default="auto", metavar="auto|in-place|FILE",
-                   help="where buffers live: auto (default: CPU weights copied at boot to the "
-                   "fastest region with room), in-place (read from the .pte where it lies), or a "
-                   "YAML with weights: REGION and arena: REGION")
+                   help="where buffers live: auto (default: activations in the fastest "
+                   "region, split over the next when they do not fit; CPU weights copied at boot "
+                   "to the fastest region left with room when it pays), in-place (weights read "
+                   "from the .pte where it lies), or a YAML with any of weights: REGION, arena: "
+                   "REGION or [REGION, ...], keep_free: {REGION: BYTES}")
     p.add_argument("--placement", choices=("greedy", "cost"),
                    help="greedy: every op the NPU accepts goes there (default); cost: move NPU "
                    "islands to the CPU when the cost model says the program gets faster")

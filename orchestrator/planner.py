@@ -28,10 +28,11 @@ class Plan:
         """Raise UnsupportedModel when a CPU kernel would read a tensor in another layout than it
         has: such a program loads and runs, and computes wrong numbers (kernels/layout_checks.py).
         """
+        from kernels.layout_checks import is_layout_finding
         from orchestrator.pipeline import UnsupportedModel
 
         found = [(row.name, fault) for row in self.rows for fault in row.device_faults
-                 if fault.key.startswith("layout-")]
+                 if is_layout_finding(fault.key)]
         if found:
             name, fault = found[0]
             raise UnsupportedModel(
@@ -116,20 +117,17 @@ def _place_memory(state: PlanState, policy):
     from platforms.memory_placement import place_program
 
     compiled = state.compiled
-    try:
-        # A program with no planned tensor has no arena record: an empty one where the first
-        # would have gone.
-        arenas = compiled.arenas or (Arena(1, arena_slots(compiled.target.platform,
-                                                          policy)[0].region,
-                                           compiled.arena_bytes, 0),)
-    except PlatformError as error:
-        raise UserError(str(error)) from None
     # ExecuTorch's EthosUBackend.cpp takes a delegate's scratch from the method's temp allocator
     # on every call, and that allocator is reset between instructions: the temp pool must hold
     # the largest scratch, not their sum.
     scratch = {k: e.scratch_bytes for k, e in state.estimates.items()}
     largest = max(scratch.items(), key=lambda kv: kv[1]) if scratch else None
     try:
+        # A program with no planned tensor has no arena record: an empty one where the first
+        # would have gone.
+        arenas = compiled.arenas or (Arena(1, arena_slots(compiled.target.platform,
+                                                          policy)[0].region,
+                                           compiled.arena_bytes, 0),)
         return place_program(compiled.target.platform, len(compiled.pte_bytes), arenas,
                              constant_segment_bytes(compiled.executorch_program), largest,
                              policy, calibrated_weight_cycles_per_byte(compiled.target.cpu))
@@ -145,9 +143,10 @@ def _memory_stage(state: PlanState) -> PlanState:
 
 
 def activation_read_costs(compiled, memory) -> dict[str, float]:
-    """Row name (the node's origin before the CPU passes) -> cycles per activation byte its kernel reads and writes: the read costs of the
-    arenas its planned input and output tensors are in, weighted by their bytes (only where
-    the activations are split over several arenas; else empty)."""
+    """Row name (the node's origin before the CPU passes) -> cycles per activation byte its
+    kernel reads and writes: the read costs of the arenas its planned input and output tensors
+    are in, weighted by their bytes (only where the activations are split over several arenas;
+    else empty)."""
     from partitioners.records import ORIGIN_KEY
 
     rates = {a.mem_id: cost for a, cost, _ in memory.arenas}

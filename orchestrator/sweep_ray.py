@@ -59,14 +59,14 @@ def import_ray():
 
 def worker_env() -> dict[str, str]:
     """The environment every task runs with: this process's cache folder and host numerics."""
+    from kernels.cache_root import CACHE_ENV
     from orchestrator import cache
 
     folder = cache.cache_dir()
     env = dict(numerics.SETTINGS)
     env["ORCHESTRATE_CACHE"] = "off" if folder is None else str(folder.expanduser().absolute())
-    if os.environ.get("ORCHESTRATE_CACHE_DIR"):
-        env["ORCHESTRATE_CACHE_DIR"] = os.path.abspath(
-            os.path.expanduser(os.environ["ORCHESTRATE_CACHE_DIR"]))
+    if os.environ.get(CACHE_ENV):
+        env[CACHE_ENV] = os.path.abspath(os.path.expanduser(os.environ[CACHE_ENV]))
     return env
 
 

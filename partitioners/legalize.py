@@ -293,12 +293,9 @@ def _replace_input(node, old, new) -> None:
                       else (new if arg is old else arg) for arg in node.args)
 
 
-_LAYOUT_CHECKS = ("layout-nhwc-read", "layout-raw-lockstep", "layout-view", "layout-raw-walk")
-
-
 def copy_to_kernel_layouts(program) -> list[Workaround]:
     """Copies that give every CPU kernel its operands in the layout it reads (see above)."""
-    from kernels.layout_checks import layout_findings
+    from kernels.layout_checks import is_layout_finding, layout_findings
 
     graph = program.graph_module.graph
     fixes, cache = [], {}
@@ -308,7 +305,7 @@ def copy_to_kernel_layouts(program) -> list[Workaround]:
             continue
         origin = node.meta.get(ORIGIN_KEY, node.name)
         for check, fields in findings:
-            if check not in _LAYOUT_CHECKS:
+            if not is_layout_finding(check):
                 continue  # not a layout finding (e.g. transpose-rank): no copy fixes it
             tensor = next(n for n in node.all_input_nodes if n.name == fields["tensor"])
             val = _val(tensor)

@@ -53,16 +53,11 @@ class Arena:
                 "tensors": self.tensors, "budget": self.budget}
 
 
-def _read_cost(region) -> float:
-    cost = region.cpu_read_cycles_per_byte
-    return float("inf") if cost is None else cost
-
-
 def arena_slots(platform, policy) -> tuple[ArenaSlot, ...]:
     """The regions the activations may use, fastest first, from a memory policy's `arena`:
     `auto` (the fastest region that may hold an arena, then the next for what does not fit),
     one region name (one arena there, no split) or a list of regions (split in that order)."""
-    from platforms.memory_placement import check_policy
+    from platforms.memory_placement import check_policy, read_cost
 
     check_policy(platform, policy)
     arena = policy.arena
@@ -77,7 +72,7 @@ def arena_slots(platform, policy) -> tuple[ArenaSlot, ...]:
                       if r.may_hold("arena")]
         if not candidates:
             raise PlatformError(f"{platform.name}: no memory may hold the arena (holds: arena)")
-        candidates.sort(key=lambda ir: (_read_cost(ir[1]),
+        candidates.sort(key=lambda ir: (read_cost(ir[1]),
                                         order.index(ir[1].kind) if ir[1].kind in order
                                         else len(order), ir[0]))
         names = [r.name for _, r in candidates[:2]]

@@ -115,13 +115,10 @@ class MemoryPlacement:
     weights_region: str | None  # where CPU kernels read their weights
     weights_cycles_per_byte: float | None  # None: the calibrated flash rate applies
     weights_source: str
-    arena_region: str | None
-    arena_cycles_per_byte: float | None
-    arena_source: str
     image_region: str | None
     policy: MemoryPolicy
     # Each planned buffer (platforms.arena_planning.Arena) with its region's read cost
-    # (cycles per byte, None: no figure) and that figure's source.
+    # (cycles per byte, None: no figure) and that figure's source; the first is the fastest.
     arenas: tuple = ()
     gain_cycles: int = 0  # CPU cycles per inference the weights copy saves (cost model)
     hottest: tuple = ()  # (row name, cycles saved), the ops that gain most
@@ -130,18 +127,30 @@ class MemoryPlacement:
     def weights_copied(self) -> bool:
         return self.weights_region is not None and self.weights_region != self.image_region
 
+    @property
+    def arena_region(self) -> str | None:
+        """The region of the first (fastest) arena."""
+        return self.arenas[0][0].region if self.arenas else None
+
+    @property
+    def arena_cycles_per_byte(self) -> float | None:
+        """The read cost of the first arena's region (None: no figure)."""
+        return self.arenas[0][1] if self.arenas else None
+
 
 def _region(platform, name: str | None):
     return next((r for r in platform.memories if r.name == name), None)
 
 
-def _check_region(platform, use: str, name: str, policy: MemoryPolicy) -> None:
+def _check_region(platform, use: str, name: str, policy: MemoryPolicy,
+                  holds: bool = True) -> None:
+    """PlatformError unless `platform` has region `name` and (with `holds`) it may hold `use`."""
     region = _region(platform, name)
     if region is None:
         raise PlatformError(f"memory policy ({policy.source}): {use} region '{name}' is not a "
                             f"memory of {platform.name} (known: "
                             f"{', '.join(r.name for r in platform.memories)})")
-    if not region.may_hold("weights" if use == "weights" else use):
+    if holds and not region.may_hold(use):
         raise PlatformError(f"memory policy ({policy.source}): {platform.name}'s {name} may not "
                             f"hold {use} (its YAML lists: {', '.join(sorted(region.holds))})")
 
@@ -154,17 +163,14 @@ def check_policy(platform, policy: MemoryPolicy) -> None:
         if name not in ("auto", "in-place"):
             _check_region(platform, use, name, policy)
     for name, _ in policy.keep_free:
-        if _region(platform, name) is None:
-            raise PlatformError(f"memory policy ({policy.source}): keep_free region '{name}' is "
-                                f"not a memory of {platform.name} (known: "
-                                f"{', '.join(r.name for r in platform.memories)})")
+        _check_region(platform, "keep_free", name, policy, holds=False)
     if policy.arena == "in-place":
         raise PlatformError(f"memory policy ({policy.source}): arena must be a region or auto")
 
 
-def _read_cost(region, unknown: float) -> float:
-    """A region's CPU read cost; `unknown` (the cost model's calibrated flash streaming rate)
-    for one without a figure."""
+def read_cost(region, unknown: float = float("inf")) -> float:
+    """A region's CPU read cost in cycles per byte; `unknown` for one without a figure (the
+    cost model's calibrated flash streaming rate, or infinity: slower than any known one)."""
     cost = region.cpu_read_cycles_per_byte
     return unknown if cost is None else cost
 
@@ -185,7 +191,6 @@ def place_program(platform, pte_bytes: int, arenas, constant_segment_bytes: int,
         name = ("executorch arena" if len(arenas) == 1 else
                 f"executorch arena {arena.mem_id} of {len(arenas)} ({arena.tensors} tensors)")
         items.append(_place_in(platform, arena.region, arena.bytes, name, free))
-    arena_region = arenas[0].region if arenas else None
     if npu_scratch is not None:
         index, size = npu_scratch
         items.append(place(platform, "npu_scratch", size,
@@ -198,8 +203,9 @@ def place_program(platform, pte_bytes: int, arenas, constant_segment_bytes: int,
         weights_region = policy.weights
     elif constant_segment_bytes and policy.weights == "auto":
         here = _region(platform, image_region)
+
         def cost(region) -> float:
-            return _read_cost(region, unknown_cycles_per_byte)
+            return read_cost(region, unknown_cycles_per_byte)
 
         faster = sorted((r for r in platform.memories if r.may_hold("weights")
                          and free[r.name] >= constant_segment_bytes
@@ -208,7 +214,7 @@ def place_program(platform, pte_bytes: int, arenas, constant_segment_bytes: int,
             items.append(_place_in(platform, faster[0].name, constant_segment_bytes,
                                    WEIGHTS_ITEM, free))
             weights_region = faster[0].name
-    weights, arena = _region(platform, weights_region), _region(platform, arena_region)
+    weights = _region(platform, weights_region)
     placed = tuple((a, _region(platform, a.region).cpu_read_cycles_per_byte,
                     _region(platform, a.region).cpu_read_source) for a in arenas)
     return MemoryPlacement(
@@ -216,8 +222,7 @@ def place_program(platform, pte_bytes: int, arenas, constant_segment_bytes: int,
         weights.cpu_read_cycles_per_byte if weights else None,
         (weights.cpu_read_source if weights and weights.cpu_read_cycles_per_byte is not None
          else "calibrated flash streaming rate (cost model data)"),
-        arena_region, arena.cpu_read_cycles_per_byte if arena else None,
-        arena.cpu_read_source if arena else "", image_region, policy, placed)
+        image_region, policy, placed)
 
 
 def _place_in(platform, name: str, size: int, item: str, free: dict) -> MemoryUse:
