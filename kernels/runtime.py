@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -50,6 +51,83 @@ RuntimeUnavailable = HostRuntimeUnavailable
 class RuntimeFailure(RuntimeError):
     """The runtime refused the program, failed a run, or its process aborted (a kernel check
     that would stop the device); the message carries the runtime's own reason and log."""
+
+    @property
+    def refusal(self) -> "KernelRefusal | None":
+        """The kernel call the runtime refused, read from its log, or None."""
+        return kernel_refusal(str(self))
+
+
+# What method.cpp and the kernels log when a kernel refuses its arguments (ET_KERNEL_CHECK,
+# ET_LOG_AND_RETURN_IF_FALSE): "[op_argmax.cpp:45] Check failed (tensors_have_same_dim_order(in,
+# out)): " lines, then "[method.cpp:1483] KernelCall failed at instruction 0:5 in operator
+# aten::argmax.out: 0x12".
+_KERNEL_CALL_FAILED = re.compile(
+    r"KernelCall failed at instruction (\d+):(\d+) in operator ([\w:.]+): (0x[0-9a-fA-F]+)")
+_CHECK_FAILED = re.compile(r"\[([\w.]+):(\d+)\] Check failed \((.*)\):?\s*(.*)$")
+_MISSING_OPERATOR = re.compile(r"Missing operator: \[\d+\] ([\w:.]+)")
+# Checks the portable kernels make on dim orders (runtime/core/exec_aten/util/tensor_util.h,
+# kernels/portable/cpu/util): a layout copy satisfies them.
+DIM_ORDER_CHECKS = ("tensors_have_same_dim_order", "all_contiguous || all_channels_last",
+                    "tensor_is_default_dim_order", "tensor_is_default_or_channels_last_dim_order",
+                    "is_contiguous_dim_order", "is_channels_last_dim_order")
+
+
+@dataclass(frozen=True)
+class KernelCheck:
+    source: str  # "op_argmax.cpp:45"
+    condition: str  # "tensors_have_same_dim_order(in, out)"
+    detail: str  # what the kernel added, e.g. "2 input tensors have different dim orders"
+
+    @property
+    def on_dim_order(self) -> bool:
+        return any(check in self.condition for check in DIM_ORDER_CHECKS)
+
+    def text(self) -> str:
+        return f"{self.source}: {self.condition}" + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass(frozen=True)
+class KernelRefusal:
+    """One kernel call the real runtime refused: where, which operator, and the checks that
+    failed on the way (innermost first, as the runtime logged them)."""
+
+    chain: int
+    instruction: int
+    operator: str  # "aten::argmax.out"
+    error: str  # the runtime's Error code, e.g. "0x12" (InvalidArgument)
+    checks: tuple[KernelCheck, ...]
+
+    @property
+    def on_dim_order(self) -> bool:
+        """Every failed check is a dim-order one (a layout copy can satisfy it)."""
+        return bool(self.checks) and all(c.on_dim_order for c in self.checks)
+
+    def text(self) -> str:
+        checks = "; ".join(c.text() for c in self.checks) or "no check logged"
+        return (f"{self.operator} at instruction {self.chain}:{self.instruction} returned "
+                f"error {self.error} ({checks})")
+
+
+def kernel_refusal(log: str) -> KernelRefusal | None:
+    """The first refused kernel call in a runtime log, with the checks logged before it."""
+    checks: list[KernelCheck] = []
+    for line in log.splitlines():
+        check = _CHECK_FAILED.search(line)
+        if check:
+            checks.append(KernelCheck(f"{check.group(1)}:{check.group(2)}",
+                                      check.group(3).strip(), check.group(4).strip()))
+            continue
+        call = _KERNEL_CALL_FAILED.search(line)
+        if call:
+            return KernelRefusal(int(call.group(1)), int(call.group(2)), call.group(3),
+                                 call.group(4), tuple(checks))
+    return None
+
+
+def missing_operators(log: str) -> tuple[str, ...]:
+    """Operators the runtime could not find when loading a program ("Missing operator")."""
+    return tuple(dict.fromkeys(m.group(1) for m in _MISSING_OPERATOR.finditer(log)))
 
 
 @dataclass(frozen=True)
@@ -162,6 +240,7 @@ class HostRuntime:
         self._connection: Connection | None = None
         self._log_path: str | None = None
         self._loaded: set[str] = set()
+        self._ready = False
         self._session = None
         self._handler: NpuHandler | None = None
         self._input_orders: dict[str, tuple[tuple[int, ...] | None, ...]] = {}
@@ -180,6 +259,7 @@ class HostRuntime:
                 pass
             self._connection.close()
             self._connection = None
+            self._ready = False
         if self._process is not None:
             try:
                 self._process.wait(timeout=30)
@@ -194,7 +274,28 @@ class HostRuntime:
 
     # -- child process ----------------------------------------------------------------------
 
+    def prestart(self) -> None:
+        """Start the child process now and return at once: it imports the runtime while the
+        caller works (the first request waits for it to be ready)."""
+        if self._connection is None:
+            self._spawn()
+
     def _start(self) -> None:
+        if self._connection is None:
+            self._spawn()
+        if self._ready:
+            return
+        try:
+            status, detail = self._receive(None)
+        except RuntimeFailure as failure:
+            self.close()
+            raise RuntimeUnavailable(f"the host runtime process did not start: {failure}") from None
+        if status != "ok":
+            self.close()
+            raise RuntimeUnavailable(f"the host runtime library did not load: {detail}")
+        self._ready = True
+
+    def _spawn(self) -> None:
         parent, child = socket.socketpair()
         if self._log_path is None:
             handle, self._log_path = tempfile.mkstemp(prefix="orchestrate-runtime-", suffix=".log")
@@ -211,14 +312,7 @@ class HostRuntime:
         log.close()
         child.close()
         self._connection = Connection(parent.detach())
-        try:
-            status, detail = self._receive(None)
-        except RuntimeFailure as failure:
-            self.close()
-            raise RuntimeUnavailable(f"the host runtime process did not start: {failure}") from None
-        if status != "ok":
-            self.close()
-            raise RuntimeUnavailable(f"the host runtime library did not load: {detail}")
+        self._ready = False
 
     def _log_size(self) -> int:
         return os.path.getsize(self._log_path) if self._log_path else 0
@@ -264,11 +358,12 @@ class HostRuntime:
         if self._connection is not None:
             self._connection.close()
         self._connection = None
+        self._ready = False
         self._process = None
         self._loaded.clear()
 
     def _request(self, request: tuple, handler: NpuHandler | None = None):
-        if self._connection is None:
+        if self._connection is None or not self._ready:
             self._start()
         since = self._log_size()
         try:
@@ -360,6 +455,7 @@ def run_pte(pte: str | Path, inputs, npu: NpuHandler | None = None,
         return runtime.run(pte, inputs, npu=npu, trace=trace)
 
 
-__all__ = ["METHOD", "HostRuntime", "NpuHandler", "NpuInvocation", "RuntimeFailure",
+__all__ = ["METHOD", "HostRuntime", "KernelCheck", "KernelRefusal", "NpuHandler", "NpuInvocation",
+           "RuntimeFailure", "kernel_refusal", "missing_operators",
            "RuntimeRun", "RuntimeUnavailable", "Sources", "default_cache_dir", "ensure_library",
            "find_sources", "logical", "run_pte"]

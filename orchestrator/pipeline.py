@@ -1,7 +1,8 @@
 """The compile pipeline: an ordered tuple of small stages that one loop runs.
 
     COMPILE_STAGES = capture -> quantize -> lower -> quantize_io -> route_cpu
-                     -> check_boundaries -> place -> prune_constants -> serialize -> choose_io
+                     -> check_boundaries -> place -> prune_constants -> run_on_device
+                     -> serialize -> choose_io
 
 Each stage takes the `CompileState` so far and returns a new one with its own result added; no
 stage hands a result on by changing another's value or upstream private state. `run_stages`
@@ -27,6 +28,8 @@ from typing import Callable
 import torch
 
 from orchestrator import numerics, upstream_exir
+from orchestrator import device_check
+from orchestrator.device_check import DeviceRun
 from orchestrator.errors import OrchestrateError, UserError
 from orchestrator.sources import Calibration, LoadedModel
 from orchestrator.target import Target, compile_spec
@@ -35,6 +38,7 @@ from orchestrator.prune import prune_unused_constants
 from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary_tensors,
                                    check_boundaries)
 from partitioners.cpu import CpuDecision, route_to_cpu
+from partitioners.legalize import conv1d_as_conv2d
 from partitioners.npu import NpuRejection, VelaRun, lower_to_npu
 
 
@@ -86,6 +90,7 @@ class Compiled:
     arenas: tuple = ()
     arena_of: dict = field(default_factory=dict)
     io_choice: object = None  # IoChoice when compiled with --io auto
+    device_run: DeviceRun | None = None  # the program's run in the real runtime
 
     @property
     def arena_bytes(self) -> int:
@@ -273,6 +278,7 @@ class CompileState:
     final_program: torch.export.ExportedProgram | None = None
     cpu_decisions: dict = field(default_factory=dict)
     workarounds: tuple = ()
+    model_workarounds: tuple = ()  # capture's model-level legalizations (Conv1d as Conv2d)
     boundaries: tuple = ()
     placements: tuple = ()
     pruned_constants: tuple = ()  # orchestrator.prune.PrunedConstant: dead bytes not shipped
@@ -280,6 +286,7 @@ class CompileState:
     executorch_program: object = None
     arena_record: object = None  # platforms.arena_planning.ArenaRecord
     io_choice: object = None  # IoChoice (choose_io)
+    device_run: DeviceRun | None = None  # run_on_device
 
 
 def _capture_stage(state: CompileState) -> CompileState:
@@ -288,6 +295,14 @@ def _capture_stage(state: CompileState) -> CompileState:
     from orchestrator import cache
 
     channels_last = state.options.channels_last
+    device_check.prestart()
+    workarounds = ()
+    if state.options.legalize and not state.target.npu:
+        module, fixes = conv1d_as_conv2d(state.model.module)
+        if fixes:
+            state = replace(state, model=replace(state.model, module=module))
+            workarounds = tuple(fixes)
+    state = replace(state, model_workarounds=workarounds)
     key = cache.quantized_key(state.model, state.calibration, state.target, channels_last)
     hit = cache.load(key) if key else None
     if hit is not None:
@@ -329,7 +344,7 @@ def _route_cpu_stage(state: CompileState) -> CompileState:
     program, decisions, workarounds = route_to_cpu(state.lowered.edge, state.target.cpu,
                                                    state.options.legalize)
     return replace(state, final_program=program, cpu_decisions=decisions,
-                   workarounds=workarounds,
+                   workarounds=state.model_workarounds + tuple(workarounds),
                    routed_edge=upstream_exir.with_forward(state.lowered.edge, program))
 
 
@@ -360,14 +375,46 @@ def _prune_constants_stage(state: CompileState) -> CompileState:
                    routed_edge=upstream_exir.with_forward(state.lowered.edge, program))
 
 
-def _serialize_stage(state: CompileState) -> CompileState:
-    """ExecuTorch's memory planning (activations split over the regions the memory policy
-    allows, platforms/arena_planning.py) and emitter: the .pte bytes."""
+def _arena_slots(state: CompileState):
     from platforms.arena_planning import arena_slots
     from platforms.memory_placement import MemoryPolicy
 
-    slots = arena_slots(state.target.platform, state.options.memory_policy or MemoryPolicy())
-    pte_bytes, program, record = serialize(state.routed_edge, slots)
+    return arena_slots(state.target.platform, state.options.memory_policy or MemoryPolicy())
+
+
+def _run_on_device_stage(state: CompileState) -> CompileState:
+    """Run the serialized program once in the real ExecuTorch runtime (host build of the device
+    kernels); a kernel's dim-order refusal becomes a layout copy, any other refusal stops the
+    compile (orchestrator/device_check.py)."""
+    slots = _arena_slots(state)
+
+    def serialize_copy(program):
+        return serialize(upstream_exir.with_forward(state.lowered.edge, program), slots)
+
+    sample = state.calibration.samples[0] if state.calibration.samples else \
+        tuple(state.model.example_inputs)
+    run, serialized, program, fixes = device_check.check_on_device(
+        state.final_program, serialize_copy, sample, state.io_quant)
+    if serialized is None:
+        return replace(state, device_run=run, workarounds=state.workarounds + fixes)
+    if fixes:
+        # The legalized graph gets its placement rows again (the layout copies are CPU work).
+        state = replace(state, placements=place(state.final_program, state.lowered,
+                                                state.cpu_decisions, state.pre_cpu,
+                                                state.target))
+    pte_bytes, executorch_program, record = serialized
+    return replace(state, device_run=run, workarounds=state.workarounds + fixes,
+                   final_program=program, pte_bytes=pte_bytes,
+                   executorch_program=executorch_program, arena_record=record)
+
+
+def _serialize_stage(state: CompileState) -> CompileState:
+    """ExecuTorch's memory planning (activations split over the regions the memory policy
+    allows, platforms/arena_planning.py) and emitter: the .pte bytes (already made by
+    run_on_device when the real runtime ran it)."""
+    if state.pte_bytes:
+        return state
+    pte_bytes, program, record = serialize(state.routed_edge, _arena_slots(state))
     return replace(state, pte_bytes=pte_bytes, executorch_program=program, arena_record=record)
 
 
@@ -399,7 +446,8 @@ def _choose_io_stage(state: CompileState) -> CompileState:
     start = CompileState(state.model, state.calibration, replace(state.target, io=other_io),
                          replace(state.options, io_auto=False), state.work_dir, state.cache_key,
                          state.cache_hit, state.captured, state.quantized,
-                         lowered=state.lowered_float_io)
+                         lowered=state.lowered_float_io,
+                         model_workarounds=state.model_workarounds)
     arena = {state.target.io: _arena_bytes(state.executorch_program)}
     pte = {state.target.io: len(state.pte_bytes)}
     refused, other = {}, None
@@ -454,6 +502,7 @@ COMPILE_STAGES = (
     Stage("check_boundaries", _check_boundaries_stage),
     Stage("place", _place_stage),
     Stage("prune_constants", _prune_constants_stage),
+    Stage("run_on_device", _run_on_device_stage),
     Stage("serialize", _serialize_stage),
     Stage("choose_io", _choose_io_stage),
 )
@@ -523,4 +572,4 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
                     state.pte_bytes, state.executorch_program, state.io_quant, state.workarounds,
                     seconds, Path(work_dir), state.pruned_constants, state.cache_hit,
                     state.arena_record.arenas, dict(state.arena_record.mem_id_of or {}),
-                    state.io_choice)
+                    state.io_choice, state.device_run)

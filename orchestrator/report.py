@@ -351,13 +351,18 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
         lines.append(f"workaround applied to {w.node}: {w.upstream}: {w.message}")
     lines.append(f"operators to register ({len(s.operators)}): "
                  + (", ".join(s.operators) or "none (every op runs inside an NPU partition)"))
+    run = compiled.device_run
+    if run is not None and run.ran:
+        lines.append(run.line())
+        for refusal in run.legalized:
+            lines.append(f"  refused by the real runtime, then legalized: {refusal}")
     if s.device_faults:
-        lines.append(f"runs on the device: NO, {len(s.device_faults)} fault(s) (static check: "
-                     "the device kernel libraries and the portable dim-order rule): "
-                     + "; ".join(s.device_faults))
-    else:
-        lines.append("runs on the device: no fault found (static check: every operator has a "
-                     "kernel, dim-order rules hold)")
+        lines.append(f"static device check: {len(s.device_faults)} fault(s) (the device kernel "
+                     "libraries and the portable dim-order rules): " + "; ".join(s.device_faults))
+    elif run is None or not run.ran:
+        lines.append((run.line() + "; " if run is not None else "")
+                     + "static device check: no fault found (every operator has a kernel, the "
+                     "dim-order rules the tool knows hold)")
     if s.missing_operators is not None:
         lines.append("runner ops check: " + ("all present" if not s.missing_operators else
                                              "MISSING " + ", ".join(s.missing_operators)))
@@ -527,6 +532,7 @@ def to_json(compiled, rows, summary: Summary) -> dict:
                    "auto": None if compiled.io_choice is None else compiled.io_choice.to_json()},
             "operators": list(summary.operators),
             "device_faults": list(summary.device_faults),
+            "device_run": None if compiled.device_run is None else compiled.device_run.to_json(),
             "workarounds": [{"node": w.node, "upstream": w.upstream, "message": w.message}
                             for w in compiled.workarounds],
             "missing_operators": None if summary.missing_operators is None

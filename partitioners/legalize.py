@@ -22,6 +22,12 @@ reported in the plan (as a `Workaround`) so the user sees what changed and why:
   whose kernel (backends/cortex_m/ops/op_transpose.cpp, `kMaxSupportedDims = 4`) refuses rank
   5 and up at run time ("expected tensor rank in [1, 4]"), e.g. a channel shuffle's 5-D
   permute. Those go back to the portable `permute_copy`, which takes any rank.
+- `CortexMQuantizer` (ExecuTorch 1.5.1) annotates `conv2d` but not `conv1d`, so on a CPU-only
+  target every 1-D convolution stays a float portable convolution (seconds per inference where
+  CMSIS-NN's int8 kernel takes milliseconds). Before capture, each `nn.Conv1d` becomes the same
+  convolution as a 1xK `nn.Conv2d` over an unsqueezed input (`conv1d_as_conv2d`), which the
+  quantizer annotates and the Cortex-M passes route to CMSIS-NN; stride, padding, dilation and
+  groups carry over, so depthwise, dilated and strided 1-D convolutions keep their meaning.
 - A CPU kernel that assumes a layout does not check it (kernels/layout_checks.py lists the
   rules). Where a tensor reaches such a kernel in another layout (a CMSIS-NN conv fed by a
   contiguous view, a cortex_m add walking a channels-last and a contiguous operand in lockstep,
@@ -358,6 +364,166 @@ def _declare_contiguous(graph, producer, val, origin: str) -> None:
                         f"{origin}:restore_dim_order", {})
     for reader in readers:
         _replace_input(reader, producer, copy)
+
+
+def _conv2d_of(conv: torch.nn.Conv1d) -> torch.nn.Conv2d:
+    padding = conv.padding if isinstance(conv.padding, str) else (0, conv.padding[0])
+    conv2d = torch.nn.Conv2d(conv.in_channels, conv.out_channels, (1, conv.kernel_size[0]),
+                             (1, conv.stride[0]), padding, (1, conv.dilation[0]), conv.groups,
+                             conv.bias is not None, conv.padding_mode)
+    with torch.no_grad():
+        conv2d.weight.copy_(conv.weight.unsqueeze(2))
+        if conv.bias is not None:
+            conv2d.bias.copy_(conv.bias)
+    return conv2d
+
+
+def _batchnorm2d_of(bn: torch.nn.BatchNorm1d) -> torch.nn.BatchNorm2d:
+    bn2d = torch.nn.BatchNorm2d(bn.num_features, bn.eps, bn.momentum, bn.affine,
+                                bn.track_running_stats)
+    bn2d.load_state_dict(bn.state_dict())
+    return bn2d
+
+
+def _pool2d_of(pool: torch.nn.Module) -> torch.nn.Module:
+    if isinstance(pool, torch.nn.AdaptiveAvgPool1d):
+        size = pool.output_size if isinstance(pool.output_size, int) else pool.output_size[0]
+        return torch.nn.AdaptiveAvgPool2d((1, size))
+    kernel, stride, padding = (pool.kernel_size[0] if isinstance(pool.kernel_size, tuple)
+                               else pool.kernel_size,
+                               pool.stride[0] if isinstance(pool.stride, tuple) else pool.stride,
+                               pool.padding[0] if isinstance(pool.padding, tuple)
+                               else pool.padding)
+    if isinstance(pool, torch.nn.AvgPool1d):
+        return torch.nn.AvgPool2d((1, kernel), (1, stride), (0, padding), pool.ceil_mode,
+                                  pool.count_include_pad)
+    return torch.nn.MaxPool2d((1, kernel), (1, stride), (0, padding), (1, pool.dilation),
+                              ceil_mode=pool.ceil_mode)
+
+
+_POOLS_1D = (torch.nn.AvgPool1d, torch.nn.MaxPool1d, torch.nn.AdaptiveAvgPool1d)
+_ACTIVATIONS = (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.Hardtanh)
+
+
+class _As2d(torch.nn.Module):
+    """1-D layers computed as their 2-D forms over an unsqueezed [N, C, 1, L] input (see the
+    module docstring): a Conv1d with the BatchNorm1d and activation that follow it in the same
+    Sequential (kept together, so the quantizer folds the norm and fuses the activation into
+    the CMSIS-NN convolution), or a 1-D pool."""
+
+    def __init__(self, layers: list[torch.nn.Module]) -> None:
+        super().__init__()
+        self.layers = torch.nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x.unsqueeze(-2)).squeeze(-2)
+
+
+def _describe(layer: torch.nn.Module) -> str:
+    if isinstance(layer, torch.nn.Conv1d):
+        return (f"Conv1d({layer.in_channels}, {layer.out_channels}, kernel "
+                f"{layer.kernel_size[0]}, stride {layer.stride[0]}, dilation "
+                f"{layer.dilation[0]}, groups {layer.groups})")
+    return type(layer).__name__
+
+
+def conv1d_as_conv2d(module: torch.nn.Module) -> tuple[torch.nn.Module, list[Workaround]]:
+    """A copy of `module` with every `nn.Conv1d` (with the BatchNorm1d and ReLU that follow it
+    in a Sequential) and every 1-D pool as its 2-D form, and one Workaround per group;
+    `module` itself is untouched."""
+    import copy
+
+    if not any(type(m) is torch.nn.Conv1d or type(m) in _POOLS_1D for m in module.modules()):
+        return module, []
+    legal = copy.deepcopy(module)
+    fixes = []
+    for parent_path, parent in list(legal.named_modules()):
+        names = list(parent._modules)
+        skip = set()
+        for position, name in enumerate(names):
+            child = parent._modules[name]
+            if name in skip or not (type(child) is torch.nn.Conv1d or type(child) in _POOLS_1D):
+                continue
+            group = [child]
+            if type(child) is torch.nn.Conv1d and isinstance(parent, torch.nn.Sequential):
+                following = names[position + 1:position + 3]
+                for other in following:
+                    layer = parent._modules[other]
+                    if len(group) == 1 and type(layer) is torch.nn.BatchNorm1d:
+                        group.append(layer)
+                    elif type(layer) in _ACTIVATIONS:
+                        group.append(layer)
+                        break
+                    else:
+                        break
+            layers = [(_conv2d_of(m) if type(m) is torch.nn.Conv1d else
+                       _batchnorm2d_of(m) if type(m) is torch.nn.BatchNorm1d else
+                       _pool2d_of(m) if type(m) in _POOLS_1D else copy.deepcopy(m))
+                      for m in group]
+            replacement = _As2d(layers)
+            replacement.train(child.training)
+            parent._modules[name] = replacement
+            for folded_name in names[position + 1:position + len(group)]:
+                parent._modules[folded_name] = torch.nn.Identity()
+                skip.add(folded_name)
+            path = f"{parent_path}.{name}" if parent_path else name
+            what = " + ".join(_describe(m) for m in group)
+            fixes.append(Workaround(
+                path, "ExecuTorch 1.5.1 CortexMQuantizer (annotates 2-D convolutions and "
+                "pools, not 1-D ones)",
+                f"{what} compiled as the same 1xK 2-D layer(s) over an unsqueezed input, so it "
+                "is quantized and runs on CMSIS-NN (upstream leaves it a float portable op)"))
+    return legal, fixes
+
+
+def runtime_node(program, operator: str, ordinal: int):
+    """The `ordinal`-th call (0-based, in execution order) of `operator` ("aten::argmax.out")
+    in `program`: how an instruction the runtime names is found among the graph's nodes (the
+    emitter keeps the graph's order, and turns `aten.argmax.default` into `aten::argmax.out`)."""
+    base = operator.split(".")[0]
+    seen = 0
+    for node in program.graph_module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        parts = _target_parts(node)
+        if len(parts) < 2 or f"{parts[0]}::{parts[1]}" != base:
+            continue
+        if seen == ordinal:
+            return node
+        seen += 1
+    return None
+
+
+def contiguous_operands(program, node, refused: str) -> Workaround | None:
+    """Give `node` every tensor operand in the default (contiguous) dim order and declare its
+    output contiguous, copying it back for readers that expect another layout: what the real
+    runtime's dim-order checks (`refused`, the kernel's own words) accept. None when every
+    operand and output already is contiguous (a copy cannot help)."""
+    graph = program.graph_module.graph
+    origin = node.meta.get(ORIGIN_KEY, node.name)
+    cache, copied = {}, []
+    for source in list(node.all_input_nodes):
+        val = _val(source)
+        if val is None or val.dim() < 2 or tuple(val.dim_order()) == tuple(range(val.dim())):
+            continue
+        copy = _layout_copy(graph, graph.inserting_before(node), source,
+                            tuple(range(val.dim())), f"{origin}:to_contiguous", cache)
+        _replace_input(node, source, copy)
+        copied.append(source.name)
+    out = _val(node)
+    restored = out is not None and tuple(out.dim_order()) != tuple(range(out.dim()))
+    if restored:
+        _declare_contiguous(graph, node, out, origin)
+    if not copied and not restored:
+        return None
+    graph.eliminate_dead_code()
+    program.graph_module.recompile()
+    what = (f"{', '.join(copied)} copied to contiguous" if copied else "") + (
+        (" and " if copied else "") + "its output written contiguous, then copied back"
+        if restored else "")
+    return Workaround(origin, "ExecuTorch 1.5.1 portable kernel dim-order check (found by "
+                      "running the program in the real runtime)",
+                      f"the runtime refused {refused}; {what}")
 
 
 def legalize_for_device(program) -> list[Workaround]:

@@ -1,0 +1,228 @@
+"""The device code decides: `compile` runs the serialized program once in the real ExecuTorch
+runtime before it ships it.
+
+The runtime is the wheel's `libexecutorch.so` with the portable kernels, the Cortex-M kernels
+over CMSIS-NN and ExecuTorch's EthosUBackend built for the host from the upstream sources
+(kernels/runtime.py); it runs in a child process, so a kernel that aborts ends the child, not
+the compile. Every kernel checks its arguments there as it does on the device (dim orders,
+dtypes, ranks, sizes), so a program the device would refuse is refused here, by the kernel's
+own check, not by a re-statement of it.
+
+A refusal on a dim-order check (`tensors_have_same_dim_order`, `all_contiguous ||
+all_channels_last`, `tensor_is_default_dim_order`, ...) is legalized: the refused node gets its
+operands contiguous and its output copied back (partitioners/legalize.py,
+`contiguous_operands`), the program is serialized again and run again. Any other refusal stops
+the compile with one line naming the operator, the instruction and the kernel's check.
+
+What the run does not do: compute the NPU partitions (the host stand-in for the Ethos-U driver
+returns the scratch as the runtime handed it over, so the NPU's outputs are whatever the
+region held); the run checks that every CPU kernel and the EthosUBackend accept what they are
+given, not the numbers (that is `verify`'s job). The input is calibration sample 0.
+
+When the sources or a host compiler are missing the check is "not run", with the reason, and
+the plan says so (the static rules of kernels/layout_checks.py and kernels/reference.py remain).
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import os
+from dataclasses import dataclass
+
+import torch
+
+from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, KernelRefusal,
+                             RuntimeFailure, RuntimeUnavailable, missing_operators)
+from kernels.device_ops import device_operator_names
+from orchestrator.errors import UserError
+from partitioners.legalize import contiguous_operands, runtime_node
+from partitioners.records import Workaround
+
+ENV_DEVICE_CHECK = "ORCHESTRATE_DEVICE_CHECK"  # "0": skip the run (the plan says "not run")
+MAX_LEGALIZATIONS = 8
+METHOD = ("one run in the ExecuTorch runtime with the portable and Cortex-M kernels and "
+          "EthosUBackend built for the host (calibration sample 0; NPU partitions not computed)")
+
+
+@dataclass(frozen=True)
+class DeviceRun:
+    """What the device-code run found: whether it ran, what ran it, and the refusals it turned
+    into legalizations (each also a Workaround in the plan)."""
+
+    ran: bool
+    method: str
+    detail: str  # "every kernel accepted its arguments" or why it did not run
+    legalized: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        if not self.ran:
+            return f"runs on the device: real runtime not run ({self.detail})"
+        fixed = (f"; {len(self.legalized)} refusal(s) legalized with layout copies"
+                 if self.legalized else "")
+        return f"runs on the device: yes, {self.detail}{fixed} (method: {self.method})"
+
+    def to_json(self) -> dict:
+        return {"ran": self.ran, "method": self.method, "detail": self.detail,
+                "legalized": list(self.legalized)}
+
+
+class DeviceRefusal(UserError):
+    """The real runtime refused the program on a check no legalization satisfies (exit 2)."""
+
+
+_RUNTIME: HostRuntime | None = None
+_UNAVAILABLE: str | None = None
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_DEVICE_CHECK, "1") != "0"
+
+
+def shared_runtime() -> HostRuntime:
+    """One host runtime child process per tool process, reused by every compile in it."""
+    global _RUNTIME, _UNAVAILABLE
+    if _UNAVAILABLE is not None:
+        raise RuntimeUnavailable(_UNAVAILABLE)
+    if _RUNTIME is None:
+        try:
+            _RUNTIME = HostRuntime()
+        except RuntimeUnavailable as error:
+            _UNAVAILABLE = str(error)
+            raise
+        atexit.register(_RUNTIME.close)
+    return _RUNTIME
+
+
+def prestart() -> None:
+    """Start the runtime's process early, so it has imported the runtime when the program is
+    ready (no effect when the check is off or cannot run)."""
+    if not enabled():
+        return
+    try:
+        shared_runtime().prestart()
+    except RuntimeUnavailable:
+        pass
+
+
+def _inputs(sample, program_inputs, config: dict) -> tuple[torch.Tensor, ...]:
+    """Sample 0 as the program takes it: int8 inputs quantized with the program's own
+    input scale and zero point (config methods of --io int8)."""
+    values = []
+    for position, (value, spec) in enumerate(zip(sample, program_inputs)):
+        dtype = spec.dtype
+        if dtype == value.dtype or not isinstance(value, torch.Tensor):
+            values.append(value)
+            continue
+        prefix = f"input{position}_"
+        if prefix + "scale" in config and value.is_floating_point():
+            q = torch.round(value / float(config[prefix + "scale"])) + int(config[prefix + "zp"])
+            values.append(q.clamp(int(config[prefix + "quant_min"]),
+                                  int(config[prefix + "quant_max"])).to(dtype))
+        else:
+            values.append(value.to(dtype))
+    return tuple(values)
+
+
+def _ordinal(executorch_program, refusal: KernelRefusal) -> int:
+    """How many calls of the refused operator come before the refused instruction."""
+    plan = executorch_program.execution_plan[0]
+    base = refusal.operator.split(".")[0]
+    count = 0
+    for instruction in plan.chains[refusal.chain].instructions[:refusal.instruction]:
+        args = instruction.instr_args
+        if type(args).__name__ != "KernelCall":
+            continue
+        if plan.operators[args.op_index].name == base:
+            count += 1
+    return count
+
+
+def _leave_npu_scratch(invocation) -> None:
+    """The NPU's outputs are not computed by this run (see the module docstring)."""
+
+
+def check_on_device(final_program, serialize, sample, config: dict):
+    """Serialize a copy of `final_program`, run it once; legalize dim-order refusals (in
+    `final_program`, in place) and retry.
+
+    `serialize(program) -> (pte_bytes, executorch_program, ...)`. Returns the DeviceRun, the
+    serialized result of the last copy (None when the run did not happen), the program that
+    copy was serialized from (as serialization left it) and the workarounds applied."""
+    if not enabled():
+        return DeviceRun(False, RUNTIME_METHOD, f"{ENV_DEVICE_CHECK}=0"), None, final_program, ()
+    try:
+        runtime = shared_runtime()
+    except RuntimeUnavailable as error:
+        return DeviceRun(False, RUNTIME_METHOD, str(error)), None, final_program, ()
+    workarounds: list[Workaround] = []
+    legalized: list[str] = []
+    program = final_program
+    for _ in range(MAX_LEGALIZATIONS + 1):
+        trial = copy.deepcopy(program)
+        serialized = serialize(trial)
+        pte_bytes, executorch_program = serialized[0], serialized[1]
+        try:
+            inputs = _inputs(sample, _program_inputs(executorch_program), config)
+            runtime.run(pte_bytes, inputs, npu=_leave_npu_scratch)
+        except RuntimeUnavailable as error:
+            return DeviceRun(False, RUNTIME_METHOD, str(error)), None, program, tuple(workarounds)
+        except RuntimeFailure as failure:
+            missing = missing_operators(str(failure))
+            if missing:
+                on_device = [op for op in missing if op not in device_operator_names()]
+                if on_device:
+                    raise DeviceRefusal(
+                        f"the program needs {', '.join(on_device)}, which no kernel library "
+                        "of the device runtime provides (the real runtime failed to load it: "
+                        "Missing operator); keep that op out of the model or register a kernel "
+                        "in your firmware") from None
+                return (DeviceRun(False, RUNTIME_METHOD,
+                                  "the host runtime build lacks " + ", ".join(missing)),
+                        None, program, tuple(workarounds))
+            refusal = failure.refusal
+            if refusal is None:
+                raise DeviceRefusal(
+                    "the ExecuTorch runtime (host build of the device kernels) refused the "
+                    f"program: {_first_line(str(failure))}; nothing was shipped") from None
+            node = runtime_node(program, refusal.operator,
+                                _ordinal(executorch_program, refusal))
+            fix = (contiguous_operands(program, node, refusal.text())
+                   if node is not None and refusal.on_dim_order else None)
+            if fix is None:
+                where = f" (node {node.name})" if node is not None else ""
+                raise DeviceRefusal(
+                    f"the ExecuTorch runtime refuses this program: {refusal.text()}{where}; "
+                    "no legalization satisfies that check, so nothing was shipped: keep this "
+                    "op out of the model, or force it elsewhere with --policy") from None
+            workarounds.append(fix)
+            legalized.append(refusal.text())
+            continue
+        return (DeviceRun(True, METHOD, "every kernel accepted its arguments",
+                          tuple(legalized)), serialized, trial, tuple(workarounds))
+    raise DeviceRefusal(f"the ExecuTorch runtime still refuses the program after "
+                        f"{MAX_LEGALIZATIONS} legalizations: {legalized[-1]}")
+
+
+def _program_inputs(executorch_program):
+    plan = executorch_program.execution_plan[0]
+    specs = []
+    for index in plan.inputs:
+        value = plan.values[index].val
+        specs.append(_Spec(_DTYPES.get(int(getattr(value, "scalar_type", 6)), torch.float32)))
+    return specs
+
+
+@dataclass(frozen=True)
+class _Spec:
+    dtype: torch.dtype
+
+
+# ExecuTorch ScalarType numbering (runtime/core/portable_type/scalar_type.h).
+_DTYPES = {0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64,
+           6: torch.float32, 7: torch.float64, 11: torch.bool}
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
