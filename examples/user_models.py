@@ -10,7 +10,11 @@ sensor window, rank-3 and rank-5 tensors through NPU partitions, split / chunk /
 conv block with a layout change on its skip path, recurrent layers (GRU, LSTM), and small blocks
 of the torchvision classification families (MobileNetV2 inverted residuals, MobileNetV3-small
 squeeze-excite blocks, SqueezeNet 1.1 fire modules with ceil-mode pooling, ShuffleNetV2 channel
-split and shuffle). torchvision is not a dependency and no weights are downloaded: the blocks
+split and shuffle), and the families of issue 23: a segmentation head returning logits and
+their argmax, a softmax classifier, a layer-norm MLP, a U-Net-style encoder-decoder (upsampling,
+skip concat), a depthwise-separable 1-D TCN, a detection head (sigmoid, concat), a two-input
+two-output model, a ResNet of basic blocks (identity adds) and a transposed-conv decoder.
+torchvision is not a dependency and no weights are downloaded: the blocks
 are written here, at small inputs, with seeded random weights and non-trivial BatchNorm
 statistics (folding a default BatchNorm is an identity and would hide a folding bug).
 """
@@ -340,6 +344,161 @@ class ShuffleNetSmall(nn.Module):
         return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
+class SegmentationLogitsArgmax(nn.Module):
+    """A segmentation head returning both its 4-D logits and the per-pixel class map (int64
+    argmax over channels): two outputs of different dtypes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(_conv_bn(3, 8), _conv_bn(8, 8), nn.Conv2d(8, 5, 1))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        logits = self.body(x)
+        return logits, torch.argmax(logits, dim=1)
+
+
+class SoftmaxClassifier(nn.Module):
+    """A small CNN whose output is class probabilities (softmax) rather than logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(_conv_bn(1, 8, 3, 2), _conv_bn(8, 16, 3, 2))
+        self.head = nn.Linear(16, 6)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = torch.flatten(F.adaptive_avg_pool2d(self.body(x), 1), 1)
+        return torch.softmax(self.head(x), dim=-1)
+
+
+class LayerNormMlp(nn.Module):
+    """An MLP over 24 sensor features with layer norm and GELU between its linear layers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(24, 48), nn.LayerNorm(48), nn.GELU(),
+                                  nn.Linear(48, 48), nn.LayerNorm(48), nn.GELU(),
+                                  nn.Linear(48, 5))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.body(x)
+
+
+class UNetSmall(nn.Module):
+    """An encoder-decoder on 32x32: two strided encoder stages, a nearest-neighbour upsampling
+    decoder whose stages concatenate the encoder's skip features, a 1x1 mask head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc1 = _conv_bn(3, 8)
+        self.enc2 = _conv_bn(8, 16, 3, 2)
+        self.bottleneck = _conv_bn(16, 16, 3, 2)
+        self.dec2 = _conv_bn(32, 16)
+        self.dec1 = _conv_bn(24, 8)
+        self.mask = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        e1 = self.enc1(x)
+        e2 = self.enc2(e1)
+        b = self.bottleneck(e2)
+        d2 = self.dec2(torch.cat([F.interpolate(b, scale_factor=2.0, mode="nearest"), e2], 1))
+        d1 = self.dec1(torch.cat([F.interpolate(d2, scale_factor=2.0, mode="nearest"), e1], 1))
+        return self.mask(d1)
+
+
+class DsTcn(nn.Module):
+    """A depthwise-separable temporal conv net (DS-TCN keyword spotter) over 49 frames of 10
+    MFCCs: depthwise 1-D convs (one dilated) each followed by a pointwise 1-D conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv1d(10, 24, 3, padding=1), nn.BatchNorm1d(24), nn.ReLU()]
+        for dilation in (1, 2):
+            layers += [nn.Conv1d(24, 24, 5, padding=2 * dilation, dilation=dilation, groups=24),
+                       nn.BatchNorm1d(24), nn.ReLU(),
+                       nn.Conv1d(24, 24, 1), nn.BatchNorm1d(24), nn.ReLU()]
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AvgPool1d(49)
+        self.head = nn.Linear(24, 12)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(torch.flatten(self.pool(self.features(x)), 1))
+
+
+class DetectionHead(nn.Module):
+    """A single-scale anchor head: a small backbone, then box (4) and objectness/class (1 + 3)
+    branches with sigmoid, flattened and concatenated into [1, anchors, 8]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(_conv_bn(3, 8, 3, 2), _conv_bn(8, 16, 3, 2))
+        self.boxes = nn.Conv2d(16, 2 * 4, 1)
+        self.scores = nn.Conv2d(16, 2 * 4, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        f = self.backbone(x)
+        boxes = self.boxes(f).permute(0, 2, 3, 1).reshape(1, -1, 4)
+        scores = torch.sigmoid(self.scores(f)).permute(0, 2, 3, 1).reshape(1, -1, 4)
+        return torch.cat([boxes, scores], dim=-1)
+
+
+class TwoTower(nn.Module):
+    """Two inputs (an image and a feature vector) and two outputs (a class score vector and an
+    embedding), as multi-sensor products use."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.image = nn.Sequential(_conv_bn(1, 8, 3, 2), _conv_bn(8, 16, 3, 2))
+        self.features = nn.Sequential(nn.Linear(12, 16), nn.ReLU())
+        self.classes = nn.Linear(32, 4)
+        self.embedding = nn.Linear(32, 8)
+
+    def forward(self, image: Tensor, features: Tensor) -> tuple[Tensor, Tensor]:
+        a = torch.flatten(F.adaptive_avg_pool2d(self.image(image), 1), 1)
+        joint = torch.cat([a, self.features(features)], dim=1)
+        return self.classes(joint), self.embedding(joint)
+
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block: conv-BN-ReLU, conv-BN, plus the identity, ReLU."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = _conv_bn(channels, channels)
+        self.conv2 = _conv_bn(channels, channels, act=None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(self.conv2(self.conv1(x)) + x)
+
+
+class ResNetBasic(nn.Module):
+    """A CPU-sized ResNet of basic blocks (identity adds) on 16x16, pooled linear classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = _conv_bn(3, 8)
+        self.blocks = nn.Sequential(BasicBlock(8), BasicBlock(8), BasicBlock(8))
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.blocks(self.stem(x))
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class TransposedDecoder(nn.Module):
+    """An autoencoder-style decoder: strided conv encoder with hardswish, transposed-conv
+    decoder back to the input size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(_conv_bn(1, 8, 3, 2, act=nn.Hardswish),
+                                     _conv_bn(8, 16, 3, 2, act=nn.Hardswish))
+        self.decoder = nn.Sequential(nn.ConvTranspose2d(16, 8, 2, stride=2), nn.ReLU(),
+                                     nn.ConvTranspose2d(8, 1, 2, stride=2))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.decoder(self.encoder(x))
+
+
 conv1d_audio = _seeded(Conv1dAudio, (1, 10, 40))
 attention_block = _seeded(AttentionBlock, (1, 16, 32))
 argmax_head = _seeded(ArgmaxSegmentation, (1, 3, 16, 16))
@@ -354,6 +513,15 @@ mobilenet_v2_small = _seeded(MobileNetV2Small, (1, 3, 32, 32))
 mobilenet_v3_small_block = _seeded(MobileNetV3SmallBlock, (1, 3, 32, 32))
 squeezenet_small = _seeded(SqueezeNetSmall, (1, 3, 32, 32))
 shufflenet_small = _seeded(ShuffleNetSmall, (1, 3, 32, 32))
+segmentation_logits_argmax = _seeded(SegmentationLogitsArgmax, (1, 3, 16, 16))
+softmax_classifier = _seeded(SoftmaxClassifier, (1, 1, 16, 16))
+layernorm_mlp = _seeded(LayerNormMlp, (1, 24))
+unet_small = _seeded(UNetSmall, (1, 3, 32, 32))
+ds_tcn = _seeded(DsTcn, (1, 10, 49))
+detection_head = _seeded(DetectionHead, (1, 3, 32, 32))
+two_tower = _seeded(TwoTower, (1, 1, 16, 16), (1, 12))
+resnet_basic = _seeded(ResNetBasic, (1, 3, 16, 16))
+transposed_decoder = _seeded(TransposedDecoder, (1, 1, 16, 16))
 
 USER_MODELS: dict[str, Factory] = {
     "conv1d_audio": conv1d_audio,
@@ -370,6 +538,15 @@ USER_MODELS: dict[str, Factory] = {
     "mobilenet_v3_small_block": mobilenet_v3_small_block,
     "squeezenet_small": squeezenet_small,
     "shufflenet_small": shufflenet_small,
+    "segmentation_logits_argmax": segmentation_logits_argmax,
+    "softmax_classifier": softmax_classifier,
+    "layernorm_mlp": layernorm_mlp,
+    "unet_small": unet_small,
+    "ds_tcn": ds_tcn,
+    "detection_head": detection_head,
+    "two_tower": two_tower,
+    "resnet_basic": resnet_basic,
+    "transposed_decoder": transposed_decoder,
 }
 
 

@@ -431,10 +431,33 @@ def _quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype, 
     return q.to(dtype).reshape(input.shape)
 
 
+def _quantized_linear(input, weights, bias, kernel_sum, input_offset, filter_offset,
+                      output_offset, requantize_multipliers, requantize_shifts, activation_max,
+                      activation_min, tier=None):
+    """`arm_fully_connected_s8` as the tier's path computes it from these arguments. The MVE path
+    reads the precomputed kernel sum (ctx.buf) and ignores the bias; the DSP and scalar C paths
+    (arm_nn_vec_mat_mult_t_s8.c without ARM_MATH_MVEI) read the bias and ignore the kernel sum.
+    Upstream's reference dispatches on which argument is present, which is the MVE path for
+    arguments prepared for the M55/M85; on a C path those arguments give sum((x + input offset)
+    * (w + filter offset)) with no bias (measured: the host runtime's x86 build writes exactly
+    this)."""
+    op = op_overload("cortex_m::quantized_linear", "default")
+    if tier in ("scalar", "dsp") and kernel_sum is not None:
+        kernel_sum = None
+    return op(input, weights, bias, kernel_sum, input_offset, filter_offset, output_offset,
+              requantize_multipliers, requantize_shifts, activation_max, activation_min)
+
+
 # `cortex_m::` ops whose device kernel computes otherwise than upstream's Python reference
 # (per ISA tier where the tier's paths differ); the twin runs these.
 _DEVICE_SEMANTICS = {"quantized_avg_pool2d": _avgpool_s8,
-                     "quantize_per_tensor": _quantize_per_tensor}
+                     "quantize_per_tensor": _quantize_per_tensor,
+                     "quantized_linear": _quantized_linear}
+# The tier of the host runtime's CMSIS-NN build: its C path (no MVE, no DSP intrinsics on x86).
+HOST_TIER = "scalar"
+# Ops whose arguments or arithmetic differ between the MVE path and the C path, so a host run
+# checks them in their C-path form and only an MVE core (QEMU's Cortex-M55) checks the MVE form.
+MVE_ONLY_SEMANTICS = frozenset({"quantized_linear", "quantize_per_tensor"})
 # Ops whose device semantics are the same on every tier: used even without a known tier.
 _TIER_INDEPENDENT = frozenset({"quantized_avg_pool2d"})
 

@@ -599,7 +599,9 @@ def cmd_reasons(args) -> int:
 def _quiet_upstream() -> None:
     # Upstream libraries log deprecation notes and Vela progress; the report is the output.
     warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
+    # ERROR too: torch's fake-tensor tracer logs a whole traceback at ERROR level when an upstream
+    # pass fails on a node, which the CPU routing then handles (partitioners/cpu.py).
+    logging.disable(logging.ERROR)
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 

@@ -136,28 +136,101 @@ def requantize_comparison_scalars(program) -> list[Workaround]:
     return fixes
 
 
+# "While executing %aten_bmm_default_1 : [num_users=1] = call_function[...]": how torch.fx
+# names the node an upstream pass failed on.
+_FAILED_NODE = re.compile(r"While executing %(\w+)")
+MAX_FLOAT_FALLBACKS = 8
+
+
+def _root_message(error: BaseException) -> str:
+    seen = set()
+    while (error.__cause__ or error.__context__) is not None and id(error) not in seen:
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    text = " ".join(str(error).split("Original traceback:")[0].split())
+    return f"{type(error).__name__}: {text}"
+
+
+def _failed_node(error: BaseException) -> str | None:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        match = _FAILED_NODE.search(str(error))
+        if match:
+            return match.group(1)
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _keep_float(program, name: str) -> bool:
+    """Take the quantizer's mark off node `name`, so FoldAndAnnotateQParamsPass leaves its
+    quantize/dequantize in place and the node runs in float on its portable kernel."""
+    from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
+
+    for node in program.graph_module.graph.nodes:
+        if node.name == name:
+            custom = node.meta.get("custom", {})
+            return custom.pop(ArmAnnotationInfo.CUSTOM_META_KEY, None) is not None
+    return False
+
+
 def route_to_cpu(edge_manager, cpu: str, legalize: bool = True):
     """Run CortexMPassManager for `cpu` on the edge program (the manager is left as it was).
 
     Returns the transformed ExportedProgram, the per-node CMSIS-NN decisions and the upstream
     defects worked around on the way.
+
+    When an upstream pass fails on a node (e.g. ExecuTorch 1.5.1's ReplaceScalarWithTensorArg
+    retrace of an int8 `bmm` in an attention block: "expected scalar type torch.int8 but found
+    torch.int32"), that node is kept in float on its portable kernel, with its quantize and
+    dequantize, and the passes run again on a fresh copy; the plan names the failure.
     """
+    import copy
+
     from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
     from executorch.backends.cortex_m.target_config import CortexMTargetConfig
 
     program = edge_manager.exported_program()
     stamp_origins(program.graph_module)
-    with cmsis_decisions_recorded() as decisions:
-        transformed = CortexMPassManager(
-            program, target_config=CortexMTargetConfig.from_target_string(cpu)
-        ).transform()
+    kept_float: dict[str, str] = {}  # node name -> the upstream failure
+    while True:
+        # The passes rewrite the graph in place before they fail: each attempt gets a copy.
+        candidate = copy.deepcopy(program)
+        for name in kept_float:
+            _keep_float(candidate, name)
+        try:
+            with cmsis_decisions_recorded() as decisions:
+                transformed = CortexMPassManager(
+                    candidate, target_config=CortexMTargetConfig.from_target_string(cpu)
+                ).transform()
+            break
+        except Exception as error:  # noqa: BLE001 - upstream pass failure: fall back per node
+            name = _failed_node(error)
+            if (name is None or name in kept_float or len(kept_float) >= MAX_FLOAT_FALLBACKS
+                    or not _keep_float(copy.deepcopy(program), name)):
+                raise
+            kept_float[name] = _root_message(error)[:300]
+    decisions = dict(decisions)
+    fallbacks = []
+    for name, failure in kept_float.items():
+        node = next(n for n in program.graph_module.graph.nodes if n.name == name)
+        origin = node.meta.get(ORIGIN_KEY, name)
+        decisions[origin] = CpuDecision(
+            origin, _op_name(node.target), "upstream-failure",
+            f"kept in float on the portable kernel: ExecuTorch's Cortex-M passes fail on this "
+            f"node when it is quantized ({failure})", "CortexMPassManager")
+        fallbacks.append(Workaround(
+            origin, "ExecuTorch 1.5.1 CortexMPassManager (fails on this node)",
+            f"{_op_name(node.target)} kept in float on the portable kernel, between its "
+            f"dequantize and quantize, because the Cortex-M passes fail on it quantized: "
+            f"{failure}"))
     # `aot_arm_compiler.py` swaps only the Q/DQ nodes in its NPU path; the full pass manager is
     # what turns a rejected conv into a CMSIS-NN kernel instead of a float aten op.
     from partitioners.legalize import legalize_for_device
 
     # Order matters: requantize first, so legalization's new int8 `.Scalar` nodes are not
     # requantized twice.
-    workarounds = requantize_comparison_scalars(transformed)
+    workarounds = fallbacks + requantize_comparison_scalars(transformed)
     if legalize:
         workarounds += legalize_for_device(transformed)
-    return transformed, dict(decisions), tuple(workarounds)
+    return transformed, decisions, tuple(workarounds)
