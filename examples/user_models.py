@@ -459,25 +459,34 @@ class TwoTower(nn.Module):
 
 
 class BasicBlock(nn.Module):
-    """ResNet's basic block: conv-BN-ReLU, conv-BN, plus the identity, ReLU."""
+    """ResNet's basic block as torchvision writes it: conv-BN-ReLU, conv-BN, plus the identity
+    (or a strided 1x1 conv-BN shortcut when the shape changes), an in-place add, ReLU."""
 
-    def __init__(self, channels: int) -> None:
+    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
         super().__init__()
-        self.conv1 = _conv_bn(channels, channels)
-        self.conv2 = _conv_bn(channels, channels, act=None)
+        self.conv1 = _conv_bn(cin, cout, 3, stride)
+        self.conv2 = _conv_bn(cout, cout, act=None)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = (None if stride == 1 and cin == cout else
+                           _conv_bn(cin, cout, 1, stride, act=None))
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.relu(self.conv2(self.conv1(x)) + x)
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.conv2(self.conv1(x))
+        out += identity
+        return self.relu(out)
 
 
 class ResNetBasic(nn.Module):
-    """A CPU-sized ResNet of basic blocks (identity adds) on 16x16, pooled linear classifier."""
+    """A CPU-sized ResNet of basic blocks on 16x16: identity adds, then a strided block with a
+    1x1 shortcut, a max-pooled stem and a pooled linear classifier."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.stem = _conv_bn(3, 8)
-        self.blocks = nn.Sequential(BasicBlock(8), BasicBlock(8), BasicBlock(8))
-        self.head = nn.Linear(8, 10)
+        self.stem = nn.Sequential(_conv_bn(3, 8), nn.MaxPool2d(3, 2, 1))
+        self.blocks = nn.Sequential(BasicBlock(8, 8), BasicBlock(8, 8), BasicBlock(8, 16, 2),
+                                    BasicBlock(16, 16))
+        self.head = nn.Linear(16, 10)
 
     def forward(self, x: Tensor) -> Tensor:
         x = self.blocks(self.stem(x))

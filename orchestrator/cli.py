@@ -148,10 +148,18 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--max-steps", type=int, default=1,
                      help="allowed int8 steps per rounding stage, each value checked against the reference fed the program's own inputs")
     ver.add_argument("--format", default="table", choices=("table", "json"))
-    ver.add_argument("--runtime", default="twin", choices=("twin", "executorch", "both"),
-                     help="twin: the host twin; executorch: the real ExecuTorch runtime with "
-                     "host-built cortex_m kernels, CMSIS-NN and EthosUBackend (NPU via the TOSA "
-                     "reference model), compared byte for byte with the twin; both: the two")
+    ver.add_argument("--runtime", default="auto", choices=("auto", "twin", "executorch", "both"),
+                     help="auto (default): every method this machine has, the device code "
+                     "judging: the twin, the real ExecuTorch runtime with the device kernels "
+                     "built for the host, and QEMU's Cortex-M55 for CPU-only M55 programs; twin: "
+                     "the host twin only; executorch: the real runtime (NPU via the TOSA "
+                     "reference model), compared with the twin; both: twin and runtime")
+    ver.add_argument("--require-device", action="store_true",
+                     help="exit 5 unless device code (the host runtime or QEMU) ran and passed; "
+                     "by default a twin-only pass exits 0 and says the device code did not run")
+    ver.add_argument("--platform", help="the platform whose runner --qemu/--fvp and --runtime "
+                     "auto use (a name or a YAML file; default: the installed platform named in "
+                     "the manifest, never a file the artifacts folder names)")
     ver.add_argument("--executorch-src", help="ExecuTorch source tree for the host runtime "
                      "(or ORCHESTRATE_EXECUTORCH_SRC; default ../shared/third_party/executorch)")
     ver.add_argument("--cmsis-nn-src", help="CMSIS-NN source tree for the host runtime "
@@ -455,6 +463,22 @@ def cmd_verify(args) -> int:
         return _verify_fvp(args, pte)
     if args.qemu:
         return _verify_qemu(args, pte)
+    if args.runtime == "auto":
+        from orchestrator.verify_all import verify_all
+
+        verdict = verify_all(pte, samples=args.samples, calibration=args.calibration,
+                             per_op=args.per_op, max_steps=args.max_steps,
+                             executorch_src=args.executorch_src, cmsis_nn_src=args.cmsis_nn_src,
+                             platform=args.platform, timeout_s=args.timeout)
+        _print_report(args, verdict.to_json(), verdict.render_text())
+        if verdict.outcome == "failed":
+            raise VerificationFailure(verdict.verdict)
+        if verdict.exit_code == 5 or (args.require_device and verdict.outcome == "twin-only"):
+            from orchestrator.errors import NotRun
+
+            raise NotRun(verdict.verdict if verdict.outcome != "twin-only" else
+                         f"--require-device: {verdict.verdict}")
+        return 0
     failures = []
     if args.runtime in ("twin", "both"):
         from orchestrator.verification import render_text, report_json, verify
@@ -501,7 +525,7 @@ def _verify_qemu(args, pte: Path) -> int:
     import json
 
     from orchestrator.errors import NotRun, VerificationFailure
-    from platforms import load_platform
+    from orchestrator.verify_all import installed_platform
     from platforms.qemu import METHOD, run_bpte_on_qemu
 
     artifacts = pte.with_name(pte.stem + ".artifacts")
@@ -513,9 +537,7 @@ def _verify_qemu(args, pte: Path) -> int:
     if not bpte.is_file():
         raise UserError(f"'{bpte}' not found; compile with `orchestrate compile --bundle` first")
     target = json.loads(manifest_path.read_text())["target"]
-    platform_file = target.get("platform_file")
-    platform = load_platform(platform_file if platform_file and Path(platform_file).is_file()
-                             else target["platform"])
+    platform = installed_platform(target, args.platform)
     if target["npu"]:
         raise NotRun(f"not run: {pte.name} is compiled for {target['npu']} and QEMU's "
                      f"{platform.name} model has no Ethos-U; nothing was run (verify without "
@@ -544,7 +566,7 @@ def _verify_qemu(args, pte: Path) -> int:
 def _verify_fvp(args, pte: Path) -> int:
     import json
 
-    from platforms import load_platform
+    from orchestrator.verify_all import installed_platform
     from platforms.fvp import run_bpte
 
     manifest_path = pte.with_name(pte.stem + ".artifacts") / "manifest.json"
@@ -555,9 +577,7 @@ def _verify_fvp(args, pte: Path) -> int:
     bpte = pte.with_suffix(".bpte")
     if not bpte.is_file():
         raise UserError(f"'{bpte}' not found; compile with `orchestrate compile --bundle` first")
-    platform_file = target.get("platform_file")
-    platform = load_platform(platform_file if platform_file and Path(platform_file).is_file()
-                             else target["platform"])
+    platform = installed_platform(target, args.platform)
     # A CPU-only program runs on the platform's FVP too; its NPU simply stays idle.
     npu = target["npu"] or platform.npu_default
     try:

@@ -1,0 +1,254 @@
+"""`verify` by every method this machine has: the device code judges, the twin explains.
+
+Three methods, asked in order, each saying what it exercised or why it could not run:
+
+- **twin**: the `.pte` executed instruction by instruction on the host, each value checked
+  against the quantized reference fed the program's own inputs (orchestrator/verification.py).
+  It explains a failure (which op, which step) but it is our re-statement of the kernels, so it
+  never judges alone.
+- **host runtime**: the real ExecuTorch runtime with the portable and Cortex-M kernels and
+  EthosUBackend built for the host (orchestrator/runtime_verify.py), compared with the twin.
+  It judges the scalar and DSP tiers, the program loading and memory plan, every kernel's own
+  argument checks and the NPU glue; for MVE programs it compares the C-path form of the few ops
+  whose MVE form differs and names them.
+- **QEMU**: the Corstone-300 runner firmware (ExecuTorch runtime, portable and CMSIS-NN kernels
+  built for the Cortex-M55 with MVE) on QEMU's mps3-an547, self-checking against the twin's
+  outputs (BundleIO, byte-exact). It judges CPU-only Cortex-M55 programs; QEMU has no Ethos-U
+  and no Cortex-M85, so it says "not run" for those.
+
+The verdict is theirs together: FAILED when any method that ran found a failure (exit 4);
+PASSED when no method failed and a device-code method (host runtime or QEMU) passed for what
+it can judge (exit 0); PARTIAL when the device methods that ran could not judge everything and
+none covers the rest (exit 5); "PASSED by the twin only" says that no device code ran, and why
+(exit 0; add `--require-device` to make that exit 5).
+
+The programs run are the installed platform's runner and QEMU, never a program the artifacts
+folder names: the manifest's platform is looked up by name among the installed platforms.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.artifacts import artifacts_dir_for
+
+TWIN, RUNTIME, QEMU = "twin", "host runtime", "QEMU Cortex-M55"
+QEMU_CPU = "cortex-m55"  # the core of QEMU's mps3-an547 (Corstone-300 FPGA image)
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    name: str
+    outcome: str  # passed | failed | partial | inconclusive | not-run
+    detail: str  # the method's own verdict line, or why it did not run
+    device_code: bool  # the method executes the device's own runtime and kernels
+    text: str = ""  # the method's full report (text)
+    report: dict | None = None  # the method's JSON report
+
+
+@dataclass(frozen=True)
+class CombinedVerdict:
+    pte: str
+    results: tuple[MethodResult, ...]
+    outcome: str  # passed | failed | partial | inconclusive | twin-only
+    verdict: str
+
+    @property
+    def exit_code(self) -> int:
+        return {"passed": 0, "twin-only": 0, "failed": 4}.get(self.outcome, 5)
+
+    def to_json(self) -> dict:
+        return {"pte": self.pte, "outcome": self.outcome, "verdict": self.verdict,
+                "methods": [{"name": r.name, "outcome": r.outcome, "detail": r.detail,
+                             "device_code": r.device_code, "report": r.report}
+                            for r in self.results]}
+
+    def render_text(self) -> str:
+        lines = []
+        for result in self.results:
+            if result.text:
+                lines.append(result.text)
+        lines.append(f"verify {self.pte}: {self.outcome.upper()}")
+        for result in self.results:
+            lines.append(f"  {result.name}: {result.outcome}: {result.detail}")
+        lines.append(f"  verdict: {self.verdict}")
+        return "\n".join(lines)
+
+
+def _target(pte: Path) -> dict:
+    try:
+        return json.loads((artifacts_dir_for(pte) / "manifest.json").read_text())["target"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def run_twin(pte: Path, samples: int, calibration, per_op: bool, max_steps: int) -> MethodResult:
+    from orchestrator.twin import TwinCannotRun
+    from orchestrator.verification import render_text, report_json, verify
+
+    try:
+        report = verify(pte, samples=samples, calibration=calibration, per_op=per_op,
+                        max_steps=max_steps)
+    except TwinCannotRun as error:
+        return MethodResult(TWIN, "not-run", str(error), False)
+    outcome = ("inconclusive" if report.inconclusive else
+               "passed" if report.passed else "failed")
+    return MethodResult(TWIN, outcome, report.verdict, False, render_text(report),
+                        report_json(report))
+
+
+def run_host_runtime(pte: Path, samples: int, calibration, per_op: bool,
+                     executorch_src=None, cmsis_nn_src=None) -> MethodResult:
+    from orchestrator.errors import NotRun
+    from orchestrator.runtime_verify import render_text, report_json, verify_runtime
+
+    try:
+        report = verify_runtime(pte, samples=samples, calibration=calibration, per_op=per_op,
+                                executorch_src=executorch_src, cmsis_nn_src=cmsis_nn_src)
+    except NotRun as error:
+        return MethodResult(RUNTIME, "not-run", str(error).removeprefix("not run: "), True)
+    outcome = {"passed": "passed", "partial": "partial"}.get(report.outcome, "failed")
+    return MethodResult(RUNTIME, outcome, report.verdict, True, render_text(report),
+                        report_json(report))
+
+
+def qemu_unavailable_reason(target: dict, has_npu: bool) -> str | None:
+    """Why QEMU cannot judge this program, or None."""
+    if has_npu:
+        return (f"the program delegates to {target.get('npu') or 'the Ethos-U'}; QEMU's "
+                "Corstone-300 model has no Ethos-U")
+    cpu = target.get("cpu")
+    if cpu and cpu != QEMU_CPU:
+        return (f"the program is compiled for {cpu}; QEMU's mps3-an547 is a Cortex-M55, whose "
+                "MVE kernels would not run the program's tier as compiled")
+    return None
+
+
+def installed_platform(target: dict, override=None):
+    """The platform whose programs (runner, QEMU, FVP) run this `.pte`: `override` (the user's
+    --platform, a name or a YAML path) or the installed platform the manifest names. A manifest
+    is data: a path in it is never loaded, and its platform file is only compared."""
+    from orchestrator.errors import UserError
+    from platforms.platform import PlatformError, list_platforms, load_platform
+
+    if override:
+        try:
+            return load_platform(override)
+        except PlatformError as error:
+            raise UserError(str(error)) from None
+    name = str(target.get("platform") or "")
+    key = name.strip().lower().replace("-", "").replace("_", "")
+    if key not in list_platforms():
+        raise UserError(
+            f"the program was compiled for platform {name!r}, which is not an installed platform "
+            f"({', '.join(list_platforms())}); pass --platform FILE with its YAML (programs to "
+            "run are never taken from an artifacts folder)")
+    return load_platform(key)
+
+
+def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
+             samples: int = 4) -> MethodResult:
+    from orchestrator.bundle import write_bundle
+    from platforms.qemu import METHOD, QemuUnavailable, run_bpte_on_qemu
+
+    target = _target(pte)
+    from orchestrator.twin import load_twin
+
+    has_npu = bool(load_twin(pte).partitions)
+    reason = qemu_unavailable_reason(target, has_npu)
+    if reason is not None:
+        return MethodResult(QEMU, "not-run", reason, True)
+    from orchestrator.errors import UserError
+
+    try:
+        platform = installed_platform(target, platform_override)
+    except UserError as error:
+        return MethodResult(QEMU, "not-run", str(error), True)
+    from orchestrator.errors import NotRun
+
+    with tempfile.TemporaryDirectory(prefix="orchestrate-verify-") as folder:
+        try:
+            # A fresh bundle of the verified .pte: what runs is the program whose hash was checked.
+            bpte = write_bundle(pte, Path(folder) / "program.bpte", samples=samples)
+        except NotRun as error:
+            return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True)
+        try:
+            result = run_bpte_on_qemu(bpte, artifacts_dir_for(pte) / "operators.txt", platform,
+                                      timeout_s=timeout_s)
+        except QemuUnavailable as error:
+            return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True)
+    lines = [f"verify --qemu {pte}: {'PASS' if result.passed else 'FAIL'}",
+             f"  method: {METHOD}", f"  {result.summary()}"]
+    lines += [f"  case {c.index}: {'PASS' if c.passed else 'FAIL'}, "
+              f"{c.instructions:,} instructions" if c.instructions else
+              f"  case {c.index}: {'PASS' if c.passed else 'FAIL'}" for c in result.cases]
+    if result.passed:
+        per = f", {result.instructions:,} instructions per inference (QEMU -icount, not cycles)" \
+            if result.instructions else ""
+        detail = (f"PASSED on the Corstone-300 runner firmware in QEMU (Cortex-M55 + MVE): "
+                  f"{len(result.cases)} BundleIO case(s) byte-exact against the twin{per}")
+        outcome = "passed"
+    else:
+        detail = ("FAILED on the Corstone-300 runner firmware in QEMU: "
+                  + ("; ".join(result.errors) or "a BundleIO case did not match the twin"))
+        outcome = "failed"
+    return MethodResult(QEMU, outcome, detail, True, "\n".join(lines),
+                        {"passed": result.passed, "instructions": result.instructions,
+                         "cases": [{"index": c.index, "passed": c.passed,
+                                    "instructions": c.instructions} for c in result.cases]})
+
+
+def combine(pte: Path, results: tuple[MethodResult, ...]) -> CombinedVerdict:
+    """The verdict of the methods together (see the module docstring)."""
+    ran = [r for r in results if r.outcome != "not-run"]
+    failed = [r for r in ran if r.outcome == "failed"]
+    device_passed = [r for r in ran if r.device_code and r.outcome == "passed"]
+    partial = [r for r in ran if r.outcome == "partial"]
+    not_run = [r for r in results if r.outcome == "not-run" and r.device_code]
+    names = lambda rs: ", ".join(r.name for r in rs)  # noqa: E731
+    if failed:
+        return CombinedVerdict(str(pte), results, "failed",
+                               f"FAILED by {names(failed)}: " + "; ".join(r.detail for r in failed))
+    if any(r.outcome == "inconclusive" for r in ran):
+        twin = next(r for r in ran if r.outcome == "inconclusive")
+        return CombinedVerdict(str(pte), results, "inconclusive", f"INCONCLUSIVE: {twin.detail}")
+    qemu_judged = any(r.name == QEMU for r in device_passed)
+    # A host run that compared C-path forms, or stopped at a host limit, is completed by QEMU.
+    if device_passed and (not partial or qemu_judged):
+        extra = (f"; {names(not_run)} not run: " + "; ".join(r.detail for r in not_run)
+                 if not_run else "")
+        return CombinedVerdict(str(pte), results, "passed",
+                               f"PASSED by {names(device_passed)} (device code)"
+                               + (", with the twin" if any(r.name == TWIN for r in ran) else "")
+                               + extra)
+    if partial:
+        return CombinedVerdict(str(pte), results, "partial",
+                               f"PARTIAL: {'; '.join(r.detail for r in partial)}"
+                               + (f"; {names(not_run)} not run: "
+                                  + "; ".join(r.detail for r in not_run) if not_run else ""))
+    if any(r.name == TWIN and r.outcome == "passed" for r in ran):
+        return CombinedVerdict(str(pte), results, "twin-only",
+                               "PASSED by the twin only; device code not run: "
+                               + "; ".join(f"{r.name}: {r.detail}" for r in not_run))
+    return CombinedVerdict(str(pte), results, "not-run",
+                           "not run: " + "; ".join(f"{r.name}: {r.detail}" for r in results))
+
+
+def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
+               max_steps: int = 1, executorch_src=None, cmsis_nn_src=None,
+               platform=None, timeout_s: int = 600, methods=(TWIN, RUNTIME, QEMU)
+               ) -> CombinedVerdict:
+    """Every method in `methods` that this machine has, and their verdict together."""
+    pte = Path(pte)
+    results = []
+    if TWIN in methods:
+        results.append(run_twin(pte, samples, calibration, per_op, max_steps))
+    if RUNTIME in methods:
+        results.append(run_host_runtime(pte, samples, calibration, per_op, executorch_src,
+                                        cmsis_nn_src))
+    if QEMU in methods:
+        results.append(run_qemu(pte, platform, timeout_s))
+    return combine(pte, tuple(results))

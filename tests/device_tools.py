@@ -1,0 +1,45 @@
+"""What the device-code tests need, and what happens when it is missing.
+
+Locally a missing toolchain, QEMU or third-party source tree skips the test with "not run: ...".
+Under CI (`CI=true`, as GitHub Actions and `.ci/run` set it) it fails instead: a CI machine
+without them would otherwise be green while no device code ran.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def missing(reason: str) -> None:
+    """Skip (locally) or fail (under CI) a test whose device tools are missing."""
+    if in_ci():
+        pytest.fail(f"CI=true, but the device check cannot run here: {reason}", pytrace=False)
+    pytest.skip(f"not run: {reason}")
+
+
+def host_runtime_or_missing():
+    """A HostRuntime (the real ExecuTorch runtime with the device kernels built for the host)."""
+    from kernels.runtime import HostRuntime, RuntimeUnavailable, ensure_library, find_sources
+
+    try:
+        return HostRuntime(ensure_library(find_sources()))
+    except RuntimeUnavailable as error:
+        missing(str(error))
+
+
+def qemu_or_missing() -> None:
+    """Return when the Corstone-300 runner can be built and run on QEMU here."""
+    from platforms.qemu import QemuUnavailable, find_qemu, find_third_party, find_toolchain
+
+    try:
+        find_toolchain()
+        find_qemu()
+        find_third_party()
+    except QemuUnavailable as error:
+        missing(str(error))

@@ -1,0 +1,168 @@
+"""The device code is the judge: what `compile` ships, the real runtime runs, and model families
+users bring reach CMSIS-NN.
+
+Each case below failed before its fix (the upstream behaviour is shown beside it where the
+fix works around upstream): a segmentation head whose argmax the real runtime refused while the
+twin passed it, 1-D convolutions left in float on the portable kernel, an attention block that
+did not compile CPU-only, an MVE program the host runtime could only judge in part, and a
+float output compared byte for byte across kernels that sum in another order.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from examples.user_models import model_spec
+from tests.device_tools import host_runtime_or_missing, qemu_or_missing
+
+CPU_ONLY = ("corstone300", "none", "cortex-m55")
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    runtime = host_runtime_or_missing()
+    yield runtime
+    runtime.close()
+
+
+def _segmentation(compiles):
+    return compiles.get(model_spec("segmentation_logits_argmax"), *CPU_ONLY, write=True)
+
+
+def test_argmax_the_runtime_refuses_is_legalized_at_compile(compiles, runtime):
+    from orchestrator.runtime_verify import verify_runtime
+
+    compiled, pte = _segmentation(compiles)
+    run = compiled.device_run
+    assert run is not None and run.ran, run
+    # The refusal came from the kernel's own check, read from the runtime's log.
+    assert any("op_argmax.cpp" in text and "tensors_have_same_dim_order" in text
+               for text in run.legalized), run.legalized
+    assert any("found by running the program in the real runtime" in w.upstream
+               for w in compiled.workarounds)
+    report = verify_runtime(pte, samples=2, runtime=runtime)
+    assert report.runtime_error is None and report.outcome == "passed", report.verdict
+    # The int64 class map equals the twin's and the quantized reference's.
+    assert report.outputs[1].dtype == "int64" and report.outputs[1].bytes_equal
+    assert report.outputs[1].max_steps_vs_quantized == 0
+
+
+def test_upstream_flow_ships_an_argmax_the_runtime_refuses(monkeypatch, runtime):
+    """Without the run in the real runtime, the program compiles and the twin's static rules
+    pass it, but the runtime refuses it: the behaviour this check exists for."""
+    from kernels.runtime import RuntimeFailure
+    from orchestrator.pipeline import compile_model
+    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.target import resolve_target
+
+    monkeypatch.setenv("ORCHESTRATE_DEVICE_CHECK", "0")
+    model = load_model(model_spec("segmentation_logits_argmax"))
+    compiled = compile_model(model, load_calibration(None, model.example_inputs),
+                             resolve_target(CPU_ONLY[0], npu=CPU_ONLY[1], cpu=CPU_ONLY[2]))
+    assert compiled.device_run is not None and not compiled.device_run.ran
+    with pytest.raises(RuntimeFailure) as refused:
+        runtime.run(compiled.pte_bytes, tuple(torch.rand(1, 3, 16, 16) for _ in range(1)))
+    refusal = refused.value.refusal
+    assert refusal is not None and refusal.operator == "aten::argmax.out", str(refused.value)
+    assert refusal.on_dim_order
+
+
+def test_a_refusal_no_copy_can_fix_is_a_one_line_refusal():
+    from kernels.runtime import kernel_refusal
+
+    log = ("[op_embedding.cpp:42] Check failed (index >= 0 && index < weight.size(0)): index 9\n"
+           "[method.cpp:1483] KernelCall failed at instruction 0:3 in operator "
+           "aten::embedding.out: 0x12")
+    refusal = kernel_refusal(log)
+    assert (refusal.instruction, refusal.operator, refusal.error) == (3, "aten::embedding.out",
+                                                                      "0x12")
+    assert not refusal.on_dim_order  # a layout copy cannot satisfy it: compile refuses
+
+
+def test_conv1d_runs_on_cmsis_nn_cpu_only(compiles):
+    compiled, _ = compiles.get(model_spec("conv1d_audio"), *CPU_ONLY)
+    convs = [row for row in compiled.placements if row.op.startswith("aten.convolution")]
+    assert len(convs) == 4 and all(row.placement == "cmsis-nn" for row in convs), \
+        [(row.name, row.placement) for row in convs]
+    macs = {"cmsis-nn": 0, "portable": 0}
+    for row in compiled.placements:
+        macs[row.placement] = macs.get(row.placement, 0) + row.macs
+    assert macs["cmsis-nn"] >= 0.99 * (macs["cmsis-nn"] + macs["portable"]), macs
+    assert any("CortexMQuantizer" in w.upstream and "Conv1d(10, 16" in w.message
+               for w in compiled.workarounds)
+
+
+def test_upstream_quantizer_leaves_conv1d_in_float():
+    """What the Conv1d legalization works around: CortexMQuantizer annotates no conv1d weight."""
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    conv = torch.nn.Sequential(torch.nn.Conv1d(4, 8, 3)).eval()
+    x = torch.randn(1, 4, 16)
+    program = torch.export.export(conv, (x,), strict=True)
+    prepared = prepare_pt2e(program.module(check_guards=False), CortexMQuantizer())
+    prepared(x)
+    converted = convert_pt2e(prepared)
+    (conv1d,) = [n for n in converted.graph.nodes if "conv1d" in str(n.target)]
+    # Its weight is no quantized tensor (no dequantize feeds it): the conv cannot be int8.
+    assert "dequantize" not in str(getattr(conv1d.args[1], "target", "")), conv1d.args[1]
+
+
+def test_attention_compiles_cpu_only_with_the_failing_bmm_kept_in_float(compiles):
+    compiled, _ = compiles.get(model_spec("attention_block"), *CPU_ONLY)
+    bmms = [row for row in compiled.placements if "bmm" in row.op]
+    assert sorted(row.placement for row in bmms) == ["cmsis-nn", "portable"], \
+        [(row.name, row.placement) for row in bmms]
+    kept = next(row for row in bmms if row.placement == "portable")
+    decision = compiled.cpu_decisions[kept.name]
+    assert decision.category == "upstream-failure"
+    assert "expected scalar type" in decision.message  # upstream's own error, named
+
+
+def test_an_mve_program_is_compared_on_every_instruction_by_the_host_runtime(compiles, runtime):
+    from orchestrator.runtime_verify import verify_runtime
+
+    _, pte = compiles.get(model_spec("conv1d_audio"), *CPU_ONLY, write=True)
+    report = verify_runtime(pte, samples=2, per_op=True, runtime=runtime)
+    assert report.outcome == "passed", report.verdict
+    assert report.per_op and all(row.equal for row in report.per_op)
+    assert any("quantized_linear" in name for name in report.c_path_only)
+    assert "judged on an MVE core" in report.verdict
+
+
+def test_float_kernels_agree_within_the_summation_bound():
+    from orchestrator.runtime_verify import _difference, float_bound
+
+    expected = torch.tensor([3.0, -1.5, 0.25])
+    reordered = expected + torch.tensor([4.8e-7, 0.0, -2.4e-7])  # another summation order
+    assert _difference(reordered, expected, float_bound(expected, 32))[1] == 0
+    wrong = expected + torch.tensor([1e-3, 0.0, 0.0])
+    assert _difference(wrong, expected, float_bound(expected, 32))[1] == 1
+    assert _difference(reordered, expected)[1] == 2  # byte-exact comparison counts them
+
+
+def test_verify_lets_the_device_code_decide(compiles):
+    """The default verify runs the twin, the host runtime and QEMU, and the verdict names the
+    device methods that judged it."""
+    from orchestrator.verify_all import verify_all
+
+    qemu_or_missing()
+    _, pte = compiles.get(model_spec("conv1d_audio"), *CPU_ONLY, write=True)
+    verdict = verify_all(pte, samples=2)
+    outcomes = {r.name: r.outcome for r in verdict.results}
+    assert outcomes == {"twin": "passed", "host runtime": "passed",
+                        "QEMU Cortex-M55": "passed"}, verdict.render_text()
+    assert verdict.outcome == "passed" and verdict.exit_code == 0
+    assert "device code" in verdict.verdict
+
+
+def test_a_twin_pass_never_hides_a_device_failure():
+    from orchestrator.verify_all import MethodResult, combine
+
+    twin = MethodResult("twin", "passed", "PASSED by twin", False)
+    device = MethodResult("host runtime", "failed", "the runtime refused aten::argmax.out", True)
+    verdict = combine("p.pte", (twin, device))
+    assert verdict.outcome == "failed" and verdict.exit_code == 4
+    alone = combine("p.pte", (twin, MethodResult("host runtime", "not-run", "no sources", True)))
+    assert alone.outcome == "twin-only" and "device code not run" in alone.verdict
