@@ -34,6 +34,7 @@ partitioners/reasons.py), the one the plan shows for the same rule.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass
@@ -199,6 +200,42 @@ def portable_kernel_names() -> frozenset[str]:
     return upstream_runtime.operator_names()
 
 
+class _ExactIntegerFunctional:
+    """`torch.nn.functional` with a `conv2d` that takes integer tensors at any dilation.
+
+    Upstream's Python references of the CMSIS-NN convolutions (executorch/backends/cortex_m/ops/
+    operators.py) accumulate with `F.conv2d` on int32 tensors; torch 2.13 has no integer
+    dilated convolution ("slow_conv_dilated<>" not implemented for 'Int'), so a dilated
+    depthwise conv (a DS-TCN keyword spotter) could not be computed. Here it runs in float64,
+    which holds every int8 x int8 accumulation exactly (|sum| < 2**53), and is rounded back."""
+
+    def __getattr__(self, name):
+        return getattr(torch.nn.functional, name)
+
+    @staticmethod
+    def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        dilated = any(d != 1 for d in ((dilation,) if isinstance(dilation, int) else dilation))
+        if input.dtype.is_floating_point or not dilated:
+            return torch.nn.functional.conv2d(input, weight, bias, stride, padding, dilation,
+                                              groups)
+        out = torch.nn.functional.conv2d(
+            input.double(), weight.double(), None if bias is None else bias.double(), stride,
+            padding, dilation, groups)
+        return torch.round(out).to(input.dtype)
+
+
+@contextlib.contextmanager
+def _integer_convolutions():
+    from executorch.backends.cortex_m.ops import operators
+
+    original = operators.F
+    operators.F = _ExactIntegerFunctional()
+    try:
+        yield
+    finally:
+        operators.F = original
+
+
 @functools.lru_cache(maxsize=None)
 def op_overload(name: str, overload: str):
     """The torch OpOverload for a program operator, registering the namespaces it needs."""
@@ -357,10 +394,11 @@ def _cmsis(name: str, key: str, schema, args, tier: str | None = None) -> Kernel
         else:
             values.append(_convert(argument, value))
     device_semantics = _DEVICE_SEMANTICS.get(op)
-    if device_semantics is not None and (op in _TIER_INDEPENDENT or tier is not None):
-        result = device_semantics(*values, tier=tier)
-    else:
-        result = op_overload(name, "default")(*values)
+    with _integer_convolutions():
+        if device_semantics is not None and (op in _TIER_INDEPENDENT or tier is not None):
+            result = device_semantics(*values, tier=tier)
+        else:
+            result = op_overload(name, "default")(*values)
     (argument, out), = _outs(schema, args)
     if elementwise and not channel_broadcast:
         # Walked in lockstep with the output's bytes: an operand laid out otherwise is

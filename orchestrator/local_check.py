@@ -29,6 +29,12 @@ with no reference counterpart at all (an intermediate of a kernel's decompositio
 `minimum` inside a Cortex-M hardswish) would poison every later check. If a later value then
 matches that same node within its bound, the earlier one was such an intermediate, and it is
 reported as unmatched instead of failed.
+
+A value that a pure data-movement kernel wrote (a view, squeeze, unsqueeze, permute or layout
+copy) and that matches no reference node within its bound is compared with the value it was
+moved from instead: when it holds exactly that value's elements, it is checked as moved (the
+quantized reference often has no quantize node after such an op, so the nearest candidate of its
+shape is another layer's value: a DS-TCN's squeezes were failed against the next layer's input).
 """
 
 from __future__ import annotations
@@ -171,7 +177,11 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
     checks: list[LocalCheck] = []
     missed: dict = {}  # reference node -> indices of checks that failed against it
     last_order = -1
-    for instruction, op, value, tensor in written:
+    seen: dict[int, torch.Tensor] = {}  # EValue -> what the program wrote there
+    for entry in written:
+        instruction, op, value, tensor = entry[:4]
+        sources = entry[4] if len(entry) > 4 else ()
+        seen[value] = tensor
         kind = "bool" if tensor.dtype == torch.bool else "int8"
         candidates = [c for c in checkpoints if _shape_and_dtype(c) == (tuple(tensor.shape),
                                                                            tensor.dtype)]
@@ -196,6 +206,12 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
             scored.append((within, steps, mismatched, forced.order[candidate], stages, allowed,
                            candidate))
         close = [s for s in scored if s[0]]
+        moved_from = None if close else _moved_from(op, tensor, sources, seen)
+        if moved_from is not None:
+            checks.append(LocalCheck(instruction, op, value, kind, f"moved from EValue {moved_from}",
+                                     0.0 if kind == "int8" else None, 0, 0,
+                                     0.0 if kind == "int8" else None, True))
+            continue
         best = (min(close, key=lambda s: (s[1], s[2], s[3])) if close
                 else min(scored, key=lambda s: s[3]))
         within, steps, mismatched, order, stages, allowed, node = best
@@ -212,6 +228,24 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
                                  steps if kind == "int8" else None, mismatched,
                                  stages, allowed if kind == "int8" else None, within))
     return tuple(checks)
+
+
+_MOVING_KERNELS = ("view_copy", "squeeze_copy", "unsqueeze_copy", "permute_copy",
+                   "_to_dim_order_copy", "clone", "et_view", "transpose")
+
+
+def _moved_from(op: str, tensor: torch.Tensor, sources, seen) -> int | None:
+    """The EValue a data-movement kernel moved `tensor` from, when it holds exactly its
+    elements, else None."""
+    name = op.split("::")[-1].split(".")[0]
+    if name not in _MOVING_KERNELS:
+        return None
+    for source in sources:
+        before = seen.get(source)
+        if before is not None and before.numel() == tensor.numel() and \
+                torch.equal(before.flatten().sort().values, tensor.flatten().sort().values):
+            return source
+    return None
 
 
 def _shape_and_dtype(node) -> tuple[tuple[int, ...], torch.dtype] | None:

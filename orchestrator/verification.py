@@ -281,12 +281,13 @@ def _program_qparams(twin: TwinProgram) -> dict[int, tuple[float, int]]:
 
 
 def _written(run: TwinRun):
-    """(instruction, op, EValue, tensor) for every int8 or bool tensor the program wrote."""
+    """(instruction, op, EValue, tensor, input EValues) for every int8 or bool tensor the
+    program wrote."""
     for entry in run.op_trace:
         for value in entry.outputs:
             tensor = run.intermediates.get(value)
             if tensor is not None and tensor.dtype in (torch.int8, torch.bool):
-                yield entry.instruction, entry.op, value, tensor
+                yield entry.instruction, entry.op, value, tensor, tuple(entry.inputs)
 
 
 def _local_checks(twin, run, quantized_module, sample, qparams, steps_per_stage):

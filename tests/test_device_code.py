@@ -166,3 +166,17 @@ def test_a_twin_pass_never_hides_a_device_failure():
     assert verdict.outcome == "failed" and verdict.exit_code == 4
     alone = combine("p.pte", (twin, MethodResult("host runtime", "not-run", "no sources", True)))
     assert alone.outcome == "twin-only" and "device code not run" in alone.verdict
+
+
+def test_a_dilated_1d_tcn_verifies_with_its_moved_values_checked(compiles):
+    """A DS-TCN (dilated depthwise 1-D convs): the twin computes the dilated int8 convolution
+    (torch has no integer dilated conv2d) and the squeezes between layers, which the quantized
+    reference has no quantize node for, are checked as moves of the value before them."""
+    from orchestrator.verification import verify
+
+    _, pte = compiles.get(model_spec("ds_tcn"), *CPU_ONLY, write=True)
+    report = verify(pte, samples=2, per_op=True)
+    assert report.passed, report.verdict
+    moved = [c for c in report.per_op if (c.reference_node or "").startswith("moved from")]
+    assert moved and all(c.op.startswith(("aten::squeeze", "aten::unsqueeze", "dim_order_ops"))
+                         for c in moved)
