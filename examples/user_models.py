@@ -13,7 +13,8 @@ squeeze-excite blocks, SqueezeNet 1.1 fire modules with ceil-mode pooling, Shuff
 split and shuffle), and the families of issue 23: a segmentation head returning logits and
 their argmax, a softmax classifier, a layer-norm MLP, a U-Net-style encoder-decoder (upsampling,
 skip concat), a depthwise-separable 1-D TCN, a detection head (sigmoid, concat), a two-input
-two-output model, a ResNet of basic blocks (identity adds) and a transposed-conv decoder.
+two-output model, a ResNet of basic blocks (identity adds), a transposed-conv decoder, and
+index/selection ops (argmin, index_select, gather, where, zeros_like, cat, amax, a bool mask).
 torchvision is not a dependency and no weights are downloaded: the blocks
 are written here, at small inputs, with seeded random weights and non-trivial BatchNorm
 statistics (folding a default BatchNorm is an identity and would hide a folding bug).
@@ -508,6 +509,28 @@ class TransposedDecoder(nn.Module):
         return self.decoder(self.encoder(x))
 
 
+class IndexOps(nn.Module):
+    """Index and selection ops over channels-last feature maps: argmin over channels,
+    index_select and gather along channels, a comparison with where and zeros_like, a channel
+    cat, a spatial amax, and a bool mask output (three outputs of three dtypes). The ReLU's
+    output feeds two ops, so its quantization range is shared."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.conv2 = nn.Conv2d(6, 4, 1)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        y = torch.relu(self.conv(x))
+        z = self.conv2(y)
+        classes = torch.argmin(z, dim=1)
+        picked = torch.index_select(y, 1, torch.tensor([3, 0, 1]))
+        first = torch.gather(z, 1, torch.zeros(1, 1, 8, 8, dtype=torch.long))
+        kept = torch.where(z > 0.1, z, torch.zeros_like(z))
+        joined = torch.cat([picked, kept, first], dim=1)
+        return torch.amax(joined, dim=(2, 3)), classes, z > 0.0
+
+
 conv1d_audio = _seeded(Conv1dAudio, (1, 10, 40))
 attention_block = _seeded(AttentionBlock, (1, 16, 32))
 argmax_head = _seeded(ArgmaxSegmentation, (1, 3, 16, 16))
@@ -531,6 +554,7 @@ detection_head = _seeded(DetectionHead, (1, 3, 32, 32))
 two_tower = _seeded(TwoTower, (1, 1, 16, 16), (1, 12))
 resnet_basic = _seeded(ResNetBasic, (1, 3, 16, 16))
 transposed_decoder = _seeded(TransposedDecoder, (1, 1, 16, 16))
+index_ops = _seeded(IndexOps, (1, 3, 8, 8))
 
 USER_MODELS: dict[str, Factory] = {
     "conv1d_audio": conv1d_audio,
@@ -556,6 +580,7 @@ USER_MODELS: dict[str, Factory] = {
     "two_tower": two_tower,
     "resnet_basic": resnet_basic,
     "transposed_decoder": transposed_decoder,
+    "index_ops": index_ops,
 }
 
 

@@ -12,7 +12,9 @@ CPU/NPU boundaries:
 - `view_copy` is a memcpy that reinterprets the bytes as the new shape's contiguous layout: its
   input must be contiguous;
 - the portable `cat`, `split_with_sizes_copy` and `unbind_copy` walk raw bytes by the sizes
-  (op_cat.cpp, op_split_with_sizes_copy.cpp): on a non-contiguous dim_order they move the wrong
+  (op_cat.cpp, op_split_with_sizes_copy.cpp), and `gather`, `scatter`, `flip`, `roll`,
+  `permute_copy`, `index_put` index them with coordinateToIndex of the sizes
+  (kernels/reference.py SIZES_WALK_KERNELS): on a non-contiguous dim_order they move the wrong
   elements.
 
 Beside the layout rules, one shape rule the plan reads from the same findings: cortex_m::transpose
@@ -28,8 +30,8 @@ from __future__ import annotations
 import torch
 
 from kernels.catalogue import CHANNELS_LAST, CPU_KERNELS
-from kernels.reference import (_RAW_CMSIS, TRANSPOSE_MAX_RANK, layouts_differ,
-                               transpose_rank_supported)
+from kernels.reference import (_RAW_CMSIS, SIZES_WALK_KERNELS, TRANSPOSE_MAX_RANK,
+                               layouts_differ, transpose_rank_supported)
 
 def is_layout_finding(check: str) -> bool:
     """Whether a finding is a layout one (`layout-*`: a kernel reads a tensor in another layout
@@ -39,7 +41,8 @@ def is_layout_finding(check: str) -> bool:
 
 
 _VIEWS = frozenset({"view_copy", "_unsafe_view", "view"})
-_RAW_WALK_PORTABLE = frozenset({"cat", "split_with_sizes_copy", "split_copy", "unbind_copy"})
+_RAW_WALK_PORTABLE = frozenset({"cat", "split_with_sizes_copy", "split_copy", "unbind_copy"}
+                               | {name.split("::")[1] for name in SIZES_WALK_KERNELS})
 
 
 def _parts(node) -> tuple[str, str]:
@@ -104,4 +107,13 @@ def layout_findings(node: torch.fx.Node) -> list[tuple[str, dict]]:
                 findings.append((check, {"op": f"aten::{op}", "tensor": arg.name,
                                          "order": _order(t)}))
                 break
+        else:
+            # Contiguous inputs, but the kernel would write an output declared otherwise.
+            if op in _RAW_WALK_PORTABLE and out is not None and \
+                    layouts_differ(tuple(out.shape), _order(out), tuple(range(out.dim()))):
+                first = next(iter(_tensor_inputs(node)), None)
+                if first is not None:
+                    findings.append(("layout-raw-walk", {"op": f"aten::{op}",
+                                                         "tensor": first[0].name,
+                                                         "order": _order(out)}))
     return findings

@@ -55,6 +55,16 @@ _ELEMENTWISE = frozenset({
     "aten::logical_or", "aten::logical_xor", "aten::where", "aten::clamp",
 })
 _DIM_ORDER_COPIES = frozenset({"dim_order_ops::_to_dim_order_copy", "dim_order_ops::_clone_dim_order"})
+# Portable kernels that index their tensors with coordinateToIndex / indexToCoordinate
+# (runtime/core/exec_aten/util/tensor_util.h: offsets from getTrailingDims of the *sizes*), so
+# the raw bytes are read and written as the row-major layout of the sizes whatever the
+# dim_order. gather and scatter check no dim order at all; flip, roll and permute_copy accept
+# "all contiguous or all channels-last" and then walk channels-last bytes as if contiguous
+# (measured: a gather along channels of a channels-last int8 tensor read the NHWC bytes as NCHW
+# in the host runtime and on QEMU's Cortex-M55).
+SIZES_WALK_KERNELS = frozenset({"aten::gather", "aten::scatter", "aten::scatter_add",
+                                "aten::index_put", "aten::flip", "aten::roll",
+                                "aten::permute_copy"})
 # Portable kernels that take or return tensor lists and walk them with getLeadingDims.
 _LEADING_DIMS_KERNELS = frozenset({"aten::cat", "aten::split_copy", "aten::split_with_sizes_copy",
                                    "aten::unbind_copy"})
@@ -620,6 +630,28 @@ def _leading_dims(key: str, opov, schema, args) -> KernelResult:
                         tuple(faults), ())
 
 
+def _sizes_walk(key: str, opov, schema, args) -> KernelResult:
+    """A SIZES_WALK_KERNELS op as the portable kernel runs it: every tensor's bytes as the
+    row-major layout of its sizes, after the dim-order check the kernel makes (if any)."""
+    faults = list(_missing_kernel(key))
+    tensors = [t for _, t in _tensor_args(schema, args)] + _out_tensors(_outs(schema, args))
+    checks_family = key.split(".")[0] in ("aten::flip", "aten::roll", "aten::permute_copy",
+                                           "aten::index_put", "aten::scatter_add")
+    if checks_family and not _same_dim_order_family(tensors):
+        orders = ", ".join(str(tuple(t.dim_order)) for t in tensors)
+        faults.append(device_fault("dim-order-family", key, "tensors_have_same_dim_order",
+                                   orders=orders))
+    if any(f.check != "kernel registered" for f in faults):
+        result = _by_dim_order(key, opov, schema, args, "torch by dim_order (device kernel faults)")
+        return KernelResult(result.semantics, tuple(faults), ())
+    reads = tuple(LayoutRead(a.name, t.dim_order, "row-major of the sizes", "read")
+                  for a, t in _tensor_args(schema, args)
+                  if layouts_differ(t.sizes, t.dim_order, tuple(range(len(t.sizes)))))
+    _call(opov, schema, args, read_row_major, write_row_major)
+    return KernelResult("portable coordinateToIndex walk (raw bytes as row-major of the sizes)",
+                        tuple(faults), reads)
+
+
 def out_positions(name: str, overload: str) -> tuple[int, ...]:
     """Positions of the op's out arguments in a KernelCall's argument list."""
     schema = op_overload(name, overload)._schema
@@ -647,6 +679,8 @@ def execute(name: str, overload: str, args: list, tier: str | None = None) -> Ke
         return _by_dim_order(key, opov, schema, args, "portable dim_order copy (layout change)")
     if name in _LEADING_DIMS_KERNELS:
         return _leading_dims(key, opov, schema, args)
+    if name in SIZES_WALK_KERNELS:
+        return _sizes_walk(key, opov, schema, args)
     if not name.startswith(("aten::", "dim_order_ops::", "quantized_decomposed::")):
         raise KernelError(f"the twin has no host execution for {key}")
     result = _by_dim_order(key, opov, schema, args, "torch, tensors by dim_order")

@@ -476,8 +476,9 @@ def cmd_verify(args) -> int:
         if verdict.exit_code == 5 or (args.require_device and verdict.outcome == "twin-only"):
             from orchestrator.errors import NotRun
 
-            raise NotRun(verdict.verdict if verdict.outcome != "twin-only" else
-                         f"--require-device: {verdict.verdict}")
+            raise NotRun({"twin-only": f"--require-device: {verdict.verdict}",
+                          "inconclusive": f"not run meaningfully: {verdict.verdict}"}.get(
+                              verdict.outcome, verdict.verdict))
         return 0
     failures = []
     if args.runtime in ("twin", "both"):

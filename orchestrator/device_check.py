@@ -54,17 +54,21 @@ class DeviceRun:
     method: str
     detail: str  # "every kernel accepted its arguments" or why it did not run
     legalized: tuple[str, ...] = ()
+    refusal: str | None = None  # what the runtime refused and no legalization satisfied
 
     def line(self) -> str:
         if not self.ran:
             return f"runs on the device: real runtime not run ({self.detail})"
+        if self.refusal:
+            return (f"runs on the device: NO, the real runtime refused it: {self.refusal} "
+                    f"(method: {self.method})")
         fixed = (f"; {len(self.legalized)} refusal(s) legalized with layout copies"
                  if self.legalized else "")
         return f"runs on the device: yes, {self.detail}{fixed} (method: {self.method})"
 
     def to_json(self) -> dict:
         return {"ran": self.ran, "method": self.method, "detail": self.detail,
-                "legalized": list(self.legalized)}
+                "legalized": list(self.legalized), "refusal": self.refusal}
 
 
 class DeviceRefusal(UserError):
@@ -142,13 +146,15 @@ def _leave_npu_scratch(invocation) -> None:
     """The NPU's outputs are not computed by this run (see the module docstring)."""
 
 
-def check_on_device(final_program, serialize, sample, config: dict):
+def check_on_device(final_program, serialize, sample, config: dict, legalize: bool = True):
     """Serialize a copy of `final_program`, run it once; legalize dim-order refusals (in
-    `final_program`, in place) and retry.
+    `final_program`, in place) and retry (unless `legalize` is off: upstream's flow reproduced).
 
     `serialize(program) -> (pte_bytes, executorch_program, ...)`. Returns the DeviceRun, the
     serialized result of the last copy (None when the run did not happen), the program that
-    copy was serialized from (as serialization left it) and the workarounds applied."""
+    copy was serialized from (as serialization left it) and the workarounds applied. A refusal
+    no legalization satisfies is in `DeviceRun.refusal`: `compile` refuses to write such a
+    program (DeviceRefusal), `plan` reports it."""
     if not enabled():
         return DeviceRun(False, RUNTIME_METHOD, f"{ENV_DEVICE_CHECK}=0"), None, final_program, ()
     try:
@@ -162,6 +168,11 @@ def check_on_device(final_program, serialize, sample, config: dict):
         trial = copy.deepcopy(program)
         serialized = serialize(trial)
         pte_bytes, executorch_program = serialized[0], serialized[1]
+
+        def refused(text: str):
+            return (DeviceRun(True, METHOD, "refused", tuple(legalized), text), serialized,
+                    trial, tuple(workarounds))
+
         try:
             inputs = _inputs(sample, _program_inputs(executorch_program), config)
             runtime.run(pte_bytes, inputs, npu=_leave_npu_scratch)
@@ -172,36 +183,39 @@ def check_on_device(final_program, serialize, sample, config: dict):
             if missing:
                 on_device = [op for op in missing if op not in device_operator_names()]
                 if on_device:
-                    raise DeviceRefusal(
-                        f"the program needs {', '.join(on_device)}, which no kernel library "
-                        "of the device runtime provides (the real runtime failed to load it: "
-                        "Missing operator); keep that op out of the model or register a kernel "
-                        "in your firmware") from None
+                    return refused(f"the program needs {', '.join(on_device)}, which no kernel "
+                                   "library of the device runtime provides (Missing operator "
+                                   "when loading it)")
                 return (DeviceRun(False, RUNTIME_METHOD,
                                   "the host runtime build lacks " + ", ".join(missing)),
                         None, program, tuple(workarounds))
             refusal = failure.refusal
             if refusal is None:
-                raise DeviceRefusal(
-                    "the ExecuTorch runtime (host build of the device kernels) refused the "
-                    f"program: {_first_line(str(failure))}; nothing was shipped") from None
+                return refused(_first_line(str(failure)))
             node = runtime_node(program, refusal.operator,
                                 _ordinal(executorch_program, refusal))
             fix = (contiguous_operands(program, node, refusal.text())
-                   if node is not None and refusal.on_dim_order else None)
+                   if legalize and node is not None and refusal.on_dim_order else None)
             if fix is None:
                 where = f" (node {node.name})" if node is not None else ""
-                raise DeviceRefusal(
-                    f"the ExecuTorch runtime refuses this program: {refusal.text()}{where}; "
-                    "no legalization satisfies that check, so nothing was shipped: keep this "
-                    "op out of the model, or force it elsewhere with --policy") from None
+                return refused(refusal.text() + where)
             workarounds.append(fix)
             legalized.append(refusal.text())
             continue
         return (DeviceRun(True, METHOD, "every kernel accepted its arguments",
                           tuple(legalized)), serialized, trial, tuple(workarounds))
-    raise DeviceRefusal(f"the ExecuTorch runtime still refuses the program after "
-                        f"{MAX_LEGALIZATIONS} legalizations: {legalized[-1]}")
+    return (DeviceRun(True, METHOD, "refused", tuple(legalized),
+                      f"still refused after {MAX_LEGALIZATIONS} legalizations: {legalized[-1]}"),
+            serialized, trial, tuple(workarounds))
+
+
+def refuse(run: DeviceRun | None) -> None:
+    """Raise DeviceRefusal when the real runtime refused the program (compile writes nothing)."""
+    if run is not None and run.refusal:
+        raise DeviceRefusal(
+            f"not writing a program the device refuses: the ExecuTorch runtime (host build of "
+            f"the device kernels) refused it: {run.refusal}; `orchestrate plan` shows where; "
+            "keep that op out of the model, or force it elsewhere with --policy")
 
 
 def _program_inputs(executorch_program):

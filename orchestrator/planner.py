@@ -25,12 +25,14 @@ class Plan:
     cost_placement: object = None  # orchestrator.cost_placement.CostPlacement (--placement cost)
 
     def refuse_miscompiles(self) -> None:
-        """Raise UnsupportedModel when a CPU kernel would read a tensor in another layout than it
-        has: such a program loads and runs, and computes wrong numbers (kernels/layout_checks.py).
-        """
+        """Raise DeviceRefusal when the real runtime refused the program, and UnsupportedModel
+        when a CPU kernel would read a tensor in another layout than it has: such a program
+        loads and runs, and computes wrong numbers (kernels/layout_checks.py)."""
         from kernels.layout_checks import is_layout_finding
+        from orchestrator import device_check
         from orchestrator.pipeline import UnsupportedModel
 
+        device_check.refuse(self.compiled.device_run)
         found = [(row.name, fault) for row in self.rows for fault in row.device_faults
                  if is_layout_finding(fault.key)]
         if found:
@@ -260,7 +262,10 @@ def check_gates(plan: Plan, gates: Gates) -> None:
         failed.append(f"--require-fit: does not fit the platform memories ({', '.join(too_big)})")
     if gates.require_runner_ops and s.missing_operators:
         failed.append(f"--runner-ops: runner lacks {', '.join(s.missing_operators)}")
-    if gates.require_runnable and s.device_faults:
+    run = plan.compiled.device_run
+    if gates.require_runnable and run is not None and run.refusal:
+        failed.append(f"--require-runnable: the real runtime refused the program: {run.refusal}")
+    elif gates.require_runnable and s.device_faults:
         failed.append(f"--require-runnable: {len(s.device_faults)} device fault(s), first: "
                       f"{s.device_faults[0]}")
     if failed:

@@ -19,6 +19,7 @@ from typing import Iterator
 import torch
 
 from partitioners import upstream_cortex_m
+from partitioners.activation_narrowing import NARROWED_KEY, with_narrowed_fusion
 from partitioners.records import ORIGIN_KEY, Workaround, stamp_origins  # noqa: F401 - re-exported
 
 
@@ -174,6 +175,50 @@ def _keep_float(program, name: str) -> bool:
     return False
 
 
+_FILLS = {"full_like": 1, "full": 1, "fill": 1}  # op -> position of the fill value
+
+
+def requantize_fill_values(program) -> list[Workaround]:
+    """Put the value of an int8 `full`/`full_like`/`fill` in the int8 domain.
+
+    Upstream defect (ExecuTorch 1.5.1): FoldAndAnnotateQParamsPass folds the quantize after a
+    constant op into its `output_qparams` and sets its dtype to int8, but the fill value stays
+    the float one, so the portable kernel writes it raw: `zeros_like(x)` of an int8 tensor with
+    zero point 33 held 0 (33 int8 steps off: measured on a `where(x > t, x, zeros_like(x))`).
+    The value is quantized with the node's own output scale and zero point."""
+    fixes = []
+    for node in program.graph_module.graph.nodes:
+        parts = str(getattr(node.target, "__name__", node.target)).split(".")
+        if node.op != "call_function" or len(parts) < 2 or parts[0] != "aten" \
+                or parts[1] not in _FILLS:
+            continue
+        qparams = (node.meta.get("output_qparams") or {}).get(0)
+        val = node.meta.get("val")
+        position = _FILLS[parts[1]]
+        if qparams is None or not isinstance(val, torch.Tensor) or \
+                val.dtype not in (torch.int8, torch.int16) or len(node.args) <= position:
+            continue
+        value = node.args[position]
+        if not isinstance(value, (int, float)):
+            continue
+        quantized = int(min(qparams.qmax, max(qparams.qmin,
+                                              round(float(value) / float(qparams.scale))
+                                              + int(qparams.zp))))
+        if quantized == value:
+            continue
+        args = list(node.args)
+        args[position] = quantized
+        node.args = tuple(args)
+        fixes.append(Workaround(
+            node.meta.get(ORIGIN_KEY, node.name), "FoldAndAnnotateQParamsPass (ExecuTorch 1.5.1)",
+            f"{parts[1]} fills an int8 tensor (scale {float(qparams.scale):.6g}, zero point "
+            f"{int(qparams.zp)}) with the float value {value:g}; fill value quantized to "
+            f"{quantized}"))
+    if fixes:
+        program.graph_module.recompile()
+    return fixes
+
+
 def route_to_cpu(edge_manager, cpu: str, legalize: bool = True):
     """Run CortexMPassManager for `cpu` on the edge program (the manager is left as it was).
 
@@ -201,7 +246,8 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True):
         try:
             with cmsis_decisions_recorded() as decisions:
                 transformed = CortexMPassManager(
-                    candidate, target_config=CortexMTargetConfig.from_target_string(cpu)
+                    candidate, passes=with_narrowed_fusion(CortexMPassManager.legacy_pass_list),
+                    target_config=CortexMTargetConfig.from_target_string(cpu)
                 ).transform()
             break
         except Exception as error:  # noqa: BLE001 - upstream pass failure: fall back per node
@@ -230,7 +276,17 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True):
 
     # Order matters: requantize first, so legalization's new int8 `.Scalar` nodes are not
     # requantized twice.
-    workarounds = fallbacks + requantize_comparison_scalars(transformed)
+    for node in transformed.graph_module.graph.nodes:
+        if NARROWED_KEY in node.meta:
+            activation, qmin, qmax = node.meta[NARROWED_KEY]
+            fallbacks.append(Workaround(
+                node.meta.get(ORIGIN_KEY, node.name),
+                "ExecuTorch 1.5.1 ActivationFusionPass (declines bounds narrower than the "
+                "quantization range)",
+                f"{activation} fused into {_op_name(node.target)} with output bounds [{qmin}, "
+                f"{qmax}]; upstream left the op computing on raw int8 values in float"))
+    workarounds = (fallbacks + requantize_comparison_scalars(transformed)
+                   + requantize_fill_values(transformed))
     if legalize:
         workarounds += legalize_for_device(transformed)
     return transformed, decisions, tuple(workarounds)

@@ -321,9 +321,10 @@ def copy_to_kernel_layouts(program) -> list[Workaround]:
                 order = tuple(fields["out_order"])
             else:  # layout-view, layout-raw-walk: the kernel walks contiguous bytes
                 order = tuple(range(val.dim()))
-            targets = [tensor] if check != "layout-raw-walk" else [
-                t for t in (node.args[0] if isinstance(node.args[0], (list, tuple))
-                            else [node.args[0]]) if _val(t) is not None]
+            targets = [tensor] if check != "layout-raw-walk" else (
+                [t for t in node.args[0] if _val(t) is not None]
+                if isinstance(node.args[0], (list, tuple))
+                else [t for t in node.all_input_nodes if _val(t) is not None])
             for source in targets:
                 if tuple(_val(source).dim_order()) == order:
                     continue

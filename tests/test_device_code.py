@@ -180,3 +180,53 @@ def test_a_dilated_1d_tcn_verifies_with_its_moved_values_checked(compiles):
     moved = [c for c in report.per_op if (c.reference_node or "").startswith("moved from")]
     assert moved and all(c.op.startswith(("aten::squeeze", "aten::unsqueeze", "dim_order_ops"))
                          for c in moved)
+
+
+def _index_ops(compiles):
+    return compiles.get(model_spec("index_ops"), *CPU_ONLY, write=True)
+
+
+def test_index_ops_legalize_what_the_device_kernels_check_or_miscompute(compiles):
+    """argmin, index_select and full_like refuse mixed dim orders on the device (the run in the
+    real runtime found them); gather reads channels-last bytes as contiguous without a check;
+    upstream leaves a conv computing raw int8 in float when it declines to fuse its ReLU, and
+    fills zeros_like of an int8 tensor with a raw 0."""
+    compiled, _ = _index_ops(compiles)
+    refused = " ".join(compiled.device_run.legalized)
+    for kernel in ("op_argmin.cpp", "op_index_select.cpp", "op_full_like.cpp"):
+        assert kernel in refused, refused
+    upstreams = " | ".join(f"{w.upstream}: {w.message}" for w in compiled.workarounds)
+    assert "ActivationFusionPass" in upstreams and "aten_relu_default fused" in upstreams
+    assert "full_like fills an int8 tensor" in upstreams
+    assert "aten::gather reads" in upstreams
+    convs = [row for row in compiled.placements if row.op.startswith("aten.convolution")]
+    assert convs and all(row.placement == "cmsis-nn" for row in convs)
+
+
+def test_upstream_leaves_a_conv_on_raw_int8_when_it_declines_the_relu_fusion(compiles):
+    """Upstream's own pass list on the same edge program: the conv keeps int8 inputs, gets no
+    output qparams and stays an aten op (the portable float kernel over int8 values)."""
+    import copy
+
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
+
+    compiled, _ = _index_ops(compiles)
+    program = copy.deepcopy(compiled.lowered.edge.exported_program())
+    upstream = CortexMPassManager(
+        program, target_config=CortexMTargetConfig.from_target_string("cortex-m55")).transform()
+    convs = [n for n in upstream.graph.nodes if "aten.convolution" in str(n.target)]
+    assert convs, "upstream lowered every conv: the workaround is no longer needed"
+    (conv,) = convs
+    assert conv.meta.get("input_qparams") and not conv.meta.get("output_qparams")
+
+
+def test_index_ops_pass_every_device_method(compiles):
+    from orchestrator.verify_all import verify_all
+
+    qemu_or_missing()
+    _, pte = _index_ops(compiles)
+    verdict = verify_all(pte, samples=2)
+    assert verdict.outcome == "passed", verdict.render_text()
+    assert {r.name for r in verdict.results if r.outcome == "passed"} == {
+        "twin", "host runtime", "QEMU Cortex-M55"}
