@@ -83,6 +83,55 @@ def manifest(compiled, partitions: list[DelegatePartition]) -> dict:
     }
 
 
+def inside(folder: Path, relative: str) -> Path:
+    """`folder / relative`, refusing a path that leaves the folder (absolute, `..`, a link out)."""
+    candidate = (folder / relative)
+    if Path(relative).is_absolute() or ".." in Path(relative).parts or \
+            not candidate.resolve().is_relative_to(folder.resolve()):
+        raise UserError(f"refusing to verify: {folder / 'manifest.json'} names {relative!r}, "
+                        "which is outside its artifacts folder")
+    return candidate
+
+
+def check_artifacts(pte_path: Path) -> dict:
+    """The manifest beside `pte_path`, after checking the `.pte` and every file the manifest
+    lists against their SHA-256; raises UserError naming the first that differs. Every verify
+    method calls this before it reads anything."""
+    from kernels.safe_files import DataFileError, load_json
+
+    pte_path = Path(pte_path)
+    folder = artifacts_dir_for(pte_path)
+    manifest_path = folder / "manifest.json"
+    if not pte_path.is_file() or not manifest_path.is_file():
+        missing = pte_path if not pte_path.is_file() else manifest_path
+        raise UserError(f"refusing to verify: {missing} is missing; re-run `orchestrate compile` "
+                        "to write the .pte and its artifacts folder")
+    try:
+        written = load_json(manifest_path)
+        expected = written["pte"]["sha256"]
+        files = written.get("files", {})
+        if not isinstance(files, dict):
+            raise TypeError("files")
+    except (DataFileError, KeyError, TypeError) as error:
+        raise UserError(f"refusing to verify: {manifest_path} is not a manifest written by "
+                        f"`orchestrate compile` ({error}); re-run `orchestrate compile`") from None
+    actual = hashlib.sha256(pte_path.read_bytes()).hexdigest()
+    if actual != expected:
+        raise UserError(f"refusing to verify: {pte_path} does not match its artifacts (its "
+                        f"SHA-256 is {actual[:12]}..., {manifest_path} records "
+                        f"{str(expected)[:12]}...); re-run `orchestrate compile` to write both")
+    for relative, digest in files.items():
+        path = inside(folder, str(relative))
+        if not path.is_file():
+            raise UserError(f"refusing to verify: {path} is missing from the artifacts; re-run "
+                            "`orchestrate compile`")
+        if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            raise UserError(f"refusing to verify: {path} was changed after compiling (its "
+                            f"SHA-256 differs from {manifest_path}); re-run `orchestrate "
+                            "compile`")
+    return written
+
+
 def check_outputs(pte_path: Path, option: str = "-o") -> None:
     """Refuse, before compiling, a .pte path whose outputs cannot be written or would replace
     something this tool did not write."""
@@ -155,11 +204,15 @@ def write_outputs(compiled, pte_path: Path, extra_files: dict[str, bytes] | None
             vela_out = p.vela_dir / "output"
             for item in sorted(vela_out.iterdir()):
                 shutil.copy2(item, pdir / "vela" / item.name)
-        (art_tmp / "manifest.json").write_text(json.dumps(manifest(compiled, partitions), indent=2))
         torch.export.save(compiled.captured.program, art_tmp / "float.pt2")
         torch.export.save(compiled.quantized.program, art_tmp / "quantized.pt2")
         for name, data in (extra_files or {}).items():
             (art_tmp / name).write_bytes(data)
+        written = manifest(compiled, partitions)
+        # Every file verify may read, with its SHA-256 (checked before use: check_artifacts).
+        written["files"] = {str(f.relative_to(art_tmp)): hashlib.sha256(f.read_bytes()).hexdigest()
+                            for f in sorted(art_tmp.rglob("*")) if f.is_file()}
+        (art_tmp / "manifest.json").write_text(json.dumps(written, indent=2))
         publish_mode(art_tmp)
         # Both are complete before either is renamed into place, so a failure leaves the old
         # pair (or nothing); a .pte and artifacts from different runs fail verify's hash check.

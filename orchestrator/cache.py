@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-FORMAT = "1"
+FORMAT = "2"  # 2: entries carry the SHA-256 of their files
 
 
 def cache_dir() -> Path | None:
@@ -103,20 +103,54 @@ def quantized_key(model, calibration, target, channels_last: bool) -> str | None
     return digest.hexdigest()
 
 
+_FILES = ("float.pt2", "quantized.pt2")
+_DIGESTS = "sha256.json"
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in _FILES}
+
+
+def _discard(entry: Path, why: str) -> None:
+    import sys
+
+    print(f"orchestrate: warning: cache entry {entry.name[:16]} discarded ({why}); it is "
+          "recomputed and replaced", file=sys.stderr)
+    shutil.rmtree(entry, ignore_errors=True)
+
+
 def load(key: str):
-    """(float program, quantized program) from the cache, or None."""
+    """(float program, quantized program) from the cache, or None. An entry whose files do not
+    match the SHA-256 recorded when it was written, or that does not load, is discarded with a
+    warning (the caller recomputes it and `store` writes it again)."""
+    import json
+
     from orchestrator.errors import UserError
     from orchestrator.sources import read_exported_program
 
     folder = cache_dir()
     entry = folder / "quantized" / key if folder else None
-    if entry is None or not (entry / "quantized.pt2").is_file():
+    if entry is None or not entry.is_dir():
         return None
+    try:
+        recorded = json.loads((entry / _DIGESTS).read_text())
+        if recorded != _digests(entry):
+            _discard(entry, "its files do not match their recorded SHA-256")
+            return None
+    except (OSError, ValueError):
+        _discard(entry, "incomplete")
+        return None
+    # The quantized programs hold quantized_decomposed ops: their library must be registered
+    # before deserializing (a CPU-only compile never imported it before reading the cache).
+    import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
+    from executorch.exir.dialects._ops import ops  # noqa: F401
+
     try:
         remedy = f"delete {entry} (a damaged cache entry)"
         return (read_exported_program(entry / "float.pt2", remedy),
                 read_exported_program(entry / "quantized.pt2", remedy))
-    except (UserError, OSError):
+    except (UserError, OSError) as error:
+        _discard(entry, f"it does not load: {str(error)[:120]}")
         return None
 
 
@@ -133,6 +167,9 @@ def store(key: str, float_program, quantized_program) -> None:
         tmp = Path(tempfile.mkdtemp(prefix=".entry-", dir=final.parent))
         torch.export.save(float_program, tmp / "float.pt2")
         torch.export.save(quantized_program, tmp / "quantized.pt2")
+        import json
+
+        (tmp / _DIGESTS).write_text(json.dumps(_digests(tmp)))
         os.replace(tmp, final)
     except OSError:
         shutil.rmtree(locals().get("tmp", final.parent / ".none"), ignore_errors=True)

@@ -25,9 +25,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"orchestrate: error: {message}; see `{self.prog} --help`\n")
 
 
+_CLOCK_UNITS = {"ghz": 1e9, "mhz": 1e6, "khz": 1e3, "hz": 1.0}
+
+
 def _clock_hz(text: str) -> float:
-    """A clock frequency: finite and at least 1 Hz (the target stores whole hertz)."""
-    value = _number(text, float)
+    """A clock frequency: finite and at least 1 Hz (the target stores whole hertz); a number of
+    hertz (`400000000`, `4e8`) or with a unit (`400MHz`, `1.2 GHz`, `32kHz`)."""
+    stripped = text.strip().lower().replace(" ", "")
+    scale = 1.0
+    for unit, factor in _CLOCK_UNITS.items():
+        if stripped.endswith(unit):
+            stripped, scale = stripped[:-len(unit)], factor
+            break
+    try:
+        value = float(stripped) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a clock frequency; give hertz "
+                                         "(400000000, 4e8) or a unit (400MHz)") from None
     if not (math.isfinite(value) and value >= 1):
         raise argparse.ArgumentTypeError(f"{text!r} is not a clock frequency; give a finite "
                                          "number of hertz of at least 1, e.g. 400e6")
@@ -75,8 +89,10 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
                         "compiles both and keeps int8 when the platform's firmware takes it "
                         "and it makes the arena smaller (the report shows both arenas)")
     p.add_argument("--calibration", help=".pt/.npz of samples or a folder of them")
-    p.add_argument("--cpu-hz", type=_clock_hz, help="override the platform CPU clock (Hz)")
-    p.add_argument("--npu-hz", type=_clock_hz, help="override the platform NPU clock (Hz)")
+    p.add_argument("--cpu-hz", type=_clock_hz, help="override the platform CPU clock: hertz "
+                   "(400000000, 4e8) or with a unit (400MHz); default: the platform YAML's")
+    p.add_argument("--npu-hz", type=_clock_hz, help="override the platform NPU clock (as "
+                   "--cpu-hz); default: the platform YAML's")
     p.add_argument("--policy", help="placement policy YAML (force ops/nodes/modules to the CPU, "
                    "NPU, Vela config, clocks; see partitioners/policy.py)")
     p.add_argument("--memory-policy", default="auto", metavar="auto|in-place|FILE",
@@ -97,8 +113,25 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
                    help="show upstream warnings and tracebacks of internal errors")
 
 
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        own = metadata.version("orchestrate")
+    except metadata.PackageNotFoundError:
+        own = "unknown (not installed)"
+    upstream = []
+    for package in ("executorch", "ethos-u-vela", "torch", "tosa-tools"):
+        try:
+            upstream.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            upstream.append(f"{package} missing")
+    return f"orchestrate {own} ({', '.join(upstream)})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="orchestrate", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     plan = sub.add_parser("plan", help="where every op runs and why, with costs and memory")
@@ -181,6 +214,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     reasons = sub.add_parser("reasons", help="every placement reason the plan can give")
     _add_output_options(reasons)
+
+    cache = sub.add_parser("cache", help="where the cache is (compiles, host runtime, firmware) "
+                           "and how big; --clear empties it")
+    cache.add_argument("--clear", action="store_true", help="remove every cache entry")
+    _add_output_options(cache)
+
+    listing = sub.add_parser("list", help="the zoo models (with their inputs), platforms, NPU "
+                             "configurations and CPUs this installation knows")
+    listing.add_argument("--format", default="table", choices=("table", "json"),
+                         help="table (default) or json")
+    _add_output_options(listing)
     return parser
 
 
@@ -523,28 +567,27 @@ def _print_report(args, as_json: dict, as_text: str) -> None:
 
 
 def _verify_qemu(args, pte: Path) -> int:
-    import json
-
     from orchestrator.errors import NotRun, VerificationFailure
     from orchestrator.verify_all import installed_platform
     from platforms.qemu import METHOD, run_bpte_on_qemu
 
+    import tempfile
+
+    from orchestrator.artifacts import check_artifacts
+    from orchestrator.bundle import write_bundle
+
     artifacts = pte.with_name(pte.stem + ".artifacts")
-    manifest_path = artifacts / "manifest.json"
-    if not manifest_path.is_file():
-        raise UserError(f"no artifacts beside '{pte}' ({manifest_path} missing); compile it with "
-                        "`orchestrate compile`")
-    bpte = pte.with_suffix(".bpte")
-    if not bpte.is_file():
-        raise UserError(f"'{bpte}' not found; compile with `orchestrate compile --bundle` first")
-    target = json.loads(manifest_path.read_text())["target"]
+    target = check_artifacts(pte)["target"]
     platform = installed_platform(target, args.platform)
     if target["npu"]:
         raise NotRun(f"not run: {pte.name} is compiled for {target['npu']} and QEMU's "
                      f"{platform.name} model has no Ethos-U; nothing was run (verify without "
-                     "--qemu checks it on the host twin; --fvp on a Corstone FVP)")
-    result = run_bpte_on_qemu(bpte, artifacts / "operators.txt", platform,
-                              timeout_s=args.timeout, atol=args.atol)
+                     "--qemu runs the twin and the host runtime; --fvp on a Corstone FVP)")
+    with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
+        # A fresh BundleIO of the checked .pte (a .bpte lying beside it is covered by no hash).
+        bpte = write_bundle(pte, Path(folder) / "program.bpte")
+        result = run_bpte_on_qemu(bpte, artifacts / "operators.txt", platform,
+                                  timeout_s=args.timeout, atol=args.atol)
     print(f"method: {METHOD} (Cortex-M55 + MVE on QEMU mps3-an547: ExecuTorch runtime, portable "
           "and CMSIS-NN kernels built for the M55; no Ethos-U, no timing)")
     print(result.summary())
@@ -565,27 +608,26 @@ def _verify_qemu(args, pte: Path) -> int:
 
 
 def _verify_fvp(args, pte: Path) -> int:
-    import json
-
     from orchestrator.verify_all import installed_platform
     from platforms.fvp import run_bpte
 
-    manifest_path = pte.with_name(pte.stem + ".artifacts") / "manifest.json"
-    if not manifest_path.is_file():
-        raise UserError(f"no artifacts beside '{pte}' ({manifest_path} missing); compile it with "
-                        "`orchestrate compile`")
-    target = json.loads(manifest_path.read_text())["target"]
-    bpte = pte.with_suffix(".bpte")
-    if not bpte.is_file():
-        raise UserError(f"'{bpte}' not found; compile with `orchestrate compile --bundle` first")
+    import tempfile
+
+    from orchestrator.artifacts import check_artifacts
+    from orchestrator.bundle import write_bundle
+
+    target = check_artifacts(pte)["target"]
     platform = installed_platform(target, args.platform)
     # A CPU-only program runs on the platform's FVP too; its NPU simply stays idle.
     npu = target["npu"] or platform.npu_default
-    try:
-        result = run_bpte(platform, npu, bpte, runner_elf=args.runner_elf, timeout_s=args.timeout)
-    except FileNotFoundError as error:
-        raise UserError(f"{error}; pass --runner-elf or set ORCHESTRATE_RUNNER_ELF to a built "
-                        "arm_executor_runner") from None
+    with tempfile.TemporaryDirectory(prefix="orchestrate-fvp-") as folder:
+        bpte = write_bundle(pte, Path(folder) / "program.bpte")
+        try:
+            result = run_bpte(platform, npu, bpte, runner_elf=args.runner_elf,
+                              timeout_s=args.timeout)
+        except FileNotFoundError as error:
+            raise UserError(f"{error}; pass --runner-elf or set ORCHESTRATE_RUNNER_ELF to a built "
+                            "arm_executor_runner") from None
     print(f"method: Corstone FVP ({target['platform']}, {npu}), BundleIO self-check on target")
     print(result.summary())
     if result.passed is not True:
@@ -617,6 +659,70 @@ def cmd_reasons(args) -> int:
     return 0
 
 
+def known() -> dict:
+    """What `orchestrate list` shows: zoo models with their inputs, platforms with their NPU
+    options and default CPU, and every CPU with its ISA tier."""
+    from examples import zoo
+    from platforms.platform import CPU_TIERS, list_platforms, load_platform
+
+    models = []
+    for name in zoo.zoo_names():
+        entry = zoo.ZOO[name]
+        models.append({"name": name, "description": entry.description, "kind": entry.kind})
+    platforms = []
+    for name in list_platforms():
+        platform = load_platform(name)
+        platforms.append({"name": name, "cpu": platform.cpu_default, "cpu_hz": platform.cpu_hz,
+                          "npus": list(platform.npu_options), "npu_default": platform.npu_default,
+                          "npu_hz": platform.npu_hz})
+    return {"models": models, "platforms": platforms,
+            "cpus": [{"name": cpu, "tier": tier} for cpu, tier in CPU_TIERS.items()]}
+
+
+def cmd_cache(args) -> int:
+    import shutil
+
+    from kernels.cache_root import cache_root
+    from orchestrator.cache import cache_dir
+
+    roots = []
+    for root in (cache_root(), cache_dir()):
+        if root is not None and root not in roots:
+            roots.append(root)
+    for root in roots:
+        parts = sorted(p for p in root.iterdir()) if root.is_dir() else []
+        total = 0
+        for part in parts:
+            size = sum(f.stat().st_size for f in part.rglob("*") if f.is_file()) \
+                if part.is_dir() else part.stat().st_size
+            total += size
+            print(f"  {part.name:<16} {size:>14,} B")
+            if args.clear:
+                shutil.rmtree(part, ignore_errors=True) if part.is_dir() else part.unlink()
+        print(f"cache {root}: {total:,} B" + (" (cleared)" if args.clear else ""))
+    return 0
+
+
+def cmd_list(args) -> int:
+    import json
+
+    data = known()
+    if args.format == "json":
+        print(json.dumps(data, indent=2))
+        return 0
+    lines = ["zoo models (orchestrate plan NAME):"]
+    lines += [f"  {m['name']:<18} {m['description']}" for m in data["models"]]
+    lines.append("platforms (--platform NAME, or a YAML of your own):")
+    for p in data["platforms"]:
+        lines.append(f"  {p['name']:<18} CPU {p['cpu']} at {p['cpu_hz'] / 1e6:g} MHz; NPUs "
+                     f"{', '.join(p['npus'])} (default {p['npu_default']}, "
+                     f"{p['npu_hz'] / 1e6:g} MHz); --npu none for CPU only")
+    lines.append("CPUs (--cpu NAME): " + ", ".join(f"{c['name']} ({c['tier']})"
+                                                  for c in data["cpus"]))
+    print("\n".join(lines))
+    return 0
+
+
 def _quiet_upstream() -> None:
     # Upstream libraries log deprecation notes and Vela progress; the report is the output.
     warnings.filterwarnings("ignore")
@@ -626,15 +732,37 @@ def _quiet_upstream() -> None:
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is, so `finally` blocks and context managers remove
+    temporary and staging folders as they do for Ctrl-C."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None:  # the command line, not a test calling main()
+        signal.signal(signal.SIGTERM, _on_sigterm)
     if not args.verbose:
         _quiet_upstream()
     else:
         os.environ["ORCHESTRATE_DEBUG"] = "1"
     handler = {"plan": cmd_plan, "compile": cmd_compile, "sweep": cmd_sweep,
-               "verify": cmd_verify, "size": cmd_size, "reasons": cmd_reasons}[args.command]
+               "verify": cmd_verify, "size": cmd_size, "reasons": cmd_reasons,
+               "list": cmd_list, "cache": cmd_cache}[args.command]
     try:
         try:
             return handler(args)
@@ -669,7 +797,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return error.exit_code
     except KeyboardInterrupt:
+        print(f"orchestrate: interrupted; `{args.command}` stopped, its temporary files removed "
+              "and earlier outputs left as they were", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"orchestrate: terminated (SIGTERM); `{args.command}` stopped, its temporary "
+              "files removed and earlier outputs left as they were", file=sys.stderr)
+        return 143
+    except BrokenPipeError:
+        # The reader went away (`orchestrate size x | head -1`): nothing more to say.
+        _silence_stdout()
+        return 0
     except Exception as error:  # noqa: BLE001 - a bug of ours or upstream's: one line, exit 1
         if os.environ.get("ORCHESTRATE_DEBUG"):
             raise

@@ -431,6 +431,25 @@ def _structure_lines(s: Summary) -> list[str]:
     return lines
 
 
+def clock_line(target) -> str:
+    """The clocks every time in the plan is at, and where they come from."""
+    platform = target.platform
+
+    def origin(hz: int, default_hz: int, source: str) -> str:
+        if hz != default_hz:
+            return "given on the command line or in the policy"
+        first = " ".join(source.split()).split(". ")[-1].rstrip(".") if source else ""
+        return f"the {platform.name} platform YAML" + (f" ({first})" if first else "")
+
+    parts = [f"CPU {target.cpu_hz / 1e6:g} MHz: "
+             f"{origin(target.cpu_hz, platform.cpu_hz, platform.cpu_hz_source)}"]
+    if target.npu_hz:
+        parts.append(f"NPU {target.npu_hz / 1e6:g} MHz: "
+                     f"{origin(target.npu_hz, platform.npu_hz, platform.npu_hz_source)}")
+    return "clocks: " + "; ".join(parts) + "; every time below is at these clocks (--cpu-hz " \
+        "400MHz / --npu-hz for your part)"
+
+
 def render_text(compiled, rows, summary: Summary, width: int = 100,
                 all_rows: bool = False) -> str:
     header = (f"orchestrate plan: {compiled.model.name} ({compiled.model.source}) on "
@@ -441,7 +460,7 @@ def render_text(compiled, rows, summary: Summary, width: int = 100,
         indent = " " * (len(line) - len(line.lstrip()) + 4)
         return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False)
 
-    out = [wrap(header)]
+    out = [wrap(header), wrap(clock_line(compiled.target))]
     if compiled.calibration.warning:
         out.append(wrap("warning: " + compiled.calibration.warning))
     out.append(_rows_table(rows, markdown=False,

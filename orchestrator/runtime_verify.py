@@ -38,7 +38,7 @@ from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, NpuInvocatio
                              RuntimeFailure, RuntimeUnavailable, find_sources, logical)
 from npu_driver.tosa_twin import run_tosa
 from orchestrator import numerics
-from orchestrator.artifacts import artifacts_dir_for
+from orchestrator.artifacts import artifacts_dir_for, check_artifacts
 from orchestrator.errors import NotRun, UserError
 from kernels.reference import HOST_TIER, MVE_ONLY_SEMANTICS
 from orchestrator.twin import TwinProgram, load_twin
@@ -350,6 +350,7 @@ def verify_runtime(pte_path, samples: int = 4, calibration: str | None = None,
         raise UserError(f"--samples and the repeat count must be at least 1 (got {samples} and "
                         f"{repeat})")
     pte_path = Path(pte_path)
+    check_artifacts(pte_path)  # the program run is the one compile recorded
     twin = load_twin(pte_path)
     art_dir = artifacts_dir_for(pte_path)
     float_program, _ = load_reference(art_dir / "float.pt2")

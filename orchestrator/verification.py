@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from orchestrator.artifacts import artifacts_dir_for
+from orchestrator.artifacts import artifacts_dir_for, check_artifacts
 from orchestrator import numerics
 from orchestrator.errors import UserError
 from orchestrator.local_check import ForcedReference, LocalCheck, check_locally
@@ -398,24 +398,7 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
     art_dir = artifacts_dir_for(pte_path)
     # The TOSA graphs and references beside the .pte describe it only if its bytes are the ones
     # `compile` recorded: a .pte edited or swapped after compiling must not borrow their pass.
-    import hashlib
-
-    manifest_path = art_dir / "manifest.json"
-    if not pte_path.is_file() or not manifest_path.is_file():
-        missing = pte_path if not pte_path.is_file() else manifest_path
-        raise UserError(f"refusing to verify: {missing} is missing; re-run `orchestrate compile` "
-                        "to write the .pte and its artifacts folder")
-    try:
-        expected = json.loads(manifest_path.read_text())["pte"]["sha256"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UserError(f"refusing to verify: {manifest_path} is not a manifest written by "
-                        f"`orchestrate compile` ({type(error).__name__}); re-run "
-                        "`orchestrate compile`") from None
-    actual = hashlib.sha256(pte_path.read_bytes()).hexdigest()
-    if actual != expected:
-        raise UserError(f"refusing to verify: {pte_path} does not match its artifacts (its "
-                        f"SHA-256 is {actual[:12]}..., {manifest_path} records "
-                        f"{str(expected)[:12]}...); re-run `orchestrate compile` to write both")
+    check_artifacts(pte_path)
     twin = load_twin(pte_path)
     float_program, float_module = load_reference(art_dir / "float.pt2")
     _, quantized_module = load_reference(art_dir / "quantized.pt2")

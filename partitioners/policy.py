@@ -153,15 +153,16 @@ def parse_policy(raw, source: str = "policy") -> Policy:
 
 def load_policy(path) -> Policy:
     """Read a policy YAML (safe loader: no tags, no code)."""
-    import yaml
 
     path = Path(path)
     if not path.is_file():
         raise PolicyError(f"policy file not found: {path}; check the --policy path")
+    from kernels.safe_files import DataFileError, load_yaml
+
     try:
-        raw = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise PolicyError(f"{path}: not valid YAML ({' '.join(str(error).split())[:160]})") from None
+        raw = load_yaml(path)
+    except DataFileError as error:
+        raise PolicyError(f"policy {error}") from None
     return parse_policy(raw, str(path))
 
 

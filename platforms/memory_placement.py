@@ -69,17 +69,17 @@ def load_memory_policy(text: str | None) -> MemoryPolicy:
         return MemoryPolicy()
     if text == "in-place":
         return MemoryPolicy(weights="in-place", source="in-place")
-    import yaml
 
     path = Path(text)
     if not path.is_file():
         raise PlatformError(f"--memory-policy {text!r}: not auto, in-place or an existing YAML "
                             "file (keys: weights, arena)")
+    from kernels.safe_files import DataFileError, load_yaml
+
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise PlatformError(f"--memory-policy {text}: not readable YAML "
-                            f"({type(error).__name__})") from None
+        data = load_yaml(path)
+    except DataFileError as error:
+        raise PlatformError(f"--memory-policy {error}") from None
     if not isinstance(data, dict):
         raise PlatformError(f"--memory-policy {text}: expected a mapping with keys "
                             f"{', '.join(POLICY_KEYS)}")

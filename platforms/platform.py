@@ -19,6 +19,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from kernels.safe_files import DataFileError, load_yaml
+
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _PLATFORM_FILE = "platform.yaml"
@@ -272,11 +274,9 @@ def _kind_names(kinds: tuple[type, ...]) -> str:
 def _read_platform_file(path: Path) -> Platform:
     reader = _Reader(path)
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "<yaml>"
-        raise reader.fail(where, f"not valid YAML ({getattr(error, 'problem', error)})") from None
+        document = load_yaml(path)
+    except DataFileError as error:
+        raise PlatformError(f"platform file {error}") from None
     if not isinstance(document, dict):
         raise reader.fail("<top>", "expected a mapping of platform keys")
 

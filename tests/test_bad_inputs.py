@@ -107,6 +107,18 @@ def _copy_pte(pte: Path, folder: Path) -> Path:
     return copy
 
 
+def _rehash(pte: Path) -> None:
+    """Record the artifacts' current SHA-256s in the manifest, as a hostile editor would, so the
+    loaders behind the hash check are what a test exercises."""
+    import hashlib
+
+    folder = pte.with_name(pte.stem + ".artifacts")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"] = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+                         for name in manifest.get("files", {})}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
 def _rewrite(src: Path, dst: Path, edit) -> Path:
     """Copy a .pt2, passing each member's (name, bytes) through `edit` (None drops it); an
     `edit.extra` dict adds members."""
@@ -479,6 +491,9 @@ def test_verify_with_float_reference_of_random_bytes(tmp_path, capsys, cpu_pte):
     pte = _copy_pte(cpu_pte, tmp_path)
     (tmp_path / (pte.stem + ".artifacts") / "float.pt2").write_bytes(os.urandom(4096))
     _refused(["verify", pte.name, "--samples", "1"], tmp_path, capsys,
+             "float.pt2 was changed after compiling", "re-run `orchestrate compile`")
+    _rehash(pte)
+    _refused(["verify", pte.name, "--samples", "1"], tmp_path, capsys,
              "float.pt2 is not a .pt2 archive", "re-run `orchestrate compile`")
 
 
@@ -490,6 +505,7 @@ def test_verify_with_a_hostile_quantized_reference(tmp_path, capsys, cpu_pte):
     _rewrite(original, reference, _replace_member("data/sample_inputs/model.pt",
                                                   _torch_pickle(_touch(tmp_path))))
     original.unlink()
+    _rehash(pte)
     _refused(["verify", pte.name, "--samples", "1"], tmp_path, capsys,
              "quantized.pt2: refusing to load member 'data/sample_inputs/model.pt'")
 
@@ -508,6 +524,7 @@ def test_verify_with_a_hostile_float_reference_shape_string(tmp_path, capsys, cp
 
     _rewrite(original, reference, _edit_json("models/model.json", symbolic))
     original.unlink()
+    _rehash(pte)
     _refused(["verify", pte.name, "--samples", "1"], tmp_path, capsys, "float.pt2")
 
 
