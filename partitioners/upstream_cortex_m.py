@@ -120,6 +120,16 @@ class Declined:
     flag: QuantizerFlag | None = None  # when an operand that held is a quantizer check's flag
 
 
+class SubstitutionFailed(RuntimeError):
+    """An AtenToCortexMPass substitution raised (e.g. `quantized_linear` refusing per-channel
+    weight zero points); the message ends like torch.fx's "While executing %node" so the CPU
+    routing can keep that node in float."""
+
+    def __init__(self, node_name: str, error: BaseException):
+        super().__init__(f"{type(error).__name__}: {error} While executing %{node_name}")
+        self.node_name = node_name
+
+
 @contextlib.contextmanager
 def substitutions_observed(observe: Callable[[object, Lowered | Declined], None]) -> Iterator[None]:
     """Call `observe(node, outcome)` after every substitution AtenToCortexMPass runs meanwhile.
@@ -146,6 +156,8 @@ def _observing(observe):
             sys.setprofile(profiler)
             try:
                 spec = substitution(node, dialect_pass)
+            except Exception as error:  # noqa: BLE001 - name the node the substitution failed on
+                raise SubstitutionFailed(node.name, error) from error
             finally:
                 _restore_profile(previous)
             if spec is None:

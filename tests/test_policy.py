@@ -71,18 +71,22 @@ def test_a_forced_op_leaves_the_npu_partition_in_the_pte(tmp_path, compiles):
     assert report.passed, report.verdict
 
 
-def test_upstream_cortex_m_linear_refuses_per_channel_weights(tmp_path):
+def test_a_forced_linear_upstream_refuses_runs_in_float_with_the_reason(tmp_path):
     """ExecuTorch 1.5.1: `_get_linear_replacement` compares the per-channel weight zero points
-    (a list, as the Ethos-U quantizer makes them) with 0, so a linear quantized for the NPU
-    cannot be moved to CMSIS-NN; the compile names the stage and upstream's message."""
+    (a list, as the Ethos-U quantizer makes them) with 0, and its kernel takes one multiplier,
+    so a linear quantized for the NPU cannot be moved to CMSIS-NN. It was an internal error; the
+    linear now runs in float on the portable kernel, and the plan quotes upstream's refusal."""
     import orchestrator
-    from orchestrator.pipeline import StageError
 
     policy = tmp_path / "policy.yaml"
     policy.write_text("force_cpu:\n  modules: [head]\n")
-    with pytest.raises(StageError, match=r"stage route_cpu .*quantized_linear assumes symmetric "
-                                         r"weight quantization \(weight_zp == 0\); got weight_zp=\[0"):
-        orchestrator.plan("mixed", npu="ethos-u55-128", policy=str(policy))
+    plan = orchestrator.plan("mixed", npu="ethos-u55-128", policy=str(policy))
+    (linear,) = [r for r in plan.rows if "linear" in r.op]
+    assert linear.placement == "portable"
+    decision = plan.compiled.cpu_decisions[linear.name]
+    assert decision.category == "upstream-failure"
+    assert "quantized_linear assumes symmetric weight quantization (weight_zp == 0); got " \
+           "weight_zp=[0" in decision.message
 
 
 @pytest.fixture(scope="module")
