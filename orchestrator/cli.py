@@ -136,17 +136,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="where every op runs and why, with costs and memory")
     _add_target_options(plan)
-    plan.add_argument("--format", default="table",
-                      choices=("table", "json", "markdown", "html", "model-explorer"))
+    plan.add_argument("--format", choices=("table", "json", "markdown", "html", "model-explorer"),
+                      help="report format (default: from -o's extension: .json, .md, .html; "
+                      "else table); a --format that contradicts -o's extension is refused")
     plan.add_argument("--all-rows", action="store_true",
                       help="table: list every op of an unrolled recurrence (GRU/LSTM/RNN) "
                       "instead of one line per recurrence")
     plan.add_argument("-o", "--output", help="write the report to this file")
     plan.add_argument("--pte", help="also write the compiled .pte (and its artifacts) here")
     plan.add_argument("--runner-ops", help="file listing the operators your runner registers")
-    plan.add_argument("--fail-under-npu-coverage", type=_percent, metavar="PCT")
-    plan.add_argument("--max-partitions", type=_count, metavar="N")
-    plan.add_argument("--require-fit", action="store_true")
+    plan.add_argument("--fail-under-npu-coverage", type=_percent, metavar="PCT",
+                      help="CI gate: exit 3 when less than PCT%% of the MACs run on the NPU "
+                      "(default: no gate)")
+    plan.add_argument("--max-partitions", type=_count, metavar="N",
+                      help="CI gate: exit 3 when the program has more than N NPU partitions "
+                      "(default: no gate)")
+    plan.add_argument("--require-fit", action="store_true",
+                      help="CI gate: exit 3 when the program, its arenas and the NPU scratch do "
+                      "not fit the platform's memories (default: report only)")
     plan.add_argument("--require-runnable", action="store_true",
                       help="fail if an op has no device kernel or breaks a kernel's layout rule")
 
@@ -170,17 +177,22 @@ def build_parser() -> argparse.ArgumentParser:
                      "running Ray cluster, e.g. ray:auto, ray:10.0.0.1:6379; the cache folder "
                      "must be on a filesystem its nodes share); needs pip install "
                      "'orchestrate[ray]'")
-    swp.add_argument("--format", default="table", choices=("table", "json", "html"))
+    swp.add_argument("--format", default="table", choices=("table", "json", "html"),
+                     help="table (default), json, or html (latency, flash and RAM per "
+                     "configuration)")
     swp.add_argument("-o", "--output", help="write the table to this file")
 
     ver = sub.add_parser("verify", help="check the .pte: host twin, real ExecuTorch runtime, QEMU Corstone-300 or an FVP")
     ver.add_argument("pte", help="a .pte written by `orchestrate compile` (artifacts beside it)")
-    ver.add_argument("--samples", type=int, default=16)
+    ver.add_argument("--samples", type=_positive, default=16,
+                     help="inputs to verify with (default 16; generated, seed 0, unless "
+                     "--calibration)")
     ver.add_argument("--calibration", help="inputs to verify with (.pt/.npz/folder)")
     ver.add_argument("--per-op", action="store_true", help="localize a divergence op by op")
     ver.add_argument("--max-steps", type=int, default=1,
                      help="allowed int8 steps per rounding stage, each value checked against the reference fed the program's own inputs")
-    ver.add_argument("--format", default="table", choices=("table", "json"))
+    ver.add_argument("--format", default="table", choices=("table", "json"),
+                     help="table (default) or json")
     ver.add_argument("--runtime", default="auto", choices=("auto", "twin", "executorch", "both"),
                      help="auto (default): every method this machine has, the device code "
                      "judging: the twin, the real ExecuTorch runtime with the device kernels "
@@ -204,12 +216,14 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--atol", type=float, default=0.0,
                      help="--qemu: BundleIO absolute tolerance (default 0: byte-exact)")
     ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF (or ORCHESTRATE_RUNNER_ELF)")
-    ver.add_argument("--timeout", type=_positive, default=600)
+    ver.add_argument("--timeout", type=_positive, default=600,
+                     help="seconds a QEMU or FVP run may take (default 600)")
     _add_output_options(ver)
 
     size = sub.add_parser("size", help="where every byte of a .pte goes")
     size.add_argument("pte", help="a .pte file")
-    size.add_argument("--format", default="table", choices=("table", "json"))
+    size.add_argument("--format", default="table", choices=("table", "json"),
+                      help="table (default) or json")
     _add_output_options(size)
 
     reasons = sub.add_parser("reasons", help="every placement reason the plan can give")
@@ -341,6 +355,7 @@ def cmd_plan(args) -> int:
     from orchestrator.planner import Gates, check_gates
     from orchestrator.report import read_runner_ops, render_json, render_markdown
 
+    args.format = _plan_format(args.format, args.output)
     _check_outputs(args, report=args.output, pte=args.pte, pte_option="--pte")
     _policy_first(args)
     runner_ops = read_runner_ops(args.runner_ops) if args.runner_ops else None
@@ -370,6 +385,21 @@ def cmd_plan(args) -> int:
     check_gates(plan, Gates(args.fail_under_npu_coverage, args.max_partitions, args.require_fit,
                             runner_ops is not None, args.require_runnable))
     return 0
+
+
+_FORMAT_OF_SUFFIX = {".json": "json", ".md": "markdown", ".markdown": "markdown",
+                     ".html": "html", ".htm": "html"}
+
+
+def _plan_format(given: str | None, output: str | None) -> str:
+    """The report format: --format, else the one -o's extension names, else the table. A
+    --format that contradicts the extension (`-o plan.html --format json`) is refused."""
+    implied = _FORMAT_OF_SUFFIX.get(Path(output).suffix.lower()) if output else None
+    if given and implied and given != implied and not (given == "model-explorer"
+                                                      and implied == "json"):
+        raise UserError(f"-o {output} names a {implied} file but --format is {given}; drop "
+                        f"--format or use a matching extension")
+    return given or implied or "table"
 
 
 def _policy_first(args) -> None:

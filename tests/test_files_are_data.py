@@ -161,3 +161,35 @@ def test_the_manifest_cannot_name_the_program_verify_runs(tmp_path, compiles):
     data["files"]["../outside.txt"] = "0" * 64
     manifest.write_text(json.dumps(data))
     _one_line(_cli("verify", str(copy), "--runtime", "twin"), 2, "outside its artifacts folder")
+
+
+def test_every_option_says_what_it_does():
+    """Every option of every command has help text (a newcomer reads --help, not the code)."""
+    import argparse
+
+    from orchestrator.cli import build_parser
+
+    missing = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif not action.help and action.dest != "help":
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "orchestrate")
+    assert not missing, missing
+
+
+def test_the_plan_format_follows_the_output_extension(tmp_path):
+    from orchestrator.cli import _plan_format
+    from orchestrator.errors import UserError
+
+    assert _plan_format(None, str(tmp_path / "plan.html")) == "html"
+    assert _plan_format(None, str(tmp_path / "plan.json")) == "json"
+    assert _plan_format(None, None) == "table"
+    assert _plan_format("markdown", str(tmp_path / "plan.txt")) == "markdown"
+    with pytest.raises(UserError, match="names a html file but --format is json"):
+        _plan_format("json", str(tmp_path / "plan.html"))
