@@ -9,6 +9,7 @@ estimate), `model:<tier>` / `model:portable` / `model:transition` (our cost mode
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ class Summary:
     npu_mac_coverage_pct: float
     npu_partitions: int
     transitions: int  # CPU<->NPU switches in execution order
-    hidden_rows: dict  # kind -> count of hidden CPU work rows
+    hidden_rows: dict  # kind -> count of hidden work rows (quantize, layout, NPU invocation)
     memory: tuple[MemoryUse, ...]
     fits: bool
     pte_bytes: int
@@ -50,6 +51,7 @@ class Summary:
     placement: object = None  # platforms.memory_placement.MemoryPlacement
     modules: tuple = ()  # orchestrator.structure.ModuleGroup, rows by source module
     recurrences: tuple = ()  # orchestrator.structure.Recurrence, unrolled recurrent layers
+    hidden_by_engine: dict | None = None  # placement (npu | cmsis-nn | portable) -> {kind: count}
 
 
 _ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2}
@@ -90,7 +92,8 @@ def read_runner_ops(path: str) -> set[str]:
 
 
 def _cmsis_scratch_bytes(final_program) -> int:
-    """Bytes of the scratch buffers the Cortex-M passes allocate for CMSIS-NN kernels."""
+    """Bytes of the largest scratch buffer the Cortex-M passes allocate for a CMSIS-NN kernel
+    (each lives for its op only, so the arena reuses them: their sum may exceed the arena)."""
     total = 0
     for node in final_program.graph.nodes:
         if node.op != "call_function" or "cortex_m" not in str(node.target):
@@ -100,7 +103,7 @@ def _cmsis_scratch_bytes(final_program) -> int:
             if isinstance(arg, torch.fx.Node) and "alloc" in str(arg.target) and arg.args:
                 spec = arg.args[0]
                 if isinstance(spec, tuple) and spec and isinstance(spec[0], tuple):
-                    total += numel(spec[0])
+                    total = max(total, numel(spec[0]))
     return total
 
 
@@ -125,6 +128,7 @@ def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None,
     ops = {p: 0 for p in ("npu", "cmsis-nn", "portable")}
     macs = {p: 0 for p in ("npu", "cmsis-nn", "portable")}
     hidden: dict[str, int] = {}
+    by_engine: dict[str, dict[str, int]] = {}
     seconds = {p: 0.0 for p in ("npu", "cmsis-nn", "portable")}
     for row in rows:
         if row.kind == "op":
@@ -132,6 +136,8 @@ def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None,
             macs[row.placement] += row.macs
         else:
             hidden[row.kind] = hidden.get(row.kind, 0) + 1
+            engine = by_engine.setdefault(row.placement, {})
+            engine[row.kind] = engine.get(row.kind, 0) + 1
         if row.cost is not None:
             seconds[row.placement] += row.cost.seconds
     total_macs = sum(macs.values())
@@ -158,7 +164,8 @@ def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None,
         ops=ops, macs=macs,
         npu_mac_coverage_pct=(100.0 * macs["npu"] / total_macs) if total_macs else 0.0,
         npu_partitions=len(estimates) if target.npu else 0,
-        transitions=transitions, hidden_rows=hidden, memory=tuple(memory),
+        transitions=transitions, hidden_rows=hidden, hidden_by_engine=by_engine,
+        memory=tuple(memory),
         fits=all(m.fits for m in memory), pte_bytes=len(compiled.pte_bytes),
         weight_bytes=weight_bytes, arena_bytes=arena,
         # The temp allocator holds one delegate's scratch at a time (see the memory fit above).
@@ -225,6 +232,13 @@ _HIDDEN_LABEL = {"boundary-quantize": "quantize (edge)", "boundary-dequantize": 
 _SOURCE_ABBREVIATION = {"vela": "V", "model:transition": "T", "model:portable": "P",
                         "model:scalar": "S", "model:dsp": "D", "model:mve": "M", "measured": "meas",
                         "model:memory": "R"}
+TABLE_LEGEND = (
+    "legend: NPU pN = inside NPU partition N (its ops' times are Vela's per-layer cycles; 0.0us = "
+    "Vela fused the op into the layer before it; the partition's 'NPU invocation' row adds its "
+    "start-up and copies); (edge) = a quantize or dequantize where a float value meets int8 "
+    "(program input/output, a float CPU op); layout copy = a dim-order copy the compile inserted "
+    "so a kernel reads the layout it assumes; transitions = CPU<->NPU hand-overs per inference; "
+    "MAC utilisation = the MACs the partition does over the NPU's MACs x its Vela cycles")
 SOURCE_LEGEND = ("cost source: V = Vela estimate; M/D/S = orchestrate CMSIS-NN cost model for the "
                  "MVE/DSP/Scalar tier; P = portable-kernel model; T = transition model "
                  "(cost_models/data/cpu_cost.yaml); R = reads at the placed region's speed "
@@ -241,6 +255,29 @@ def _ellipsize(text: str, width: int) -> str:
         return text
     head = (width - 1) // 2
     return text[:head] + "~" + text[len(text) - (width - 1 - head):]
+
+
+def _wrap_name(text: str, width: int) -> str:
+    """A long node or op name over several lines of `width`, broken after underscores and
+    dots where it can: the whole name stays readable and searchable (no "~" cut)."""
+    if len(text) <= width:
+        return text
+    lines, current = [], ""
+    for piece in re.split(r"(?<=[_.])", text):
+        while len(piece) > width:
+            if current:
+                lines.append(current)
+                current = ""
+            lines.append(piece[:width])
+            piece = piece[width:]
+        if len(current) + len(piece) > width:
+            lines.append(current)
+            current = piece
+        else:
+            current += piece
+    if current:
+        lines.append(current)
+    return "\n".join(lines)
 
 
 def _collapsed(rows, recurrences):
@@ -281,6 +318,12 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
         return tabulate(table, ["#", "node", "op", "in", "out", "dtypes", "MACs", "where",
                                 "kernel", "cost", "why not better"], tablefmt="github")
     table, why = [], []
+    # A reason every CPU row shares (no NPU on the target) is said once, not on every row.
+    firsts = [_reasons(r)[0] for r in rows if r.placement != "npu" and _reasons(r)]
+    folded = firsts[0] if firsts and len(firsts) > 1 and len(set(firsts)) == 1 and \
+        len(firsts) == sum(1 for r in rows if r.placement != "npu") else None
+    if folded is not None:
+        why.append(["all", textwrap.fill(f"all {len(firsts)} CPU rows: {folded}", 90)])
     for i, r in _collapsed(rows, recurrences):
         if not hasattr(r, "placement"):  # a collapsed recurrence
             last = r.last_row
@@ -297,10 +340,12 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
             continue
         op = _short_op(r.op) if r.kind == "op" else f"{_HIDDEN_LABEL[r.kind]}"
         cost = "-" if r.cost is None else f"{r.cost.seconds * 1e6:,.1f}us {_short_source(r.cost.source)}"
-        table.append([i, _ellipsize(r.name, 22), _ellipsize(op, 16),
+        table.append([i, _wrap_name(r.name, 24), _wrap_name(op, 17),
                       f"{_shape(r.output_shape)} {_out_dtype(r)}", f"{r.macs:,}",
                       _where(r).replace("CMSIS-NN/", "CMSIS/"), cost])
         for line in _reasons(r):
+            if line == folded:
+                continue
             why.append([i, textwrap.fill(line, 90)])
         if r.placement == "cmsis-nn" and r.kernel:
             why.append([i, textwrap.fill(f"kernel: {r.kernel}", 90)])
@@ -315,9 +360,13 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
 
 def _summary_lines(compiled, s: Summary) -> list[str]:
     t = compiled.target
+    engines = {"npu": "in NPU partitions", "cmsis-nn": "on CMSIS-NN", "portable": "on portable"}
+    hidden = "; ".join(
+        f"{engines[engine]}: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+        for engine, kinds in sorted((s.hidden_by_engine or {}).items()))
     lines = [
         f"ops: NPU {s.ops['npu']}, CMSIS-NN {s.ops['cmsis-nn']}, portable {s.ops['portable']}"
-        f"  (hidden CPU work rows: " + ", ".join(f"{k} {v}" for k, v in sorted(s.hidden_rows.items())) + ")",
+        + (f"  (plus hidden work rows, counted where they run: {hidden})" if hidden else ""),
         f"MACs: NPU {s.macs['npu']:,}, CMSIS-NN {s.macs['cmsis-nn']:,}, portable {s.macs['portable']:,}"
         f"  -> NPU MAC coverage {s.npu_mac_coverage_pct:.1f}%",
         f"NPU partitions: {s.npu_partitions}, CPU<->NPU transitions: {s.transitions}",
@@ -333,9 +382,12 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
             f"{s.per_placement_seconds['cmsis-nn'] * 1e3:.3f} ms, portable "
             f"{s.per_placement_seconds['portable'] * 1e3:.3f} ms) at CPU {t.cpu_hz / 1e6:g} MHz"
             + (f", NPU {t.npu_hz / 1e6:g} MHz" if t.npu_hz else "") + f"; source {s.latency_source}")
-    lines.append(f".pte: {s.pte_bytes:,} B, weights {s.weight_bytes:,} B (executorch + vela); "
-                 f"arena {s.arena_bytes:,} B (executorch plan, incl. CMSIS-NN scratch "
-                 f"{s.cmsis_scratch_bytes:,} B); NPU scratch {s.npu_scratch_bytes:,} B (vela)")
+    scratch = (f", its largest CMSIS-NN scratch buffer {s.cmsis_scratch_bytes:,} B"
+               if s.cmsis_scratch_bytes else "")
+    lines.append(f".pte: {s.pte_bytes:,} B, weights {s.weight_bytes:,} B "
+                 f"({'executorch + vela' if t.npu else 'executorch'}); arena {s.arena_bytes:,} B "
+                 f"(executorch plan{scratch})"
+                 + (f"; NPU scratch {s.npu_scratch_bytes:,} B (vela)" if t.npu else ""))
     lines.append(_io_line(compiled))
     for m in s.memory:
         verdict = "fits" if m.fits else "DOES NOT FIT"
@@ -470,6 +522,7 @@ def render_text(compiled, rows, summary: Summary, width: int = 100,
     out.append("")
     out.extend(wrap(line) for line in _structure_lines(summary) + _summary_lines(compiled, summary))
     out.append(wrap(SOURCE_LEGEND))
+    out.append(wrap(TABLE_LEGEND))
     return "\n".join(out)
 
 

@@ -1,0 +1,83 @@
+"""A plan a newcomer reads without a guide: the summary is computed from the rows the table
+shows, names are never cut, and a reason every row shares is said once.
+
+Before: DS-CNN U55-128 counted two layout rows inside NPU partitions as "hidden CPU work";
+CPU-only DS-CNN showed "portable 0" beside two portable rows, "arena 20,464 B (incl. CMSIS-NN
+scratch 20,608 B)", "(executorch + vela)" with no NPU, names cut to `aten_convo~n_default_1`,
+and "not NPU: no NPU on this target" on all 16 rows.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+TARGETS = [("corstone300", "ethos-u55-128", None), ("corstone300", "none", "cortex-m55"),
+           ("corstone320", "ethos-u85-256", None)]
+
+
+@pytest.fixture(scope="module", params=TARGETS, ids=["u55-128", "cpu-m55", "u85-256"])
+def plan(request, compiles):
+    from orchestrator.planner import make_plan
+
+    platform, npu, cpu = request.param
+    compiled, _ = compiles.get("ds-cnn", platform, npu, cpu)
+    return make_plan(compiled)
+
+
+def test_the_summary_is_the_rows_added_up(plan):
+    s = plan.summary
+    for engine in ("npu", "cmsis-nn", "portable"):
+        ops = [r for r in plan.rows if r.kind == "op" and r.placement == engine]
+        assert s.ops[engine] == len(ops)
+        assert s.macs[engine] == sum(r.macs for r in ops)
+        hidden = {}
+        for r in plan.rows:
+            if r.kind != "op" and r.placement == engine:
+                hidden[r.kind] = hidden.get(r.kind, 0) + 1
+        assert (s.hidden_by_engine or {}).get(engine, {}) == hidden
+    assert s.arena_bytes >= s.cmsis_scratch_bytes  # "its largest scratch buffer" is a part
+    text = plan.to_text()
+    if not plan.compiled.target.npu:
+        assert "executorch + vela" not in text and "NPU scratch" not in text
+    line = next(line for line in text.splitlines() if line.startswith("ops: "))
+    assert f"NPU {s.ops['npu']}, CMSIS-NN {s.ops['cmsis-nn']}, portable {s.ops['portable']}" in line
+
+
+def _node_cells(text: str) -> list[str]:
+    """The node column of the op table, each cell's wrapped lines joined."""
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if re.match(r"\s*#\s+node\s+op\s", line))
+    start, end = lines[header].index("node"), lines[header].index(" op ") + 1
+    cells = []
+    for line in lines[header + 2:]:
+        if not line.strip():
+            break
+        part = line[start:end].strip()
+        if line[:start].strip():  # a new row: its index is in the first column
+            cells.append(part)
+        elif cells:
+            cells[-1] += part
+    return cells
+
+
+def test_no_name_is_cut_at_100_columns(plan):
+    text = plan.to_text(width=100)
+    assert "~" not in text
+    assert _node_cells(text) == [row.name for row in plan.rows]
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_a_reason_every_cpu_row_shares_is_said_once(plan):
+    text = plan.to_text()
+    if plan.compiled.target.npu:
+        return
+    assert text.count("no NPU on this target") == 1
+    assert "CPU rows: not NPU: no NPU on this target" in text
+
+
+def test_the_clocks_and_their_source_are_stated(plan):
+    second = plan.to_text().splitlines()[1:4]
+    assert any(line.startswith("clocks: CPU ") for line in second)
+    assert "platform YAML" in " ".join(second)
