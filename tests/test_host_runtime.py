@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.device_tools import missing
+
 DSP_TIER_CPU = "cortex-m33"
 
 
@@ -24,7 +26,7 @@ def host_runtime():
     try:
         library = ensure_library(find_sources())
     except RuntimeUnavailable as error:
-        pytest.skip(f"not run: {error}")
+        missing(str(error))
     runtime = HostRuntime(library)
     yield runtime
     runtime.close()
@@ -95,7 +97,7 @@ def test_no_compiler_is_not_run(monkeypatch, tmp_path):
     try:
         sources = find_sources()
     except RuntimeUnavailable as error:
-        pytest.skip(f"not run: {error}")
+        missing(str(error))
     monkeypatch.setenv("CC", str(tmp_path / "no-gcc"))
     monkeypatch.setenv("CXX", str(tmp_path / "no-g++"))
     with pytest.raises(RuntimeUnavailable, match="compiler"):

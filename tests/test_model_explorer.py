@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+from tests.device_tools import missing
+
 _ADAPTER_NODES = """
 import json, sys
 from pte_adapter_model_explorer.main import PTEAdapter
@@ -56,7 +58,7 @@ def test_compile_writes_the_overlay_beside_the_pte(mixed_u55):
 def test_overlay_keys_are_the_node_ids_of_the_pte_adapter(mixed_u55):
     python = _explorer_python()
     if python is None:
-        pytest.skip("not run: no pte-adapter-model-explorer (set ORCHESTRATE_MODEL_EXPLORER_PYTHON)")
+        missing("no pte-adapter-model-explorer (set ORCHESTRATE_MODEL_EXPLORER_PYTHON)")
     from orchestrator.report_explorer import node_data
 
     plan, pte = mixed_u55

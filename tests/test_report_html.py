@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.device_tools import missing
+
 
 @pytest.fixture(scope="module")
 def mixed_plan(compiles):
@@ -60,7 +62,7 @@ def _dump_dom(browser: str, url: str) -> str:
 def test_the_page_renders_in_a_headless_browser_without_errors(mixed_plan, tmp_path):
     browser = _browser()
     if browser is None:
-        pytest.skip("not run: no chromium on PATH (apt-get install chromium)")
+        missing("no chromium on PATH (apt-get install chromium)")
     folder = _artifacts_dir(tmp_path)
     page = folder / "mixed_u55_plan.html"
     page.write_text(mixed_plan.to_html())
