@@ -78,10 +78,12 @@ def compiles(tmp_path_factory) -> CompileCache:
 # idling while the other runs a long file that happened to sort last.
 SHARED_COMPILES = ("test_compile.py", "test_plan.py", "test_verify_zoo.py", "test_twin.py",
                    "test_memory_placement.py", "test_host_runtime.py", "test_bad_inputs.py",
-                   "test_size.py", "test_plan_readable.py", "test_device_code.py")
+                   "test_size.py", "test_plan_readable.py",
+                   "test_golden.py")
 _UNIT_FIRST = ("test_architecture.py", "test_upstream_adapters.py", "test_platforms.py",
                "test_cost_cpu.py", "test_local_check.py")
-_LONGEST_FIRST = (*SHARED_COMPILES, "test_sweep.py", "test_user_models.py", "test_qemu.py",
+_LONGEST_FIRST = (*SHARED_COMPILES, "test_sweep.py", "test_device_code.py", "test_user_models.py",
+                  "test_qemu.py", "test_files_are_data.py",
                   "test_sweep_ray.py", "test_policy.py")
 
 

@@ -86,15 +86,15 @@ def test_a_closed_pipe_ends_quietly():
 def test_sigterm_stops_a_compile_and_leaves_nothing_behind(tmp_path):
     """SIGTERM mid-compile: exit 143, one line, no temporary or staging folder, and the earlier
     output untouched."""
-    import tempfile
-
     out = tmp_path / "m.pte"
     out.write_bytes(b"earlier output")
-    before = set(Path(tempfile.gettempdir()).glob("orchestrate-*"))
+    private_tmp = tmp_path / "tmp"  # the compile's own TMPDIR: nothing else writes there
+    private_tmp.mkdir()
     process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "compile", "ds-cnn",
                                 "-o", str(out), "--quiet"], cwd=ROOT, stderr=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True,
-                               env={**os.environ, "ORCHESTRATE_CACHE": "off"})
+                               env={**os.environ, "ORCHESTRATE_CACHE": "off",
+                                    "TMPDIR": str(private_tmp)})
     time.sleep(6)  # inside capture or quantization
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=120)
@@ -103,7 +103,7 @@ def test_sigterm_stops_a_compile_and_leaves_nothing_behind(tmp_path):
     assert len(lines) == 1 and "terminated" in lines[0], err[-2000:]
     assert out.read_bytes() == b"earlier output"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".orchestrate-")]
-    leftovers = set(Path(tempfile.gettempdir()).glob("orchestrate-*")) - before
+    leftovers = [p.name for p in private_tmp.iterdir()]
     assert not leftovers, leftovers
 
 

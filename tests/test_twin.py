@@ -203,6 +203,18 @@ def test_corrupted_tosa_artifact_is_refused(mixed_u55, tmp_path):
     data = bytearray(tosa.read_bytes())
     data[len(data) // 2] ^= 0x01
     tosa.write_bytes(bytes(data))
+    from orchestrator.errors import UserError
+
+    with pytest.raises(UserError, match="model.tosa was changed after compiling"):
+        verify(pte, samples=1)  # the manifest's file hashes catch it first
+    # With the manifest's hashes rewritten as well, the twin's own check against the delegate
+    # (the TOSA graph's hash in the .pte's payload) still refuses it.
+    import hashlib
+    import json
+
+    manifest = json.loads((artifacts / "manifest.json").read_text())
+    manifest["files"]["partitions/p1/model.tosa"] = hashlib.sha256(tosa.read_bytes()).hexdigest()
+    (artifacts / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(TwinError, match="refusing to verify: TOSA artifact partitions/p1/model.tosa "
                                         "does not match delegate lowered_module_1"):
         verify(pte, samples=1)

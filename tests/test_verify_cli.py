@@ -77,5 +77,7 @@ def test_verify_fvp_runs_the_platforms_fvp_command_and_reads_the_runner_log(bund
 
 
 def test_verify_with_zero_samples_is_refused_not_passed(bundled, capsys):
-    assert main(["verify", str(bundled), "--samples", "0"]) == 2
-    assert "--samples must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # argparse refuses it before anything runs
+        main(["verify", str(bundled), "--samples", "0"])
+    assert refused.value.code == 2
+    assert "--samples: '0' is not positive; give 1 or more" in capsys.readouterr().err
