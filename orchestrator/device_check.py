@@ -109,13 +109,12 @@ def prestart() -> None:
         pass
 
 
-def _inputs(sample, program_inputs, config: dict) -> tuple[torch.Tensor, ...]:
+def _inputs(sample, dtypes, config: dict) -> tuple[torch.Tensor, ...]:
     """Sample 0 as the program takes it: int8 inputs quantized with the program's own
     input scale and zero point (config methods of --io int8)."""
     values = []
-    for position, (value, spec) in enumerate(zip(sample, program_inputs)):
-        dtype = spec.dtype
-        if dtype == value.dtype or not isinstance(value, torch.Tensor):
+    for position, (value, dtype) in enumerate(zip(sample, dtypes)):
+        if not isinstance(value, torch.Tensor) or dtype is None or dtype == value.dtype:
             values.append(value)
             continue
         prefix = f"input{position}_"
@@ -174,7 +173,7 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
                     trial, tuple(workarounds))
 
         try:
-            inputs = _inputs(sample, _program_inputs(executorch_program), config)
+            inputs = _inputs(sample, _program_input_dtypes(executorch_program), config)
             runtime.run(pte_bytes, inputs, npu=_leave_npu_scratch)
         except RuntimeUnavailable as error:
             return DeviceRun(False, RUNTIME_METHOD, str(error)), None, program, tuple(workarounds)
@@ -218,23 +217,17 @@ def refuse(run: DeviceRun | None) -> None:
             "keep that op out of the model, or force it elsewhere with --policy")
 
 
-def _program_inputs(executorch_program):
+def _program_input_dtypes(executorch_program) -> list[torch.dtype | None]:
+    """The dtype of each input of the program's first method (None for a non-tensor)."""
+    from executorch.exir.tensor import get_scalar_type
+
     plan = executorch_program.execution_plan[0]
-    specs = []
+    dtypes = []
     for index in plan.inputs:
         value = plan.values[index].val
-        specs.append(_Spec(_DTYPES.get(int(getattr(value, "scalar_type", 6)), torch.float32)))
-    return specs
-
-
-@dataclass(frozen=True)
-class _Spec:
-    dtype: torch.dtype
-
-
-# ExecuTorch ScalarType numbering (runtime/core/portable_type/scalar_type.h).
-_DTYPES = {0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64,
-           6: torch.float32, 7: torch.float64, 11: torch.bool}
+        dtypes.append(get_scalar_type(value.scalar_type)
+                      if type(value).__name__ == "Tensor" else None)
+    return dtypes
 
 
 def _first_line(text: str) -> str:
