@@ -28,6 +28,7 @@ from __future__ import annotations
 import atexit
 import copy
 import os
+import re
 from dataclasses import dataclass
 
 import torch
@@ -190,7 +191,7 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
                         None, program, tuple(workarounds))
             refusal = failure.refusal
             if refusal is None:
-                return refused(_first_line(str(failure)))
+                return refused(_delegate_refusal(str(failure)) or _first_line(str(failure)))
             node = runtime_node(program, refusal.operator,
                                 _ordinal(executorch_program, refusal))
             fix = (contiguous_operands(program, node, refusal.text())
@@ -228,6 +229,22 @@ def _program_input_dtypes(executorch_program) -> list[torch.dtype | None]:
         dtypes.append(get_scalar_type(value.scalar_type)
                       if type(value).__name__ == "Tensor" else None)
     return dtypes
+
+
+_DELEGATE_FAILED = re.compile(r"CALL_DELEGATE execute failed at instruction (\d+): (0x[0-9a-fA-F]+)")
+_BACKEND_LINE = re.compile(r"\[(EthosUBackend\.cpp:\d+)\] (.+)$")
+
+
+def _delegate_refusal(log: str) -> str | None:
+    """What EthosUBackend logged when it refused a delegate call (its own words), or None."""
+    call = _DELEGATE_FAILED.search(log)
+    if call is None:
+        return None
+    reasons = [f"{m.group(1)}: {m.group(2).strip()}" for m in map(_BACKEND_LINE.search,
+                                                                     log.splitlines())
+               if m and not m.group(2).startswith("data:")]
+    return (f"EthosUBackend refused the Ethos-U delegate at instruction {call.group(1)} "
+            f"(error {call.group(2)}): " + ("; ".join(reasons) or "no reason logged"))
 
 
 def _first_line(text: str) -> str:
