@@ -17,8 +17,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-import yaml
-
 from kernels.safe_files import DataFileError, load_yaml
 
 
