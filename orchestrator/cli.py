@@ -744,9 +744,9 @@ def cmd_list(args) -> int:
     lines += [f"  {m['name']:<18} {m['description']}" for m in data["models"]]
     lines.append("platforms (--platform NAME, or a YAML of your own):")
     for p in data["platforms"]:
-        lines.append(f"  {p['name']:<18} CPU {p['cpu']} at {p['cpu_hz'] / 1e6:g} MHz; NPUs "
-                     f"{', '.join(p['npus'])} (default {p['npu_default']}, "
-                     f"{p['npu_hz'] / 1e6:g} MHz); --npu none for CPU only")
+        npus = (f"NPUs {', '.join(p['npus'])} (default {p['npu_default']}, "
+                f"{p['npu_hz'] / 1e6:g} MHz); --npu none for CPU only" if p["npus"] else "no NPU")
+        lines.append(f"  {p['name']:<18} CPU {p['cpu']} at {p['cpu_hz'] / 1e6:g} MHz; {npus}")
     lines.append("CPUs (--cpu NAME): " + ", ".join(f"{c['name']} ({c['tier']})"
                                                   for c in data["cpus"]))
     print("\n".join(lines))

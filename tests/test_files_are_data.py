@@ -107,7 +107,8 @@ def test_sigterm_stops_a_compile_and_leaves_nothing_behind(tmp_path):
     assert not leftovers, leftovers
 
 
-def test_a_damaged_cache_entry_is_replaced_and_the_pte_is_unchanged(tmp_path, capsys):
+def test_a_damaged_cache_entry_is_replaced_and_the_pte_is_unchanged(tmp_path, capsys,
+                                                                   monkeypatch):
     """One flipped byte in a cached quantized program: discarded with a warning, recomputed,
     replaced; the .pte equals a clean compile's. The CPU-only entry is served on a rerun."""
     from orchestrator import cache
@@ -115,29 +116,27 @@ def test_a_damaged_cache_entry_is_replaced_and_the_pte_is_unchanged(tmp_path, ca
     from orchestrator.sources import load_calibration, load_model
     from orchestrator.target import resolve_target
 
-    os.environ["ORCHESTRATE_CACHE"] = str(tmp_path / "cache")
-    try:
-        model = load_model("deep-autoencoder")
-        calibration = load_calibration(None, model.example_inputs)
-        target = resolve_target("corstone300", npu="none")
-        clean = compile_model(model, calibration, target)
-        assert not clean.cache_hit
-        again = compile_model(model, calibration, target)
-        assert again.cache_hit and again.pte_bytes == clean.pte_bytes  # CPU-only entries load
-        (entry,) = (tmp_path / "cache" / "quantized").iterdir()
-        damaged = entry / "quantized.pt2"
-        data = bytearray(damaged.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        damaged.write_bytes(bytes(data))
-        capsys.readouterr()
-        recomputed = compile_model(model, calibration, target)
-        assert "cache entry" in capsys.readouterr().err
-        assert not recomputed.cache_hit and recomputed.pte_bytes == clean.pte_bytes
-        served = compile_model(model, calibration, target)
-        assert served.cache_hit and served.pte_bytes == clean.pte_bytes  # the entry was replaced
-        assert cache.cache_dir() == tmp_path / "cache"
-    finally:
-        os.environ.pop("ORCHESTRATE_CACHE")
+    # The session's cache stays the session's: this test's own folder, restored after.
+    monkeypatch.setenv("ORCHESTRATE_CACHE", str(tmp_path / "cache"))
+    model = load_model("deep-autoencoder")
+    calibration = load_calibration(None, model.example_inputs)
+    target = resolve_target("corstone300", npu="none")
+    clean = compile_model(model, calibration, target)
+    assert not clean.cache_hit
+    again = compile_model(model, calibration, target)
+    assert again.cache_hit and again.pte_bytes == clean.pte_bytes  # CPU-only entries load
+    (entry,) = (tmp_path / "cache" / "quantized").iterdir()
+    damaged = entry / "quantized.pt2"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    capsys.readouterr()
+    recomputed = compile_model(model, calibration, target)
+    assert "cache entry" in capsys.readouterr().err
+    assert not recomputed.cache_hit and recomputed.pte_bytes == clean.pte_bytes
+    served = compile_model(model, calibration, target)
+    assert served.cache_hit and served.pte_bytes == clean.pte_bytes  # the entry was replaced
+    assert cache.cache_dir() == tmp_path / "cache"
 
 
 def test_the_manifest_cannot_name_the_program_verify_runs(tmp_path, compiles):
