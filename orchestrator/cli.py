@@ -381,6 +381,7 @@ def cmd_plan(args) -> int:
     _print_cost_placement(plan, sys.stdout if not args.output and args.format == "table"
                           else sys.stderr)
     if args.pte:
+        plan.refuse_miscompiles()  # the same refusals as `compile` (it wrote such programs)
         write_outputs(compiled, Path(args.pte), plan.artifact_files())
     check_gates(plan, Gates(args.fail_under_npu_coverage, args.max_partitions, args.require_fit,
                             runner_ops is not None, args.require_runnable))

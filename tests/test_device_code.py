@@ -230,3 +230,16 @@ def test_index_ops_pass_every_device_method(compiles):
     assert verdict.outcome == "passed", verdict.render_text()
     assert {r.name for r in verdict.results if r.outcome == "passed"} == {
         "twin", "host runtime", "QEMU Cortex-M55"}
+
+
+def test_plan_pte_refuses_what_compile_refuses(tmp_path, capsys):
+    """`plan --pte` writes a program only when `compile` would: the report is printed, the
+    refused program is not written (it skipped compile's refusals before)."""
+    from orchestrator.cli import main
+
+    pte = tmp_path / "index_ops.pte"
+    code = main(["plan", model_spec("index_ops"), "--npu", "ethos-u55-128", "--pte", str(pte),
+                 "--quiet"])
+    assert code == 2 and not pte.exists()
+    err = capsys.readouterr().err
+    assert "not writing a program the device refuses" in err and "EthosUBackend" in err
