@@ -85,6 +85,17 @@ def deserialize_program(pte_bytes: bytes):
     return deserialize_pte(pte_bytes).program
 
 
+def kernel_calls(plan, chain: int = 0, stop: int | None = None):
+    """(instruction index, KernelCall, operator) for each kernel call of an execution plan's
+    chain, up to instruction `stop` (exclusive); delegate calls, moves and jumps are skipped."""
+    instructions = plan.chains[chain].instructions
+    for position, instruction in enumerate(instructions[:stop] if stop is not None
+                                           else instructions):
+        call = instruction.instr_args
+        if type(call).__name__ == "KernelCall":
+            yield position, call, plan.operators[call.op_index]
+
+
 def _pybind_parameters(function) -> list[str]:
     """Parameter names from a pybind11 docstring: `name(a: int, b: bytes = None) -> list`."""
     first = (function.__doc__ or "").strip().splitlines()[0] if function.__doc__ else ""

@@ -36,6 +36,7 @@ import torch
 from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, KernelRefusal,
                              RuntimeFailure, RuntimeUnavailable, missing_operators)
 from kernels.device_ops import device_operator_names
+from kernels.upstream_runtime import kernel_calls
 from orchestrator.errors import UserError
 from partitioners.legalize import contiguous_operands, runtime_node
 from partitioners.records import Workaround
@@ -130,16 +131,10 @@ def _inputs(sample, dtypes, config: dict) -> tuple[torch.Tensor, ...]:
 
 def _ordinal(executorch_program, refusal: KernelRefusal) -> int:
     """How many calls of the refused operator come before the refused instruction."""
-    plan = executorch_program.execution_plan[0]
     base = refusal.operator.split(".")[0]
-    count = 0
-    for instruction in plan.chains[refusal.chain].instructions[:refusal.instruction]:
-        args = instruction.instr_args
-        if type(args).__name__ != "KernelCall":
-            continue
-        if plan.operators[args.op_index].name == base:
-            count += 1
-    return count
+    return sum(1 for _, _, op in kernel_calls(executorch_program.execution_plan[0],
+                                               refusal.chain, refusal.instruction)
+               if op.name == base)
 
 
 def _leave_npu_scratch(invocation) -> None:

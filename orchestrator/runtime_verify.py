@@ -41,6 +41,7 @@ from orchestrator import numerics
 from orchestrator.artifacts import artifacts_dir_for, check_artifacts
 from orchestrator.errors import NotRun, UserError
 from kernels.reference import HOST_TIER, MVE_ONLY_SEMANTICS
+from kernels.upstream_runtime import kernel_calls
 from orchestrator.twin import TwinProgram, load_twin
 from orchestrator.verification import (_as_tuple, _float_output, _output_quantization, _steps,
                                  device_inputs, load_reference, sample_inputs)
@@ -164,11 +165,7 @@ def host_limits(twin: TwinProgram) -> tuple[HostLimit, ...]:
     CORTEX_M_ENABLE_RUNTIME_CHECKS, off by default as on the device).
     """
     limits = []
-    for position, instruction in enumerate(twin.plan.chains[0].instructions):
-        call = instruction.instr_args
-        if type(call).__name__ != "KernelCall":
-            continue
-        op = twin.plan.operators[call.op_index]
+    for position, call, op in kernel_calls(twin.plan):
         name = f"{op.name}.{op.overload}"
         needed = _scalar_scratch_bytes(twin, op.name, call.args)
         if needed is not None and needed[0] > needed[1]:
@@ -184,15 +181,10 @@ def c_path_only(twin: TwinProgram) -> tuple[str, ...]:
     program was compiled for the MVE tier)."""
     if twin.isa_tier != "mve":
         return ()
-    names = []
-    for position, instruction in enumerate(twin.plan.chains[0].instructions):
-        call = instruction.instr_args
-        if type(call).__name__ != "KernelCall":
-            continue
-        op = twin.plan.operators[call.op_index]
-        if op.name.split("::")[-1] in MVE_ONLY_SEMANTICS and op.name.startswith("cortex_m::"):
-            names.append(f"{position} {op.name}.{op.overload}")
-    return tuple(names)
+    return tuple(f"{position} {op.name}.{op.overload}"
+                 for position, _, op in kernel_calls(twin.plan)
+                 if op.name.startswith("cortex_m::")
+                 and op.name.split("::")[-1] in MVE_ONLY_SEMANTICS)
 
 
 def _scalar_scratch_bytes(twin: TwinProgram, op: str, args) -> tuple[int, int] | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from kernels.upstream_runtime import kernel_calls
 from orchestrator.artifacts import artifacts_dir_for, check_artifacts
 from orchestrator import numerics
 from orchestrator.errors import UserError
@@ -268,11 +269,8 @@ def _compare_outputs(twin, runs, quantized_outs, float_outs) -> tuple[OutputComp
 def _program_qparams(twin: TwinProgram) -> dict[int, tuple[float, int]]:
     """EValue -> (scale, zero point) for every tensor a quantize writes or a dequantize reads."""
     known = {}
-    for instruction in twin.plan.chains[0].instructions:
-        call = instruction.instr_args
-        if type(call).__name__ != "KernelCall":
-            continue
-        name = twin.plan.operators[call.op_index].name
+    for _, call, op in kernel_calls(twin.plan):
+        name = op.name
         if name == "cortex_m::quantize_per_tensor":
             known[call.args[6]] = (_scalar(twin, call.args[1]), _scalar(twin, call.args[2]))
         elif name == "cortex_m::dequantize_per_tensor":
