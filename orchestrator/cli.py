@@ -598,41 +598,18 @@ def _print_report(args, as_json: dict, as_text: str) -> None:
 
 
 def _verify_qemu(args, pte: Path) -> int:
-    from orchestrator.errors import NotRun, VerificationFailure
-    from orchestrator.verify_all import installed_platform
-    from platforms.qemu import METHOD, run_bpte_on_qemu
-
-    import tempfile
-
     from orchestrator.artifacts import check_artifacts
-    from orchestrator.bundle import write_bundle
+    from orchestrator.errors import NotRun, VerificationFailure
+    from orchestrator.verify_all import installed_platform, qemu_lines, qemu_on_checked_pte
 
-    artifacts = pte.with_name(pte.stem + ".artifacts")
     target = check_artifacts(pte)["target"]
     platform = installed_platform(target, args.platform)
     if target["npu"]:
         raise NotRun(f"not run: {pte.name} is compiled for {target['npu']} and QEMU's "
                      f"{platform.name} model has no Ethos-U; nothing was run (verify without "
                      "--qemu runs the twin and the host runtime; --fvp on a Corstone FVP)")
-    with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
-        # A fresh BundleIO of the checked .pte (a .bpte lying beside it is covered by no hash).
-        bpte = write_bundle(pte, Path(folder) / "program.bpte")
-        result = run_bpte_on_qemu(bpte, artifacts / "operators.txt", platform,
-                                  timeout_s=args.timeout, atol=args.atol)
-    print(f"method: {METHOD} (Cortex-M55 + MVE on QEMU mps3-an547: ExecuTorch runtime, portable "
-          "and CMSIS-NN kernels built for the M55; no Ethos-U, no timing)")
-    print(result.summary())
-    if result.weights_region:
-        print(f"weights: constant segment ({result.weights_bytes:,} B) read from "
-              f"{result.weights_region} at {result.weights_address:#x}")
-    for mem_id, size, region, address in result.planned_buffers:
-        print(f"activations: planned buffer mem_id {mem_id} ({size:,} B) in {region or '-'} at "
-              f"{address:#x}")
-    for case in result.cases:
-        count = f"{case.instructions:,} instructions" if case.instructions else "no count"
-        print(f"  case {case.index}: {'PASS' if case.passed else 'FAIL'}, {count}")
-    print("instructions: executed per inference, counted by QEMU -icount; a lower bound on "
-          "cycles, not cycles")
+    result = qemu_on_checked_pte(pte, platform, args.timeout, atol=args.atol)
+    print("\n".join(qemu_lines(result)))
     if result.passed is not True:
         raise VerificationFailure("QEMU run did not report PASS")
     return 0

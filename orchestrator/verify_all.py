@@ -28,7 +28,6 @@ folder names: the manifest's platform is looked up by name among the installed p
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,13 +75,6 @@ class CombinedVerdict:
             lines.append(f"  {result.name}: {result.outcome}: {result.detail}")
         lines.append(f"  verdict: {self.verdict}")
         return "\n".join(lines)
-
-
-def _target(pte: Path) -> dict:
-    try:
-        return json.loads((artifacts_dir_for(pte) / "manifest.json").read_text())["target"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
 
 
 def run_twin(pte: Path, samples: int, calibration, per_op: bool, max_steps: int) -> MethodResult:
@@ -149,42 +141,62 @@ def installed_platform(target: dict, override=None):
     return load_platform(key)
 
 
+def qemu_on_checked_pte(pte: Path, platform, timeout_s: int = 600, atol: float = 0.0,
+                        samples: int = 4):
+    """Run a fresh BundleIO of `pte` (the caller has checked it against its manifest: a .bpte
+    lying beside it is covered by no hash) on the platform's runner in QEMU."""
+    from orchestrator.bundle import write_bundle
+    from platforms.qemu import run_bpte_on_qemu
+
+    with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
+        bpte = write_bundle(pte, Path(folder) / "program.bpte", samples=samples)
+        return run_bpte_on_qemu(bpte, artifacts_dir_for(pte) / "operators.txt", platform,
+                                timeout_s=timeout_s, atol=atol)
+
+
+def qemu_lines(result) -> list[str]:
+    """What a QEMU run showed: method, verdict, where the weights and planned buffers went, each
+    case and the instruction counts, with what the counts are (not cycles)."""
+    from platforms.qemu import METHOD
+
+    lines = [f"method: {METHOD} (Cortex-M55 + MVE on QEMU mps3-an547: ExecuTorch runtime, "
+             "portable and CMSIS-NN kernels built for the M55; no Ethos-U, no timing)",
+             result.summary()]
+    if result.weights_region:
+        lines.append(f"weights: constant segment ({result.weights_bytes:,} B) read from "
+                     f"{result.weights_region} at {result.weights_address:#x}")
+    for mem_id, size, region, address in result.planned_buffers:
+        lines.append(f"activations: planned buffer mem_id {mem_id} ({size:,} B) in "
+                     f"{region or '-'} at {address:#x}")
+    for case in result.cases:
+        count = f"{case.instructions:,} instructions" if case.instructions else "no count"
+        lines.append(f"  case {case.index}: {'PASS' if case.passed else 'FAIL'}, {count}")
+    lines.append("instructions: executed per inference, counted by QEMU -icount; a lower bound "
+                 "on cycles, not cycles")
+    return lines
+
+
 def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
              samples: int = 4) -> MethodResult:
-    from orchestrator.bundle import write_bundle
-    from platforms.qemu import METHOD, QemuUnavailable, run_bpte_on_qemu
-
-    target = _target(pte)
+    from orchestrator.artifacts import check_artifacts
+    from orchestrator.errors import NotRun, UserError
     from orchestrator.twin import load_twin
+    from platforms.qemu import QemuUnavailable
 
-    has_npu = bool(load_twin(pte).partitions)
-    reason = qemu_unavailable_reason(target, has_npu)
+    target = check_artifacts(pte)["target"]
+    reason = qemu_unavailable_reason(target, bool(load_twin(pte).partitions))
     if reason is not None:
         return MethodResult(QEMU, "not-run", reason, True)
-    from orchestrator.errors import UserError
-
     try:
         platform = installed_platform(target, platform_override)
     except UserError as error:
         return MethodResult(QEMU, "not-run", str(error), True)
-    from orchestrator.errors import NotRun
-
-    with tempfile.TemporaryDirectory(prefix="orchestrate-verify-") as folder:
-        try:
-            # A fresh bundle of the verified .pte: what runs is the program whose hash was checked.
-            bpte = write_bundle(pte, Path(folder) / "program.bpte", samples=samples)
-        except NotRun as error:
-            return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True)
-        try:
-            result = run_bpte_on_qemu(bpte, artifacts_dir_for(pte) / "operators.txt", platform,
-                                      timeout_s=timeout_s)
-        except QemuUnavailable as error:
-            return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True)
-    lines = [f"verify --qemu {pte}: {'PASS' if result.passed else 'FAIL'}",
-             f"  method: {METHOD}", f"  {result.summary()}"]
-    lines += [f"  case {c.index}: {'PASS' if c.passed else 'FAIL'}, "
-              f"{c.instructions:,} instructions" if c.instructions else
-              f"  case {c.index}: {'PASS' if c.passed else 'FAIL'}" for c in result.cases]
+    try:
+        result = qemu_on_checked_pte(pte, platform, timeout_s, samples=samples)
+    except (NotRun, QemuUnavailable) as error:
+        return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True)
+    text = "\n".join([f"verify --qemu {pte}: {'PASS' if result.passed else 'FAIL'}"]
+                     + [f"  {line}" for line in qemu_lines(result)])
     if result.passed:
         per = f", {result.instructions:,} instructions per inference (QEMU -icount, not cycles)" \
             if result.instructions else ""
@@ -195,7 +207,7 @@ def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
         detail = ("FAILED on the Corstone-300 runner firmware in QEMU: "
                   + ("; ".join(result.errors) or "a BundleIO case did not match the twin"))
         outcome = "failed"
-    return MethodResult(QEMU, outcome, detail, True, "\n".join(lines),
+    return MethodResult(QEMU, outcome, detail, True, text,
                         {"passed": result.passed, "instructions": result.instructions,
                          "cases": [{"index": c.index, "passed": c.passed,
                                     "instructions": c.instructions} for c in result.cases]})
