@@ -20,7 +20,9 @@ import torch
 
 from partitioners import upstream_cortex_m
 from partitioners.activation_narrowing import NARROWED_KEY, with_narrowed_fusion
-from partitioners.records import ORIGIN_KEY, Workaround, stamp_origins  # noqa: F401 - re-exported
+# stamp_origins is re-exported for callers that import it from here.
+from partitioners.records import (ORIGIN_KEY, Workaround, quantize_scalar,  # noqa: F401
+                                  stamp_origins)
 
 
 @dataclass(frozen=True)
@@ -201,9 +203,8 @@ def requantize_fill_values(program) -> list[Workaround]:
         value = node.args[position]
         if not isinstance(value, (int, float)):
             continue
-        quantized = int(min(qparams.qmax, max(qparams.qmin,
-                                              round(float(value) / float(qparams.scale))
-                                              + int(qparams.zp))))
+        quantized = quantize_scalar(value, qparams.scale, qparams.zp, qparams.qmin,
+                                    qparams.qmax)
         if quantized == value:
             continue
         args = list(node.args)

@@ -44,7 +44,7 @@ import torch
 
 from kernels.catalogue import CHANNELS_LAST
 from kernels.reference import TRANSPOSE_MAX_RANK
-from partitioners.records import MOVED_OFF_CMSIS_KEY, ORIGIN_KEY, Workaround
+from partitioners.records import MOVED_OFF_CMSIS_KEY, ORIGIN_KEY, Workaround, quantize_scalar
 
 _SCALAR_OVERLOADS = {"add": "Scalar", "sub": "Scalar", "mul": "Scalar", "div": "Scalar",
                      "gt": "Scalar", "ge": "Scalar", "lt": "Scalar", "le": "Scalar",
@@ -107,7 +107,7 @@ def _delegate_constant_output(program, getitem: torch.fx.Node):
     if quantize is not None:
         scale, zero_point, qmin, qmax = (float(quantize.args[1]), int(quantize.args[2]),
                                          int(quantize.args[3]), int(quantize.args[4]))
-        value = int(min(qmax, max(qmin, round(value / scale) + zero_point)))
+        value = quantize_scalar(value, scale, zero_point, qmin, qmax)
     return value
 
 

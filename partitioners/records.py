@@ -26,3 +26,9 @@ class Workaround:
     node: str
     upstream: str  # the component at fault
     message: str
+
+
+def quantize_scalar(value: float, scale: float, zero_point: int, qmin: int, qmax: int) -> int:
+    """A float constant in the int8 domain of (scale, zero point), as quantize_per_tensor
+    computes it: round to nearest, shift by the zero point, clamp."""
+    return int(min(qmax, max(qmin, round(float(value) / float(scale)) + int(zero_point))))
