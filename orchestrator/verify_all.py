@@ -213,8 +213,15 @@ def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
                                     "instructions": c.instructions} for c in result.cases]})
 
 
-def combine(pte: Path, results: tuple[MethodResult, ...]) -> CombinedVerdict:
-    """The verdict of the methods together (see the module docstring)."""
+NPU_BY_TOSA = ("the NPU partitions ran as their TOSA graphs in the TOSA reference model, not as "
+               "Vela's command stream")
+
+
+def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False
+            ) -> CombinedVerdict:
+    """The verdict of the methods together (see the module docstring). `has_npu`: the program
+    has Ethos-U partitions, which no method here executes as the device would (the verdict says
+    so)."""
     ran = [r for r in results if r.outcome != "not-run"]
     failed = [r for r in ran if r.outcome == "failed"]
     device_passed = [r for r in ran if r.device_code and r.outcome == "passed"]
@@ -233,7 +240,8 @@ def combine(pte: Path, results: tuple[MethodResult, ...]) -> CombinedVerdict:
         extra = (f"; {names(not_run)} not run: " + "; ".join(r.detail for r in not_run)
                  if not_run else "")
         return CombinedVerdict(str(pte), results, "passed",
-                               f"PASSED by {names(device_passed)} (device code)"
+                               f"PASSED by {names(device_passed)} (device code"
+                               + (f" for the CPU side; {NPU_BY_TOSA})" if has_npu else ")")
                                + (", with the twin" if any(r.name == TWIN for r in ran) else "")
                                + extra)
     if partial:
@@ -263,4 +271,6 @@ def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
                                         cmsis_nn_src))
     if QEMU in methods:
         results.append(run_qemu(pte, platform, timeout_s))
-    return combine(pte, tuple(results))
+    from orchestrator.twin import load_twin
+
+    return combine(pte, tuple(results), has_npu=bool(load_twin(pte).partitions))

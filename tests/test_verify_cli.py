@@ -44,6 +44,8 @@ def test_verify_passes_and_names_its_method(bundled, capsys):
     assert methods["QEMU Cortex-M55"]["outcome"] == "not-run"
     assert "Ethos-U" in methods["QEMU Cortex-M55"]["detail"]
     assert report["outcome"] == "passed" and "host runtime" in report["verdict"]
+    # It claims device code for the CPU side only: the NPU ran as its TOSA graph.
+    assert "NPU partitions ran as their TOSA graphs" in report["verdict"]
 
 
 def test_verify_fvp_without_an_fvp_is_not_run_exit_5(bundled, capsys, monkeypatch, tmp_path):
