@@ -9,8 +9,8 @@ import warnings
 from tabulate import tabulate
 
 from examples.zoo import zoo_names
-from orchestrator.pipeline import compile_model
-from orchestrator.sources import load_calibration, load_model
+from orchestrator.compilation.pipeline import compile_model
+from orchestrator.sources.loader import load_calibration, load_model
 from orchestrator.target import resolve_target
 
 

@@ -1,7 +1,7 @@
 """`.pte` bytes before/after dead-constant elimination, per zoo model, CPU-only M55 and U55-128.
 
 "before" is what ExecuTorch 1.5.1 serializes (prune_constants=False), "after" what `compile`
-writes; both counted in the files (orchestrator/size.py). Also checks that both programs give
+writes; both counted in the files (orchestrator/artifacts/size.py). Also checks that both programs give
 the same output bytes in the twin on one input.
 
     python benchmarks/dead_constants.py
@@ -21,12 +21,12 @@ import orchestrator  # noqa: E402,F401 - pins host numerics first
 import torch  # noqa: E402
 
 from examples.zoo import zoo_names  # noqa: E402
-from orchestrator.artifacts import write_outputs  # noqa: E402
-from orchestrator.pipeline import compile_model  # noqa: E402
-from orchestrator.size import analyze  # noqa: E402
-from orchestrator.sources import load_calibration, load_model  # noqa: E402
+from orchestrator.artifacts.outputs import write_outputs  # noqa: E402
+from orchestrator.compilation.pipeline import compile_model  # noqa: E402
+from orchestrator.artifacts.size import analyze  # noqa: E402
+from orchestrator.sources.loader import load_calibration, load_model  # noqa: E402
 from orchestrator.target import resolve_target  # noqa: E402
-from orchestrator.twin import load_twin  # noqa: E402
+from orchestrator.verification.twin import load_twin  # noqa: E402
 
 TARGETS = (("m55", "none"), ("u55-128", "ethos-u55-128"))
 

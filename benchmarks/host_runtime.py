@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orchestrator  # noqa: E402,F401 - pins host numerics before torch is imported
 from examples.zoo import zoo_names  # noqa: E402
 from kernels.runtime import HostRuntime, ensure_library, find_sources  # noqa: E402
-from orchestrator.runtime_verify import verify_runtime  # noqa: E402
+from orchestrator.verification.runtime_verify import verify_runtime  # noqa: E402
 
 # (tag, platform, npu, cpu)
 TARGETS = (("none", "corstone300", "none", "cortex-m55"),
@@ -43,9 +43,9 @@ def _pte(model: str, tag: str, platform: str, npu: str, cpu: str | None, folder:
     path = folder / f"{model}_{tag}.pte"
     if path.is_file():
         return path
-    from orchestrator.artifacts import write_outputs
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.artifacts.outputs import write_outputs
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
     loaded = load_model(model)

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cost_models.calibration import predict_mlperf  # noqa: E402
 from cost_models.cpu import load_cpu_cost_data  # noqa: E402
-from orchestrator.pipeline import compile_model  # noqa: E402
-from orchestrator.planner import make_plan  # noqa: E402
-from orchestrator.sources import load_calibration, load_model  # noqa: E402
+from orchestrator.compilation.pipeline import compile_model  # noqa: E402
+from orchestrator.planning.planner import make_plan  # noqa: E402
+from orchestrator.sources.loader import load_calibration, load_model  # noqa: E402
 from orchestrator.target import resolve_target  # noqa: E402
 
 CLOCKS_HZ = {"cortex-m55": 400_000_000, "cortex-m85": 480_000_000, "cortex-m7": 280_000_000,

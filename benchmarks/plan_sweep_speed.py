@@ -1,6 +1,6 @@
 """Cold plan vs cache-warm re-plan vs 6-configuration sweeps, as ratios to the cold plan.
 
-All in one process run, each phase on a fresh or warm cache (orchestrator/cache.py) as named:
+All in one process run, each phase on a fresh or warm cache (orchestrator/artifacts/cache.py) as named:
 
     python benchmarks/plan_sweep_speed.py [MODEL]
 """
@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 warnings.filterwarnings("ignore")
 
 import orchestrator  # noqa: E402 - pins host numerics first
-from orchestrator.sweep import SweepJob, sweep_jobs  # noqa: E402
+from orchestrator.request import Request
+from orchestrator.sweeps.local import sweep_jobs  # noqa: E402
 
 NPUS = ("ethos-u55-32", "ethos-u55-64", "ethos-u55-128", "ethos-u55-256", "ethos-u65-256",
         "ethos-u65-512")
@@ -43,7 +44,7 @@ def main() -> None:
         cold = _timed("plan, cold cache", lambda: orchestrator.plan(model, npu="ethos-u55-128"))
         _timed("re-plan with a changed policy, warm cache",
                lambda: orchestrator.plan(model, npu="ethos-u55-128", policy=str(policy)), cold)
-        jobs = [SweepJob(model, None, "corstone300", npu, None, "float", None, None, None)
+        jobs = [Request(model, npu=npu)
                 for npu in NPUS]
         for label, cache, workers in (("6-config sweep, cold cache, 1 worker", "s1", 1),
                                       ("6-config sweep, warm cache, 1 worker", "s1", 1),

@@ -59,7 +59,7 @@ def first_divergence(pte: Path, bpte: Path, trace) -> list[str]:
         deserialize_from_flatbuffer_to_bundled_program,
     )
 
-    from orchestrator.twin import load_twin
+    from orchestrator.verification.twin import load_twin
 
     twin = load_twin(pte)
     values = twin.program.execution_plan[0].values

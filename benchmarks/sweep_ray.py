@@ -1,6 +1,6 @@
 """A 6-configuration sweep on Ray with 2 workers vs 1, and on the local process pool, as speed-ups.
 
-One process run. A serial sweep first fills a fresh cache (orchestrator/cache.py) and gives the
+One process run. A serial sweep first fills a fresh cache (orchestrator/artifacts/cache.py) and gives the
 reference rows; every timed sweep after it runs on that warm cache, so each does the same work
 (the per-configuration compile, Vela and plan; no capture or quantization) and must return the
 reference rows. A Ray sweep's time includes starting a Ray instance on this machine
@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 warnings.filterwarnings("ignore")
 
 import orchestrator  # noqa: E402,F401 - pins host numerics first
-from orchestrator.sweep import SweepJob, sweep_jobs  # noqa: E402
+from orchestrator.request import Request
+from orchestrator.sweeps.local import sweep_jobs  # noqa: E402
 
 NPUS = ("ethos-u55-32", "ethos-u55-64", "ethos-u55-128", "ethos-u55-256", "ethos-u65-256",
         "ethos-u65-512")
@@ -41,7 +42,7 @@ def _timed(label: str, jobs, reference, workers: int, executor: str) -> float:
 
 def main() -> None:
     model = sys.argv[1] if len(sys.argv) > 1 else "ds-cnn"
-    jobs = [SweepJob(model, None, "corstone300", npu, None, "float", None, None, None)
+    jobs = [Request(model, npu=npu)
             for npu in NPUS]
     print(f"model {model}, {len(jobs)} configurations, {os.cpu_count()} cores; wall-clock "
           "seconds, warm cache")

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from examples.zoo import _randomize_batchnorm  # the zoo's non-trivial BatchNorm statistics
+from examples.zoo import randomize_batchnorm  # the zoo's non-trivial BatchNorm statistics
 
 Factory = Callable[[], tuple[nn.Module, tuple[Tensor, ...]]]
 
@@ -42,7 +42,7 @@ def _seeded(build: Callable[[], nn.Module], *shapes: tuple[int, ...]) -> Factory
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(_SEED)
             module = build()
-            _randomize_batchnorm(module)
+            randomize_batchnorm(module)
             inputs = tuple(torch.rand(shape) * 2 - 1 for shape in shapes)
         return module.eval(), inputs
 

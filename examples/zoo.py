@@ -36,7 +36,7 @@ class ZooEntry:
     kind: Kind
 
 
-def _randomize_batchnorm(module: nn.Module) -> None:
+def randomize_batchnorm(module: nn.Module) -> None:
     """Give every BatchNorm non-trivial statistics (draws from the caller's seeded RNG)."""
     for bn in module.modules():
         if isinstance(bn, nn.modules.batchnorm._BatchNorm):
@@ -55,7 +55,7 @@ def _seeded(build: Callable[[], nn.Module], input_shape: tuple[int, ...]) -> Fac
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(_SEED)
             module = build()
-            _randomize_batchnorm(module)
+            randomize_batchnorm(module)
             # Uniform in [-1, 1), the range the upstream MLPerf Tiny examples use.
             example = torch.rand(input_shape) * 2 - 1
         return module.eval(), (example,)

@@ -3,7 +3,7 @@ kernels would fail on, in the words a user reads.
 
 They are written here, beside the checks that find them (kernels/device_ops.py,
 kernels/layout_checks.py, kernels/reference.py; the twin's EthosUBackend I/O checks in
-orchestrator/twin.py build theirs with kernels/reference.py's `device_fault`), because kernels/
+orchestrator/verification/twin.py build theirs with kernels/reference.py's `device_fault`), because kernels/
 sits below partitioners/ (tests/test_architecture.py) and the twin's kernels word their faults
 with them.
 partitioners/reasons.py registers every entry in the one catalogue, so the plan, the twin and
@@ -56,7 +56,7 @@ DEVICE_FAULTS: tuple[FaultEntry, ...] = (
                "InvalidArgument on the device (transpose_out: expected tensor rank in "
                "[1, {max_rank}], got {rank})"),
     # EthosUBackend's delegate I/O copies (EthosUBackend.cpp), checked by the twin
-    # (orchestrator/twin.py): the backend logs the error and returns InvalidProgram.
+    # (orchestrator/verification/twin.py): the backend logs the error and returns InvalidProgram.
     FaultEntry("npu-input-type", "EthosUBackend input copy (EthosUBackend.cpp)",
                "input {slot} is {dtype} but Vela expects {elem_size}-byte elements: "
                "EthosUBackend returns InvalidProgram"),

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from kernels.catalogue import CHANNELS_LAST, CPU_KERNELS
-from kernels.reference import (_RAW_CMSIS, SIZES_WALK_KERNELS, TRANSPOSE_MAX_RANK,
+from kernels.reference import (RAW_CMSIS, SIZES_WALK_KERNELS, TRANSPOSE_MAX_RANK,
                                layouts_differ, transpose_rank_supported)
 
 def is_layout_finding(check: str) -> bool:
@@ -87,7 +87,7 @@ def layout_findings(node: torch.fx.Node) -> list[tuple[str, dict]]:
             if t.dim() == 4 and layouts_differ(tuple(t.shape), _order(t), CHANNELS_LAST):
                 findings.append(("layout-nhwc-read", {
                     "op": f"cortex_m::{op}", "tensor": arg.name, "order": _order(t)}))
-    if namespace == "cortex_m" and op in _RAW_CMSIS and out is not None:
+    if namespace == "cortex_m" and op in RAW_CMSIS and out is not None:
         for arg, t in _tensor_inputs(node):
             if tuple(t.shape) == tuple(out.shape) and layouts_differ(tuple(t.shape), _order(t),
                                                                      _order(out)):

@@ -72,7 +72,7 @@ _LEADING_DIMS_KERNELS = frozenset({"aten::cat", "aten::split_copy", "aten::split
 # op_*.cpp hand `sizes()` and data pointers to CMSIS-NN and never read the dim_order (the
 # elementwise ones: "TBD (#16032): Validate dim_order"). Channel-broadcast add/mul are the
 # exception handled below. `pad` (is_channels_last_tensor) is dim-order aware.
-_RAW_CMSIS = frozenset({"quantize_per_tensor", "dequantize_per_tensor", "quantized_activation",
+RAW_CMSIS = frozenset({"quantize_per_tensor", "dequantize_per_tensor", "quantized_activation",
                         "quantized_add", "quantized_mul", "quantized_div", "minimum", "maximum",
                         "transpose", "softmax", "quantized_linear", "quantized_batch_matmul"})
 # op_transpose.cpp: `kMaxSupportedDims = 4`; an input of rank 0 or above it fails the kernel
@@ -380,7 +380,7 @@ def _cmsis(name: str, key: str, schema, args, tier: str | None = None) -> Kernel
     kernel = CPU_KERNELS.get(op)
     explicit_nhwc = op.endswith("_nhwc")  # sizes already NHWC: the bytes are row-major
     nhwc_activations = kernel is not None and kernel.reads_nhwc and not explicit_nhwc
-    elementwise = op in _RAW_CMSIS
+    elementwise = op in RAW_CMSIS
     tensors = [value for _, value in _tensor_args(schema, args)]
     channel_broadcast = op in _CHANNEL_BROADCAST_CMSIS and _is_channel_broadcast(tensors)
     reads: list[LayoutRead] = []

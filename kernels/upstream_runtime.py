@@ -9,7 +9,7 @@ place, with a version guard.
   `.pte` held in memory.
 - `executorch.exir._serialize._program.deserialize_pte_binary`: the only reader of a `.pte` into
   the schema's Program in Python, and of its mutable/named data segments (`PTEFile`);
-  orchestrator/upstream_exir.py has `deserialize_program` for orchestrator/, kernels/ may not
+  orchestrator/compilation/upstream_exir.py has `deserialize_program` for orchestrator/, kernels/ may not
   import it; the twin, which also needs the segments, uses `deserialize_pte` here.
 
 `tests/test_upstream_adapters.py` checks these names and signatures without compiling.

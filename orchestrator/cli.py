@@ -14,8 +14,10 @@ import sys
 import warnings
 from pathlib import Path
 
+from orchestrator import api
+from orchestrator.artifacts.files import atomic_write_bytes, check_output_file, same_path
 from orchestrator.errors import NotRun, OrchestrateError, UserError
-from orchestrator.files import atomic_write_bytes, check_output_file, same_path
+from orchestrator.request import Request, load_policy_arg, memory_policy, resolve
 
 
 class _Parser(argparse.ArgumentParser):
@@ -272,15 +274,22 @@ def _progress(args) -> _Progress:
     return _Progress(not getattr(args, "quiet", False) and sys.stderr.isatty())
 
 
+def _request(args, npu: str | None = None, model: str | None = None,
+             runner_ops: set[str] | None = None) -> Request:
+    """The Request the target options describe (`npu`/`model` override, for a sweep's jobs)."""
+    return Request(model or args.model, platform=args.platform, npu=npu or args.npu,
+                   cpu=args.cpu, io=args.io, calibration=args.calibration, cpu_hz=args.cpu_hz,
+                   npu_hz=args.npu_hz, policy=args.policy,
+                   placement=getattr(args, "placement", None),
+                   memory_policy=args.memory_policy,
+                   runner_ops=frozenset(runner_ops) if runner_ops is not None else None)
+
+
 def _plan(args, runner_ops=None):
     """Compile and plan as the options say (policy, placement, progress); the Plan."""
-    from orchestrator.api import _planned
-
     progress = _progress(args)
     try:
-        plan = _planned(args.model, args.platform, args.npu, args.cpu, args.io, args.calibration,
-                        args.cpu_hz, args.npu_hz, runner_ops, args.policy, args.placement,
-                        progress, args.memory_policy)
+        plan = api.plan(_request(args, runner_ops=runner_ops), progress=progress)
     finally:
         progress.finish()
     calibration = plan.compiled.calibration
@@ -317,7 +326,7 @@ def _check_outputs(args, report: str | None = None, pte: str | None = None,
                    pte_option: str = "-o", bundle: bool = False) -> None:
     """Fail before compiling, not after, when an output cannot be written or would overwrite an
     input, another output or something this tool did not write."""
-    from orchestrator.artifacts import artifacts_dir_for, check_outputs
+    from orchestrator.artifacts.outputs import artifacts_dir_for, check_outputs
 
     outputs: list[tuple[str, Path]] = []
     if report:
@@ -351,9 +360,9 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def cmd_plan(args) -> int:
-    from orchestrator.artifacts import write_outputs
-    from orchestrator.planner import Gates, check_gates
-    from orchestrator.report import read_runner_ops, render_json, render_markdown
+    from orchestrator.artifacts.outputs import write_outputs
+    from orchestrator.planning.planner import Gates, check_gates
+    from orchestrator.reports.coverage import read_runner_ops, render_json, render_markdown
 
     args.format = _plan_format(args.format, args.output)
     _check_outputs(args, report=args.output, pte=args.pte, pte_option="--pte")
@@ -364,7 +373,7 @@ def cmd_plan(args) -> int:
     if args.format == "html":
         text = plan.to_html()
     elif args.format == "model-explorer":
-        from orchestrator.report_explorer import render_node_data
+        from orchestrator.reports.explorer import render_node_data
 
         text = render_node_data(plan)
     elif args.format == "table":
@@ -406,13 +415,11 @@ def _plan_format(given: str | None, output: str | None) -> str:
 def _policy_first(args) -> None:
     """A bad policy file is refused before anything compiles."""
     if getattr(args, "policy", None):
-        from orchestrator.api import load_policy_arg
-
         load_policy_arg(args.policy)
 
 
 def cmd_compile(args) -> int:
-    from orchestrator.artifacts import write_outputs
+    from orchestrator.artifacts.outputs import write_outputs
 
     _check_outputs(args, pte=args.output, bundle=args.bundle)
     _policy_first(args)
@@ -428,7 +435,7 @@ def cmd_compile(args) -> int:
     for fault in s.device_faults:
         print(f"warning: the device runtime cannot run this program: {fault}", file=sys.stderr)
     if args.bundle:
-        from orchestrator.bundle import write_bundle
+        from orchestrator.verification.bundle import write_bundle
 
         bpte = Path(args.output).with_suffix(".bpte")
         write_bundle(Path(args.output), bpte)
@@ -458,13 +465,12 @@ def _sweep_models(args) -> list[str]:
 def cmd_sweep(args) -> int:
     import json
 
-    from orchestrator.sources import load_model
-    from orchestrator.sweep import Executor, SweepJob, render_text, sweep_jobs, to_json
-    from orchestrator.target import resolve_target
+    from orchestrator.sources.loader import load_model
+    from orchestrator.sweeps.local import Executor, render_text, sweep_jobs, to_json
     from platforms import PlatformError, load_platform
 
     if Executor.parse(args.executor).kind == "ray":  # a missing Ray is named before any compile
-        from orchestrator.sweep_ray import import_ray
+        from orchestrator.sweeps.ray_executor import import_ray
 
         import_ray()
     _check_outputs(args, report=args.output)
@@ -476,31 +482,26 @@ def cmd_sweep(args) -> int:
         platform = load_platform(args.platform)
     except PlatformError as error:
         raise UserError(str(error)) from None
-    from orchestrator.api import _memory_policy
-
-    _memory_policy(args.memory_policy, platform)  # named before any worker starts
+    memory_policy(args.memory_policy, platform)  # named before any worker starts
     chosen = args.npus or args.npu
     npus = [npu.strip() for npu in chosen.split(",")] if chosen else list(platform.npu_options)
     if not all(npus):
         raise UserError(f"--npus '{chosen}' has an empty name; separate NPU names with single "
                         "commas, e.g. ethos-u55-128,none")
-    for npu in npus:  # every name checked here, before any worker starts
-        resolve_target(args.platform, npu=npu, cpu=args.cpu, io=args.io, cpu_hz=args.cpu_hz,
-                       npu_hz=args.npu_hz)
     models = _sweep_models(args)
+    jobs = [_request(args, npu=npu, model=model) for model in models for npu in npus]
+    for job in jobs[:len(npus)]:  # every target checked here, before any worker starts
+        resolve(job)
     for model in models:  # a bad model spec is refused before compiling anything
         load_model(model)
     if not args.calibration:
         print("warning: calibration: no --calibration given; generated samples calibrate the "
               "quantizer, so accuracy figures are not representative", file=sys.stderr)
-    jobs = [SweepJob(model, args.calibration, args.platform, npu, args.cpu, args.io, args.cpu_hz,
-                     args.npu_hz, args.policy, args.memory_policy)
-            for model in models for npu in npus]
     progress = _SweepProgress(len(jobs), not args.quiet and sys.stderr.isatty())
     rows = sweep_jobs(jobs, args.jobs, progress, executor=args.executor)
     progress.finish()
     if args.format == "html":
-        from orchestrator.report_html import render_sweep_html
+        from orchestrator.reports.html import render_sweep_html
 
         text = render_sweep_html(to_json(rows), f"orchestrate sweep: {', '.join(models)} on "
                                  f"{args.platform}")
@@ -539,7 +540,7 @@ def cmd_verify(args) -> int:
     if args.qemu:
         return _verify_qemu(args, pte)
     if args.runtime == "auto":
-        from orchestrator.verify_all import verify_all
+        from orchestrator.verification.combined import verify_all
 
         verdict = verify_all(pte, samples=args.samples, calibration=args.calibration,
                              per_op=args.per_op, max_steps=args.max_steps,
@@ -557,7 +558,7 @@ def cmd_verify(args) -> int:
         return 0
     failures = []
     if args.runtime in ("twin", "both"):
-        from orchestrator.verification import render_text, report_json, verify
+        from orchestrator.verification.twin_verify import render_text, report_json, verify
 
         report = verify(pte, samples=args.samples, calibration=args.calibration,
                         per_op=args.per_op, max_steps=args.max_steps)
@@ -570,9 +571,9 @@ def cmd_verify(args) -> int:
             failures.append(report.verdict)
     if args.runtime in ("executorch", "both"):
         from orchestrator.errors import NotRun
-        from orchestrator.runtime_verify import render_text as runtime_text
-        from orchestrator.runtime_verify import report_json as runtime_json
-        from orchestrator.runtime_verify import verify_runtime
+        from orchestrator.verification.runtime_verify import render_text as runtime_text
+        from orchestrator.verification.runtime_verify import report_json as runtime_json
+        from orchestrator.verification.runtime_verify import verify_runtime
 
         # Raises NotRun (exit 5) when the runtime cannot be built here.
         runtime = verify_runtime(pte, samples=args.samples, calibration=args.calibration,
@@ -598,9 +599,9 @@ def _print_report(args, as_json: dict, as_text: str) -> None:
 
 
 def _verify_qemu(args, pte: Path) -> int:
-    from orchestrator.artifacts import check_artifacts
+    from orchestrator.artifacts.outputs import check_artifacts
     from orchestrator.errors import NotRun, VerificationFailure
-    from orchestrator.verify_all import installed_platform, qemu_lines, qemu_on_checked_pte
+    from orchestrator.verification.combined import installed_platform, qemu_lines, qemu_on_checked_pte
 
     target = check_artifacts(pte)["target"]
     platform = installed_platform(target, args.platform)
@@ -616,13 +617,13 @@ def _verify_qemu(args, pte: Path) -> int:
 
 
 def _verify_fvp(args, pte: Path) -> int:
-    from orchestrator.verify_all import installed_platform
+    from orchestrator.verification.combined import installed_platform
     from platforms.fvp import run_bpte
 
     import tempfile
 
-    from orchestrator.artifacts import check_artifacts
-    from orchestrator.bundle import write_bundle
+    from orchestrator.artifacts.outputs import check_artifacts
+    from orchestrator.verification.bundle import write_bundle
 
     target = check_artifacts(pte)["target"]
     platform = installed_platform(target, args.platform)
@@ -646,7 +647,7 @@ def _verify_fvp(args, pte: Path) -> int:
 
 
 def cmd_size(args) -> int:
-    from orchestrator.size import analyze, render_json, render_text
+    from orchestrator.artifacts.size import analyze, render_json, render_text
 
     pte = Path(args.pte)
     if not pte.is_file():
@@ -691,7 +692,7 @@ def cmd_cache(args) -> int:
     import shutil
 
     from kernels.cache_root import cache_root
-    from orchestrator.cache import cache_dir
+    from orchestrator.artifacts.cache import cache_dir
 
     roots = []
     for root in (cache_root(), cache_dir()):

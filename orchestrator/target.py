@@ -8,7 +8,7 @@ from orchestrator.errors import UserError
 
 IO_TYPES = ("float", "int8")
 # What --io accepts: a type, or `auto` (compile both, keep the smaller arena among the types the
-# platform's firmware takes: orchestrator/pipeline.py, stage choose_io).
+# platform's firmware takes: orchestrator/compilation/pipeline.py, stage choose_io).
 IO_CHOICES = (*IO_TYPES, "auto")
 
 

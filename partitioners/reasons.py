@@ -2,7 +2,7 @@
 flags a device fault, with the text a user reads.
 
 One entry per check, as Vela's operator-support constraints are one function each: the plan
-(orchestrator/placement.py), the device checks and the twin's kernels (kernels/) and the
+(orchestrator/planning/placement.py), the device checks and the twin's kernels (kernels/) and the
 generated partitioners/REASONS.md all read it, so one rule never has two messages. The
 device-fault entries are written in kernels/faults.py, beside their checks, and registered
 here. Where an upstream check decided (the Ethos-U partitioner's operator-support checks, a

@@ -23,9 +23,9 @@ class CompileCache:
         Keyed by the resolved target, so `npu=None` and the platform's default NPU, or `cpu=None`
         and the platform's default core, share one compile."""
         from examples import zoo
-        from orchestrator.artifacts import write_outputs
-        from orchestrator.pipeline import compile_model
-        from orchestrator.sources import load_calibration, load_model
+        from orchestrator.artifacts.outputs import write_outputs
+        from orchestrator.compilation.pipeline import compile_model
+        from orchestrator.sources.loader import load_calibration, load_model
         from orchestrator.target import resolve_target
 
         target = resolve_target(platform, npu=npu, cpu=cpu, io=io)
@@ -47,7 +47,7 @@ class CompileCache:
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory):
-    """A fresh capture/quantization cache per test session (orchestrator/cache.py): shared by
+    """A fresh capture/quantization cache per test session (orchestrator/artifacts/cache.py): shared by
     the session's compiles (and by every pytest-xdist worker of the session: their base temp
     folders are siblings), never by a user's own cache or an earlier run. Entries are written
     to a temporary folder and renamed, so workers racing on one key leave one whole entry."""

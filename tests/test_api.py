@@ -20,11 +20,46 @@ def test_the_readme_python_api_example_runs(tmp_path, monkeypatch, capsys):
         p.name for p in (tmp_path / "ds_cnn.artifacts").iterdir()}
 
 
-def test_the_api_verbs_survive_importing_their_modules():
-    import orchestrator
-    import orchestrator.api  # noqa: F401
-    import orchestrator.planner  # noqa: F401
-    import orchestrator.verification  # noqa: F401
+def test_the_api_verbs_stay_functions_after_every_room_is_imported():
+    """A room named like a verb (`orchestrator/plan/`) would replace `orchestrator.plan` with a
+    module as soon as anything imported it: the rooms have other names."""
+    import importlib
 
-    assert callable(orchestrator.plan) and callable(orchestrator.compile)
-    assert callable(orchestrator.verify)
+    import orchestrator
+    from orchestrator import api
+
+    rooms = [p.parent.name for p in Path(orchestrator.__file__).parent.glob("*/__init__.py")]
+    assert {"compilation", "planning", "reports", "artifacts", "verification"} <= set(rooms)
+    for room in rooms:
+        importlib.import_module(f"orchestrator.{room}")
+    assert (orchestrator.plan, orchestrator.compile, orchestrator.verify) == (
+        api.plan, api.compile, api.verify)
+
+
+def test_a_request_and_keyword_options_plan_the_same_program():
+    import orchestrator
+    from orchestrator.request import Request
+
+    by_keywords = orchestrator.plan("mixed", npu="ethos-u55-64")
+    by_request = orchestrator.plan(Request("mixed", npu="ethos-u55-64"))
+    assert by_request.compiled.pte_bytes == by_keywords.compiled.pte_bytes
+    assert [(r.name, r.placement) for r in by_request.rows] == [(r.name, r.placement)
+                                                            for r in by_keywords.rows]
+
+
+def test_a_request_is_checked_before_its_model_is_loaded():
+    """One validation for every verb: a bad placement, NPU or memory policy is named before the
+    model is looked at (the model here does not exist)."""
+    import pytest
+
+    import orchestrator
+    from orchestrator.errors import UserError
+    from orchestrator.request import Request
+
+    for options, needle in (({"placement": "fast"}, "--placement 'fast'"),
+                            ({"npu": "ethos-u99-1"}, "ethos-u99-1"),
+                            ({"memory_policy": "no-such.yaml"}, "no-such.yaml")):
+        with pytest.raises(UserError, match=needle):
+            orchestrator.plan(Request("no-such-model.py", **options))
+    with pytest.raises(TypeError, match="not both"):
+        orchestrator.plan(Request("ds-cnn"), npu="none")

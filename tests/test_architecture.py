@@ -55,6 +55,19 @@ def test_no_package_imports_a_package_above_it():
     assert wrong == []
 
 
+def test_no_module_imports_a_private_name_of_another():
+    """Modules talk through public names (one request path: the CLI and sweep call the API, not
+    its helpers); a leading underscore means "this module only"."""
+    modules = _modules()
+    private = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in modules and node.level == 0:
+                private += [f"{name} imports {node.module}.{alias.name}" for alias in node.names
+                            if alias.name.startswith("_") and node.module != name]
+    assert private == []
+
+
 def test_no_import_cycles():
     modules = _modules()
     graph = {name: {i for i in _imports(path, modules) if i != name}
@@ -125,7 +138,7 @@ def test_every_device_fault_text_comes_from_the_catalogue():
     DeviceFault a `fault_text` or a KernelFault's message, never a literal or f-string of its
     own: the plan, the twin and REASONS.md read one text per rule."""
     calls = [*_calls("KernelFault"), *_calls("DeviceFault")]
-    assert any(name == "orchestrator.twin" for name, _ in calls)
+    assert any(name == "orchestrator.verification.twin" for name, _ in calls)
     assert _free_fault_texts(calls) == []
     entries = {name for name, _ in _calls("FaultEntry")}
     assert entries <= {"kernels.faults"}

@@ -448,7 +448,7 @@ def test_bundle_over_a_folder_is_refused(tmp_path, capsys):
 
 
 def test_recompiling_replaces_our_artifacts_and_keeps_a_users_old_folder(tmp_path, compiles):
-    from orchestrator.artifacts import write_outputs
+    from orchestrator.artifacts.outputs import write_outputs
 
     compiled, _ = compiles.get("ds-cnn", npu="none", write=True)
     pte = tmp_path / "out.pte"

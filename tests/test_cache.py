@@ -12,8 +12,8 @@ def private_cache(tmp_path, monkeypatch):
 
 
 def _compile(model, npu, calibration=None):
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
     loaded = load_model(model)
@@ -30,8 +30,8 @@ def test_a_cache_hit_gives_the_same_program_bytes(private_cache):
 
 
 def test_the_key_follows_what_quantization_reads(private_cache):
-    from orchestrator.cache import quantized_key
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.artifacts.cache import quantized_key
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
     model = load_model("ds-cnn")
@@ -54,7 +54,7 @@ def test_the_key_follows_what_quantization_reads(private_cache):
 
 
 def test_the_cache_can_be_switched_off(monkeypatch):
-    from orchestrator.cache import cache_dir
+    from orchestrator.artifacts.cache import cache_dir
 
     monkeypatch.setenv("ORCHESTRATE_CACHE", "off")
     assert cache_dir() is None

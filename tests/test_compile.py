@@ -77,8 +77,8 @@ def test_every_boundary_tensor_has_one_layout_on_both_sides(compiles):
 
 
 def test_boundary_check_fails_an_nchw_mixed_model_lowered_the_upstream_way():
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
     model = load_model("mixed")
@@ -102,9 +102,9 @@ def test_io_int8_takes_int8_and_shrinks_the_arena(compiles):
 def test_io_auto_measures_both_arenas_and_keeps_int8_when_it_is_smaller(compiles):
     """--io auto compiles the CPU side both ways: its figures are those of the separate
     --io float and --io int8 compiles, and it keeps the int8 program (the smaller arena)."""
-    from orchestrator.planner import make_plan
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.planning.planner import make_plan
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
 
     floating, _ = compiles.get("deep-autoencoder", "corstone300", "none", "cortex-m55")
     int8, _ = compiles.get("deep-autoencoder", "corstone300", "none", "cortex-m55", io="int8")
@@ -126,8 +126,8 @@ def test_io_auto_measures_both_arenas_and_keeps_int8_when_it_is_smaller(compiles
 def test_io_auto_keeps_float_when_the_firmware_takes_no_int8(compiles):
     import dataclasses
 
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
 
     floating, _ = compiles.get("mixed", "corstone300", "none", "cortex-m55")
     platform = dataclasses.replace(floating.target.platform, firmware_io=("float",),
@@ -195,8 +195,8 @@ def test_upstream_cortex_m_passes_compare_int8_values_with_a_float_threshold():
     from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
     from executorch.backends.cortex_m.target_config import CortexMTargetConfig
 
-    from orchestrator.pipeline import capture, lower, quantize
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.compilation.pipeline import capture, lower, quantize
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
     target = resolve_target("corstone300", npu="none", cpu="cortex-m55")
@@ -304,9 +304,9 @@ def test_a_cpu_only_program_that_mixes_layouts_between_cpu_kernels_gets_the_copi
     boundaries): without legalization compile refuses; with it, a layout copy is inserted,
     the plan names it, and the written program verifies."""
     from examples.user_models import model_spec
-    from orchestrator.pipeline import compile_model
-    from orchestrator.planner import make_plan
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.planning.planner import make_plan
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
     import orchestrator
 

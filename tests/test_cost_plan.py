@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from orchestrator.planner import make_plan
+from orchestrator.planning.planner import make_plan
 
 PUBLIC_M85_S = {"ds-cnn": 3.465e-3, "deep-autoencoder": 0.531e-3}  # MLPerf Tiny v1.2, measured
 

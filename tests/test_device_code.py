@@ -31,7 +31,7 @@ def _segmentation(compiles):
 
 
 def test_argmax_the_runtime_refuses_is_legalized_at_compile(compiles, runtime):
-    from orchestrator.runtime_verify import verify_runtime
+    from orchestrator.verification.runtime_verify import verify_runtime
 
     compiled, pte = _segmentation(compiles)
     run = compiled.device_run
@@ -52,8 +52,8 @@ def test_upstream_flow_ships_an_argmax_the_runtime_refuses(monkeypatch, runtime)
     """Without the run in the real runtime, the program compiles and the twin's static rules
     pass it, but the runtime refuses it: the behaviour this check exists for."""
     from kernels.runtime import RuntimeFailure
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
     monkeypatch.setenv("ORCHESTRATE_DEVICE_CHECK", "0")
@@ -121,7 +121,7 @@ def test_attention_compiles_cpu_only_with_the_failing_bmm_kept_in_float(compiles
 
 
 def test_an_mve_program_is_compared_on_every_instruction_by_the_host_runtime(compiles, runtime):
-    from orchestrator.runtime_verify import verify_runtime
+    from orchestrator.verification.runtime_verify import verify_runtime
 
     _, pte = compiles.get(model_spec("conv1d_audio"), *CPU_ONLY, write=True)
     report = verify_runtime(pte, samples=2, per_op=True, runtime=runtime)
@@ -132,7 +132,7 @@ def test_an_mve_program_is_compared_on_every_instruction_by_the_host_runtime(com
 
 
 def test_float_kernels_agree_within_the_summation_bound():
-    from orchestrator.runtime_verify import _difference, float_bound
+    from orchestrator.verification.runtime_verify import _difference, float_bound
 
     expected = torch.tensor([3.0, -1.5, 0.25])
     reordered = expected + torch.tensor([4.8e-7, 0.0, -2.4e-7])  # another summation order
@@ -145,7 +145,7 @@ def test_float_kernels_agree_within_the_summation_bound():
 def test_verify_lets_the_device_code_decide(compiles):
     """The default verify runs the twin, the host runtime and QEMU, and the verdict names the
     device methods that judged it."""
-    from orchestrator.verify_all import verify_all
+    from orchestrator.verification.combined import verify_all
 
     qemu_or_missing()
     _, pte = compiles.get(model_spec("conv1d_audio"), *CPU_ONLY, write=True)
@@ -158,7 +158,7 @@ def test_verify_lets_the_device_code_decide(compiles):
 
 
 def test_a_twin_pass_never_hides_a_device_failure():
-    from orchestrator.verify_all import MethodResult, combine
+    from orchestrator.verification.combined import MethodResult, combine
 
     twin = MethodResult("twin", "passed", "PASSED by twin", False)
     device = MethodResult("host runtime", "failed", "the runtime refused aten::argmax.out", True)
@@ -172,7 +172,7 @@ def test_a_dilated_1d_tcn_verifies_with_its_moved_values_checked(compiles):
     """A DS-TCN (dilated depthwise 1-D convs): the twin computes the dilated int8 convolution
     (torch has no integer dilated conv2d) and the squeezes between layers, which the quantized
     reference has no quantize node for, are checked as moves of the value before them."""
-    from orchestrator.verification import verify
+    from orchestrator.verification.twin_verify import verify
 
     _, pte = compiles.get(model_spec("ds_tcn"), *CPU_ONLY, write=True)
     report = verify(pte, samples=2, per_op=True)
@@ -222,7 +222,7 @@ def test_upstream_leaves_a_conv_on_raw_int8_when_it_declines_the_relu_fusion(com
 
 
 def test_index_ops_pass_every_device_method(compiles):
-    from orchestrator.verify_all import verify_all
+    from orchestrator.verification.combined import verify_all
 
     qemu_or_missing()
     _, pte = _index_ops(compiles)

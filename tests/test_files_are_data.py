@@ -111,9 +111,9 @@ def test_a_damaged_cache_entry_is_replaced_and_the_pte_is_unchanged(tmp_path, ca
                                                                    monkeypatch):
     """One flipped byte in a cached quantized program: discarded with a warning, recomputed,
     replaced; the .pte equals a clean compile's. The CPU-only entry is served on a rerun."""
-    from orchestrator import cache
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.artifacts import cache
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
     # The session's cache stays the session's: this test's own folder, restored after.
@@ -144,7 +144,7 @@ def test_the_manifest_cannot_name_the_program_verify_runs(tmp_path, compiles):
     platform of that name (or --platform), and an unknown name is refused, not loaded."""
     import shutil
 
-    from orchestrator.verify_all import installed_platform
+    from orchestrator.verification.combined import installed_platform
     from orchestrator.errors import UserError
 
     target = {"platform": "corstone300", "platform_file": str(tmp_path / "evil" / "p.yaml")}

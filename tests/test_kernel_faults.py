@@ -58,12 +58,12 @@ def test_plan_and_twin_flag_the_unlegalized_rank_5_transpose(tmp_path):
     """shufflenet_small's channel shuffle is a 5-D int8 permute: without legalization it becomes
     cortex_m::transpose, which the plan marks on its row and the twin faults on when it runs."""
     from examples.user_models import model_spec
-    from orchestrator.pipeline import compile_model
-    from orchestrator.planner import make_plan
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.planning.planner import make_plan
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
-    from orchestrator.twin import load_twin
-    from orchestrator.verification import device_inputs
+    from orchestrator.verification.twin import load_twin
+    from orchestrator.verification.twin_verify import device_inputs
 
     model = load_model(model_spec("shufflenet_small"))
     samples = load_calibration(None, model.example_inputs)
@@ -100,7 +100,7 @@ def test_twin_npu_output_copy_faults_read_their_catalogue_entry(shape6d, elem_si
                                                                 fields):
     from types import SimpleNamespace
 
-    from orchestrator.twin import _copy_output
+    from orchestrator.verification.twin import _copy_output
     from partitioners.reasons import CATALOGUE
 
     vela = SimpleNamespace(shape6d=shape6d, elem_size=elem_size,

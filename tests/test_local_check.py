@@ -69,7 +69,7 @@ def _program(values, mid_error: int, out_error: int):
 
 
 def _check(reference, written):
-    from orchestrator.local_check import ForcedReference, check_locally
+    from orchestrator.verification.local_check import ForcedReference, check_locally
 
     module, sample, _ = reference
     return check_locally(ForcedReference(module, sample), written, {}, steps_per_stage=1)
@@ -99,7 +99,7 @@ def test_a_defect_is_named_at_the_op_that_makes_it(reference):
 def test_a_same_scale_requantize_adds_no_rounding_stage(reference):
     checks = _check(reference, _program(reference[2], mid_error=0, out_error=0))
     assert [c.rounding_stages for c in checks] == [1, 1, 1, 1]
-    from orchestrator.local_check import ForcedReference
+    from orchestrator.verification.local_check import ForcedReference
 
     module, sample, _ = reference
     unforced = ForcedReference(module, sample)

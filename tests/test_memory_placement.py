@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from orchestrator.planner import make_plan
+from orchestrator.planning.planner import make_plan
 from platforms.memory_placement import WEIGHTS_ITEM, MemoryPolicy, load_memory_policy
 from platforms.platform import PlatformError
 
@@ -110,11 +110,11 @@ def test_memory_policy_cli_refuses_a_missing_file(capsys):
 def test_sweep_configurations_are_planned_under_the_memory_policy():
     """`sweep --memory-policy` reaches every job: the weight-bound model's row is slower with
     its weights read in place from flash than copied to DTCM."""
-    from orchestrator.sweep import SweepJob, run_job
+    from orchestrator.request import Request
+    from orchestrator.sweeps.local import run_job
 
     def row(memory_policy):
-        return run_job(SweepJob("deep-autoencoder", None, "corstone300", "none", None, "float",
-                                None, None, None, memory_policy))
+        return run_job(Request("deep-autoencoder", npu="none", memory_policy=memory_policy))
 
     assert row("in-place").latency_seconds > row("auto").latency_seconds
 
@@ -122,7 +122,7 @@ def test_sweep_configurations_are_planned_under_the_memory_policy():
 @pytest.mark.parametrize("verb", ["plan", "sweep"])
 def test_a_memory_policy_naming_an_unknown_region_is_refused_before_compiling(
         tmp_path, capsys, monkeypatch, verb):
-    from orchestrator import pipeline
+    from orchestrator.compilation import pipeline
     from orchestrator.cli import main
 
     def no_compile(*args, **kwargs):
@@ -183,19 +183,17 @@ def ds_cnn_arenas(compiles, tmp_path_factory):
     """DS-CNN CPU-only three ways: one arena in DTCM (auto, it fits), split because the
     application keeps most of DTCM, and one arena in BRAM; the CPU weights read in place from
     flash in all three, so only the activations differ."""
-    from orchestrator.api import _plan_under
-    from orchestrator.sources import load_calibration, load_model
+    import orchestrator
+    from orchestrator.request import Request
 
     folder = tmp_path_factory.mktemp("policies")
     (folder / "split.yaml").write_text("keep_free: {dtcm: 440000}\nweights: in-place\n")
     (folder / "bram.yaml").write_text("arena: bram\nweights: in-place\n")
-    model = load_model("ds-cnn")
-    samples = load_calibration(None, model.example_inputs)
     compiled, _ = compiles.get("ds-cnn", "corstone300", "none", "cortex-m55")
     plans = {"dtcm": make_plan(compiled, memory_policy=load_memory_policy("in-place"))}
     for name in ("split", "bram"):
-        policy = load_memory_policy(str(folder / f"{name}.yaml"))
-        plans[name] = _plan_under(model, samples, compiled.target, None, None, None, policy)
+        plans[name] = orchestrator.plan(Request("ds-cnn", npu="none", cpu="cortex-m55",
+                                                memory_policy=str(folder / f"{name}.yaml")))
     return plans
 
 
@@ -235,13 +233,14 @@ def test_each_ops_activation_reads_are_costed_at_its_arenas_speed(ds_cnn_arenas)
 def test_a_split_plan_is_reproducible(ds_cnn_arenas, tmp_path):
     """The split plans buffers many times over: the same program and policy give the same
     .pte bytes (no dependence on hash order of the planner's tensor objects)."""
-    from orchestrator.api import _plan_under
+    import orchestrator
+    from orchestrator.request import Request
 
     split = ds_cnn_arenas["split"]
     compiled = split.compiled
     policy = tmp_path / "split.yaml"
     policy.write_text("keep_free: {dtcm: 440000}\nweights: in-place\n")
-    again = _plan_under(compiled.model, compiled.calibration, compiled.target, None, None, None,
-                        load_memory_policy(str(policy)))
+    again = orchestrator.plan(Request("ds-cnn", npu="none", cpu="cortex-m55",
+                                      memory_policy=str(policy)))
     assert again.compiled.pte_bytes == compiled.pte_bytes
     assert again.compiled.arenas == compiled.arenas

@@ -28,14 +28,14 @@ def _explorer_python() -> str | None:
 
 @pytest.fixture(scope="module")
 def mixed_u55(compiles):
-    from orchestrator.planner import make_plan
+    from orchestrator.planning.planner import make_plan
 
     compiled, pte = compiles.get("mixed", "corstone300", "ethos-u55-128", write=True)
     return make_plan(compiled), pte
 
 
 def test_every_instruction_gets_its_rows_time_and_placement_colour(mixed_u55):
-    from orchestrator.report_explorer import COLOURS, node_data
+    from orchestrator.reports.explorer import COLOURS, node_data
 
     plan, _ = mixed_u55
     (graph, data), = node_data(plan).items()
@@ -59,7 +59,7 @@ def test_overlay_keys_are_the_node_ids_of_the_pte_adapter(mixed_u55):
     python = _explorer_python()
     if python is None:
         missing("no pte-adapter-model-explorer (set ORCHESTRATE_MODEL_EXPLORER_PYTHON)")
-    from orchestrator.report_explorer import node_data
+    from orchestrator.reports.explorer import node_data
 
     plan, pte = mixed_u55
     shown = json.loads(subprocess.run([python, "-c", _ADAPTER_NODES, str(pte)], check=True,

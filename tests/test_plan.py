@@ -7,8 +7,8 @@ import json
 import pytest
 
 from orchestrator.errors import GateFailure
-from orchestrator.planner import Gates, check_gates, make_plan
-from orchestrator.report import SCHEMA_PATH, render_json, render_markdown, render_text
+from orchestrator.planning.planner import Gates, check_gates, make_plan
+from orchestrator.reports.coverage import SCHEMA_PATH, render_json, render_markdown, render_text
 
 
 def _rows(plan, name_part=None, op_part=None):
@@ -135,7 +135,7 @@ def _driver_cycles(plan, invocation):
 def test_vela_partition_totals_match_velas_summary_csv(ds_cnn_u55):
     import csv
 
-    from orchestrator.artifacts import delegate_partitions
+    from orchestrator.artifacts.outputs import delegate_partitions
 
     for part in delegate_partitions(ds_cnn_u55.compiled):
         summary_csv = next((part.vela_dir / "output").glob("out_summary_*.csv"))
@@ -234,7 +234,7 @@ def test_plan_works_on_a_users_own_model_file(capsys, tmp_path):
 def test_partition_memory_figures_come_from_velas_npz(ds_cnn_u55):
     import numpy as np
 
-    from orchestrator.artifacts import delegate_partitions
+    from orchestrator.artifacts.outputs import delegate_partitions
 
     for part in delegate_partitions(ds_cnn_u55.compiled):
         with np.load(part.vela_dir / "output" / "out_vela.npz") as data:
@@ -247,8 +247,8 @@ def test_partition_memory_figures_come_from_velas_npz(ds_cnn_u55):
 @pytest.fixture(scope="module")
 def mixed_u55_upstream(compiles):
     """`mixed` on U55 without device legalization: the ops as upstream leaves them."""
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
     model = load_model("mixed")

@@ -19,7 +19,7 @@ TARGETS = [("corstone300", "ethos-u55-128", None), ("corstone300", "none", "cort
 
 @pytest.fixture(scope="module", params=TARGETS, ids=["u55-128", "cpu-m55", "u85-256"])
 def plan(request, compiles):
-    from orchestrator.planner import make_plan
+    from orchestrator.planning.planner import make_plan
 
     platform, npu, cpu = request.param
     compiled, _ = compiles.get("ds-cnn", platform, npu, cpu)

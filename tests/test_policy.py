@@ -11,7 +11,7 @@ ISLAND = f"{ROOT / 'examples' / 'island.py'}:factory"
 
 
 def _operators(pte_bytes: bytes) -> list[str]:
-    from orchestrator.upstream_exir import deserialize_program
+    from orchestrator.compilation.upstream_exir import deserialize_program
 
     plan = deserialize_program(pte_bytes).execution_plan[0]
     return [f"{op.name}.{op.overload}" for op in plan.operators]
@@ -45,7 +45,7 @@ def test_the_cli_refuses_an_unknown_policy_key_before_compiling(tmp_path, capsys
 
 
 def _kernel_calls(pte_bytes: bytes, op: str) -> int:
-    from orchestrator.upstream_exir import deserialize_program
+    from orchestrator.compilation.upstream_exir import deserialize_program
 
     plan = deserialize_program(pte_bytes).execution_plan[0]
     return sum(1 for i in plan.chains[0].instructions

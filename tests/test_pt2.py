@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from orchestrator.cli import main
-from orchestrator.sources import load_model
+from orchestrator.sources.loader import load_model
 
 
 class _SmallConv(nn.Module):

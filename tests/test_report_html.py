@@ -15,7 +15,7 @@ from tests.device_tools import missing
 
 @pytest.fixture(scope="module")
 def mixed_plan(compiles):
-    from orchestrator.planner import make_plan
+    from orchestrator.planning.planner import make_plan
 
     return make_plan(compiles.get("mixed", "corstone300", "ethos-u55-128")[0])
 
@@ -85,7 +85,7 @@ def test_the_page_renders_in_a_headless_browser_without_errors(mixed_plan, tmp_p
 
 
 def test_the_sweep_page_plots_every_configuration():
-    from orchestrator.report_html import render_sweep_html
+    from orchestrator.reports.html import render_sweep_html
 
     rows = [{"npu": "ethos-u55-64", "cpu": "cortex-m55", "latency_seconds": 0.004,
              "pte_bytes": 40_000, "arena_bytes": 9_000, "npu_scratch_bytes": 1_000},

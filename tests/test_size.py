@@ -9,9 +9,9 @@ import torch
 @pytest.fixture(scope="module")
 def ds_cnn_m55_both(compiles, tmp_path_factory):
     """DS-CNN for CPU-only Cortex-M55, as compiled (pruned) and as upstream serializes it."""
-    from orchestrator.artifacts import write_outputs
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.artifacts.outputs import write_outputs
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
     _, pruned = compiles.get("ds-cnn", "corstone300", "none", "cortex-m55", write=True)
@@ -25,7 +25,7 @@ def ds_cnn_m55_both(compiles, tmp_path_factory):
 
 
 def test_upstream_serializes_constants_no_instruction_reads(ds_cnn_m55_both):
-    from orchestrator.size import analyze
+    from orchestrator.artifacts.size import analyze
 
     _, upstream = ds_cnn_m55_both
     report = analyze(upstream)
@@ -35,8 +35,8 @@ def test_upstream_serializes_constants_no_instruction_reads(ds_cnn_m55_both):
 
 
 def test_the_compile_ships_no_dead_constant_and_verifies_bit_exactly(ds_cnn_m55_both):
-    from orchestrator.size import analyze
-    from orchestrator.twin import load_twin
+    from orchestrator.artifacts.size import analyze
+    from orchestrator.verification.twin import load_twin
 
     pruned, upstream = ds_cnn_m55_both
     after, before = analyze(pruned), analyze(upstream)
@@ -50,7 +50,7 @@ def test_the_compile_ships_no_dead_constant_and_verifies_bit_exactly(ds_cnn_m55_
 
 
 def test_size_categories_add_up_to_the_file(ds_cnn_m55_both, compiles):
-    from orchestrator.size import analyze
+    from orchestrator.artifacts.size import analyze
 
     _, u55 = compiles.get("ds-cnn", "corstone300", "ethos-u55-128", write=True)
     for pte in (*ds_cnn_m55_both, u55):

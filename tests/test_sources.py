@@ -9,7 +9,7 @@ from torch import nn
 
 from examples.zoo import ZOO, zoo_names
 from orchestrator.errors import UserError
-from orchestrator.sources import Calibration, LoadedModel, load_calibration, load_model
+from orchestrator.sources.loader import Calibration, LoadedModel, load_calibration, load_model
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

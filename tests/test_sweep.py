@@ -27,9 +27,10 @@ def test_sweep_rejects_an_npu_the_platform_lacks(capsys):
 
 
 def test_a_parallel_sweep_of_several_models_equals_the_serial_one():
-    from orchestrator.sweep import SweepJob, sweep_jobs
+    from orchestrator.request import Request
+    from orchestrator.sweeps.local import sweep_jobs
 
-    jobs = [SweepJob(model, None, "corstone300", npu, None, "float", None, None, None)
+    jobs = [Request(model, npu=npu)
             for model, npu in (("mixed", "ethos-u55-64"), ("deep-autoencoder", "none"))]
     parallel = sweep_jobs(jobs, workers=2)
     serial = sweep_jobs(jobs, workers=1)

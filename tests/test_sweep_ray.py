@@ -21,15 +21,16 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.errors import UserError
-from orchestrator.sweep import SweepJob, run_job, sweep_jobs
+from orchestrator.request import Request
+from orchestrator.sweeps.local import run_job, sweep_jobs
 
 # Two configurations with different quantizers (Ethos-U55's, CortexMQuantizer): one each for
 # the cluster's two CPUs, and two cache entries. Cold on Ray then warm locally: about 30 s here.
 NPUS = ("ethos-u55-128", "none")
 
 
-def _jobs(model: str = "mixed", npus=NPUS) -> list[SweepJob]:
-    return [SweepJob(model, None, "corstone300", npu, None, "float", None, None, None)
+def _jobs(model: str = "mixed", npus=NPUS) -> list[Request]:
+    return [Request(model, npu=npu)
             for npu in npus]
 
 
@@ -116,7 +117,7 @@ def test_a_ray_worker_computes_with_the_pinned_host_numerics(ray_address):
     import ray
 
     from orchestrator import numerics
-    from orchestrator.sweep_ray import worker_env
+    from orchestrator.sweeps.ray_executor import worker_env
 
     ray.init(address=ray_address, log_to_driver=False)
     try:
@@ -130,7 +131,7 @@ def test_a_ray_worker_computes_with_the_pinned_host_numerics(ray_address):
 
 
 def test_a_bad_model_in_a_ray_worker_is_the_user_error_a_local_run_gives(ray_address):
-    job = SweepJob("no-such-model", None, "corstone300", "none", None, "float", None, None, None)
+    job = Request("no-such-model", npu="none")
     with pytest.raises(UserError) as local:
         run_job(job)
     with pytest.raises(UserError) as on_ray:

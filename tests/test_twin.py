@@ -30,9 +30,9 @@ def mixed_cpu_only(compiles) -> Path:
 @pytest.fixture(scope="module")
 def mixed_u55_nchw(tmp_path_factory) -> Path:
     """`mixed` compiled the upstream way: NCHW export, boundary check and legalization off."""
-    from orchestrator.artifacts import write_outputs
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.artifacts.outputs import write_outputs
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
     model = load_model("mixed")
@@ -46,7 +46,7 @@ def mixed_u55_nchw(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def mixed_u55_report(mixed_u55):
-    from orchestrator.verification import verify
+    from orchestrator.verification.twin_verify import verify
 
     return verify(mixed_u55, samples=16, per_op=True)
 
@@ -135,7 +135,7 @@ def test_mixed_u55_per_op_table_matches_every_npu_and_cpu_tensor(mixed_u55_repor
 
 
 def test_ds_cnn_u55_verify_passes_bit_exact(ds_cnn_u55):
-    from orchestrator.verification import METHOD, verify
+    from orchestrator.verification.twin_verify import METHOD, verify
 
     report = verify(ds_cnn_u55, samples=16)
     assert report.passed
@@ -145,7 +145,7 @@ def test_ds_cnn_u55_verify_passes_bit_exact(ds_cnn_u55):
 
 
 def test_cpu_only_mixed_passes_after_the_compiles_workarounds(mixed_cpu_only):
-    from orchestrator.verification import verify
+    from orchestrator.verification.twin_verify import verify
 
     report = verify(mixed_cpu_only, samples=16)
     # The method names what ran: no TOSA reference model for a program without partitions.
@@ -158,11 +158,11 @@ def test_cpu_only_mixed_passes_after_the_compiles_workarounds(mixed_cpu_only):
 
 
 def test_twin_flags_an_upstream_program_the_device_cannot_run(tmp_path):
-    from orchestrator.artifacts import write_outputs
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.artifacts.outputs import write_outputs
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
-    from orchestrator.verification import verify
+    from orchestrator.verification.twin_verify import verify
 
     model = load_model("mixed")
     compiled = compile_model(model, load_calibration(None, model.example_inputs),
@@ -178,7 +178,7 @@ def test_twin_flags_an_upstream_program_the_device_cannot_run(tmp_path):
 
 
 def test_nchw_export_fails_verify_at_the_npu_to_cpu_boundary(mixed_u55_nchw):
-    from orchestrator.verification import verify
+    from orchestrator.verification.twin_verify import verify
 
     report = verify(mixed_u55_nchw, samples=16)
     assert not report.numerics_passed
@@ -192,8 +192,8 @@ def test_nchw_export_fails_verify_at_the_npu_to_cpu_boundary(mixed_u55_nchw):
 
 
 def test_corrupted_tosa_artifact_is_refused(mixed_u55, tmp_path):
-    from orchestrator.twin import TwinError
-    from orchestrator.verification import verify
+    from orchestrator.verification.twin import TwinError
+    from orchestrator.verification.twin_verify import verify
 
     pte = tmp_path / mixed_u55.name
     shutil.copy2(mixed_u55, pte)
@@ -221,7 +221,7 @@ def test_corrupted_tosa_artifact_is_refused(mixed_u55, tmp_path):
 
 
 def test_missing_artifacts_folder_is_refused(mixed_u55, tmp_path):
-    from orchestrator.twin import TwinError, run_twin
+    from orchestrator.verification.twin import TwinError, run_twin
 
     pte = tmp_path / mixed_u55.name
     shutil.copy2(mixed_u55, pte)
@@ -234,9 +234,9 @@ def test_bundle_carries_twin_inputs_and_outputs(ds_cnn_u55, tmp_path):
         deserialize_from_flatbuffer_to_bundled_program,
     )
 
-    from orchestrator.bundle import write_bundle
-    from orchestrator.twin import load_twin
-    from orchestrator.verification import device_inputs, load_reference, sample_inputs
+    from orchestrator.verification.bundle import write_bundle
+    from orchestrator.verification.twin import load_twin
+    from orchestrator.verification.twin_verify import device_inputs, load_reference, sample_inputs
 
     bpte = write_bundle(ds_cnn_u55, tmp_path / "ds.bpte", samples=4)
     bundle = deserialize_from_flatbuffer_to_bundled_program(bpte.read_bytes())
@@ -273,7 +273,7 @@ def test_portable_broadcast_add_bytes_match_host_runtime(tmp_path):
     """A channels-last add with a broadcast bias: the portable kernel writes row-major bytes."""
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
-    from orchestrator.twin import run_twin
+    from orchestrator.verification.twin import run_twin
 
     x = torch.randn(1, 4, 3, 3).to(memory_format=torch.channels_last)
     bias = torch.randn(1, 4, 1, 1).to(memory_format=torch.channels_last)
@@ -295,7 +295,7 @@ class _GreaterThanZero(torch.nn.Module):
 def test_portable_dim_order_check_matches_host_runtime(tmp_path):
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
-    from orchestrator.twin import run_twin
+    from orchestrator.verification.twin import run_twin
 
     x = torch.randn(1, 4, 3, 3).to(memory_format=torch.channels_last)
     zero = torch.zeros(1)
@@ -311,7 +311,7 @@ def test_portable_dim_order_check_matches_host_runtime(tmp_path):
 def test_report_json_and_text_name_the_method(ds_cnn_u55):
     import json
 
-    from orchestrator.verification import METHOD, render_text, report_json, verify
+    from orchestrator.verification.twin_verify import METHOD, render_text, report_json, verify
 
     report = verify(ds_cnn_u55, samples=2)
     data = json.loads(json.dumps(report_json(report)))

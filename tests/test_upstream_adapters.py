@@ -21,7 +21,7 @@ def test_ethos_u_adapter_contract():
 
 
 def test_exir_adapter_contract():
-    from orchestrator import upstream_exir
+    from orchestrator.compilation import upstream_exir
 
     contract = upstream_exir.contract()
     assert contract["EdgeProgramManager.__init__"][:4] == ["self", "edge_programs",
@@ -60,7 +60,7 @@ def test_vela_compile_is_restored_after_the_wrapper():
 
 
 @pytest.mark.parametrize("module_name", ["partitioners.upstream_ethos_u", "partitioners.upstream_cortex_m",
-                                         "orchestrator.upstream_exir", "kernels.upstream_runtime"])
+                                         "orchestrator.compilation.upstream_exir", "kernels.upstream_runtime"])
 def test_version_guard_names_the_supported_versions(module_name, monkeypatch):
     import importlib
 
@@ -208,7 +208,7 @@ def test_runtime_adapter_contract():
         "buffer", "data_map_buffer", "enable_etdump", "debug_buffer_size"]
     assert contract["deserialize_pte_binary"] == ["program_data"]
     assert contract["PTEFile.program"] is True
-    # the twin refuses a program with data segments it does not load (orchestrator/twin.py)
+    # the twin refuses a program with data segments it does not load (orchestrator/verification/twin.py)
     assert {"program", "mutable_data", "named_data"} <= set(contract["PTEFile fields"])
 
 

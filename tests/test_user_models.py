@@ -65,7 +65,7 @@ def test_conv1d_model_compiles_with_its_macs(compiles):
 
 
 def test_argmax_and_topk_indices_are_compared_exactly(compiles):
-    from orchestrator.verification import verify
+    from orchestrator.verification.twin_verify import verify
 
     for name in ("argmax_head", "topk_head"):
         _, pte = compiles.get(model_spec(name), *CPU_ONLY, write=True)
@@ -103,7 +103,7 @@ class _ChannelsLastCat(nn.Module):
 
 
 def test_twin_runs_tensor_list_outputs_as_the_host_runtime_does(tmp_path):
-    from orchestrator.twin import run_twin
+    from orchestrator.verification.twin import run_twin
 
     x = torch.randn(2, 6, 5)
     pte = _portable_program(_SplitWithSizes(), (x,), tmp_path / "split.pte")
@@ -116,7 +116,7 @@ def test_twin_runs_tensor_list_outputs_as_the_host_runtime_does(tmp_path):
 def test_twin_runs_a_channels_last_cat_as_the_host_runtime_does(tmp_path):
     """op_cat.cpp walks the bytes by the sizes: a channels-last cat along C concatenates whole
     NHWC buffers, which is not the channels-last layout of the concatenation."""
-    from orchestrator.twin import run_twin
+    from orchestrator.verification.twin import run_twin
 
     a = torch.randn(1, 2, 3, 3).to(memory_format=torch.channels_last)
     b = torch.randn(1, 2, 3, 3).to(memory_format=torch.channels_last)
@@ -160,7 +160,7 @@ def test_ceil_mode_max_pool_reason_names_ceil_mode(compiles):
 def test_an_op_the_twin_cannot_execute_is_not_run_exit_5(compiles, monkeypatch):
     from kernels import reference
     from kernels.reference import KernelError
-    from orchestrator.verification import verify
+    from orchestrator.verification.twin_verify import verify
 
     _, pte = compiles.get(model_spec("argmax_head"), *CPU_ONLY, write=True)
 
@@ -183,11 +183,11 @@ TARGETS = [("corstone300", "ethos-u55-128", None), ("corstone300", "ethos-u65-25
 @pytest.mark.parametrize("model", list(USER_MODELS))
 def test_user_model_compiles_and_verifies_or_fails_in_one_classified_line(
         model, platform, npu, cpu, tmp_path):
-    from orchestrator.artifacts import write_outputs
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.artifacts.outputs import write_outputs
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
-    from orchestrator.verification import verify
+    from orchestrator.verification.twin_verify import verify
 
     loaded = load_model(model_spec(model))
     pte = tmp_path / f"{model}.pte"
@@ -242,7 +242,7 @@ def test_an_unrolled_gru_is_one_flagged_line_with_its_steps_and_encoded_weights(
     """torch.export unrolls a GRU over its frames (2 here: every step of gru_kws's 8 costs the
     same Vela work); on U55 Vela encodes every step's copy of the weights. The plan says so in
     one line instead of 60 rows, and --all-rows lists them."""
-    from orchestrator.planner import make_plan
+    from orchestrator.planning.planner import make_plan
 
     model = tmp_path / "short_gru.py"
     model.write_text(_SHORT_GRU)
@@ -271,8 +271,8 @@ def test_a_cpu_only_gru_runs_on_the_device_kernels(compiles):
     """The quantizer leaves a CPU-only GRU's gates in float; upstream keeps `aten.linear`,
     which no device library implements. The compile rewrites it to the portable addmm on one
     transposed weight per matrix (shared by all 8 steps); the program verifies."""
-    from orchestrator.planner import make_plan
-    from orchestrator.verification import verify
+    from orchestrator.planning.planner import make_plan
+    from orchestrator.verification.twin_verify import verify
 
     compiled, pte = compiles.get(model_spec("gru_kws"), *CPU_ONLY, write=True)
     plan = make_plan(compiled)
@@ -297,8 +297,8 @@ def test_a_cpu_only_shufflenet_gets_layout_copies_and_a_portable_5d_permute(comp
     "transpose_out: expected tensor rank in [1, 4], got 5"). The compile copies the split/cat
     operands to the layout their kernels walk and runs the permute on the portable kernel; the
     plan names why, and the program verifies."""
-    from orchestrator.planner import make_plan
-    from orchestrator.verification import verify
+    from orchestrator.planning.planner import make_plan
+    from orchestrator.verification.twin_verify import verify
 
     compiled, pte = compiles.get(model_spec("shufflenet_small"), *CPU_ONLY, write=True)
     plan = make_plan(compiled)

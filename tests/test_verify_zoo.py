@@ -5,7 +5,7 @@ share; the full grid (every model x U55-128, U65-256, U85-256, CPU-only M55) is 
 `python -m pytest -m matrix`.
 
 Pass = every value the program writes within one int8 step per rounding stage of the quantized
-reference fed the program's own inputs (orchestrator/local_check.py), AND no device fault (`mixed`
+reference fed the program's own inputs (orchestrator/verification/local_check.py), AND no device fault (`mixed`
 passes thanks to the compile's device legalization: its sort runs as topk, its constant
 comparisons as `.Scalar` ops).
 """
@@ -36,7 +36,7 @@ DEFAULT_CASES = [
 
 
 def _check(compiles, model, platform, npu, cpu):
-    from orchestrator.verification import verify
+    from orchestrator.verification.twin_verify import verify
 
     _, pte = compiles.get(model, platform, npu, cpu, write=True)
     report = verify(pte, samples=16)

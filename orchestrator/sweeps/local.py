@@ -5,9 +5,9 @@ configuration, summarized as NPU coverage, partitions, estimated latency (with i
 memory and fit. Each configuration is a full compile, so figures are the same as `plan`'s.
 
 Configurations run in parallel worker processes (`jobs`) on this machine, or as tasks on a Ray
-cluster (`executor="ray[:ADDRESS]"`, orchestrator/sweep_ray.py); each worker loads the model
+cluster (`executor="ray[:ADDRESS]"`, orchestrator/sweeps/ray_executor.py); each worker loads the model
 from its spec and compiles. Work that does not depend on the configuration (capture and
-quantization for one quantizer) comes from the content-addressed cache (orchestrator/cache.py),
+quantization for one quantizer) comes from the content-addressed cache (orchestrator/artifacts/cache.py),
 shared by the workers and by later runs.
 """
 
@@ -20,24 +20,8 @@ from dataclasses import dataclass
 
 from tabulate import tabulate
 
-from orchestrator.planner import make_plan
-from orchestrator.pipeline import compile_model
-
-
-@dataclass(frozen=True)
-class SweepJob:
-    """One model x configuration, as plain data a worker process can take."""
-
-    model: str  # a model spec (zoo name, file.py:factory, .pt2)
-    calibration: str | None
-    platform: str
-    npu: str | None
-    cpu: str | None
-    io: str
-    cpu_hz: float | None
-    npu_hz: float | None
-    policy: str | None  # a policy file path
-    memory_policy: str | None = None  # auto | in-place | a memory policy YAML path
+from orchestrator import api
+from orchestrator.request import Request
 
 
 @dataclass(frozen=True)
@@ -70,19 +54,10 @@ def _row(model_name: str, plan) -> SweepRow:
             pte_bytes=s.pte_bytes, fits=s.fits, runnable=not s.device_faults)
 
 
-def run_job(job: SweepJob) -> SweepRow:
+def run_job(job: Request) -> SweepRow:
     """Compile and plan one model x configuration (in a worker process or in this one)."""
-    from orchestrator.api import _memory_policy, _plan_under, _target, load_policy_arg
-    from orchestrator.sources import load_calibration, load_model
-    from orchestrator.target import io_request
-
-    policy = load_policy_arg(job.policy)
-    target = _target(job.platform, job.npu, job.cpu, job.io, job.cpu_hz, job.npu_hz, policy)
-    model = load_model(job.model)
-    samples = load_calibration(job.calibration, model.example_inputs)
-    return _row(model.name, _plan_under(model, samples, target, policy, None, None,
-                                        _memory_policy(job.memory_policy),
-                                        io_request(job.io)[1]))
+    plan = api.plan(job)
+    return _row(plan.compiled.model.name, plan)
 
 
 EXECUTORS = "local, ray or ray:ADDRESS (e.g. ray:auto, ray:10.0.0.1:6379)"
@@ -108,17 +83,17 @@ class Executor:
         raise UserError(f"--executor '{text}' is not one of {EXECUTORS}")
 
 
-def sweep_jobs(jobs: list[SweepJob], workers: int | None = None, progress=None,
+def sweep_jobs(jobs: list[Request], workers: int | None = None, progress=None,
                executor: str = "local") -> tuple[SweepRow, ...]:
     """Run every job, `workers` at a time (default: the machine's cores), rows in job order.
 
     `executor` is `local` (worker processes here), `ray` (Ray tasks on a Ray instance started
     here with `workers` CPUs) or `ray:ADDRESS` (Ray tasks on the cluster at ADDRESS; see
-    orchestrator/sweep_ray.py for what its nodes need). The rows are the same on each.
+    orchestrator/sweeps/ray_executor.py for what its nodes need). The rows are the same on each.
     `progress(label, event, seconds)` hears each configuration finish."""
     chosen = Executor.parse(executor)
     if chosen.kind == "ray":
-        from orchestrator.sweep_ray import sweep_on_ray
+        from orchestrator.sweeps.ray_executor import sweep_on_ray
 
         return sweep_on_ray(jobs, chosen.address, workers, run_job, _label, progress)
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
@@ -144,19 +119,8 @@ def sweep_jobs(jobs: list[SweepJob], workers: int | None = None, progress=None,
     return tuple(results[i] for i in range(len(jobs)))
 
 
-def _label(job: SweepJob) -> str:
+def _label(job: Request) -> str:
     return f"{job.model} on {job.npu or 'default NPU'}"
-
-
-def sweep(model, calibration, targets, policy=None, progress=None) -> tuple[SweepRow, ...]:
-    """Plan one loaded `model` for each target, in this process."""
-    rows = []
-    for target in targets:
-        if progress:
-            progress(f"{target.npu or 'cpu-only'} on {target.cpu}", "start", 0.0)
-        rows.append(_row(model.name, make_plan(compile_model(model, calibration, target,
-                                                             policy=policy))))
-    return tuple(rows)
 
 
 def render_text(rows: tuple[SweepRow, ...]) -> str:

@@ -17,7 +17,7 @@ What a worker needs, and how it gets it:
 - the files a job names (a model `.py`, a `.pt2`, calibration, a platform YAML, a policy): a
   task runs in the sweep's working directory when that folder exists on its node, so relative
   paths mean what they mean here; on a multi-machine cluster, give paths on a shared filesystem;
-- the capture/quantization cache (orchestrator/cache.py): this process's resolved cache folder
+- the capture/quantization cache (orchestrator/artifacts/cache.py): this process's resolved cache folder
   (or `off`) is passed to every task as `ORCHESTRATE_CACHE` (and `ORCHESTRATE_CACHE_DIR` when
   set), so all workers read and write the same content-addressed entries; on a multi-machine
   cluster that folder must be a shared filesystem mounted at the same path on every node,
@@ -60,7 +60,7 @@ def import_ray():
 def worker_env() -> dict[str, str]:
     """The environment every task runs with: this process's cache folder and host numerics."""
     from kernels.cache_root import CACHE_ENV
-    from orchestrator import cache
+    from orchestrator.artifacts import cache
 
     folder = cache.cache_dir()
     env = dict(numerics.SETTINGS)
@@ -74,7 +74,7 @@ def sweep_on_ray(jobs: list, address: str | None, workers: int | None, run, labe
                  progress=None) -> tuple:
     """Run every job as a Ray task on the cluster at `address` (None: a Ray instance started
     here with `workers` CPUs), at most `workers` at once when given; rows in job order. `run`
-    is orchestrator.sweep.run_job (passed in, so this module does not import sweep back) and
+    is orchestrator.sweeps.local.run_job (passed in, so this module does not import sweep back) and
     `label(job)` names a job in progress lines.
 
     `progress(label, event, seconds)` hears each configuration finish, in finishing order. A

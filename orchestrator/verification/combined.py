@@ -3,11 +3,11 @@
 Three methods, asked in order, each saying what it exercised or why it could not run:
 
 - **twin**: the `.pte` executed instruction by instruction on the host, each value checked
-  against the quantized reference fed the program's own inputs (orchestrator/verification.py).
+  against the quantized reference fed the program's own inputs (orchestrator/verification/twin_verify.py).
   It explains a failure (which op, which step) but it is our re-statement of the kernels, so it
   never judges alone.
 - **host runtime**: the real ExecuTorch runtime with the portable and Cortex-M kernels and
-  EthosUBackend built for the host (orchestrator/runtime_verify.py), compared with the twin.
+  EthosUBackend built for the host (orchestrator/verification/runtime_verify.py), compared with the twin.
   It judges the scalar and DSP tiers, the program loading and memory plan, every kernel's own
   argument checks and the NPU glue; for MVE programs it compares the C-path form of the few ops
   whose MVE form differs and names them.
@@ -32,7 +32,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.artifacts import artifacts_dir_for
+from orchestrator.artifacts.outputs import artifacts_dir_for
 
 TWIN, RUNTIME, QEMU = "twin", "host runtime", "QEMU Cortex-M55"
 QEMU_CPU = "cortex-m55"  # the core of QEMU's mps3-an547 (Corstone-300 FPGA image)
@@ -78,8 +78,8 @@ class CombinedVerdict:
 
 
 def run_twin(pte: Path, samples: int, calibration, per_op: bool, max_steps: int) -> MethodResult:
-    from orchestrator.twin import TwinCannotRun
-    from orchestrator.verification import render_text, report_json, verify
+    from orchestrator.verification.twin import TwinCannotRun
+    from orchestrator.verification.twin_verify import render_text, report_json, verify
 
     try:
         report = verify(pte, samples=samples, calibration=calibration, per_op=per_op,
@@ -95,7 +95,7 @@ def run_twin(pte: Path, samples: int, calibration, per_op: bool, max_steps: int)
 def run_host_runtime(pte: Path, samples: int, calibration, per_op: bool,
                      executorch_src=None, cmsis_nn_src=None) -> MethodResult:
     from orchestrator.errors import NotRun
-    from orchestrator.runtime_verify import render_text, report_json, verify_runtime
+    from orchestrator.verification.runtime_verify import render_text, report_json, verify_runtime
 
     try:
         report = verify_runtime(pte, samples=samples, calibration=calibration, per_op=per_op,
@@ -145,7 +145,7 @@ def qemu_on_checked_pte(pte: Path, platform, timeout_s: int = 600, atol: float =
                         samples: int = 4):
     """Run a fresh BundleIO of `pte` (the caller has checked it against its manifest: a .bpte
     lying beside it is covered by no hash) on the platform's runner in QEMU."""
-    from orchestrator.bundle import write_bundle
+    from orchestrator.verification.bundle import write_bundle
     from platforms.qemu import run_bpte_on_qemu
 
     with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
@@ -178,9 +178,9 @@ def qemu_lines(result) -> list[str]:
 
 def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
              samples: int = 4) -> MethodResult:
-    from orchestrator.artifacts import check_artifacts
+    from orchestrator.artifacts.outputs import check_artifacts
     from orchestrator.errors import NotRun, UserError
-    from orchestrator.twin import load_twin
+    from orchestrator.verification.twin import load_twin
     from platforms.qemu import QemuUnavailable
 
     target = check_artifacts(pte)["target"]
@@ -271,6 +271,6 @@ def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
                                         cmsis_nn_src))
     if QEMU in methods:
         results.append(run_qemu(pte, platform, timeout_s))
-    from orchestrator.twin import load_twin
+    from orchestrator.verification.twin import load_twin
 
     return combine(pte, tuple(results), has_npu=bool(load_twin(pte).partitions))

@@ -1,6 +1,6 @@
 """`orchestrate size`: where every byte of a `.pte` goes.
 
-Read from the serialized program itself (the schema's Program, via orchestrator/upstream_exir.py):
+Read from the serialized program itself (the schema's Program, via orchestrator/compilation/upstream_exir.py):
 - constants: each tensor EValue with a constant buffer, attributed to the instructions that
   read it (by op); a constant no instruction reads is dead;
 - delegate payloads: each Ethos-U delegate's Vela stream split into command stream, weights
@@ -17,7 +17,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orchestrator import upstream_exir
+from orchestrator.compilation import upstream_exir
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from kernels import reference
 from kernels.reference import KernelError, KernelFault, LayoutRead, RawTensor
 from npu_driver.payload import EthosUPayload, PayloadError, parse_payload
 from npu_driver.tosa_twin import TosaGraphIO, TosaTwinError, check_against_payload, graph_io, run_tosa
-from orchestrator.artifacts import artifacts_dir_for
+from orchestrator.artifacts.outputs import artifacts_dir_for
 from orchestrator.errors import NotRun, UserError
 
 ETHOS_U_BACKEND = "EthosUBackend"

@@ -38,12 +38,12 @@ from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, NpuInvocatio
                              RuntimeFailure, RuntimeUnavailable, find_sources, logical)
 from npu_driver.tosa_twin import run_tosa
 from orchestrator import numerics
-from orchestrator.artifacts import artifacts_dir_for, check_artifacts
+from orchestrator.artifacts.outputs import artifacts_dir_for, check_artifacts
 from orchestrator.errors import NotRun, UserError
 from kernels.reference import HOST_TIER, MVE_ONLY_SEMANTICS
 from kernels.upstream_runtime import kernel_calls
-from orchestrator.twin import TwinProgram, load_twin
-from orchestrator.verification import (_as_tuple, _float_output, _output_quantization, _steps,
+from orchestrator.verification.twin import TwinProgram, load_twin
+from orchestrator.verification.twin_verify import (as_tuple, float_output, output_quantization, quantized_steps,
                                  device_inputs, load_reference, sample_inputs)
 
 METHOD = (f"{RUNTIME_METHOD}; Ethos-U delegates through ExecuTorch's EthosUBackend with the NPU "
@@ -394,13 +394,13 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
         twin_run = twin.run(device)
         twin_seconds.append(twin_run.seconds)
         with torch.no_grad(), numerics.single_threaded():
-            quantized = _as_tuple(quantized_module(*sample))
+            quantized = as_tuple(quantized_module(*sample))
         shim = SimpleNamespace(outputs=run.outputs)
         for position in range(n_out):
             spec = twin.output_specs[position]
             got = run.outputs[position]
             same = _dim_order_bytes(got, spec.dim_order) == twin_run.output_bytes[position]
-            scale, zero_point = _output_quantization(twin, position)
+            scale, zero_point = output_quantization(twin, position)
             bound = float_bound(twin_run.outputs[position], reductions[position])
             size, count = _difference(got, twin_run.outputs[position], bound)
             if not same and got.dtype.is_floating_point and count == 0:
@@ -414,9 +414,9 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
                 first_differing = index
             worst_twin[position] = max(worst_twin[position], size)
             diff_twin[position] += count
-            value = _float_output(shim, position, scale, zero_point)
+            value = float_output(shim, position, scale, zero_point)
             reference = quantized[position].float().reshape(value.shape)
-            steps = _steps(got, value, reference, scale, zero_point)
+            steps = quantized_steps(got, value, reference, scale, zero_point)
             worst_ref[position] = max(worst_ref[position], float(steps.max()) if steps.numel() else 0.0)
             diff_ref[position] += int((steps >= 0.5).sum())
             elements[position] += got.numel()

@@ -49,8 +49,8 @@ class Summary:
     npu_traffic: dict  # partition -> memory -> bytes per inference, from Vela
     device_faults: tuple[str, ...]  # "row: message" for each op the device runtime would fail
     placement: object = None  # platforms.memory_placement.MemoryPlacement
-    modules: tuple = ()  # orchestrator.structure.ModuleGroup, rows by source module
-    recurrences: tuple = ()  # orchestrator.structure.Recurrence, unrolled recurrent layers
+    modules: tuple = ()  # orchestrator.planning.structure.ModuleGroup, rows by source module
+    recurrences: tuple = ()  # orchestrator.planning.structure.Recurrence, unrolled recurrent layers
     hidden_by_engine: dict | None = None  # placement (npu | cmsis-nn | portable) -> {kind: count}
 
 

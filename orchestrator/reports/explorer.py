@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.upstream_exir import deserialize_program
+from orchestrator.compilation.upstream_exir import deserialize_program
 
 COLOURS = {"npu": "#2e7d32", "cmsis-nn": "#1565c0", "portable": "#ef6c00"}
 

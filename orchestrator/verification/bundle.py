@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.artifacts import artifacts_dir_for
-from orchestrator.files import atomic_write_bytes
+from orchestrator.artifacts.outputs import artifacts_dir_for
+from orchestrator.artifacts.files import atomic_write_bytes
 from orchestrator.errors import UserError
-from orchestrator.twin import TwinRun, load_twin
-from orchestrator.verification import device_inputs, load_reference, sample_inputs
+from orchestrator.verification.twin import TwinRun, load_twin
+from orchestrator.verification.twin_verify import device_inputs, load_reference, sample_inputs
 
 METHOD_NAME = "forward"
 

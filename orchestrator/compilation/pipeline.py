@@ -7,7 +7,7 @@
 Each stage takes the `CompileState` so far and returns a new one with its own result added; no
 stage hands a result on by changing another's value or upstream private state. `run_stages`
 times each stage, reports progress, and re-raises an unexpected upstream exception as one
-error naming the stage. `plan` and `compile` share this pipeline (orchestrator/planner.py adds
+error naming the stage. `plan` and `compile` share this pipeline (orchestrator/planning/planner.py adds
 PLAN_STAGES after it).
 """
 
@@ -27,14 +27,15 @@ from typing import Callable
 
 import torch
 
-from orchestrator import numerics, upstream_exir
-from orchestrator import device_check
-from orchestrator.device_check import DeviceRun
+from orchestrator import numerics
+from orchestrator.compilation import upstream_exir
+from orchestrator.compilation import device_check
+from orchestrator.compilation.device_check import DeviceRun
 from orchestrator.errors import OrchestrateError, UserError
-from orchestrator.sources import Calibration, LoadedModel
+from orchestrator.sources.loader import Calibration, LoadedModel
 from orchestrator.target import Target, compile_spec
-from orchestrator.placement import place, snapshot_pre_cpu
-from orchestrator.prune import prune_unused_constants
+from orchestrator.planning.placement import place, snapshot_pre_cpu
+from orchestrator.compilation.prune import prune_unused_constants
 from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary_tensors,
                                    check_boundaries)
 from partitioners.cpu import CpuDecision, route_to_cpu
@@ -76,15 +77,15 @@ class Compiled:
     final_program: torch.export.ExportedProgram  # edge program after CPU routing
     cpu_decisions: dict[str, CpuDecision]
     boundaries: tuple[BoundaryTensor, ...]
-    placements: tuple  # orchestrator.placement.OpPlacement, in execution order
+    placements: tuple  # orchestrator.planning.placement.OpPlacement, in execution order
     pte_bytes: bytes
     executorch_program: object  # exir schema Program (execution plans, delegates)
     io_quant: dict  # config-method name -> value, for --io int8
     workarounds: tuple = ()  # partitioners.records.Workaround: upstream defects corrected
     stage_seconds: dict[str, float] = field(default_factory=dict)
     work_dir: Path | None = None
-    pruned_constants: tuple = ()  # orchestrator.prune.PrunedConstant
-    cache_hit: bool = False  # capture + quantization came from orchestrator/cache.py
+    pruned_constants: tuple = ()  # orchestrator.compilation.prune.PrunedConstant
+    cache_hit: bool = False  # capture + quantization came from orchestrator/artifacts/cache.py
     # ExecuTorch's planned buffers, each in its region (platforms/arena_planning.py), and the
     # buffer (mem_id) of each node's output, by node name.
     arenas: tuple = ()
@@ -266,7 +267,7 @@ class CompileState:
     target: Target
     options: CompileOptions
     work_dir: Path
-    cache_key: str | None = None  # orchestrator/cache.py: capture + quantization by content
+    cache_key: str | None = None  # orchestrator/artifacts/cache.py: capture + quantization by content
     cache_hit: bool = False
     captured: Captured | None = None
     quantized: Quantized | None = None
@@ -281,7 +282,7 @@ class CompileState:
     model_workarounds: tuple = ()  # capture's model-level legalizations (Conv1d as Conv2d)
     boundaries: tuple = ()
     placements: tuple = ()
-    pruned_constants: tuple = ()  # orchestrator.prune.PrunedConstant: dead bytes not shipped
+    pruned_constants: tuple = ()  # orchestrator.compilation.prune.PrunedConstant: dead bytes not shipped
     pte_bytes: bytes = b""
     executorch_program: object = None
     arena_record: object = None  # platforms.arena_planning.ArenaRecord
@@ -291,8 +292,8 @@ class CompileState:
 
 def _capture_stage(state: CompileState) -> CompileState:
     """torch.export in channels_last, so every CPU/NPU boundary is NHWC on both sides (or the
-    cached capture and quantization of the same content, orchestrator/cache.py)."""
-    from orchestrator import cache
+    cached capture and quantization of the same content, orchestrator/artifacts/cache.py)."""
+    from orchestrator.artifacts import cache
 
     channels_last = state.options.channels_last
     device_check.prestart()
@@ -320,7 +321,7 @@ def _quantize_stage(state: CompileState) -> CompileState:
         return state
     quantized = quantize(state.captured, state.calibration, state.target)
     if state.cache_key:
-        from orchestrator import cache
+        from orchestrator.artifacts import cache
 
         cache.store(state.cache_key, state.captured.program, quantized.program)
     return replace(state, quantized=quantized)
@@ -365,7 +366,7 @@ def _place_stage(state: CompileState) -> CompileState:
 
 
 def _prune_constants_stage(state: CompileState) -> CompileState:
-    """Drop constants no instruction reads (upstream keeps them; orchestrator/prune.py)."""
+    """Drop constants no instruction reads (upstream keeps them; orchestrator/compilation/prune.py)."""
     if not state.options.prune_constants:
         return state
     program, removed = prune_unused_constants(state.final_program)
@@ -385,7 +386,7 @@ def _arena_slots(state: CompileState):
 def _run_on_device_stage(state: CompileState) -> CompileState:
     """Run the serialized program once in the real ExecuTorch runtime (host build of the device
     kernels); a kernel's dim-order refusal becomes a layout copy, any other refusal stops the
-    compile (orchestrator/device_check.py)."""
+    compile (orchestrator/compilation/device_check.py)."""
     slots = _arena_slots(state)
 
     def serialize_copy(program):

@@ -21,7 +21,7 @@ SUPPORTED_EXECUTORCH = ("1.5.1",)
 
 
 def check_version() -> str:
-    return require("executorch", SUPPORTED_EXECUTORCH, "orchestrator/upstream_exir.py")
+    return require("executorch", SUPPORTED_EXECUTORCH, "orchestrator/compilation/upstream_exir.py")
 
 
 def config_methods(edge_manager) -> dict:

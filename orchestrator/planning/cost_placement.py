@@ -49,7 +49,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class CostPlacement:
-    greedy: object  # orchestrator.planner.Plan
+    greedy: object  # orchestrator.planning.planner.Plan
     chosen: object  # the plan kept (greedy's when moving made nothing faster)
     decisions: tuple[Decision, ...]
     greedy_seconds: float

@@ -1,6 +1,6 @@
 """`verify`: does the compiled `.pte` reproduce the quantized reference, byte-faithfully?
 
-The program runs in the host twin (`orchestrator.twin`); the references are the two programs
+The program runs in the host twin (`orchestrator.verification.twin`); the references are the two programs
 `compile` saved beside it: `quantized.pt2` (the convert_pt2e model, the numbers the `.pte` must
 reproduce) and `float.pt2` (the captured float model, for SNR, cosine and top-1 figures).
 
@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 
 from kernels.upstream_runtime import kernel_calls
-from orchestrator.artifacts import artifacts_dir_for, check_artifacts
+from orchestrator.artifacts.outputs import artifacts_dir_for, check_artifacts
 from orchestrator import numerics
 from orchestrator.errors import UserError
-from orchestrator.local_check import ForcedReference, LocalCheck, check_locally
-from orchestrator.twin import DeviceFault, TwinError, TwinProgram, TwinRun, load_twin
+from orchestrator.verification.local_check import ForcedReference, LocalCheck, check_locally
+from orchestrator.verification.twin import DeviceFault, TwinError, TwinProgram, TwinRun, load_twin
 
 METHOD = "twin (cortex_m reference kernels + TOSA reference model on the Vela-compiled TOSA)"
 CPU_ONLY_METHOD = "twin (cortex_m and portable reference kernels; the program has no NPU partition)"
@@ -125,7 +125,7 @@ def load_reference(path: Path):
     come from someone else, and nothing in it may run code (see read_exported_program)."""
     import torchao.quantization.pt2e  # noqa: F401 - registers quantized_decomposed for loading
 
-    from orchestrator.sources import read_exported_program
+    from orchestrator.sources.loader import read_exported_program
 
     if not path.is_file():
         raise TwinError(f"refusing to verify: reference program {path} is missing; re-run "
@@ -144,7 +144,7 @@ def _model_inputs(float_program) -> tuple[torch.Tensor, ...]:
 def sample_inputs(float_program, count: int, calibration: str | None):
     examples = tuple(torch.zeros(v.shape, dtype=v.dtype) for v in _model_inputs(float_program))
     if calibration is not None:
-        from orchestrator.sources import load_calibration
+        from orchestrator.sources.loader import load_calibration
 
         loaded = load_calibration(calibration, examples)
         return tuple(loaded.samples[:count]), f"{loaded.source}, first {min(count, len(loaded.samples))}"
@@ -177,7 +177,7 @@ def _scalar(twin: TwinProgram, index: int):
     return float(value.double_val) if type(value).__name__ == "Double" else int(value.int_val)
 
 
-def _output_quantization(twin: TwinProgram, position: int) -> tuple[float | None, int]:
+def output_quantization(twin: TwinProgram, position: int) -> tuple[float | None, int]:
     """(scale, zero point) of an output: int8 outputs from the config, float from their
     dequantize; (None, 0) for an output no quantization produced (an argmax's int64 indices,
     a bool mask, a float computed on the CPU), which is compared in its own units."""
@@ -191,7 +191,7 @@ def _output_quantization(twin: TwinProgram, position: int) -> tuple[float | None
     return None, 0
 
 
-def _float_output(twin_run: TwinRun, position: int, scale, zero_point) -> torch.Tensor:
+def float_output(twin_run: TwinRun, position: int, scale, zero_point) -> torch.Tensor:
     """The output in the reference's units: dequantized when it is quantized, else as it is
     (integer indices and bool masks as exact small floats)."""
     value = twin_run.outputs[position]
@@ -215,11 +215,11 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
                                                        dim=0))
 
 
-def _as_tuple(value) -> tuple:
+def as_tuple(value) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
-def _steps(raw: torch.Tensor, value: torch.Tensor, quantized: torch.Tensor, scale, zero_point):
+def quantized_steps(raw: torch.Tensor, value: torch.Tensor, quantized: torch.Tensor, scale, zero_point):
     """|twin - quantized reference| in quantization steps of the output; an output with no
     quantization (integer indices, bool, float) in its own units, so integers compare exactly."""
     if scale is None:
@@ -238,15 +238,15 @@ def _steps(raw: torch.Tensor, value: torch.Tensor, quantized: torch.Tensor, scal
 def _compare_outputs(twin, runs, quantized_outs, float_outs) -> tuple[OutputComparison, ...]:
     comparisons = []
     for position in range(len(twin.plan.outputs)):
-        scale, zero_point = _output_quantization(twin, position)
+        scale, zero_point = output_quantization(twin, position)
         worst, worst_sample, differing, elements = 0.0, 0, 0, 0
         snrs, cosines, top_float, top_quant = [], [], 0, 0
         classifier = None
         for sample, run in enumerate(runs):
-            value = _float_output(run, position, scale, zero_point)
+            value = float_output(run, position, scale, zero_point)
             quantized = quantized_outs[sample][position].float().reshape(value.shape)
             floating = float_outs[sample][position].float().reshape(value.shape)
-            steps = _steps(run.outputs[position], value, quantized, scale, zero_point)
+            steps = quantized_steps(run.outputs[position], value, quantized, scale, zero_point)
             sample_max = float(steps.max())
             if sample == 0 or sample_max > worst:
                 worst, worst_sample = sample_max, sample
@@ -386,7 +386,7 @@ def _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
 def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: bool = False,
            max_steps: float = 1) -> VerifyReport:
     """Run the `.pte` in the twin on `samples` inputs; check every value it writes locally
-    (`orchestrator.local_check`, `max_steps` int8 steps per rounding stage) and report the
+    (`orchestrator.verification.local_check`, `max_steps` int8 steps per rounding stage) and report the
     end-to-end error against both references as figures."""
     if samples < 1 or not (max_steps >= 0):
         # Zero samples would make every comparison vacuously true: never a pass.
@@ -406,8 +406,8 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
     for sample in inputs:
         run = twin.run(device_inputs(twin, sample), keep_intermediates=True)
         with torch.no_grad(), numerics.single_threaded():
-            quantized_outs.append(_as_tuple(quantized_module(*sample)))
-            float_outs.append(_as_tuple(float_module(*sample)))
+            quantized_outs.append(as_tuple(quantized_module(*sample)))
+            float_outs.append(as_tuple(float_module(*sample)))
             local.append(_local_checks(twin, run, quantized_module, sample, qparams, max_steps))
         runs.append(run)
     outputs = _compare_outputs(twin, runs, quantized_outs, float_outs)

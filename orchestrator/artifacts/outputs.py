@@ -31,7 +31,7 @@ import torch
 from orchestrator import numerics
 from partitioners.npu import DelegatePartition, npu_delegates  # noqa: F401 - re-exported
 from orchestrator.errors import UserError
-from orchestrator.files import check_output_file, folder_of, publish_mode, staged_write
+from orchestrator.artifacts.files import check_output_file, folder_of, publish_mode, staged_write
 
 MANIFEST_VERSION = 1
 
@@ -187,7 +187,7 @@ def write_outputs(compiled, pte_path: Path, extra_files: dict[str, bytes] | None
     caller can write an artifacts folder without them."""
     pte_path = Path(pte_path)
     if extra_files is None:
-        from orchestrator.planner import make_plan
+        from orchestrator.planning.planner import make_plan
 
         extra_files = make_plan(compiled).artifact_files()
     check_outputs(pte_path)

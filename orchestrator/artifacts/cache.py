@@ -13,7 +13,7 @@ policy. The key is a SHA-256 over everything they read:
   numerics settings (orchestrator/numerics.py).
 
 A model whose class source cannot be read is not cached. Entries are written atomically and read
-back with the same safe loader as any `.pt2` (orchestrator/sources.py). `ORCHESTRATE_CACHE=off`
+back with the same safe loader as any `.pt2` (orchestrator/sources/loader.py). `ORCHESTRATE_CACHE=off`
 disables the cache; `ORCHESTRATE_CACHE=/path` moves it (default: $ORCHESTRATE_CACHE_DIR, the root
 the host-runtime and firmware builds are cached in too, else $XDG_CACHE_HOME/orchestrate or
 ~/.cache/orchestrate). Entries are content-addressed files, so a shared folder serves several
@@ -126,7 +126,7 @@ def load(key: str):
     import json
 
     from orchestrator.errors import UserError
-    from orchestrator.sources import read_exported_program
+    from orchestrator.sources.loader import read_exported_program
 
     folder = cache_dir()
     entry = folder / "quantized" / key if folder else None

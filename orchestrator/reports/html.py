@@ -205,7 +205,7 @@ def render_plan_html(plan_json: dict, regions: list[dict], title: str | None = N
 
 
 def render_sweep_html(rows: list[dict], title: str) -> str:
-    """`rows`: orchestrator.sweep.to_json rows: latency, flash and RAM per configuration."""
+    """`rows`: orchestrator.sweeps.local.to_json rows: latency, flash and RAM per configuration."""
     width, bar_w, gap, height = 900, 46, 22, 180
 
     def chart(key: str, label: str, fmt) -> str:

@@ -9,28 +9,28 @@ from cost_models.plan_costs import attach_costs
 from partitioners.npu import npu_delegates
 from orchestrator.errors import GateFailure, UserError
 from platforms import PlatformError
-from orchestrator.pipeline import Stage, run_stages
-from orchestrator.placement import missing_kernel_faults
-from orchestrator.report import Summary, program_operators, summarize
+from orchestrator.compilation.pipeline import Stage, run_stages
+from orchestrator.planning.placement import missing_kernel_faults
+from orchestrator.reports.coverage import Summary, program_operators, summarize
 
 
 @dataclass(frozen=True)
 class Plan:
     """Every op's placement with its reasons and costs, and the summary the gates read."""
 
-    compiled: object  # orchestrator.pipeline.Compiled
+    compiled: object  # orchestrator.compilation.pipeline.Compiled
     rows: tuple  # OpPlacement with costs
     estimates: dict[int, VelaPartitionEstimate]
     summary: Summary
-    cost_placement: object = None  # orchestrator.cost_placement.CostPlacement (--placement cost)
+    cost_placement: object = None  # orchestrator.planning.cost_placement.CostPlacement (--placement cost)
 
     def refuse_miscompiles(self) -> None:
         """Raise DeviceRefusal when the real runtime refused the program, and UnsupportedModel
         when a CPU kernel would read a tensor in another layout than it has: such a program
         loads and runs, and computes wrong numbers (kernels/layout_checks.py)."""
         from kernels.layout_checks import is_layout_finding
-        from orchestrator import device_check
-        from orchestrator.pipeline import UnsupportedModel
+        from orchestrator.compilation import device_check
+        from orchestrator.compilation.pipeline import UnsupportedModel
 
         device_check.refuse(self.compiled.device_run)
         found = [(row.name, fault) for row in self.rows for fault in row.device_faults
@@ -46,32 +46,32 @@ class Plan:
 
     def to_json(self) -> dict:
         """The plan as plan.json holds it (schema: orchestrator/plan.schema.json)."""
-        from orchestrator.report import to_json
+        from orchestrator.reports.coverage import to_json
 
         return to_json(self.compiled, self.rows, self.summary)
 
     def to_markdown(self) -> str:
-        from orchestrator.report import render_markdown
+        from orchestrator.reports.coverage import render_markdown
 
         return render_markdown(self.compiled, self.rows, self.summary)
 
     def to_text(self, width: int = 100, all_rows: bool = False) -> str:
         """The terminal report; an unrolled recurrence is one line unless `all_rows`."""
-        from orchestrator.report import render_text
+        from orchestrator.reports.coverage import render_text
 
         return render_text(self.compiled, self.rows, self.summary, width, all_rows)
 
     def to_html(self) -> str:
         """One self-contained page: timeline, memory map, sortable op table."""
-        from orchestrator.report_html import plan_html
+        from orchestrator.reports.html import plan_html
 
         return plan_html(self)
 
     def artifact_files(self) -> dict[str, bytes]:
         """What the plan adds to an artifacts folder: plan.json, operators.txt, report.html."""
-        from orchestrator.report import render_json
+        from orchestrator.reports.coverage import render_json
 
-        from orchestrator.report_explorer import OverlayError, render_node_data
+        from orchestrator.reports.explorer import OverlayError, render_node_data
 
         files = {"plan.json": render_json(self.compiled, self.rows, self.summary).encode(),
                  "operators.txt": "".join(f"{op}\n" for op in self.summary.operators).encode(),
@@ -114,7 +114,7 @@ def _device_faults_stage(state: PlanState) -> PlanState:
 
 def _place_memory(state: PlanState, policy):
     from cost_models.cpu import calibrated_weight_cycles_per_byte
-    from orchestrator.report import constant_segment_bytes
+    from orchestrator.reports.coverage import constant_segment_bytes
     from platforms.arena_planning import Arena, arena_slots
     from platforms.memory_placement import place_program
 
@@ -212,7 +212,7 @@ def _summary_stage(state: PlanState) -> PlanState:
 
 def _structure_stage(state: PlanState) -> PlanState:
     """Rows by source module; unrolled recurrences with their steps and stored weights."""
-    from orchestrator.structure import module_groups, recurrences
+    from orchestrator.planning.structure import module_groups, recurrences
 
     return replace(state, summary=replace(
         state.summary, modules=module_groups(state.rows),

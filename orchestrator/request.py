@@ -1,0 +1,108 @@
+"""What a user asks for: one frozen Request, validated once into a Resolved request.
+
+Every verb that compiles a model (`plan`, `compile`, `sweep`, the CLI and each sweep worker)
+builds a Request and hands it to `orchestrator.api`; nothing else resolves targets, policies or
+memory policies, so a check made for one verb is made for all.
+
+    from orchestrator.request import Request
+    request = Request("ds-cnn", npu="ethos-u55-128", cpu_hz=400e6)
+    plan = orchestrator.plan(request)
+
+Precedence: explicit request fields win over the placement policy file, which wins over the
+platform YAML's defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from orchestrator.errors import UserError
+from orchestrator.target import Target, io_request, resolve_target
+from platforms import PlatformError
+from platforms.memory_placement import MemoryPolicy, check_policy, load_memory_policy
+
+if TYPE_CHECKING:  # partitioners.policy imports torch (a second): imported where a policy is read
+    from partitioners.policy import Policy
+
+
+@dataclass(frozen=True)
+class Request:
+    """A model and the target it is compiled for, as the user gave them."""
+
+    model: str  # zoo name, path/file.py:factory, a .py with ModelUnderTest, or a .pt2
+    platform: str = "corstone300"  # a shipped platform name or a platform YAML path
+    npu: str | None = None  # e.g. "ethos-u55-128"; "none" for CPU only; None: the platform's
+    cpu: str | None = None  # e.g. "cortex-m55"; None: the platform's
+    io: str = "float"  # float | int8 | auto
+    calibration: str | None = None  # a .pt/.npz file or a folder of them
+    cpu_hz: float | None = None
+    npu_hz: float | None = None
+    policy: "str | Policy | None" = None  # a placement policy YAML path or a Policy
+    placement: str | None = None  # greedy | cost; None: the policy's, else greedy
+    memory_policy: str | MemoryPolicy | None = None  # auto | in-place | a YAML path
+    runner_ops: frozenset[str] | None = None  # operators the runner firmware registers
+
+    def with_npu(self, npu: str | None) -> "Request":
+        return replace(self, npu=npu)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A Request checked against the platform: every field it implies, typed."""
+
+    request: Request
+    target: Target
+    policy: "Policy | None"
+    placement: str  # greedy | cost
+    io_auto: bool  # `--io auto`: compile float first and keep int8 when it pays
+    memory: MemoryPolicy | None  # None: auto
+
+
+def load_policy_arg(policy: "str | Policy | None") -> "Policy | None":
+    """A Policy from a path, a Policy, or None (the default greedy policy)."""
+    from partitioners.policy import Policy, PolicyError, load_policy
+
+    if policy is None or isinstance(policy, Policy):
+        return policy
+    try:
+        return load_policy(policy)
+    except PolicyError as error:
+        raise UserError(str(error)) from None
+
+
+def memory_policy(text: str | MemoryPolicy | None, platform=None) -> MemoryPolicy | None:
+    """The MemoryPolicy of `--memory-policy` (None: auto), checked against `platform` when
+    given; a UserError names what is wrong."""
+    try:
+        policy = text if isinstance(text, MemoryPolicy) or text is None else \
+            load_memory_policy(str(text))
+        if policy is not None and platform is not None:
+            check_policy(platform, policy)
+    except PlatformError as error:
+        raise UserError(str(error)) from None
+    return policy
+
+
+def resolve(request: Request) -> Resolved:
+    """Validate `request` once: the policy file, the placement mode, the target and the memory
+    policy; the first problem is a UserError naming it and what to do."""
+    from partitioners.policy import PLACEMENTS
+
+    policy = load_policy_arg(request.policy)
+    mode = request.placement or (policy.placement if policy is not None else "greedy")
+    if mode not in PLACEMENTS:
+        raise UserError(f"--placement {mode!r} is not supported; use one of "
+                        f"{', '.join(PLACEMENTS)}")
+    npu, cpu_hz, npu_hz = request.npu, request.cpu_hz, request.npu_hz
+    if policy is not None:
+        npu = npu if npu is not None else policy.npu
+        cpu_hz = cpu_hz if cpu_hz is not None else policy.cpu_hz
+        npu_hz = npu_hz if npu_hz is not None else policy.npu_hz
+    target = resolve_target(request.platform, npu=npu, cpu=request.cpu, io=request.io,
+                            cpu_hz=cpu_hz, npu_hz=npu_hz)
+    if policy is not None and target.npu and (policy.system_config or policy.memory_mode):
+        target = replace(target, system_config=policy.system_config or target.system_config,
+                         memory_mode=policy.memory_mode or target.memory_mode)
+    return Resolved(request, target, policy, mode, io_request(request.io)[1],
+                    memory_policy(request.memory_policy, target.platform))
