@@ -326,7 +326,8 @@ def _check_outputs(args, report: str | None = None, pte: str | None = None,
                    pte_option: str = "-o", bundle: bool = False) -> None:
     """Fail before compiling, not after, when an output cannot be written or would overwrite an
     input, another output or something this tool did not write."""
-    from orchestrator.artifacts.outputs import artifacts_dir_for, check_outputs
+    from orchestrator.artifacts.manifest import artifacts_dir_for
+    from orchestrator.artifacts.outputs import check_outputs
 
     outputs: list[tuple[str, Path]] = []
     if report:
@@ -599,11 +600,11 @@ def _print_report(args, as_json: dict, as_text: str) -> None:
 
 
 def _verify_qemu(args, pte: Path) -> int:
-    from orchestrator.artifacts.outputs import check_artifacts
+    from orchestrator.artifacts.manifest import Manifest
     from orchestrator.errors import NotRun, VerificationFailure
     from orchestrator.verification.combined import installed_platform, qemu_lines, qemu_on_checked_pte
 
-    target = check_artifacts(pte)["target"]
+    target = Manifest.load(pte).target
     platform = installed_platform(target, args.platform)
     if target["npu"]:
         raise NotRun(f"not run: {pte.name} is compiled for {target['npu']} and QEMU's "
@@ -622,10 +623,10 @@ def _verify_fvp(args, pte: Path) -> int:
 
     import tempfile
 
-    from orchestrator.artifacts.outputs import check_artifacts
+    from orchestrator.artifacts.manifest import Manifest
     from orchestrator.verification.bundle import write_bundle
 
-    target = check_artifacts(pte)["target"]
+    target = Manifest.load(pte).target
     platform = installed_platform(target, args.platform)
     # A CPU-only program runs on the platform's FVP too; its NPU simply stays idle.
     npu = target["npu"] or platform.npu_default

@@ -68,6 +68,17 @@ def test_no_module_imports_a_private_name_of_another():
     assert private == []
 
 
+def test_only_the_manifest_module_names_the_manifest_file():
+    """One reader of manifest.json (orchestrator/artifacts/manifest.py: structure, hashes,
+    paths inside the folder); a second reader would skip those checks."""
+    naming = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value == "manifest.json":
+                naming.append(name)
+    assert naming == ["orchestrator.artifacts.manifest"]
+
+
 def test_no_import_cycles():
     modules = _modules()
     graph = {name: {i for i in _imports(path, modules) if i != name}

@@ -23,113 +23,19 @@ import json
 import os
 import shutil
 import tempfile
-from importlib import metadata
 from pathlib import Path
 
 import torch
 
-from orchestrator import numerics
-from partitioners.npu import DelegatePartition, npu_delegates  # noqa: F401 - re-exported
-from orchestrator.errors import UserError
 from orchestrator.artifacts.files import check_output_file, folder_of, publish_mode, staged_write
-
-MANIFEST_VERSION = 1
-
-
-def artifacts_dir_for(pte_path: Path) -> Path:
-    return pte_path.with_name(pte_path.stem + ".artifacts")
-
+from orchestrator.artifacts.manifest import (MANIFEST_NAME, artifacts_dir_for, is_manifest_folder,
+                                             manifest_json)
+from orchestrator.errors import UserError
+from partitioners.npu import npu_delegates
 
 def delegate_partitions(compiled):
     """Ethos-U delegates in program order, each with the Vela run whose payload it carries."""
     return npu_delegates(compiled.final_program, compiled.lowered.vela_runs)
-
-
-def package_versions() -> dict[str, str]:
-    versions = {}
-    for package in ("orchestrate", "torch", "executorch", "ethos-u-vela", "tosa-tools", "torchao"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "not installed"
-    return versions
-
-
-def manifest(compiled, partitions: list[DelegatePartition]) -> dict:
-    plan = compiled.executorch_program.execution_plan[0]
-    return {
-        "manifest_version": MANIFEST_VERSION,
-        "model": {"name": compiled.model.name, "source": compiled.model.source,
-                  "inputs": [list(x.shape) for x in compiled.model.example_inputs]},
-        "calibration": {"source": compiled.calibration.source,
-                        "samples": len(compiled.calibration.samples),
-                        "generated": compiled.calibration.generated},
-        "target": compiled.target.to_json(),
-        "versions": package_versions(),
-        "host_numerics": numerics.state(),
-        "pte": {"sha256": hashlib.sha256(compiled.pte_bytes).hexdigest(),
-                "bytes": len(compiled.pte_bytes),
-                "arena_bytes": compiled.arena_bytes,
-                "non_const_buffer_sizes": [int(s) for s in plan.non_const_buffer_sizes]},
-        "io_quantization": {k: (v if isinstance(v, (int, float, str)) else str(v))
-                            for k, v in compiled.io_quant.items()},
-        "partitions": [{"index": p.index, "delegate": p.delegate_name,
-                        "payload_sha256": p.payload_sha256, "tosa_sha256": p.tosa_sha256,
-                        "tosa": f"partitions/p{p.index}/model.tosa",
-                        "vela_dir": f"partitions/p{p.index}/vela"} for p in partitions],
-        "boundaries": [{"tensor": b.tensor, "direction": b.direction, "delegate": b.delegate,
-                        "dim_order": list(b.cpu_dim_order), "consistent": b.consistent}
-                       for b in compiled.boundaries],
-    }
-
-
-def inside(folder: Path, relative: str) -> Path:
-    """`folder / relative`, refusing a path that leaves the folder (absolute, `..`, a link out)."""
-    candidate = (folder / relative)
-    if Path(relative).is_absolute() or ".." in Path(relative).parts or \
-            not candidate.resolve().is_relative_to(folder.resolve()):
-        raise UserError(f"refusing to verify: {folder / 'manifest.json'} names {relative!r}, "
-                        "which is outside its artifacts folder")
-    return candidate
-
-
-def check_artifacts(pte_path: Path) -> dict:
-    """The manifest beside `pte_path`, after checking the `.pte` and every file the manifest
-    lists against their SHA-256; raises UserError naming the first that differs. Every verify
-    method calls this before it reads anything."""
-    from kernels.safe_files import DataFileError, load_json
-
-    pte_path = Path(pte_path)
-    folder = artifacts_dir_for(pte_path)
-    manifest_path = folder / "manifest.json"
-    if not pte_path.is_file() or not manifest_path.is_file():
-        missing = pte_path if not pte_path.is_file() else manifest_path
-        raise UserError(f"refusing to verify: {missing} is missing; re-run `orchestrate compile` "
-                        "to write the .pte and its artifacts folder")
-    try:
-        written = load_json(manifest_path)
-        expected = written["pte"]["sha256"]
-        files = written.get("files", {})
-        if not isinstance(files, dict):
-            raise TypeError("files")
-    except (DataFileError, KeyError, TypeError) as error:
-        raise UserError(f"refusing to verify: {manifest_path} is not a manifest written by "
-                        f"`orchestrate compile` ({error}); re-run `orchestrate compile`") from None
-    actual = hashlib.sha256(pte_path.read_bytes()).hexdigest()
-    if actual != expected:
-        raise UserError(f"refusing to verify: {pte_path} does not match its artifacts (its "
-                        f"SHA-256 is {actual[:12]}..., {manifest_path} records "
-                        f"{str(expected)[:12]}...); re-run `orchestrate compile` to write both")
-    for relative, digest in files.items():
-        path = inside(folder, str(relative))
-        if not path.is_file():
-            raise UserError(f"refusing to verify: {path} is missing from the artifacts; re-run "
-                            "`orchestrate compile`")
-        if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
-            raise UserError(f"refusing to verify: {path} was changed after compiling (its "
-                            f"SHA-256 differs from {manifest_path}); re-run `orchestrate "
-                            "compile`")
-    return written
 
 
 def check_outputs(pte_path: Path, option: str = "-o") -> None:
@@ -143,19 +49,8 @@ def check_outputs(pte_path: Path, option: str = "-o") -> None:
     _require_ours(folder, option)
 
 
-def _is_ours(folder: Path) -> bool:
-    """A real folder carrying the manifest.json that `write_outputs` writes."""
-    if folder.is_symlink() or not folder.is_dir():
-        return False
-    try:
-        written = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(written, dict) and "manifest_version" in written and "pte" in written
-
-
 def _require_ours(folder: Path, option: str) -> None:
-    if (folder.exists() or folder.is_symlink()) and not _is_ours(folder):
+    if (folder.exists() or folder.is_symlink()) and not is_manifest_folder(folder):
         kind = "link" if folder.is_symlink() else "folder" if folder.is_dir() else "file"
         raise UserError(f"'{folder}' exists and is a {kind} orchestrate did not write (no "
                         f"manifest.json in it), so it will not be replaced; move it away or "
@@ -208,11 +103,11 @@ def write_outputs(compiled, pte_path: Path, extra_files: dict[str, bytes] | None
         torch.export.save(compiled.quantized.program, art_tmp / "quantized.pt2")
         for name, data in (extra_files or {}).items():
             (art_tmp / name).write_bytes(data)
-        written = manifest(compiled, partitions)
+        written = manifest_json(compiled, partitions)
         # Every file verify may read, with its SHA-256 (checked before use: check_artifacts).
         written["files"] = {str(f.relative_to(art_tmp)): hashlib.sha256(f.read_bytes()).hexdigest()
                             for f in sorted(art_tmp.rglob("*")) if f.is_file()}
-        (art_tmp / "manifest.json").write_text(json.dumps(written, indent=2))
+        (art_tmp / MANIFEST_NAME).write_text(json.dumps(written, indent=2))
         publish_mode(art_tmp)
         # Both are complete before either is renamed into place, so a failure leaves the old
         # pair (or nothing); a .pte and artifacts from different runs fail verify's hash check.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.artifacts.outputs import artifacts_dir_for
+from orchestrator.artifacts.manifest import Manifest
 from orchestrator.artifacts.files import atomic_write_bytes
 from orchestrator.errors import UserError
 from orchestrator.verification.twin import TwinRun, load_twin
@@ -46,7 +46,7 @@ def write_bundle(pte_path, bpte_path, samples: int = 4) -> Path:
     if not bpte_path.parent.is_dir():
         raise UserError(f"output folder '{bpte_path.parent}' does not exist")
     twin = load_twin(pte_path)
-    float_program, _ = load_reference(artifacts_dir_for(pte_path) / "float.pt2")
+    float_program, _ = load_reference(Manifest.load(pte_path).file("float.pt2"))
     inputs, _source = sample_inputs(float_program, samples, None)
     cases, runs = [], []
     for sample in inputs:

@@ -32,7 +32,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.artifacts.outputs import artifacts_dir_for
+from orchestrator.artifacts.manifest import Manifest
 
 TWIN, RUNTIME, QEMU = "twin", "host runtime", "QEMU Cortex-M55"
 QEMU_CPU = "cortex-m55"  # the core of QEMU's mps3-an547 (Corstone-300 FPGA image)
@@ -150,7 +150,7 @@ def qemu_on_checked_pte(pte: Path, platform, timeout_s: int = 600, atol: float =
 
     with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
         bpte = write_bundle(pte, Path(folder) / "program.bpte", samples=samples)
-        return run_bpte_on_qemu(bpte, artifacts_dir_for(pte) / "operators.txt", platform,
+        return run_bpte_on_qemu(bpte, Manifest.load(pte).file("operators.txt"), platform,
                                 timeout_s=timeout_s, atol=atol)
 
 
@@ -178,12 +178,11 @@ def qemu_lines(result) -> list[str]:
 
 def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
              samples: int = 4) -> MethodResult:
-    from orchestrator.artifacts.outputs import check_artifacts
     from orchestrator.errors import NotRun, UserError
     from orchestrator.verification.twin import load_twin
     from platforms.qemu import QemuUnavailable
 
-    target = check_artifacts(pte)["target"]
+    target = Manifest.load(pte).target
     reason = qemu_unavailable_reason(target, bool(load_twin(pte).partitions))
     if reason is not None:
         return MethodResult(QEMU, "not-run", reason, True)

@@ -38,7 +38,7 @@ from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, NpuInvocatio
                              RuntimeFailure, RuntimeUnavailable, find_sources, logical)
 from npu_driver.tosa_twin import run_tosa
 from orchestrator import numerics
-from orchestrator.artifacts.outputs import artifacts_dir_for, check_artifacts
+from orchestrator.artifacts.manifest import Manifest
 from orchestrator.errors import NotRun, UserError
 from kernels.reference import HOST_TIER, MVE_ONLY_SEMANTICS
 from kernels.upstream_runtime import kernel_calls
@@ -342,11 +342,10 @@ def verify_runtime(pte_path, samples: int = 4, calibration: str | None = None,
         raise UserError(f"--samples and the repeat count must be at least 1 (got {samples} and "
                         f"{repeat})")
     pte_path = Path(pte_path)
-    check_artifacts(pte_path)  # the program run is the one compile recorded
+    manifest = Manifest.load(pte_path)  # the program run is the one compile recorded
     twin = load_twin(pte_path)
-    art_dir = artifacts_dir_for(pte_path)
-    float_program, _ = load_reference(art_dir / "float.pt2")
-    _, quantized_module = load_reference(art_dir / "quantized.pt2")
+    float_program, _ = load_reference(manifest.file("float.pt2"))
+    _, quantized_module = load_reference(manifest.file("quantized.pt2"))
     inputs, source = sample_inputs(float_program, samples, calibration)
     owned = runtime is None
     try:

@@ -23,7 +23,6 @@ mismatch at a CPU/NPU boundary. The twin instead walks `execution_plan[0].chains
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from kernels import reference
 from kernels.reference import KernelError, KernelFault, LayoutRead, RawTensor
 from npu_driver.payload import EthosUPayload, PayloadError, parse_payload
 from npu_driver.tosa_twin import TosaGraphIO, TosaTwinError, check_against_payload, graph_io, run_tosa
-from orchestrator.artifacts.outputs import artifacts_dir_for
+from orchestrator.artifacts.manifest import MANIFEST_NAME, Manifest, artifacts_dir_for
 from orchestrator.errors import NotRun, UserError
 
 ETHOS_U_BACKEND = "EthosUBackend"
@@ -120,6 +119,7 @@ class TwinProgram:
     partitions: tuple[NpuPartition, ...]  # indexed like plan.delegates
     config: dict  # config methods, e.g. {"input0_scale": 0.03, ...}
     isa_tier: str | None = None  # the core's ISA tier from the manifest: kernels differ per tier
+    manifest: Manifest | None = field(default=None, repr=False)  # None: no artifacts folder
 
     @property
     def plan(self):
@@ -191,24 +191,17 @@ def _config_methods(program) -> dict:
     return config
 
 
-def _load_partitions(pte_path: Path, program) -> tuple[NpuPartition, ...]:
+def _load_partitions(pte_path: Path, program, manifest: Manifest | None) -> tuple[NpuPartition, ...]:
     from executorch.exir.schema import DataLocation
 
     plan = program.execution_plan[0]
     if not plan.delegates:
         return ()
-    art_dir = artifacts_dir_for(pte_path)
-    manifest_path = art_dir / "manifest.json"
-    if not manifest_path.is_file():
+    if manifest is None:
+        manifest_path = artifacts_dir_for(pte_path) / MANIFEST_NAME
         raise TwinError(f"refusing to verify: {pte_path.name} has {len(plan.delegates)} Ethos-U "
                         f"delegate(s) but {manifest_path} is missing; the twin needs the "
                         "artifacts folder `orchestrate compile` writes next to the .pte")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-        by_payload = {p["payload_sha256"]: p for p in manifest["partitions"]}
-    except (ValueError, KeyError, TypeError) as error:
-        raise TwinError(f"refusing to verify: {manifest_path} is not a valid manifest "
-                        f"({type(error).__name__}: {error})") from None
     partitions = []
     for index, delegate in enumerate(plan.delegates):
         if delegate.id != ETHOS_U_BACKEND:
@@ -218,28 +211,28 @@ def _load_partitions(pte_path: Path, program) -> tuple[NpuPartition, ...]:
             raise TwinError(f"delegate {index}'s payload is not inline after deserialization")
         payload_bytes = bytes(program.backend_delegate_data[delegate.processed.index].data)
         digest = _sha256(payload_bytes)
-        entry = by_payload.get(digest)
+        entry = manifest.partition_of_payload(digest)
         if entry is None:
             raise TwinError(f"refusing to verify: delegate {index} of {pte_path.name} (payload "
-                            f"sha256 {digest[:16]}) is not in {manifest_path.name}; the artifacts "
+                            f"sha256 {digest[:16]}) is not in {MANIFEST_NAME}; the artifacts "
                             "folder belongs to a different compile")
-        tosa_path = art_dir / entry["tosa"]
+        tosa_path = manifest.file(entry.tosa)
         if not tosa_path.is_file():
-            raise TwinError(f"refusing to verify: TOSA artifact {entry['tosa']} of delegate "
-                            f"{entry['delegate']} is missing from {art_dir}")
+            raise TwinError(f"refusing to verify: TOSA artifact {entry.tosa} of delegate "
+                            f"{entry.delegate} is missing from {manifest.folder}")
         tosa_bytes = tosa_path.read_bytes()
         actual = _sha256(tosa_bytes)
-        if actual != entry["tosa_sha256"]:
-            raise TwinError(f"refusing to verify: TOSA artifact {entry['tosa']} does not match "
-                            f"delegate {entry['delegate']} (sha256 {actual[:16]} != "
-                            f"{entry['tosa_sha256'][:16]})")
+        if actual != entry.tosa_sha256:
+            raise TwinError(f"refusing to verify: TOSA artifact {entry.tosa} does not match "
+                            f"delegate {entry.delegate} (sha256 {actual[:16]} != "
+                            f"{entry.tosa_sha256[:16]})")
         try:
             payload = parse_payload(payload_bytes)
             io = graph_io(tosa_bytes)
-            check_against_payload(io, payload, f"{entry['delegate']} ({entry['tosa']})")
+            check_against_payload(io, payload, f"{entry.delegate} ({entry.tosa})")
         except (PayloadError, TosaTwinError) as error:
             raise TwinError(f"refusing to verify: {error}") from None
-        partitions.append(NpuPartition(index, entry["delegate"], entry["tosa"], payload,
+        partitions.append(NpuPartition(index, entry.delegate, entry.tosa, payload,
                                        tosa_bytes, io))
     return tuple(partitions)
 
@@ -263,17 +256,11 @@ def load_twin(pte_path) -> TwinProgram:
         raise TwinError(f"{pte_path.name} has mutable or named data segments, which the twin "
                         "does not load")
     program = pte.program
-    return TwinProgram(pte_path, pte_bytes, program, _load_partitions(pte_path, program),
-                       _config_methods(program), _isa_tier(pte_path))
-
-
-def _isa_tier(pte_path: Path) -> str | None:
-    """The ISA tier the program was compiled for (manifest.json), or None without artifacts."""
-    path = artifacts_dir_for(pte_path) / "manifest.json"
-    try:
-        return json.loads(path.read_text())["target"]["isa_tier"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    manifest = Manifest.load(pte_path) if (artifacts_dir_for(pte_path) / MANIFEST_NAME).is_file() \
+        else None
+    return TwinProgram(pte_path, pte_bytes, program,
+                       _load_partitions(pte_path, program, manifest), _config_methods(program),
+                       manifest.isa_tier if manifest else None, manifest)
 
 
 def run_twin(pte_path, inputs: tuple[torch.Tensor, ...], keep_intermediates: bool = False) -> TwinRun:

@@ -14,7 +14,6 @@ them, and order), and any CPU/NPU boundary whose bytes were reinterpreted in ano
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import torch
 
 from kernels.upstream_runtime import kernel_calls
-from orchestrator.artifacts.outputs import artifacts_dir_for, check_artifacts
+from orchestrator.artifacts.manifest import Manifest
 from orchestrator import numerics
 from orchestrator.errors import UserError
 from orchestrator.verification.local_check import ForcedReference, LocalCheck, check_locally
@@ -295,14 +294,13 @@ def _local_checks(twin, run, quantized_module, sample, qparams, steps_per_stage)
 
 def _boundary_names(twin: TwinProgram) -> dict[tuple[str, str, int], str]:
     """(delegate, direction, slot) -> edge tensor name, from the manifest where unambiguous."""
-    path = artifacts_dir_for(twin.pte_path) / "manifest.json"
-    if not path.is_file():
+    if twin.manifest is None:
         return {}
     names: dict[tuple[str, str], list[str]] = {}
-    for entry in json.loads(path.read_text()).get("boundaries", []):
-        listed = names.setdefault((entry["delegate"], entry["direction"]), [])
-        if entry["tensor"] not in listed:
-            listed.append(entry["tensor"])
+    for entry in twin.manifest.boundaries:
+        listed = names.setdefault((entry.delegate, entry.direction), [])
+        if entry.tensor not in listed:
+            listed.append(entry.tensor)
     result = {}
     for partition in twin.partitions:
         for direction, count in (("cpu->npu", len(partition.payload.inputs)),
@@ -393,13 +391,12 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
         raise UserError(f"--samples must be at least 1 and --max-steps at least 0 (got "
                         f"{samples} and {max_steps})")
     pte_path = Path(pte_path)
-    art_dir = artifacts_dir_for(pte_path)
     # The TOSA graphs and references beside the .pte describe it only if its bytes are the ones
     # `compile` recorded: a .pte edited or swapped after compiling must not borrow their pass.
-    check_artifacts(pte_path)
+    manifest = Manifest.load(pte_path)
     twin = load_twin(pte_path)
-    float_program, float_module = load_reference(art_dir / "float.pt2")
-    _, quantized_module = load_reference(art_dir / "quantized.pt2")
+    float_program, float_module = load_reference(manifest.file("float.pt2"))
+    _, quantized_module = load_reference(manifest.file("quantized.pt2"))
     inputs, source = sample_inputs(float_program, samples, calibration)
     qparams = _program_qparams(twin)
     runs, quantized_outs, float_outs, local = [], [], [], []
