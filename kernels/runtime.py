@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+
+from kernels.native_build import THIRD_PARTY_ENV, TREE_ENVS, source_tree
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Callable
@@ -40,8 +42,8 @@ from kernels.host_runtime.session import InstructionOutput, RawValue
 from kernels.host_runtime.worker import receive, send
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-ENV_EXECUTORCH_SRC = "ORCHESTRATE_EXECUTORCH_SRC"
-ENV_CMSIS_NN_SRC = "ORCHESTRATE_CMSIS_NN_SRC"
+ENV_EXECUTORCH_SRC = TREE_ENVS["executorch"]
+ENV_CMSIS_NN_SRC = TREE_ENVS["cmsis-nn"]
 METHOD = ("ExecuTorch runtime (executorch wheel's libexecutorch.so: program loading, memory plan, "
           "portable and prim ops) + cortex_m kernels and CMSIS-NN C code built for the host")
 
@@ -164,25 +166,17 @@ class RuntimeRun:
 
 def find_sources(executorch_src: str | Path | None = None,
                  cmsis_nn_src: str | Path | None = None) -> Sources:
-    """Where the upstream sources are: arguments, then environment, then the repository's
-    ../shared/third_party. Raises RuntimeUnavailable when a tree is not there."""
-    default = REPO_ROOT.parent / "shared" / "third_party"
-    chosen = []
-    for given, env, name in ((executorch_src, ENV_EXECUTORCH_SRC, "executorch"),
-                             (cmsis_nn_src, ENV_CMSIS_NN_SRC, "cmsis-nn")):
-        if given:
-            chosen.append((Path(given), "argument"))
-        elif os.environ.get(env):
-            chosen.append((Path(os.environ[env]), "environment"))
-        else:
-            chosen.append((default / name, "repository default"))
+    """Where the upstream sources are (kernels.native_build.source_tree: argument, then the
+    tree's variable, then $ORCHESTRATE_THIRD_PARTY, then ../shared/third_party). Raises
+    RuntimeUnavailable when a tree is not there."""
+    chosen = [source_tree("executorch", executorch_src), source_tree("cmsis-nn", cmsis_nn_src)]
     for (path, origin), option in zip(chosen, ("--executorch-src or " + ENV_EXECUTORCH_SRC,
                                                "--cmsis-nn-src or " + ENV_CMSIS_NN_SRC)):
         if not path.is_dir():
-            raise RuntimeUnavailable(f"no source tree at {path} ({origin}); point {option} at "
-                                     "an unmodified checkout")
+            raise RuntimeUnavailable(f"no source tree at {path} ({origin}); point {option} "
+                                     f"(or ${THIRD_PARTY_ENV}) at an unmodified checkout")
     origins = {origin for _, origin in chosen}
-    return Sources(chosen[0][0].resolve(), chosen[1][0].resolve(), "/".join(sorted(origins)))
+    return Sources(chosen[0][0], chosen[1][0], "/".join(sorted(origins)))
 
 
 def ensure_library(sources: Sources | None = None, cache_dir: Path | None = None,

@@ -25,7 +25,6 @@ the M55's cycles only as far as the core retires at most one instruction per cyc
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib.util
 import json
 import os
@@ -46,12 +45,12 @@ import yaml
 
 from platforms.fvp import parse_runner_log
 from kernels.cache_root import cache_root
+from kernels.native_build import (THIRD_PARTY_ENV, atomic_write, build_jobs, digest,
+                                  third_party_root, tree_digest)
 from platforms.platform import MemoryRegion, Platform, load_platform
 
-THIRD_PARTY_ENV = "ORCHESTRATE_THIRD_PARTY"
 QEMU_ENV = "ORCHESTRATE_QEMU"  # the qemu-system-arm binary
 TOOLCHAIN_ENV = "ORCHESTRATE_ARM_TOOLCHAIN"  # a folder holding arm-none-eabi-gcc and friends
-JOBS_ENV = "ORCHESTRATE_BUILD_JOBS"
 
 METHOD = "Corstone-300 CPU in QEMU: real kernels, no timing"
 METHOD_DETAIL = (
@@ -61,8 +60,6 @@ METHOD_DETAIL = (
 )
 DEFAULT_TIMEOUT_S = 600
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-_DEFAULT_THIRD_PARTY = _REPO_ROOT.parent / "shared" / "third_party"
 _TOOL_PREFIX = "arm-none-eabi-"
 _FIRMWARE_CONFIG = "firmware.yaml"
 # Bump when the build recipe below changes in a way the hashed inputs do not show.
@@ -169,8 +166,7 @@ def find_qemu() -> Path:
 
 def find_third_party(root: str | Path | None = None) -> ThirdParty:
     """The source snapshot: `root`, else $ORCHESTRATE_THIRD_PARTY, else ../shared/third_party."""
-    chosen = root or os.environ.get(THIRD_PARTY_ENV) or _DEFAULT_THIRD_PARTY
-    base = Path(chosen).expanduser().resolve()
+    base, _origin = third_party_root(root)
     needed = {
         "executorch": base / "executorch" / "runtime" / "executor" / "method.cpp",
         "cmsis-nn": base / "cmsis-nn" / "Include" / "arm_nnfunctions.h",
@@ -433,40 +429,6 @@ class Firmware:
     total_objects: int
 
 
-def _jobs() -> int:
-    named = os.environ.get(JOBS_ENV)
-    if named and named.isdigit() and int(named) > 0:
-        return int(named)
-    return max(1, min(2, os.cpu_count() or 1))
-
-
-def _sha(*parts: str | bytes) -> str:
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part.encode() if isinstance(part, str) else part)
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
-def _tree_digest(paths: Iterable[Path], relative_to: Path) -> str:
-    """Content digest of every file under `paths` (the third-party snapshot is read-only input)."""
-    digest = hashlib.sha256()
-    for top in paths:
-        files = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file())
-        for path in files:
-            digest.update(str(path.relative_to(relative_to)).encode() + b"\0")
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def _atomic_write(path: Path, data: bytes | str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "wb") as out:
-        out.write(data.encode() if isinstance(data, str) else data)
-    os.replace(temporary, path)
-
-
 @dataclass(frozen=True)
 class _Unit:
     """One compile: a source, its language and flags, and the generated files its key covers."""
@@ -492,13 +454,13 @@ class _Builder:
         self.jobs = jobs
         self.compiled = 0
         et = third_party.executorch
-        self.tree = _tree_digest(
+        self.tree = tree_digest(
             [et / "runtime", et / "kernels", et / "backends/cortex_m", et / "devtools/bundled_program",
              et / "extension", et / "schema", et / "codegen", third_party.cmsis_nn / "Include",
              third_party.cmsis_nn / "Source", third_party.flatbuffers / "include"],
             third_party.root,
         )
-        self.runner_digest = _tree_digest(
+        self.runner_digest = tree_digest(
             sorted(p for p in config.runner_dir.iterdir() if p.suffix in (".c", ".cpp", ".h")),
             config.runner_dir,
         )
@@ -516,7 +478,7 @@ class _Builder:
                 et / "devtools/bundled_program/schema/scalar_type.fbs",
             ],
         }
-        key = _sha(_RECIPE_VERSION, _run_text([str(flatc), "--version"]),
+        key = digest(_RECIPE_VERSION, _run_text([str(flatc), "--version"]),
                    *(p.read_bytes() for files in groups.values() for p in files))
         out = self.cache / "schema" / key
         if not (out / "done").is_file():
@@ -549,7 +511,7 @@ class _Builder:
             },
         }
         selection_text = yaml.safe_dump(selection, sort_keys=True)
-        key = _sha(_RECIPE_VERSION, library.name, selection_text, library.yaml_path.read_bytes(),
+        key = digest(_RECIPE_VERSION, library.name, selection_text, library.yaml_path.read_bytes(),
                    self.tree, (native / "native_functions.yaml").read_bytes(),
                    (native / "tags.yaml").read_bytes())
         out = self.cache / "codegen" / key
@@ -776,7 +738,7 @@ SECTIONS
             name = str(unit.source.relative_to(self.cache))
         else:
             name = unit.source.name
-        return _sha(_RECIPE_VERSION, self.toolchain.version, "c++" if unit.is_cxx else "c",
+        return digest(_RECIPE_VERSION, self.toolchain.version, "c++" if unit.is_cxx else "c",
                     json.dumps(flags), name, unit.source.read_bytes(), self.tree,
                     self.runner_digest if ours else "", schema.parent.name,
                     *(p.read_bytes() for p in unit.extra_inputs))
@@ -880,7 +842,7 @@ def build_firmware(
     operators = tuple(sorted(set(operators)))
     selection = select_operators(operators, sources)
     cache = Path(cache_dir).expanduser() if cache_dir else cache_root()
-    builder = _Builder(platform, config, sources, toolchain, cache, jobs or _jobs(), trace)
+    builder = _Builder(platform, config, sources, toolchain, cache, jobs or build_jobs(), trace)
     regions = _ram_regions(platform, config)
 
     schema = builder.schema_headers()
@@ -891,12 +853,12 @@ def build_firmware(
     }
     generated = builder.cache / "generated"
     regions_text = builder.regions_source(regions)
-    regions_c = generated / f"regions-{_sha(regions_text)[:16]}.c"
+    regions_c = generated / f"regions-{digest(regions_text)[:16]}.c"
     if not regions_c.is_file():
-        _atomic_write(regions_c, regions_text)
+        atomic_write(regions_c, regions_text)
     units = builder.units(selection, schema, codegen, regions_c)
     keys = [builder.object_key(unit, schema) for unit in units]
-    firmware_key = _sha(_RECIPE_VERSION, toolchain.version, json.dumps(sorted(keys)), config.text,
+    firmware_key = digest(_RECIPE_VERSION, toolchain.version, json.dumps(sorted(keys)), config.text,
                         builder.linker_script(regions, "<code>"), json.dumps(operators))
     folder = builder.cache / "firmware" / firmware_key
     record_path = folder / "build.json"

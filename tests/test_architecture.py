@@ -208,3 +208,25 @@ def test_the_reasons_document_is_generated_from_the_catalogue():
 
     assert (ROOT / "partitioners" / "REASONS.md").read_text() == markdown(), (
         "regenerate with: python -m partitioners.reasons > partitioners/REASONS.md")
+
+
+def test_one_variable_points_every_native_build_at_the_third_party_sources(tmp_path, monkeypatch):
+    """$ORCHESTRATE_THIRD_PARTY means one thing to the host runtime and the runner firmware
+    (kernels/native_build.py): both look in the folder it names and say so."""
+    import pytest
+
+    from kernels.runtime import RuntimeUnavailable, find_sources
+    from platforms.qemu import ThirdPartySourcesNotFound, find_third_party
+
+    empty = tmp_path / "sources"
+    empty.mkdir()
+    monkeypatch.setenv("ORCHESTRATE_THIRD_PARTY", str(empty))
+    for name in ("ORCHESTRATE_EXECUTORCH_SRC", "ORCHESTRATE_CMSIS_NN_SRC"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(RuntimeUnavailable, match=str(empty / "executorch")):
+        find_sources()
+    with pytest.raises(ThirdPartySourcesNotFound, match=str(empty)):
+        find_third_party()
+    monkeypatch.setenv("ORCHESTRATE_EXECUTORCH_SRC", str(tmp_path))
+    with pytest.raises(RuntimeUnavailable, match=str(empty / "cmsis-nn")):
+        find_sources()  # one tree overridden, the other still from the folder

@@ -39,6 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernels.native_build import build_cache, build_jobs
+
 LIBRARY_NAME = "liborchestrate_host_runtime.so"
 CSRC = Path(__file__).resolve().parent / "csrc"
 # The four translation units of the Ethos-U backend's Cortex-M flavour (backends/arm/CMakeLists.txt
@@ -57,7 +59,6 @@ CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-
              "-Wno-deprecated-declarations")
 C_FLAGS = ("-std=c11", "-O2", "-fPIC", "-fvisibility=hidden")
 CMSIS_DEFINES = ("ARM_NN_ENABLE_F32=0", "ARM_NN_ENABLE_F16=0")
-MAX_JOBS = 2
 # EthosUBackend_Internal.h's EXECUTORCH_PROF_* macros call the method's EventTracer without a
 # null check, so a backend compiled with ET_EVENT_TRACER_ENABLED dereferences nullptr in
 # init() whenever the method runs without a tracer (measured: SIGSEGV in EthosUBackend::init on
@@ -112,9 +113,7 @@ class BuiltLibrary:
 
 
 def default_cache_dir() -> Path:
-    from kernels.cache_root import cache_root
-
-    return cache_root()
+    return build_cache("host_runtime").parent
 
 
 def find_wheel() -> Wheel:
@@ -291,7 +290,7 @@ def _compile_all(commands, jobs: int) -> None:
         command, source = entry
         _run(command, source)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, MAX_JOBS))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for _ in pool.map(one, commands):
             pass
 
@@ -307,10 +306,12 @@ def _link(plan: BuildPlan, work: Path, output: Path) -> None:
 
 
 def build(executorch_src: Path, cmsis_nn_src: Path, cache_dir: Path | None = None,
-          jobs: int = MAX_JOBS, log=None) -> BuiltLibrary:
-    """The host runtime library for these sources: from the cache, or built now (at most
-    `jobs` <= 2 compilers at once). Raises HostRuntimeUnavailable when it cannot be built."""
+          jobs: int | None = None, log=None) -> BuiltLibrary:
+    """The host runtime library for these sources: from the cache, or built now (`jobs`
+    compilers at once, default kernels.native_build.build_jobs()). Raises
+    HostRuntimeUnavailable when it cannot be built."""
     plan = plan_build(executorch_src, cmsis_nn_src)
+    jobs = jobs or build_jobs()
     root = Path(cache_dir or default_cache_dir()) / "host_runtime"
     final_dir = root / plan.key[:24]
     library = final_dir / LIBRARY_NAME
