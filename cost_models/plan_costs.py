@@ -18,6 +18,25 @@ from cost_models.cost import Cost
 from cost_models.cpu import cmsis_nn_cost, portable_cost, transition_cost
 from cost_models.graph_shapes import numel
 from cost_models.npu import VelaPartitionEstimate, match_layers_to_ops
+from kernels.dtypes import element_bytes
+
+
+CPU_ENGINES = ("layout", "cmsis-nn", "portable")
+
+
+def cpu_op_cost(engine: str, shape, target, memory=None, layout_bytes: int | None = None) -> Cost:
+    """The one CPU cost rule, for the plan and for cost placement: a layout copy by the
+    transition model on the bytes it moves (`layout_bytes`, else the op's output bytes), a
+    CMSIS-NN op by the per-tier model, anything else by the portable (float) model; `memory`
+    charges reads at the placed regions' speed."""
+    if engine == "layout":
+        return transition_cost("layout_copy", target.cpu, target.cpu_hz,
+                               shape.output_bytes if layout_bytes is None else layout_bytes)
+    if engine == "cmsis-nn":
+        return cmsis_nn_cost(shape, target.cpu, target.cpu_hz, memory)
+    if engine == "portable":
+        return portable_cost(shape, target.cpu, target.cpu_hz, memory)
+    raise ValueError(f"CPU engine {engine!r} is not one of {', '.join(CPU_ENGINES)}")
 
 
 def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memory=None):
@@ -54,19 +73,13 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memo
             cost = transition_cost(kind, target.cpu, cpu_hz, elements)
         elif row.kind == "layout" and row.info is not None:
             # A layout copy moves the tensor as stored: 4 bytes per element for a float value.
-            width = _ELEMENT_BYTES.get(row.out_dtype, 1)
-            cost = transition_cost("layout_copy", target.cpu, cpu_hz,
-                                   numel(row.output_shape) * width)
-        elif row.info is not None and row.placement == "cmsis-nn":
-            cost = cmsis_nn_cost(row.info.op_shape, target.cpu, cpu_hz,
-                                 memory(row) if memory else None)
+            cost = cpu_op_cost("layout", row.info.op_shape, target,
+                               layout_bytes=numel(row.output_shape) * element_bytes(row.out_dtype, 1))
         elif row.info is not None:
-            cost = portable_cost(row.info.op_shape, target.cpu, cpu_hz,
-                                 memory(row) if memory else None)
+            cost = cpu_op_cost("cmsis-nn" if row.placement == "cmsis-nn" else "portable",
+                               row.info.op_shape, target, memory(row) if memory else None)
         costed.append(replace(row, cost=cost))
     return tuple(costed)
 
-
-_ELEMENT_BYTES = {"float32": 4, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 
 

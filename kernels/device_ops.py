@@ -46,9 +46,3 @@ def device_operator_names() -> frozenset[str]:
             names.add(name if "::" in name else f"aten::{name}")
     return frozenset(names)
 
-
-def library_of(operator: str) -> str:
-    """Which library provides `operator` ("namespace::name.overload"), for messages."""
-    namespace = operator.split("::")[0]
-    return {"cortex_m": "Cortex-M backend", "quantized_decomposed": "quantized library"}.get(
-        namespace, "portable library")

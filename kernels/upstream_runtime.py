@@ -17,10 +17,16 @@ place, with a version guard.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import inspect
 from dataclasses import dataclass
 
 from kernels.upstream_version import UpstreamVersionError, require  # noqa: F401
+
+if TYPE_CHECKING:  # types only: importing exir takes seconds
+    from executorch.exir._serialize._named_data_store import NamedDataStoreOutput
+    from executorch.exir.schema import Buffer, Program
 
 SUPPORTED_EXECUTORCH = ("1.5.1",)
 
@@ -65,9 +71,9 @@ class PteContents:
     """A `.pte` as upstream's reader returns it: the schema Program and the data segments kept
     outside it (falsy when the program has none)."""
 
-    program: object
-    mutable_data: object
-    named_data: object
+    program: Program
+    mutable_data: list[Buffer] | None
+    named_data: NamedDataStoreOutput | None
 
 
 def deserialize_pte(pte_bytes: bytes) -> PteContents:

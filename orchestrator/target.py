@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 from orchestrator.errors import UserError
+
+if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
+    from platforms.platform import Platform
 
 IO_TYPES = ("float", "int8")
 # What --io accepts: a type, or `auto` (compile both, keep the smaller arena among the types the
@@ -19,7 +24,7 @@ def io_request(io: str) -> tuple[str, bool]:
 
 @dataclass(frozen=True)
 class Target:
-    platform: object  # platforms.platform.Platform
+    platform: Platform
     npu: str | None  # upstream name, e.g. "ethos-u55-128"; None for CPU-only
     cpu: str  # upstream target string, e.g. "cortex-m55"
     tier: str  # scalar | dsp | mve

@@ -22,6 +22,8 @@ split would break.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -84,7 +86,7 @@ def arena_slots(platform, policy) -> tuple[ArenaSlot, ...]:
 class Tensor:
     """What the split needs of one planned tensor: a key, its bytes, how often the CPU touches it."""
 
-    key: object
+    key: Hashable  # any value naming the tensor uniquely
     bytes: int
     accesses: int
 

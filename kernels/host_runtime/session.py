@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernels import upstream_runtime
+from kernels.dtypes import SCALAR_TYPE_NAMES
 
-# ExecuTorch's ScalarType numbering (runtime/core/portable_type/scalar_type.h), as ETDump writes it.
-_SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16",
-                 6: "float32", 7: "float64", 11: "bool", 15: "bfloat16"}
 PROBE_OP = b"cortex_m::quantize_per_tensor.out"
 DEBUG_BUFFER_BYTES = 64 << 20
 
@@ -186,7 +184,7 @@ class RuntimeSession:
 def _raw(tensor, buffer: bytes) -> RawValue:
     import numpy as np
 
-    dtype = _SCALAR_TYPES.get(int(tensor.scalar_type.value))
+    dtype = SCALAR_TYPE_NAMES.get(int(tensor.scalar_type.value))
     if dtype is None:
         raise SessionError(f"ETDump tensor of unsupported scalar type {tensor.scalar_type}")
     count = 1

@@ -13,6 +13,8 @@ PLAN_STAGES after it).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import atexit
 import contextlib
 import io
@@ -42,6 +44,13 @@ from partitioners.cpu import CpuDecision, route_to_cpu
 from partitioners.legalize import conv1d_as_conv2d
 from partitioners.npu import NpuRejection, VelaRun, lower_to_npu
 
+if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
+    from executorch.exir import EdgeProgramManager
+    from executorch.exir.schema import Program
+    from partitioners.policy import Policy
+    from platforms.arena_planning import ArenaRecord
+    from platforms.memory_placement import MemoryPolicy
+
 
 @dataclass(frozen=True)
 class Captured:
@@ -59,7 +68,7 @@ class Quantized:
 
 @dataclass(frozen=True)
 class Lowered:
-    edge: object  # EdgeProgramManager
+    edge: EdgeProgramManager
     npu_rejections: dict[str, NpuRejection]
     vela_runs: tuple[VelaRun, ...]
 
@@ -79,7 +88,7 @@ class Compiled:
     boundaries: tuple[BoundaryTensor, ...]
     placements: tuple  # orchestrator.planning.placement.OpPlacement, in execution order
     pte_bytes: bytes
-    executorch_program: object  # exir schema Program (execution plans, delegates)
+    executorch_program: Program  # exir schema Program (execution plans, delegates)
     io_quant: dict  # config-method name -> value, for --io int8
     workarounds: tuple = ()  # partitioners.records.Workaround: upstream defects corrected
     stage_seconds: dict[str, float] = field(default_factory=dict)
@@ -90,7 +99,7 @@ class Compiled:
     # buffer (mem_id) of each node's output, by node name.
     arenas: tuple = ()
     arena_of: dict = field(default_factory=dict)
-    io_choice: object = None  # IoChoice when compiled with --io auto
+    io_choice: IoChoice | None = None  # when compiled with --io auto
     device_run: DeviceRun | None = None  # the program's run in the real runtime
 
     @property
@@ -253,8 +262,8 @@ class CompileOptions:
     check_boundary_layouts: bool = True
     legalize: bool = True
     prune_constants: bool = True
-    policy: object = None  # partitioners.policy.Policy: nodes forced to the CPU
-    memory_policy: object = None  # platforms.memory_placement.MemoryPolicy (None: auto)
+    policy: Policy | None = None  # nodes forced to the CPU
+    memory_policy: MemoryPolicy | None = None  # None: auto
     io_auto: bool = False  # --io auto: compile both I/O types, keep the smaller arena (choose_io)
 
 
@@ -275,7 +284,7 @@ class CompileState:
     lowered_float_io: Lowered | None = None  # before quantize_io (choose_io starts from it)
     io_quant: dict = field(default_factory=dict)
     pre_cpu: dict = field(default_factory=dict)  # node descriptions before the CPU passes
-    routed_edge: object = None  # EdgeProgramManager holding the CPU-routed program
+    routed_edge: EdgeProgramManager | None = None  # holding the CPU-routed program
     final_program: torch.export.ExportedProgram | None = None
     cpu_decisions: dict = field(default_factory=dict)
     workarounds: tuple = ()
@@ -284,9 +293,9 @@ class CompileState:
     placements: tuple = ()
     pruned_constants: tuple = ()  # orchestrator.compilation.prune.PrunedConstant: dead bytes not shipped
     pte_bytes: bytes = b""
-    executorch_program: object = None
-    arena_record: object = None  # platforms.arena_planning.ArenaRecord
-    io_choice: object = None  # IoChoice (choose_io)
+    executorch_program: Program | None = None
+    arena_record: ArenaRecord | None = None
+    io_choice: IoChoice | None = None  # choose_io
     device_run: DeviceRun | None = None  # run_on_device
 
 

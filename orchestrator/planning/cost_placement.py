@@ -18,9 +18,14 @@ Every figure here is an estimate; its sources are named in each decision.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
-from cost_models.cpu import cmsis_nn_cost, portable_cost, transition_cost
+from cost_models.plan_costs import cpu_op_cost
+
+if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
+    from orchestrator.planning.planner import Plan
 
 
 @dataclass(frozen=True)
@@ -49,8 +54,8 @@ class Decision:
 
 @dataclass(frozen=True)
 class CostPlacement:
-    greedy: object  # orchestrator.planning.planner.Plan
-    chosen: object  # the plan kept (greedy's when moving made nothing faster)
+    greedy: Plan
+    chosen: Plan  # the plan kept (greedy's when moving made nothing faster)
     decisions: tuple[Decision, ...]
     greedy_seconds: float
     chosen_seconds: float
@@ -79,12 +84,9 @@ def _cpu_seconds(row, target, island_has_macs: bool) -> tuple[float, str]:
         return 0.0, ""  # folded into the conv/linear kernel's output clamp
     if base == "full":
         return 0.0, ""  # a constant: folded at compile time
-    if row.kind == "layout":
-        cost = transition_cost("layout_copy", target.cpu, target.cpu_hz, shape.output_bytes)
-    elif base in substituted_op_names():
-        cost = cmsis_nn_cost(shape, target.cpu, target.cpu_hz)
-    else:
-        cost = portable_cost(shape, target.cpu, target.cpu_hz)
+    engine = "layout" if row.kind == "layout" else \
+        "cmsis-nn" if base in substituted_op_names() else "portable"
+    cost = cpu_op_cost(engine, shape, target)
     return cost.seconds, cost.source
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field, replace
 
 from cost_models.npu import VelaPartitionEstimate, read_vela_dir
@@ -13,16 +15,21 @@ from orchestrator.compilation.pipeline import Stage, run_stages
 from orchestrator.planning.placement import missing_kernel_faults
 from orchestrator.reports.coverage import Summary, program_operators, summarize
 
+if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
+    from orchestrator.compilation.pipeline import Compiled
+    from orchestrator.planning.cost_placement import CostPlacement
+    from platforms.memory_placement import MemoryPlacement, MemoryPolicy
+
 
 @dataclass(frozen=True)
 class Plan:
     """Every op's placement with its reasons and costs, and the summary the gates read."""
 
-    compiled: object  # orchestrator.compilation.pipeline.Compiled
+    compiled: Compiled
     rows: tuple  # OpPlacement with costs
     estimates: dict[int, VelaPartitionEstimate]
     summary: Summary
-    cost_placement: object = None  # orchestrator.planning.cost_placement.CostPlacement (--placement cost)
+    cost_placement: CostPlacement | None = None  # --placement cost
 
     def refuse_miscompiles(self) -> None:
         """Raise DeviceRefusal when the real runtime refused the program, and UnsupportedModel
@@ -91,13 +98,13 @@ def vela_estimates(compiled) -> dict[int, VelaPartitionEstimate]:
 
 @dataclass(frozen=True)
 class PlanState:
-    compiled: object
+    compiled: Compiled
     runner_ops: frozenset | None
     estimates: dict = field(default_factory=dict)
     rows: tuple = ()
     summary: Summary | None = None
-    memory_policy: object = None  # platforms.memory_placement.MemoryPolicy (None: auto)
-    memory: object = None  # platforms.memory_placement.MemoryPlacement
+    memory_policy: MemoryPolicy | None = None  # None: auto
+    memory: MemoryPlacement | None = None
 
 
 def _vela_stage(state: PlanState) -> PlanState:

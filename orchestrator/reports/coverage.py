@@ -8,6 +8,8 @@ estimate), `model:<tier>` / `model:portable` / `model:transition` (our cost mode
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import re
 import textwrap
@@ -19,6 +21,10 @@ from tabulate import tabulate
 
 from cost_models.graph_shapes import numel
 from platforms.memory_fit import MemoryUse  # noqa: F401 - MemoryUse is in Summary
+from kernels.dtypes import element_bytes
+
+if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
+    from platforms.memory_placement import MemoryPlacement
 
 SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = Path(__file__).with_name("plan.schema.json")
@@ -48,13 +54,10 @@ class Summary:
     npu_utilisation: dict  # partition -> MAC utilisation from Vela
     npu_traffic: dict  # partition -> memory -> bytes per inference, from Vela
     device_faults: tuple[str, ...]  # "row: message" for each op the device runtime would fail
-    placement: object = None  # platforms.memory_placement.MemoryPlacement
+    placement: MemoryPlacement | None = None
     modules: tuple = ()  # orchestrator.planning.structure.ModuleGroup, rows by source module
     recurrences: tuple = ()  # orchestrator.planning.structure.Recurrence, unrolled recurrent layers
     hidden_by_engine: dict | None = None  # placement (npu | cmsis-nn | portable) -> {kind: count}
-
-
-_ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2}
 
 
 def constant_tensor_bytes(executorch_program) -> int:
@@ -64,7 +67,7 @@ def constant_tensor_bytes(executorch_program) -> int:
         tensor = getattr(value, "val", None)
         if getattr(tensor, "data_buffer_idx", 0) and getattr(tensor, "allocation_info", None) is None:
             st = int(getattr(tensor.scalar_type, "value", tensor.scalar_type))
-            total += numel(tensor.sizes) * _ELEMENT_BYTES.get(st, 4)
+            total += numel(tensor.sizes) * element_bytes(st, 4)
     return total
 
 

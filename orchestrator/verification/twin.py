@@ -22,6 +22,8 @@ mismatch at a CPU/NPU boundary. The twin instead walks `execution_plan[0].chains
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import hashlib
 import math
 import time
@@ -37,6 +39,9 @@ from npu_driver.payload import EthosUPayload, PayloadError, parse_payload
 from npu_driver.tosa_twin import TosaGraphIO, TosaTwinError, check_against_payload, graph_io, run_tosa
 from orchestrator.artifacts.manifest import MANIFEST_NAME, Manifest, artifacts_dir_for
 from orchestrator.errors import NotRun, UserError
+
+if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
+    from executorch.exir.schema import Program
 
 ETHOS_U_BACKEND = "EthosUBackend"
 # EthosUBackend.cpp accepts these (ExecuTorch dtype, Vela element size) pairs for inputs.
@@ -115,7 +120,7 @@ class TwinProgram:
 
     pte_path: Path
     pte_bytes: bytes = field(repr=False)
-    program: object = field(repr=False)  # executorch.exir.schema.Program
+    program: Program = field(repr=False)
     partitions: tuple[NpuPartition, ...]  # indexed like plan.delegates
     config: dict  # config methods, e.g. {"input0_scale": 0.03, ...}
     isa_tier: str | None = None  # the core's ISA tier from the manifest: kernels differ per tier
