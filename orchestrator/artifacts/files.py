@@ -50,13 +50,26 @@ def staged_write(path: Path, data: bytes) -> Path:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary sibling, then rename over `path`."""
-    tmp = staged_write(path, data)
+    """Write to a temporary sibling, then rename over `path`; a full disk or a failed write is
+    one UserError naming the file (nothing is left behind)."""
+    try:
+        tmp = staged_write(path, data)
+    except OSError as error:
+        raise write_failed(path, error) from None
     try:
         os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise write_failed(path, error) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_failed(path: Path, error: OSError) -> UserError:
+    """The one line for an output the file system would not take (ENOSPC, EDQUOT, EIO, ...)."""
+    return UserError(f"cannot write {path}: {error.strerror or error}; nothing was written "
+                     "(earlier outputs are as they were); free space or choose another path")
 
 
 def check_output_file(path: Path, option: str, companions: Iterable[Path] = ()) -> None:

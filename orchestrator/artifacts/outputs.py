@@ -27,7 +27,8 @@ from pathlib import Path
 
 import torch
 
-from orchestrator.artifacts.files import check_output_file, folder_of, publish_mode, staged_write
+from orchestrator.artifacts.files import (check_output_file, folder_of, publish_mode, staged_write,
+                                          write_failed)
 from orchestrator.artifacts.manifest import (MANIFEST_NAME, artifacts_dir_for, is_manifest_folder,
                                              manifest_json)
 from orchestrator.errors import UserError
@@ -114,9 +115,11 @@ def write_outputs(compiled, pte_path: Path, extra_files: dict[str, bytes] | None
         pte_tmp = staged_write(pte_path, compiled.pte_bytes)
         _atomic_replace_dir(art_tmp, art_final)
         os.replace(pte_tmp, pte_path)
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(art_tmp, ignore_errors=True)
         if pte_tmp is not None:
             pte_tmp.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.errno is not None:
+            raise write_failed(pte_path, error) from None
         raise
     return art_final

@@ -1,0 +1,131 @@
+"""Each exit code the README promises, through the CLI: the five plan gates (3), an internal
+error (1, one line, no traceback) and a compile whose disk fills part-way (2: one line naming
+the file, nothing half-written).
+
+The plans come from the session's compiles: `orchestrator.api.plan` is the one request path of
+the CLI, so handing it a computed plan tests everything the CLI does with it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from orchestrator import api
+from orchestrator.cli import main
+from orchestrator.planning.planner import make_plan
+
+
+@pytest.fixture(scope="module")
+def mixed(compiles):
+    """mixed on U55-128: 3 NPU partitions, NPU MAC coverage between 50 and 90 %."""
+    return make_plan(compiles.get("mixed", "corstone300", "ethos-u55-128")[0])
+
+
+def _serve(monkeypatch, plan, requests=None):
+    def planned(request, progress=None, **options):
+        if requests is not None:
+            requests.append(request)
+        return plan
+    monkeypatch.setattr(api, "plan", planned)
+
+
+def _too_small(plan):
+    """The same compile planned against a platform whose memories are 1 KiB each."""
+    target = plan.compiled.target
+    tiny = tuple(dataclasses.replace(m, size_bytes=1024) for m in target.platform.memories)
+    platform = dataclasses.replace(target.platform, memories=tiny)
+    compiled = dataclasses.replace(plan.compiled,
+                                   target=dataclasses.replace(target, platform=platform))
+    return make_plan(compiled)
+
+
+def _upstream_view(plan):
+    """The plan with an op the runner does not register (aten::topk) reported missing."""
+    have = {"cortex_m::quantize_per_tensor.out", "cortex_m::dequantize_per_tensor.out"}
+    return make_plan(plan.compiled, runner_ops=have)
+
+
+GATES = [
+    (["--fail-under-npu-coverage", "95"], "--fail-under-npu-coverage", None),
+    (["--max-partitions", "1"], "--max-partitions: 3 NPU partitions > 1", None),
+    (["--require-fit"], "--require-fit", _too_small),
+]
+
+
+@pytest.mark.parametrize("options,needle,variant", GATES, ids=[g[1].split(":")[0] for g in GATES])
+def test_each_plan_gate_fails_the_cli_with_exit_3_naming_it(mixed, monkeypatch, capsys, options,
+                                                            needle, variant):
+    _serve(monkeypatch, variant(mixed) if variant else mixed)
+    assert main(["plan", "mixed", "--npu", "ethos-u55-128", "--quiet", *options]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("orchestrate: gate failed") and needle in err
+
+
+def test_the_runner_ops_gate_reads_the_file_and_fails_with_exit_3(mixed, monkeypatch, capsys,
+                                                                  tmp_path):
+    ops = tmp_path / "ops.txt"
+    ops.write_text("cortex_m::quantize_per_tensor.out\ncortex_m::dequantize_per_tensor.out\n")
+    requests = []
+    _serve(monkeypatch, _upstream_view(mixed), requests)
+    assert main(["plan", "mixed", "--npu", "ethos-u55-128", "--quiet", "--runner-ops",
+                 str(ops)]) == 3
+    assert requests[0].runner_ops == frozenset(ops.read_text().split())
+    assert "aten::topk.values" in capsys.readouterr().err
+
+
+def test_the_runnable_gate_fails_with_exit_3_on_a_device_fault(compiles, monkeypatch, capsys):
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
+    from orchestrator.target import resolve_target
+
+    model = load_model("mixed")
+    upstream = make_plan(compile_model(model, load_calibration(None, model.example_inputs),
+                                       resolve_target("corstone300", npu="ethos-u55-128"),
+                                       legalize=False))
+    assert upstream.summary.device_faults
+    _serve(monkeypatch, upstream)
+    assert main(["plan", "mixed", "--npu", "ethos-u55-128", "--quiet",
+                 "--require-runnable"]) == 3
+    assert "--require-runnable" in capsys.readouterr().err
+
+
+def test_passing_gates_exit_0_and_print_the_plan(mixed, monkeypatch, capsys):
+    _serve(monkeypatch, mixed)
+    assert main(["plan", "mixed", "--npu", "ethos-u55-128", "--quiet",
+                 "--fail-under-npu-coverage", "10", "--max-partitions", "3"]) == 0
+    assert "NPU MAC coverage" in capsys.readouterr().out
+
+
+def test_an_internal_error_is_exit_1_in_one_line_without_a_traceback(monkeypatch, capsys):
+    def broken(request, progress=None, **options):
+        raise RuntimeError("stage exploded")
+    monkeypatch.setattr(api, "plan", broken)
+    monkeypatch.delenv("ORCHESTRATE_DEBUG", raising=False)
+    assert main(["plan", "mixed", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "stage exploded" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_compile_failing_while_writing_leaves_nothing_half_written(mixed, monkeypatch, capsys,
+                                                                     tmp_path):
+    """The failure is injected after the artifacts folder is complete and the .pte is staged:
+    neither the .pte, nor its artifacts folder, nor a temporary file is left, and an earlier
+    pair at that path is kept as it was."""
+    from orchestrator.artifacts import outputs
+
+    _serve(monkeypatch, mixed)
+    pte = tmp_path / "out.pte"
+    assert main(["compile", "mixed", "--npu", "ethos-u55-128", "--quiet", "-o", str(pte)]) == 0
+    before = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+
+    def fail_on_rename(tmp, final):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(outputs, "_atomic_replace_dir", fail_on_rename)
+    assert main(["compile", "mixed", "--npu", "ethos-u55-128", "--quiet", "-o", str(pte)]) == 2
+    after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f"orchestrate: error: cannot write {pte}: No space left on device; nothing was "
+                   "written (earlier outputs are as they were); free space or choose another path")
