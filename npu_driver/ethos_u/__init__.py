@@ -35,13 +35,14 @@ from npu_driver.ethos_u.errors import (CommandStreamError, ConfigMismatch, Memor
                                        NpuModelError, UnmodelledCommand)
 from npu_driver.ethos_u.fmap import Memory
 from npu_driver.ethos_u.machine import Counters, Machine
+from npu_driver.ethos_u.mlw import WeightStreamError
 from npu_driver.ethos_u.stream import (Command, CustomOperatorPayload, OptimizerConfig,
                                        decode_commands, parse_custom_operator_payload)
 
 __all__ = ["ACCELERATORS", "Accelerator", "CommandStreamError", "ConfigMismatch", "Counters",
            "MemoryFault", "NpuModelError", "UnmodelledCommand", "execute", "run_partition",
            "run_npu_partition", "parse_custom_operator_payload", "resolve_accelerator",
-           "SCRATCH_REGION", "WEIGHTS_REGION", "FAST_SCRATCH_REGION"]
+           "SCRATCH_REGION", "WEIGHTS_REGION", "FAST_SCRATCH_REGION", "WeightStreamError"]
 
 # EthosUBackend_Cortex_M.cpp::platform_execute: bases = {weight_data, scratch, fast_scratch}
 WEIGHTS_REGION = 0
@@ -79,16 +80,21 @@ def resolve_accelerator(cop: CustomOperatorPayload, accelerator: str | None) -> 
 
 
 def execute(command_stream: bytes, regions: Sequence, accelerator: str | None = None, *,
-            growable_regions: tuple[int, ...] = ()) -> Counters:
-    """Run one custom-operator payload over `regions` (mutated in place)."""
+            growable_regions: tuple[int, ...] = (), trace: bool = False) -> Counters:
+    """Run one custom-operator payload over `regions` (mutated in place). `growable_regions`:
+    regions sized by use instead of refusing an access beyond them (diagnosis; the fast
+    scratch of unknown size). `trace`: record every memory access in `Counters.trace`."""
     cop = parse_custom_operator_payload(bytes(command_stream))
     accel = resolve_accelerator(cop, accelerator)
     memory = Memory(regions, accel.shram_bytes, growable_regions)
+    if trace:
+        memory.trace = []
     machine = Machine(accel, memory)
     for stream in cop.command_streams:
         machine.stopped = False
         machine.run(stream)
     counters = machine.counters
+    counters.trace = tuple(memory.trace) if trace else ()
     counters.region_sizes = {i: len(r) for i, r in enumerate(memory.regions) if r is not None}
     if isinstance(regions, list):
         # a region grown by use is handed back in place of the caller's (empty) one
@@ -99,7 +105,8 @@ def execute(command_stream: bytes, regions: Sequence, accelerator: str | None = 
 
 
 def run_partition(payload, inputs: Sequence, accelerator: str | None = None, *,
-                  fast_scratch_bytes: int | None = None) -> tuple[list[bytes], Counters]:
+                  fast_scratch_bytes: int | None = None, trace: bool = False,
+                  grow_scratch: bool = False) -> tuple[list[bytes], Counters]:
     """One invocation of an EthosUPayload (npu_driver.payload). `inputs` are numpy arrays or
     bytes, one per `payload.inputs`, each exactly that input's byte size; returns the bytes of
     each `payload.outputs`. `fast_scratch_bytes` None: the fast scratch is as large as the
@@ -119,9 +126,11 @@ def run_partition(payload, inputs: Sequence, accelerator: str | None = None, *,
                              "inputs into the scratch (region 1)")
         scratch[vela.offset:vela.offset + len(raw)] = raw
     regions = [weights, scratch, fast]
-    counters = execute(payload.cmd_bytes, regions, accelerator,
-                       growable_regions=() if fast_scratch_bytes is not None else
-                       (FAST_SCRATCH_REGION,))
+    growable = (() if fast_scratch_bytes is not None else (FAST_SCRATCH_REGION,)) + (
+        (SCRATCH_REGION,) if grow_scratch else ())
+    counters = execute(payload.cmd_bytes, regions, accelerator, growable_regions=growable,
+                       trace=trace)
+    scratch = regions[SCRATCH_REGION]
     outputs = []
     for index, vela in enumerate(payload.outputs):
         if vela.region != SCRATCH_REGION:

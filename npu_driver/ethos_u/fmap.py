@@ -36,6 +36,19 @@ def _s32(value: int) -> int:
 
 
 @dataclass(frozen=True)
+class Access:
+    """One memory access of a traced execution: bytes lowest..highest (inclusive)."""
+
+    command: str  # NPU_OP_* name
+    offset: int  # its word offset
+    kind: str  # read / write
+    region: int  # region number (-1: SHRAM)
+    lowest: int
+    highest: int
+    what: str  # IFM / IFM2 / OFM / weight stream read / scale/bias read / DMA source ...
+
+
+@dataclass(frozen=True)
 class FeatureMap:
     """One feature map as the registers describe it (shape in elements, H x W x C)."""
 
@@ -119,6 +132,13 @@ class Memory:
         self.shram_valid = np.zeros(shram_bytes, dtype=bool)
         self.read_bytes: dict[int, int] = {}
         self.written_bytes: dict[int, int] = {}
+        self.trace: list | None = None  # Access records when tracing
+        self.current: tuple[str, int] = ("", -1)  # the command being executed
+
+    def _record(self, kind: str, region: int, lowest: int, highest: int, what: str) -> None:
+        if self.trace is not None:
+            self.trace.append(Access(self.current[0], self.current[1], kind, region, lowest,
+                                     highest, what))
 
     def grow(self, region: int, size: int) -> None:
         if region not in self.growable or size <= len(self.regions[region] or b""):
@@ -164,6 +184,8 @@ class Memory:
         else:
             raw = data[flat[:, None] + np.arange(size)].reshape(-1)
         values = raw.view(fm.dtype).astype(np.int64).reshape(addresses.shape)
+        self._record("read", fm.region, int(addresses.min()), int(addresses.max()) + size - 1,
+                     fm.name)
         self.read_bytes[fm.region] = self.read_bytes.get(fm.region, 0) + flat.size * size
         return values
 
@@ -182,6 +204,8 @@ class Memory:
             data[flat] = raw
         else:
             data[(flat[:, None] + np.arange(size)).reshape(-1)] = raw
+        self._record("write", fm.region, int(addresses.min()), int(addresses.max()) + size - 1,
+                     fm.name)
         self.written_bytes[fm.region] = self.written_bytes.get(fm.region, 0) + flat.size * size
 
     def read_bytes_at(self, region: int, address: int, length: int, where: str,
@@ -189,6 +213,7 @@ class Memory:
         self.grow(region, address + length)
         view = self.view(region, where)
         self._check(region, address, address + length - 1, len(view), where, what)
+        self._record("read", region, address, address + length - 1, what)
         self.read_bytes[region] = self.read_bytes.get(region, 0) + length
         return bytes(view[address:address + length])
 
@@ -199,4 +224,5 @@ class Memory:
             raise MemoryFault(f"{where}: region {region} is read-only here, but {what} writes it")
         self._check(region, address, address + len(data) - 1, len(view), where, what)
         view[address:address + len(data)] = data
+        self._record("write", region, address, address + len(data) - 1, what)
         self.written_bytes[region] = self.written_bytes.get(region, 0) + len(data)

@@ -57,6 +57,8 @@ class Counters:
     read_bytes: dict = field(default_factory=dict)  # region -> bytes read (IFM, weights, DMA src)
     written_bytes: dict = field(default_factory=dict)  # region -> bytes written
     region_sizes: dict = field(default_factory=dict)  # region -> bytes (a grown fast scratch)
+    trace: tuple = ()  # fmap.Access records of a traced execution
+    weight_streams: list = field(default_factory=list)  # each weight stream read (traced runs)
 
     def summary(self) -> str:
         ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
@@ -130,6 +132,7 @@ class Machine:
         }.get(opcode)
         if handler is None:
             raise UnmodelledCommand(f"{where(command.name, command.offset)}: not modelled")
+        self.memory.current = (command.name, command.offset)
         handler(command)
 
     def _set(self, command: Command) -> None:
@@ -436,6 +439,7 @@ class Machine:
                                   f"{self.accel.shram_bytes} bytes")
             self.memory.shram[dst:dst + length] = data
             self.memory.shram_valid[dst:dst + length] = True
+            self.memory._record("write", -1, dst, dst + length - 1, "DMA destination")
             target = "shram"
         else:
             self.memory.write_bytes_at(dst_reg & 0x7, dst, data, w, "DMA destination")
@@ -452,6 +456,8 @@ class Machine:
         self._check_second_core(op, cmd1.NPU_SET_WEIGHT1_LENGTH)
         w = where(op.name, op.offset)
         stream = self.memory.read_bytes_at(region, base, length, w, "weight stream read")
+        if self.memory.trace is not None:
+            self.counters.weight_streams.append(stream)
         return decode_weights(stream, layout, w)
 
     def _op_conv(self, op: Command) -> None:
@@ -555,15 +561,13 @@ class Machine:
                 acc = np.zeros((oh, ow, oc), dtype=np.int64)
                 for _, _, window in self._windows(padded, ofm_shape, kernel):
                     acc += window
+        if mode == "average" and any(self._padding(op)):
+            acc = self._average_padded(acc, valid, kernel, ofm_shape, op)
         if self._global_scale(op):
             scale = self.payload(cmd1.NPU_SET_OFM_SCALE, op)
             shift = self.param(cmd1.NPU_SET_OFM_SCALE, op) & 0x3F
             bias = 0
         else:
-            if mode == "average" and any(self._padding(op)):
-                raise UnmodelledCommand(f"{where(op.name, op.offset)}: AVERAGE pooling with "
-                                        "padding and per-channel scaling (the NPU's own "
-                                        "divide by the valid-element count) is not modelled")
             bias, scale, shift = self._scale_records(op, oc)
         acc = acc + bias
         self._accumulate_check(acc, op)
@@ -571,6 +575,25 @@ class Machine:
         out = self._output(out, ofm, op)
         self._write_ofm(ofm, out, op)
         self.counters.operations[f"pool.{mode}"] += 1
+
+    def _average_padded(self, acc, valid, kernel, ofm_shape, op):
+        """AVERAGE pooling over a padded window divides by the number of real IFM elements in
+        the window. regor emits a unit OFM_SCALE for such a pool (it leaves the division to the
+        NPU) and 1/N in OFM_SCALE for an unpadded one. The division is the 32-bit reciprocal
+        multiply TOSA specifies for avg_pool2d (`reciprocal_scale`: k = ceil(log2(count)),
+        multiplier = ((2**30 + 1) << k) // count, shift 30 + k), rounded as OFM_PRECISION says."""
+        count = np.zeros(ofm_shape[:2], dtype=np.int64)
+        for _, _, window in self._windows(valid[:, :, None].astype(np.int64), ofm_shape, kernel):
+            count += window[:, :, 0]
+        if (count == 0).any():
+            raise UnmodelledCommand(f"{where(op.name, op.offset)}: an AVERAGE pooling window "
+                                    "covers only padding")
+        k = np.ceil(np.log2(count)).astype(np.int64)
+        k = np.where((np.int64(1) << k) < count, k + 1, k)  # exact ceil for powers of two
+        multiplier = ((np.int64((1 << 30) + 1)) << k) // count
+        shift = 30 + k
+        return arith.scale_shift(acc, multiplier[:, :, None], shift[:, :, None],
+                                 self._rounding(op))
 
     # -- elementwise -------------------------------------------------------------------------
 

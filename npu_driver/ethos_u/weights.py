@@ -1,8 +1,8 @@
 """Weight streams and scale/bias records as the Ethos-U55/U65 weight decoder consumes them.
 
 Weights. A convolution's weight stream (WEIGHT_REGION/WEIGHT_BASE/WEIGHT_LENGTH) is one MLW
-bitstream, decoded here with Vela's own codec (`ethosu.mlw_codec.decode`), giving signed 9-bit
-values (weight minus its zero point). The decoder hands them to the MAC array in a fixed order that
+bitstream (decoded by `mlw.decode`, checked against Vela's `ethosu.mlw_codec.decode` by the
+tests), giving signed 9-bit values (weight minus its zero point). The decoder hands them to the MAC array in a fixed order that
 depends only on registers: per OFM block (OFM_BLK_DEPTH channels) - per IFM block (32 channels,
 16 for 16-bit IFMs or part-kernel-first traversal; one for depthwise) - per sub-kernel of at most
 8x8 taps (4x4 dilated taps when dilated by 2) - [part-kernel-first: per IFM micro-block] - per OFM
@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from ethosu import mlw_codec
-
+from npu_driver.ethos_u import mlw
 from npu_driver.ethos_u.errors import UnmodelledCommand
 
 SCALE_RECORD_BYTES = 10
@@ -108,8 +107,11 @@ def decode_weights(stream: bytes, layout: WeightLayout, where: str) -> np.ndarra
     if layout.ofm_block_depth % layout.ofm_ublock and layout.ofm_block_depth < layout.ofm_depth:
         raise UnmodelledCommand(f"{where}: OFM block depth {layout.ofm_block_depth} is not a "
                                 f"multiple of the {layout.ofm_ublock}-channel OFM micro-block")
-    values = np.asarray(mlw_codec.decode(bytearray(stream)), dtype=np.int64)
     order = weight_order(layout)
+    try:
+        values = mlw.decode(stream, needed=order.size).astype(np.int64)
+    except mlw.WeightStreamError as error:
+        raise mlw.WeightStreamError(f"{where}: {error}") from None
     if values.size < order.size:
         raise UnmodelledCommand(f"{where}: the weight stream decodes to {values.size} weights; "
                                 f"the operation consumes {order.size} (the weight decoder would "
