@@ -13,7 +13,9 @@ module and example inputs, seeded, so every compile of it is the same program:
   subtraction and a channel concat.
 - `resample_edges`: nearest-neighbour upsampling and a transposed convolution (the IFM
   upscaling modes), and a global average pool.
-- `all_edges`: the three in one program, for a single compile.
+- `matmul_edges`: an activation-by-activation matmul (an int32 MUL then REDUCE_SUM), a channel
+  sum, a mean, abs and hardswish.
+- `all_edges`: the four in one program, for a single compile.
 """
 
 from __future__ import annotations
@@ -92,8 +94,21 @@ class ResampleEdges(nn.Module):
         return y, F.adaptive_avg_pool2d(y, 1)
 
 
+class MatmulEdges(nn.Module):
+    """Activation x activation matmul (Vela: an int32 MUL into a scratch buffer, then a
+    REDUCE_SUM over its depth), a channel sum and a mean, abs and hardswish."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, a, b):
+        m = torch.matmul(self.proj(a), b)  # [1, 8, 16] x [1, 16, 12]
+        return m, torch.abs(m) + F.hardswish(m), m.sum(dim=-1, keepdim=True), m.mean(dim=1)
+
+
 class AllEdges(nn.Module):
-    """The three above in one program (one compile for the test suite): three inputs, five
+    """The four above in one program (one compile for the test suite): five inputs, nine
     outputs."""
 
     def __init__(self):
@@ -101,22 +116,26 @@ class AllEdges(nn.Module):
         self.conv = ConvEdges()
         self.elementwise = ElementwiseEdges()
         self.resample = ResampleEdges()
+        self.matmul = MatmulEdges()
         self.bridge = nn.Conv2d(16, 4, 1)
 
-    def forward(self, x, y, z):
+    def forward(self, x, y, z, a, b):
         c = self.conv(x)
         e = self.elementwise(y, z)
         r = self.resample(self.bridge(F.interpolate(c, size=(10, 12), mode="nearest")))
-        return c, *e, *r
+        return c, *e, *r, *self.matmul(a, b)
 
 
 conv_edges = _seeded(ConvEdges, (1, 3, 15, 13))
 elementwise_edges = _seeded(ElementwiseEdges, (1, 8, 9, 7), (1, 8, 1, 7))
 resample_edges = _seeded(ResampleEdges, (1, 4, 10, 12))
-all_edges = _seeded(AllEdges, (1, 3, 15, 13), (1, 8, 9, 7), (1, 8, 1, 7))
+matmul_edges = _seeded(MatmulEdges, (1, 8, 16), (1, 16, 12))
+all_edges = _seeded(AllEdges, (1, 3, 15, 13), (1, 8, 9, 7), (1, 8, 1, 7), (1, 8, 16),
+                    (1, 16, 12))
 
 EDGE_MODELS = {"conv_edges": conv_edges, "elementwise_edges": elementwise_edges,
-               "resample_edges": resample_edges, "all_edges": all_edges}
+               "resample_edges": resample_edges, "matmul_edges": matmul_edges,
+               "all_edges": all_edges}
 
 
 def model_spec(name: str) -> str:
