@@ -1,0 +1,149 @@
+"""A bit-exact functional model of the Ethos-U55/U65 NPU executing Vela's command stream.
+
+Entry points:
+
+- `execute(command_stream, regions, accelerator=None) -> Counters`: what the NPU does for one
+  `ethosu_invoke_v3(custom_data_ptr, custom_data_size, base_addr, base_addr_size, n)` call. The
+  `command_stream` is the whole custom-operator payload (COP1 header, driver actions, commands,
+  i.e. a delegate payload's `cmd_bytes`); `regions[i]` is the memory base address i points at
+  (a writable buffer: bytearray, writable memoryview, numpy uint8 array; None for an absent
+  one). The regions are mutated in place exactly as the NPU writes them. `accelerator` (e.g.
+  "ethos-u55-128") is the NPU the call runs on; its configuration must match the stream's
+  OPTIMIZER_CONFIG as the driver's ethosu_dev_verify_optimizer_config requires. None: the
+  configuration the stream was compiled for.
+- `run_partition(payload, inputs, accelerator=None) -> (outputs, Counters)`: one delegate
+  invocation set up as ExecuTorch's EthosUBackend does (EthosUBackend.cpp::execute and
+  EthosUBackend_Cortex_M.cpp::platform_execute): base address 0 = the payload's weight data,
+  1 = a zeroed scratch of `scratch_bytes` with each input's bytes copied to its Vela offset,
+  2 = the fast scratch. Returns each output's bytes read back from its Vela offset.
+- `run_npu_partition(partition, arrays, accelerator=None) -> (arrays, Counters)`: the same for an
+  `orchestrator.twin.NpuPartition`, taking and returning numpy arrays shaped and typed like the
+  partition's TOSA graph IO (`run_tosa`'s convention), for byte-for-byte comparison.
+
+Everything the model cannot execute faithfully raises a `NpuModelError` subclass naming the
+command and its word offset; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from npu_driver.ethos_u.arch import ACCELERATORS, Accelerator, accelerator_for
+from npu_driver.ethos_u.errors import (CommandStreamError, ConfigMismatch, MemoryFault,
+                                       NpuModelError, UnmodelledCommand)
+from npu_driver.ethos_u.fmap import Memory
+from npu_driver.ethos_u.machine import Counters, Machine
+from npu_driver.ethos_u.mlw import WeightStreamError
+from npu_driver.ethos_u.stream import (Command, CustomOperatorPayload, OptimizerConfig,
+                                       decode_commands, parse_custom_operator_payload)
+
+__all__ = ["ACCELERATORS", "Accelerator", "CommandStreamError", "ConfigMismatch", "Counters",
+           "MemoryFault", "NpuModelError", "UnmodelledCommand", "execute", "run_partition",
+           "run_npu_partition", "parse_custom_operator_payload", "resolve_accelerator",
+           "SCRATCH_REGION", "WEIGHTS_REGION", "FAST_SCRATCH_REGION", "WeightStreamError"]
+
+# EthosUBackend_Cortex_M.cpp::platform_execute: bases = {weight_data, scratch, fast_scratch}
+WEIGHTS_REGION = 0
+SCRATCH_REGION = 1
+FAST_SCRATCH_REGION = 2
+
+
+def resolve_accelerator(cop: CustomOperatorPayload, accelerator: str | None) -> Accelerator:
+    """The configuration to run, checked against the stream's OPTIMIZER_CONFIG like the driver."""
+    config = cop.optimizer_configs[0] if cop.optimizer_configs else None
+    if accelerator is None:
+        if config is None:
+            raise ConfigMismatch("the command stream has no OPTIMIZER_CONFIG; name the "
+                                 "accelerator to run it on")
+        try:
+            return accelerator_for(config.product, config.macs_per_cc_log2)
+        except KeyError as error:
+            raise ConfigMismatch(f"OPTIMIZER_CONFIG at word {config.offset}: {error}") from None
+    if accelerator not in ACCELERATORS:
+        raise ConfigMismatch(f"unknown accelerator {accelerator!r}; modelled: "
+                             f"{', '.join(ACCELERATORS)}")
+    accel = ACCELERATORS[accelerator]
+    if config is not None:
+        problems = []
+        if config.product != accel.product:
+            problems.append(f"product {config.product} (stream) vs {accel.product} (NPU)")
+        if config.macs_per_cc_log2 != accel.log2_macs:
+            problems.append(f"{1 << config.macs_per_cc_log2} MACs/cycle (stream) vs "
+                            f"{accel.macs} (NPU)")
+        if problems:
+            raise ConfigMismatch(f"OPTIMIZER_CONFIG at word {config.offset} was compiled for "
+                                 f"another NPU: {'; '.join(problems)} "
+                                 "(ethosu_dev_verify_optimizer_config refuses it)")
+    return accel
+
+
+def execute(command_stream: bytes, regions: Sequence, accelerator: str | None = None, *,
+            growable_regions: tuple[int, ...] = (), trace: bool = False) -> Counters:
+    """Run one custom-operator payload over `regions` (mutated in place). `growable_regions`:
+    regions sized by use instead of refusing an access beyond them (diagnosis; the fast
+    scratch of unknown size). `trace`: record every memory access in `Counters.trace`."""
+    cop = parse_custom_operator_payload(bytes(command_stream))
+    accel = resolve_accelerator(cop, accelerator)
+    memory = Memory(regions, accel.shram_bytes, growable_regions)
+    if trace:
+        memory.trace = []
+    machine = Machine(accel, memory)
+    for stream in cop.command_streams:
+        machine.stopped = False
+        machine.run(stream)
+    counters = machine.counters
+    counters.trace = tuple(memory.trace) if trace else ()
+    counters.region_sizes = {i: len(r) for i, r in enumerate(memory.regions) if r is not None}
+    if isinstance(regions, list):
+        # a region grown by use is handed back in place of the caller's (empty) one
+        for index in growable_regions:
+            if index < len(regions) and memory.regions[index] is not None:
+                regions[index] = memory.regions[index].obj
+    return counters
+
+
+def run_partition(payload, inputs: Sequence, accelerator: str | None = None, *,
+                  fast_scratch_bytes: int | None = None, trace: bool = False,
+                  grow_scratch: bool = False) -> tuple[list[bytes], Counters]:
+    """One invocation of an EthosUPayload (npu_driver.payload). `inputs` are numpy arrays or
+    bytes, one per `payload.inputs`, each exactly that input's byte size; returns the bytes of
+    each `payload.outputs`. `fast_scratch_bytes` None: the fast scratch is as large as the
+    stream uses (the payload does not record the firmware's `ethosu_fast_scratch_size`)."""
+    if len(inputs) != len(payload.inputs):
+        raise ValueError(f"the payload has {len(payload.inputs)} input(s), got {len(inputs)}")
+    weights = memoryview(bytes(payload.weight_bytes))
+    scratch = bytearray(payload.scratch_bytes)
+    fast = None if fast_scratch_bytes is None else bytearray(fast_scratch_bytes)
+    for index, (vela, data) in enumerate(zip(payload.inputs, inputs)):
+        raw = np.ascontiguousarray(data).tobytes() if isinstance(data, np.ndarray) else bytes(data)
+        if len(raw) != vela.nbytes:
+            raise ValueError(f"input {index} is {len(raw)} bytes; the payload expects "
+                             f"{vela.nbytes} ({list(vela.shape6d)} x {vela.elem_size} B)")
+        if vela.region != SCRATCH_REGION:
+            raise ValueError(f"input {index} lives in region {vela.region}; EthosUBackend copies "
+                             "inputs into the scratch (region 1)")
+        scratch[vela.offset:vela.offset + len(raw)] = raw
+    regions = [weights, scratch, fast]
+    growable = (() if fast_scratch_bytes is not None else (FAST_SCRATCH_REGION,)) + (
+        (SCRATCH_REGION,) if grow_scratch else ())
+    counters = execute(payload.cmd_bytes, regions, accelerator, growable_regions=growable,
+                       trace=trace)
+    scratch = regions[SCRATCH_REGION]
+    outputs = []
+    for index, vela in enumerate(payload.outputs):
+        if vela.region != SCRATCH_REGION:
+            raise ValueError(f"output {index} lives in region {vela.region}; EthosUBackend "
+                             "copies outputs from the scratch (region 1)")
+        outputs.append(bytes(scratch[vela.offset:vela.offset + vela.nbytes]))
+    return outputs, counters
+
+
+def run_npu_partition(partition, arrays: Sequence[np.ndarray], accelerator: str | None = None,
+                      **options) -> tuple[list[np.ndarray], Counters]:
+    """`run_partition` for an orchestrator.twin.NpuPartition, with TOSA-shaped numpy IO."""
+    outputs, counters = run_partition(partition.payload, list(arrays), accelerator, **options)
+    shaped = [np.frombuffer(data, dtype=spec.numpy_type).reshape(spec.shape).copy()
+              for data, spec in zip(outputs, partition.io.outputs)]
+    return shaped, counters

@@ -1,0 +1,144 @@
+"""Small PyTorch models that push the Ethos-U functional model's edge cases through Vela.
+
+Each `NAME` is a `path/to/file.py:NAME` factory (the CLI's convention) returning an eval-mode
+module and example inputs, seeded, so every compile of it is the same program:
+
+- `conv_edges`: explicit asymmetric padding (a TOSA PAD Vela folds into the convolution's
+  top/left/bottom/right padding), stride 2 over odd sizes, dilation 2, a 5x5 kernel, a strided
+  depthwise convolution, and per-channel weight scales four decades apart (large per-channel
+  shifts in the scale records).
+- `elementwise_edges`: two inputs, broadcast add over H and multiply over W, a scalar add and
+  multiply, average pooling with and without padding (rounding of the division), max pooling
+  with padding, sigmoid and tanh (int8 lookup tables DMA'd into SHRAM), leaky ReLU, min/max,
+  subtraction and a channel concat.
+- `resample_edges`: nearest-neighbour upsampling and a transposed convolution (the IFM
+  upscaling modes), and a global average pool.
+- `matmul_edges`: an activation-by-activation matmul (an int32 MUL then REDUCE_SUM), a channel
+  sum, a mean, abs and hardswish.
+- `all_edges`: the four in one program, for a single compile.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_SEED = 7
+
+
+def _seeded(build, *shapes):
+    def factory():
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_SEED)
+            module = build()
+            inputs = tuple(torch.rand(shape) * 2 - 1 for shape in shapes)
+        return module.eval(), inputs
+
+    return factory
+
+
+class ConvEdges(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pad = nn.ZeroPad2d((1, 2, 0, 3))  # left, right, top, bottom
+        self.c0 = nn.Conv2d(3, 8, 3)
+        self.c1 = nn.Conv2d(8, 12, 3, stride=2, padding=1)
+        self.c2 = nn.Conv2d(12, 12, 3, padding=2, dilation=2)
+        self.dw = nn.Conv2d(12, 12, 3, stride=2, padding=1, groups=12)
+        self.c3 = nn.Conv2d(12, 16, 5, padding=2)
+        with torch.no_grad():
+            # per-output-channel weight magnitudes spanning four decades
+            self.c3.weight.mul_(torch.logspace(-3, 1, 16).view(16, 1, 1, 1))
+            self.c3.bias.mul_(torch.logspace(-2, 1, 16))
+
+    def forward(self, x):
+        x = F.relu(self.c0(self.pad(x)))
+        x = F.relu(self.c1(x))
+        x = self.c2(x)
+        x = F.relu(self.dw(x))
+        return self.c3(x)
+
+
+class ElementwiseEdges(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c0 = nn.Conv2d(8, 8, 1)
+        self.avg = nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)
+        self.avg2 = nn.AvgPool2d(2)
+        self.max = nn.MaxPool2d(3, stride=2, padding=1)
+        self.act = nn.LeakyReLU(0.1)
+
+    def forward(self, x, y):
+        a = self.c0(x)
+        s = a + y  # y is [1, 8, 1, 7]: broadcast over H
+        m = a * y[:, :, :, :1]  # [1, 8, 1, 1]: broadcast over H and W
+        t = torch.sigmoid(s) - torch.tanh(m)
+        u = torch.maximum(self.act(s * 0.75 + 0.25), torch.minimum(m, t))
+        p = torch.cat([self.avg(u), self.max(t)], dim=1)
+        return p, self.avg2(s)
+
+
+class ResampleEdges(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c0 = nn.Conv2d(4, 8, 3, stride=2, padding=1)
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.t0 = nn.ConvTranspose2d(8, 6, 2, stride=2)
+        self.c1 = nn.Conv2d(14, 4, 3, padding=1)
+
+    def forward(self, x):
+        d = F.relu(self.c0(x))
+        u = torch.cat([self.up(d), self.t0(d)], dim=1)
+        y = self.c1(u)
+        return y, F.adaptive_avg_pool2d(y, 1)
+
+
+class MatmulEdges(nn.Module):
+    """Activation x activation matmul (Vela: an int32 MUL into a scratch buffer, then a
+    REDUCE_SUM over its depth), a channel sum and a mean, abs and hardswish."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, a, b):
+        m = torch.matmul(self.proj(a), b)  # [1, 8, 16] x [1, 16, 12]
+        return m, torch.abs(m) + F.hardswish(m), m.sum(dim=-1, keepdim=True), m.mean(dim=1)
+
+
+class AllEdges(nn.Module):
+    """The four above in one program (one compile for the test suite): five inputs, nine
+    outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = ConvEdges()
+        self.elementwise = ElementwiseEdges()
+        self.resample = ResampleEdges()
+        self.matmul = MatmulEdges()
+        self.bridge = nn.Conv2d(16, 4, 1)
+
+    def forward(self, x, y, z, a, b):
+        c = self.conv(x)
+        e = self.elementwise(y, z)
+        r = self.resample(self.bridge(F.interpolate(c, size=(10, 12), mode="nearest")))
+        return c, *e, *r, *self.matmul(a, b)
+
+
+conv_edges = _seeded(ConvEdges, (1, 3, 15, 13))
+elementwise_edges = _seeded(ElementwiseEdges, (1, 8, 9, 7), (1, 8, 1, 7))
+resample_edges = _seeded(ResampleEdges, (1, 4, 10, 12))
+matmul_edges = _seeded(MatmulEdges, (1, 8, 16), (1, 16, 12))
+all_edges = _seeded(AllEdges, (1, 3, 15, 13), (1, 8, 9, 7), (1, 8, 1, 7), (1, 8, 16),
+                    (1, 16, 12))
+
+EDGE_MODELS = {"conv_edges": conv_edges, "elementwise_edges": elementwise_edges,
+               "resample_edges": resample_edges, "matmul_edges": matmul_edges,
+               "all_edges": all_edges}
+
+
+def model_spec(name: str) -> str:
+    if name not in EDGE_MODELS:
+        raise KeyError(f"no edge model {name!r}; known: {', '.join(EDGE_MODELS)}")
+    return f"{__file__}:{name}"
