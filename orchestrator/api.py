@@ -100,9 +100,10 @@ def compile(model: str | Request, output, bundle: bool = False, progress=None,  
 
 
 def verify(pte, samples: int = 16, calibration: str | None = None, per_op: bool = False,
-           max_steps: float = 1):
-    """Run the `.pte` on the host twin; see orchestrator.verification.twin_verify.VerifyReport."""
+           max_steps: float = 1, npu_model: str = "auto"):
+    """Run the `.pte` on the host twin, its NPU partitions computed as `npu_model` says
+    (orchestrator/verification/npu.py); see orchestrator.verification.twin_verify.VerifyReport."""
     from orchestrator.verification.twin_verify import verify as run_verify
 
     return run_verify(pte, samples=samples, calibration=calibration, per_op=per_op,
-                      max_steps=max_steps)
+                      max_steps=max_steps, npu_model=npu_model)

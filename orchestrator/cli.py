@@ -199,8 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="auto (default): every method this machine has, the device code "
                      "judging: the twin, the real ExecuTorch runtime with the device kernels "
                      "built for the host, and QEMU's Cortex-M55 for CPU-only M55 programs; twin: "
-                     "the host twin only; executorch: the real runtime (NPU via the TOSA "
-                     "reference model), compared with the twin; both: twin and runtime")
+                     "the host twin only; executorch: the real runtime, compared with the "
+                     "twin; both: twin and runtime")
+    ver.add_argument("--npu-model", default="auto", choices=("auto", "stream", "tosa", "both"),
+                     help="how NPU partitions are computed: stream: Vela's command stream from "
+                     "the .pte executed by the Ethos-U55/U65 functional model; tosa: the "
+                     "partition's TOSA graph in the TOSA reference model; both: the two, "
+                     "compared byte for byte; auto (default): stream on the U55/U65, tosa on "
+                     "the U85 (not modelled)")
     ver.add_argument("--require-device", action="store_true",
                      help="exit 5 unless device code (the host runtime or QEMU) ran and passed; "
                      "by default a twin-only pass exits 0 and says the device code did not run")
@@ -546,7 +552,8 @@ def cmd_verify(args) -> int:
         verdict = verify_all(pte, samples=args.samples, calibration=args.calibration,
                              per_op=args.per_op, max_steps=args.max_steps,
                              executorch_src=args.executorch_src, cmsis_nn_src=args.cmsis_nn_src,
-                             platform=args.platform, timeout_s=args.timeout)
+                             platform=args.platform, timeout_s=args.timeout,
+                             npu_model=args.npu_model)
         _print_report(args, verdict.to_json(), verdict.render_text())
         if verdict.outcome == "failed":
             raise VerificationFailure(verdict.verdict)
@@ -562,7 +569,7 @@ def cmd_verify(args) -> int:
         from orchestrator.verification.twin_verify import render_text, report_json, verify
 
         report = verify(pte, samples=args.samples, calibration=args.calibration,
-                        per_op=args.per_op, max_steps=args.max_steps)
+                        per_op=args.per_op, max_steps=args.max_steps, npu_model=args.npu_model)
         _print_report(args, report_json(report), render_text(report))
         if report.inconclusive:
             from orchestrator.errors import NotRun
@@ -579,7 +586,7 @@ def cmd_verify(args) -> int:
         # Raises NotRun (exit 5) when the runtime cannot be built here.
         runtime = verify_runtime(pte, samples=args.samples, calibration=args.calibration,
                                  per_op=args.per_op, executorch_src=args.executorch_src,
-                                 cmsis_nn_src=args.cmsis_nn_src)
+                                 cmsis_nn_src=args.cmsis_nn_src, npu_model=args.npu_model)
         _print_report(args, runtime_json(runtime), runtime_text(runtime))
         if runtime.outcome in ("failed", "error"):
             failures.append(runtime.verdict)

@@ -33,7 +33,7 @@ SAMPLES = 3
 
 @pytest.fixture(scope="module")
 def programs(compiles):
-    from orchestrator.twin import load_twin
+    from orchestrator.verification.twin import load_twin
 
     loaded = {}
     for key, (model, npu) in PROGRAMS.items():

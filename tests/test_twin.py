@@ -135,13 +135,20 @@ def test_mixed_u55_per_op_table_matches_every_npu_and_cpu_tensor(mixed_u55_repor
 
 
 def test_ds_cnn_u55_verify_passes_bit_exact(ds_cnn_u55):
-    from orchestrator.verification.twin_verify import METHOD, verify
+    from orchestrator.verification.npu import STREAM_METHOD
+    from orchestrator.verification.twin_verify import verify
 
     report = verify(ds_cnn_u55, samples=16)
     assert report.passed
     assert report.outputs[0].max_steps == 0
     assert report.outputs[0].differing_elements == 0
-    assert METHOD in report.verdict
+    assert f"NPU: {STREAM_METHOD} (ethos-u55-128)" in report.verdict
+    # the NPU's work came from executing the payload: every partition's commands and MACs
+    from orchestrator.verification.twin import load_twin
+
+    assert set(report.npu_execution) == {p.delegate_name for p in load_twin(ds_cnn_u55).partitions}
+    assert all(f["commands_per_invocation"] > 0 and f["macs_per_invocation"] > 0
+               for f in report.npu_execution.values())
 
 
 def test_cpu_only_mixed_passes_after_the_compiles_workarounds(mixed_cpu_only):
@@ -311,13 +318,14 @@ def test_portable_dim_order_check_matches_host_runtime(tmp_path):
 def test_report_json_and_text_name_the_method(ds_cnn_u55):
     import json
 
-    from orchestrator.verification.twin_verify import METHOD, render_text, report_json, verify
+    from orchestrator.verification.twin_verify import render_text, report_json, verify
 
     report = verify(ds_cnn_u55, samples=2)
     data = json.loads(json.dumps(report_json(report)))
-    assert data["method"] == METHOD and data["passed"] is True
+    assert data["method"] == report.method and data["passed"] is True
+    assert "Vela command stream executed by the Ethos-U55/U65 functional model" in data["method"]
     assert data["outputs"][0]["shape"] == [1, 12]
-    assert METHOD in render_text(report)
+    assert report.method in render_text(report)
 
 
 def test_avg_pool_rounds_ties_away_from_zero_as_cmsis_nn_does():

@@ -38,14 +38,19 @@ def test_verify_passes_and_names_its_method(bundled, capsys):
     methods = {m["name"]: m for m in report["methods"]}
     twin = methods["twin"]["report"]
     assert twin["passed"] is True
-    assert "twin" in twin["method"] and "TOSA reference model" in twin["method"]
+    assert "twin" in twin["method"]
+    assert "Vela command stream executed by the Ethos-U55/U65 functional model" in twin["method"]
+    runtime = methods["host runtime"]["report"]
+    assert "EthosUBackend, NPU: Vela command stream executed" in runtime["method"]
     # The device code judged it: the host runtime ran the hybrid program; QEMU has no Ethos-U.
     assert methods["host runtime"]["outcome"] == "passed", methods["host runtime"]["detail"]
     assert methods["QEMU Cortex-M55"]["outcome"] == "not-run"
     assert "Ethos-U" in methods["QEMU Cortex-M55"]["detail"]
     assert report["outcome"] == "passed" and "host runtime" in report["verdict"]
-    # It claims device code for the CPU side only: the NPU ran as its TOSA graph.
-    assert "NPU partitions ran as their TOSA graphs" in report["verdict"]
+    # It claims device code for the CPU side only: the NPU ran as the command stream in our
+    # model of the hardware.
+    assert "NPU partitions ran as Vela's command stream from the .pte in the Ethos-U functional " \
+        "model (a model of the hardware, not the silicon)" in report["verdict"]
 
 
 def test_verify_fvp_without_an_fvp_is_not_run_exit_5(bundled, capsys, monkeypatch, tmp_path):

@@ -17,7 +17,7 @@ Entry points:
   1 = a zeroed scratch of `scratch_bytes` with each input's bytes copied to its Vela offset,
   2 = the fast scratch. Returns each output's bytes read back from its Vela offset.
 - `run_npu_partition(partition, arrays, accelerator=None) -> (arrays, Counters)`: the same for an
-  `orchestrator.twin.NpuPartition`, taking and returning numpy arrays shaped and typed like the
+  `orchestrator.verification.twin.NpuPartition`, taking and returning numpy arrays shaped and typed like the
   partition's TOSA graph IO (`run_tosa`'s convention), for byte-for-byte comparison.
 
 Everything the model cannot execute faithfully raises a `NpuModelError` subclass naming the
@@ -142,7 +142,7 @@ def run_partition(payload, inputs: Sequence, accelerator: str | None = None, *,
 
 def run_npu_partition(partition, arrays: Sequence[np.ndarray], accelerator: str | None = None,
                       **options) -> tuple[list[np.ndarray], Counters]:
-    """`run_partition` for an orchestrator.twin.NpuPartition, with TOSA-shaped numpy IO."""
+    """`run_partition` for an orchestrator.verification.twin.NpuPartition, with TOSA-shaped numpy IO."""
     outputs, counters = run_partition(partition.payload, list(arrays), accelerator, **options)
     shaped = [np.frombuffer(data, dtype=spec.numpy_type).reshape(spec.shape).copy()
               for data, spec in zip(outputs, partition.io.outputs)]

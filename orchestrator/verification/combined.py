@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.artifacts.manifest import Manifest
+from orchestrator.verification.npu import NpuModelCannotRun, NpuModelFault
 
 TWIN, RUNTIME, QEMU = "twin", "host runtime", "QEMU Cortex-M55"
 QEMU_CPU = "cortex-m55"  # the core of QEMU's mps3-an547 (Corstone-300 FPGA image)
@@ -77,15 +78,18 @@ class CombinedVerdict:
         return "\n".join(lines)
 
 
-def run_twin(pte: Path, samples: int, calibration, per_op: bool, max_steps: int) -> MethodResult:
+def run_twin(pte: Path, samples: int, calibration, per_op: bool, max_steps: int,
+             npu_model: str = "auto") -> MethodResult:
     from orchestrator.verification.twin import TwinCannotRun
     from orchestrator.verification.twin_verify import render_text, report_json, verify
 
     try:
         report = verify(pte, samples=samples, calibration=calibration, per_op=per_op,
-                        max_steps=max_steps)
-    except TwinCannotRun as error:
-        return MethodResult(TWIN, "not-run", str(error), False)
+                        max_steps=max_steps, npu_model=npu_model)
+    except (TwinCannotRun, NpuModelCannotRun) as error:
+        return MethodResult(TWIN, "not-run", str(error).removeprefix("not run: "), False)
+    except NpuModelFault as error:
+        return MethodResult(TWIN, "failed", f"FAILED by the twin: {error}", False)
     outcome = ("inconclusive" if report.inconclusive else
                "passed" if report.passed else "failed")
     return MethodResult(TWIN, outcome, report.verdict, False, render_text(report),
@@ -93,13 +97,15 @@ def run_twin(pte: Path, samples: int, calibration, per_op: bool, max_steps: int)
 
 
 def run_host_runtime(pte: Path, samples: int, calibration, per_op: bool,
-                     executorch_src=None, cmsis_nn_src=None) -> MethodResult:
+                     executorch_src=None, cmsis_nn_src=None,
+                     npu_model: str = "auto") -> MethodResult:
     from orchestrator.errors import NotRun
     from orchestrator.verification.runtime_verify import render_text, report_json, verify_runtime
 
     try:
         report = verify_runtime(pte, samples=samples, calibration=calibration, per_op=per_op,
-                                executorch_src=executorch_src, cmsis_nn_src=cmsis_nn_src)
+                                executorch_src=executorch_src, cmsis_nn_src=cmsis_nn_src,
+                                npu_model=npu_model)
     except NotRun as error:
         return MethodResult(RUNTIME, "not-run", str(error).removeprefix("not run: "), True)
     outcome = {"passed": "passed", "partial": "partial"}.get(report.outcome, "failed")
@@ -214,13 +220,17 @@ def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
 
 NPU_BY_TOSA = ("the NPU partitions ran as their TOSA graphs in the TOSA reference model, not as "
                "Vela's command stream")
+NPU_BY_STREAM = ("the NPU partitions ran as Vela's command stream from the .pte in the Ethos-U "
+                 "functional model (a model of the hardware, not the silicon)")
 
 
-def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False
-            ) -> CombinedVerdict:
+def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False,
+            npu_stream: bool = False) -> CombinedVerdict:
     """The verdict of the methods together (see the module docstring). `has_npu`: the program
-    has Ethos-U partitions, which no method here executes as the device would (the verdict says
+    has Ethos-U partitions, computed by the functional model on the command stream
+    (`npu_stream`) or as TOSA graphs; no method here runs them on an NPU (the verdict says
     so)."""
+    npu_note = NPU_BY_STREAM if npu_stream else NPU_BY_TOSA
     ran = [r for r in results if r.outcome != "not-run"]
     failed = [r for r in ran if r.outcome == "failed"]
     device_passed = [r for r in ran if r.device_code and r.outcome == "passed"]
@@ -240,7 +250,7 @@ def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False
                  if not_run else "")
         return CombinedVerdict(str(pte), results, "passed",
                                f"PASSED by {names(device_passed)} (device code"
-                               + (f" for the CPU side; {NPU_BY_TOSA})" if has_npu else ")")
+                               + (f" for the CPU side; {npu_note})" if has_npu else ")")
                                + (", with the twin" if any(r.name == TWIN for r in ran) else "")
                                + extra)
     if partial:
@@ -258,18 +268,22 @@ def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False
 
 def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
                max_steps: int = 1, executorch_src=None, cmsis_nn_src=None,
-               platform=None, timeout_s: int = 600, methods=(TWIN, RUNTIME, QEMU)
-               ) -> CombinedVerdict:
-    """Every method in `methods` that this machine has, and their verdict together."""
-    pte = Path(pte)
-    results = []
-    if TWIN in methods:
-        results.append(run_twin(pte, samples, calibration, per_op, max_steps))
-    if RUNTIME in methods:
-        results.append(run_host_runtime(pte, samples, calibration, per_op, executorch_src,
-                                        cmsis_nn_src))
-    if QEMU in methods:
-        results.append(run_qemu(pte, platform, timeout_s))
+               platform=None, timeout_s: int = 600, methods=(TWIN, RUNTIME, QEMU),
+               npu_model: str = "auto") -> CombinedVerdict:
+    """Every method in `methods` that this machine has, and their verdict together; the NPU
+    partitions computed as `npu_model` chooses (orchestrator/verification/npu.py)."""
     from orchestrator.verification.twin import load_twin
 
-    return combine(pte, tuple(results), has_npu=bool(load_twin(pte).partitions))
+    pte = Path(pte)
+    twin = load_twin(pte)
+    choice = twin.npu_executor(npu_model).choice  # a choice that cannot apply is refused first
+    results = []
+    if TWIN in methods:
+        results.append(run_twin(pte, samples, calibration, per_op, max_steps, npu_model))
+    if RUNTIME in methods:
+        results.append(run_host_runtime(pte, samples, calibration, per_op, executorch_src,
+                                        cmsis_nn_src, npu_model))
+    if QEMU in methods:
+        results.append(run_qemu(pte, platform, timeout_s))
+    return combine(pte, tuple(results), has_npu=bool(twin.partitions),
+                   npu_stream=choice != "tosa")

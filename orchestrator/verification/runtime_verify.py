@@ -31,23 +31,28 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import torch
 
 from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, NpuInvocation,
                              RuntimeFailure, RuntimeUnavailable, find_sources, logical)
-from npu_driver.tosa_twin import run_tosa
 from orchestrator import numerics
 from orchestrator.artifacts.manifest import Manifest
 from orchestrator.errors import NotRun, UserError
 from kernels.reference import HOST_TIER, MVE_ONLY_SEMANTICS
 from kernels.upstream_runtime import kernel_calls
-from orchestrator.verification.twin import TwinProgram, load_twin
+from orchestrator.verification.npu import NpuExecutor
+from orchestrator.verification.twin import ETHOS_U_BACKEND, TwinProgram, load_twin
 from orchestrator.verification.twin_verify import (as_tuple, float_output, output_quantization, quantized_steps,
                                  device_inputs, load_reference, sample_inputs)
 
-METHOD = (f"{RUNTIME_METHOD}; Ethos-U delegates through ExecuTorch's EthosUBackend with the NPU "
-          "emulated by the TOSA reference model on the Vela-compiled TOSA graph")
+CPU_ONLY_METHOD = RUNTIME_METHOD
+
+
+def method_for(twin: TwinProgram, npu: NpuExecutor) -> str:
+    """The runtime's method as it ran this program, naming how the NPU invocations were done."""
+    if not twin.partitions:
+        return CPU_ONLY_METHOD
+    return f"{RUNTIME_METHOD}; Ethos-U delegates through ExecuTorch's EthosUBackend, {npu.method}"
 SEED = 0
 
 
@@ -128,9 +133,10 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def npu_handler(twin: TwinProgram):
+def npu_handler(twin: TwinProgram, npu: NpuExecutor):
     """The NPU for the host EthosUBackend: each invocation is matched to a partition by the
-    SHA-256 of its command stream and weights, and computed by the TOSA reference model."""
+    SHA-256 of its command stream and weights, and computed by `npu` (the functional model on
+    the backend's own memory regions, or the TOSA graph) in place."""
     by_stream = {(_sha256(p.payload.cmd_bytes), _sha256(p.payload.weight_bytes)): p
                  for p in twin.partitions}
 
@@ -139,19 +145,8 @@ def npu_handler(twin: TwinProgram):
         if partition is None:
             raise NpuMismatch(f"Ethos-U command stream {invocation.command_stream_sha256[:16]} "
                               "matches no partition of the program's artifacts")
-        payload, io = partition.payload, partition.io
-        arrays = []
-        for vela, spec in zip(payload.inputs, io.inputs):
-            region = invocation.regions[vela.region]
-            raw = bytes(region[vela.offset:vela.offset + vela.nbytes])
-            arrays.append(np.frombuffer(raw, dtype=spec.numpy_type).reshape(spec.shape).copy())
-        results = run_tosa(partition.tosa_bytes, io, arrays)
-        for vela, array in zip(payload.outputs, results):
-            data = np.ascontiguousarray(array).tobytes()
-            if len(data) != vela.nbytes:
-                raise NpuMismatch(f"TOSA output of {len(data)} B for a {vela.nbytes} B Vela "
-                                  f"output of {partition.delegate_name}")
-            invocation.regions[vela.region][vela.offset:vela.offset + vela.nbytes] = data
+        npu.run_invocation(partition, invocation.command_stream, list(invocation.regions),
+                           f"{ETHOS_U_BACKEND} {partition.delegate_name}")
 
     return handle
 
@@ -331,7 +326,7 @@ def _per_op(twin: TwinProgram, twin_run, runtime_run) -> tuple[OpAgreement, ...]
 def verify_runtime(pte_path, samples: int = 4, calibration: str | None = None,
                    per_op: bool = False, runtime: HostRuntime | None = None,
                    repeat: int = 1, executorch_src: str | None = None,
-                   cmsis_nn_src: str | None = None) -> RuntimeReport:
+                   cmsis_nn_src: str | None = None, npu_model: str = "auto") -> RuntimeReport:
     """Run the `.pte` through the host runtime and the twin on `samples` inputs and compare.
 
     `runtime` reuses a running HostRuntime; otherwise one is built from the sources
@@ -352,14 +347,15 @@ def verify_runtime(pte_path, samples: int = 4, calibration: str | None = None,
         runtime = runtime or HostRuntime(sources=find_sources(executorch_src, cmsis_nn_src))
     except RuntimeUnavailable as error:
         raise NotRun(f"not run: the ExecuTorch host runtime is unavailable: {error}") from None
-    handler = npu_handler(twin) if twin.partitions else None
+    runtime_npu = twin.npu_executor(npu_model)
+    handler = npu_handler(twin, runtime_npu) if twin.partitions else None
     limits = host_limits(twin)
     c_path = c_path_only(twin)
     # The host runs CMSIS-NN's C path: the twin computes that path from the same arguments.
     host_twin = replace(twin, isa_tier=HOST_TIER) if twin.isa_tier in ("mve", "dsp") else twin
     try:
         return _compare(host_twin, pte_path, inputs, source, quantized_module, runtime, handler,
-                        limits, per_op, repeat, c_path)
+                        limits, per_op, repeat, c_path, runtime_npu)
     except RuntimeUnavailable as error:
         raise NotRun(f"not run: the ExecuTorch host runtime is unavailable: {error}") from None
     finally:
@@ -368,7 +364,8 @@ def verify_runtime(pte_path, samples: int = 4, calibration: str | None = None,
 
 
 def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler, limits, per_op,
-             repeat, c_path=()) -> RuntimeReport:
+             repeat, c_path=(), npu: NpuExecutor | None = None) -> RuntimeReport:
+    npu = npu or twin.npu_executor()
     n_out = len(twin.plan.outputs)
     worst_twin = [0.0] * n_out
     diff_twin = [0] * n_out
@@ -390,7 +387,7 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
             break
         runtime_seconds.append(statistics.median(run.seconds))
         npu_seconds.append(statistics.median(run.npu_seconds))
-        twin_run = twin.run(device)
+        twin_run = twin.run(device, npu=twin.npu_executor(npu.choice))
         twin_seconds.append(twin_run.seconds)
         with torch.no_grad(), numerics.single_threaded():
             quantized = as_tuple(quantized_module(*sample))
@@ -425,7 +422,8 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
         device = device_inputs(twin, inputs[traced])
         try:
             traced_run = runtime.run(pte_path, device, npu=handler, trace=True)
-            rows = _per_op(twin, twin.run(device, keep_intermediates=True), traced_run)
+            rows = _per_op(twin, twin.run(device, keep_intermediates=True,
+                                          npu=twin.npu_executor(npu.choice)), traced_run)
             divergence = next((r for r in rows if not r.equal), None)
         except RuntimeFailure as failure:
             error = f"traced run: {failure}"
@@ -440,7 +438,7 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
     passed = outcome == "passed"
     median = (lambda values: statistics.median(values) if values else math.nan)
     report = RuntimeReport(
-        str(pte_path), METHOD, len(inputs), source, outputs, rows, traced, divergence, limits,
+        str(pte_path), method_for(twin, npu), len(inputs), source, outputs, rows, traced, divergence, limits,
         tuple(c_path), error, median(runtime_seconds), median(npu_seconds), median(twin_seconds),
         runtime.library.key[:16], bytes_equal, outcome, passed, "")
     return RuntimeReport(**{**report.__dict__, "verdict": _verdict(report)})

@@ -36,7 +36,8 @@ import torch
 from kernels import reference
 from kernels.reference import KernelError, KernelFault, LayoutRead, RawTensor
 from npu_driver.payload import EthosUPayload, PayloadError, parse_payload
-from npu_driver.tosa_twin import TosaGraphIO, TosaTwinError, check_against_payload, graph_io, run_tosa
+from npu_driver.tosa_twin import TosaGraphIO, TosaTwinError, check_against_payload, graph_io
+from orchestrator.verification.npu import NpuExecutor
 from orchestrator.artifacts.manifest import MANIFEST_NAME, Manifest, artifacts_dir_for
 from orchestrator.errors import NotRun, UserError
 
@@ -172,8 +173,20 @@ class TwinProgram:
                     return position, call, f"{ETHOS_U_BACKEND} {name}"
         return None
 
-    def run(self, inputs: tuple[torch.Tensor, ...], keep_intermediates: bool = False) -> TwinRun:
-        return _Execution(self, keep_intermediates).run(tuple(inputs))
+    @property
+    def accelerator(self) -> str | None:
+        """The NPU the program was compiled for (manifest target), None for CPU-only."""
+        npu = self.manifest.target.get("npu") if self.manifest is not None else None
+        return npu if isinstance(npu, str) else None
+
+    def npu_executor(self, npu_model: str = "auto") -> NpuExecutor:
+        return NpuExecutor(npu_model, self.accelerator)
+
+    def run(self, inputs: tuple[torch.Tensor, ...], keep_intermediates: bool = False,
+            npu: NpuExecutor | None = None) -> TwinRun:
+        """Execute the program; `npu` computes its Ethos-U invocations (default: the
+        functional model on the Vela command stream where the NPU is modelled)."""
+        return _Execution(self, keep_intermediates, npu or self.npu_executor()).run(tuple(inputs))
 
 
 def _sha256(data: bytes) -> str:
@@ -268,9 +281,11 @@ def load_twin(pte_path) -> TwinProgram:
                        manifest.isa_tier if manifest else None, manifest)
 
 
-def run_twin(pte_path, inputs: tuple[torch.Tensor, ...], keep_intermediates: bool = False) -> TwinRun:
+def run_twin(pte_path, inputs: tuple[torch.Tensor, ...], keep_intermediates: bool = False,
+             npu_model: str = "auto") -> TwinRun:
     """Execute the `.pte` on `inputs` (logical tensors in the program's input dtypes)."""
-    return load_twin(pte_path).run(tuple(inputs), keep_intermediates)
+    twin = load_twin(pte_path)
+    return twin.run(tuple(inputs), keep_intermediates, twin.npu_executor(npu_model))
 
 
 def _without_ones(shape) -> tuple[int, ...]:
@@ -280,10 +295,11 @@ def _without_ones(shape) -> tuple[int, ...]:
 class _Execution:
     """One run's state: the arena, the EValues and the trace."""
 
-    def __init__(self, twin: TwinProgram, keep_intermediates: bool):
+    def __init__(self, twin: TwinProgram, keep_intermediates: bool, npu: NpuExecutor):
         from executorch.exir.tensor import get_scalar_type
 
         self.twin = twin
+        self.npu = npu
         self.plan = twin.plan
         self.keep = keep_intermediates
         self.arenas = [bytearray(int(size)) for size in self.plan.non_const_buffer_sizes]
@@ -459,10 +475,7 @@ class _Execution:
             # EthosUBackend.cpp: one memcpy of tensor_in.nbytes() into the scratch.
             raw = bytes(tensor.data[:tensor.nbytes])
             arrays.append(np.frombuffer(raw, dtype=spec.numpy_type).reshape(spec.shape).copy())
-        try:
-            results = run_tosa(partition.tosa_bytes, partition.io, arrays)
-        except TosaTwinError as error:
-            raise TwinError(f"instruction {position} ({op}): {error}") from None
+        results = self.npu.run(partition, arrays, f"instruction {position} ({op})")
         for slot, (tensor, vela, spec, array) in enumerate(
                 zip(outs, payload.outputs, partition.io.outputs, results)):
             if _without_ones(tensor.physical_shape) != _without_ones(spec.shape):
@@ -474,7 +487,7 @@ class _Execution:
                                                fault.key))
         self._record(position, "delegate", op,
                      [i for i in call.args[:n_in]], [i for i in call.args[n_in:]],
-                     f"TOSA reference model on {partition.tosa_relpath}", reads, began)
+                     f"{self.npu.method} [{partition.tosa_relpath}]", reads, began)
 
 
 def _copy_output(scratch: bytes, vela, tensor: RawTensor, op: str,

@@ -15,7 +15,7 @@ them, and order), and any CPU/NPU boundary whose bytes were reinterpreted in ano
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -25,16 +25,18 @@ from orchestrator.artifacts.manifest import Manifest
 from orchestrator import numerics
 from orchestrator.errors import UserError
 from orchestrator.verification.local_check import ForcedReference, LocalCheck, check_locally
+from orchestrator.verification.npu import NpuExecutor, npu_lines
 from orchestrator.verification.twin import DeviceFault, TwinError, TwinProgram, TwinRun, load_twin
 
-METHOD = "twin (cortex_m reference kernels + TOSA reference model on the Vela-compiled TOSA)"
-CPU_ONLY_METHOD = "twin (cortex_m and portable reference kernels; the program has no NPU partition)"
+CPU_METHOD = "twin (cortex_m and portable reference kernels"
+CPU_ONLY_METHOD = f"{CPU_METHOD}; the program has no NPU partition)"
 
 
-def method_for(twin) -> str:
-    """The twin's method as it ran this program: the TOSA reference model only if it has
-    Ethos-U partitions."""
-    return METHOD if twin.partitions else CPU_ONLY_METHOD
+def method_for(twin, npu: NpuExecutor | None = None) -> str:
+    """The twin's method as it ran this program, naming how its NPU partitions were computed."""
+    if not twin.partitions:
+        return CPU_ONLY_METHOD
+    return f"{CPU_METHOD}; {(npu or twin.npu_executor()).method})"
 SEED = 0
 
 
@@ -100,6 +102,7 @@ class VerifyReport:
     passed: bool
     verdict: str
     inconclusive: str | None = None  # why the samples cannot tell a right program from a wrong one
+    npu_execution: dict = field(default_factory=dict)  # partition -> what the NPU model executed
 
 
 def _degenerate(runs, float_outs) -> str | None:
@@ -357,7 +360,7 @@ def _layout_events(run: TwinRun) -> tuple[LayoutEvent, ...]:
 
 
 def _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
-             steps_per_stage, method: str = METHOD) -> str:
+             steps_per_stage, method: str) -> str:
     local = (f"every one of {checked} program values within {steps_per_stage:g} int8 step(s) per "
              "rounding stage of the quantized reference fed the program's own inputs")
     if passed:
@@ -382,7 +385,7 @@ def _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
 
 
 def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: bool = False,
-           max_steps: float = 1) -> VerifyReport:
+           max_steps: float = 1, npu_model: str = "auto") -> VerifyReport:
     """Run the `.pte` in the twin on `samples` inputs; check every value it writes locally
     (`orchestrator.verification.local_check`, `max_steps` int8 steps per rounding stage) and report the
     end-to-end error against both references as figures."""
@@ -395,13 +398,14 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
     # `compile` recorded: a .pte edited or swapped after compiling must not borrow their pass.
     manifest = Manifest.load(pte_path)
     twin = load_twin(pte_path)
+    npu = twin.npu_executor(npu_model)
     float_program, float_module = load_reference(manifest.file("float.pt2"))
     _, quantized_module = load_reference(manifest.file("quantized.pt2"))
     inputs, source = sample_inputs(float_program, samples, calibration)
     qparams = _program_qparams(twin)
     runs, quantized_outs, float_outs, local = [], [], [], []
     for sample in inputs:
-        run = twin.run(device_inputs(twin, sample), keep_intermediates=True)
+        run = twin.run(device_inputs(twin, sample), keep_intermediates=True, npu=npu)
         with torch.no_grad(), numerics.single_threaded():
             quantized_outs.append(as_tuple(quantized_module(*sample)))
             float_outs.append(as_tuple(float_module(*sample)))
@@ -420,7 +424,7 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
     inconclusive = _degenerate(runs, float_outs) if numerics_passed and not faults else None
     passed = numerics_passed and not faults and inconclusive is None
     seconds = sum(r.seconds for r in runs) / max(len(runs), 1)
-    method = method_for(twin)
+    method = method_for(twin, npu)
     verdict = (f"INCONCLUSIVE by {method}: {inconclusive}" if inconclusive else
                _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
                         max_steps, method))
@@ -428,7 +432,7 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
         str(pte_path), method, len(inputs), source, max_steps, outputs, faults,
         _layout_events(runs[0]) if runs else (), divergence,
         local[worst] if per_op and local else (), checked, unmatched, seconds,
-        numerics_passed, passed, verdict, inconclusive)
+        numerics_passed, passed, verdict, inconclusive, npu.tally.to_json())
 
 
 def _badness(checks) -> tuple:
@@ -496,6 +500,9 @@ def render_text(report: VerifyReport) -> str:
     if report.unmatched_values:
         lines.append(f"  not checked locally (no reference node of that shape and dtype): "
                      f"{'; '.join(report.unmatched_values[:5])}")
+    if report.npu_execution:
+        lines.append("  NPU, executed by the functional model (per invocation):")
+        lines += [f"    {line}" for line in npu_lines(report.npu_execution)]
     lines.append(f"  twin: {report.twin_seconds_per_sample * 1000:.1f} ms per sample")
     lines.append(f"  verdict: {report.verdict}")
     return "\n".join(lines)

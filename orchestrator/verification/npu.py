@@ -1,0 +1,203 @@
+"""The NPU half of a verification: how each Ethos-U invocation is computed, and what that proves.
+
+`--npu-model` chooses:
+
+- `stream` (the default for the Ethos-U55 and U65): the Vela command stream, weight streams and
+  scale records in the `.pte`'s delegate payload, executed by the functional model
+  (npu_driver/ethos_u) on the invocation's memory regions. This checks the bytes the device
+  reads, so a damaged payload fails verification.
+- `tosa`: the partition's TOSA graph (the one Vela was given, from the artifacts folder) in the
+  TOSA reference model. The only path for the Ethos-U85, which is not modelled.
+- `both`: both, compared byte for byte; any difference fails verification, naming the partition
+  and the first differing byte.
+
+The twin and the host runtime's EthosUBackend callback both compute through `NpuExecutor`, so
+the two verifiers run the NPU the same way and say so in the same words.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from npu_driver.ethos_u import (FAST_SCRATCH_REGION, SCRATCH_REGION, NpuModelError,
+                                UnmodelledCommand, execute, run_partition)
+from npu_driver.tosa_twin import TosaTwinError, run_tosa
+from orchestrator.errors import NotRun, UserError, VerificationFailure
+
+if TYPE_CHECKING:
+    from npu_driver.ethos_u import Counters
+    from orchestrator.verification.twin import NpuPartition
+
+NPU_MODELS = ("auto", "stream", "tosa", "both")
+STREAM_METHOD = "Vela command stream executed by the Ethos-U55/U65 functional model"
+TOSA_METHOD = "TOSA reference model on the partition's TOSA graph"
+# Accelerators the functional model executes (npu_driver.ethos_u.arch.ACCELERATORS).
+_MODELLED_PREFIXES = ("ethos-u55-", "ethos-u65-")
+
+
+class NpuModelFault(VerificationFailure):
+    """The command stream makes the NPU fault or read out of bounds, or disagrees with the TOSA
+    graph: the program as shipped is wrong (exit 4)."""
+
+
+class NpuModelCannotRun(NotRun):
+    """The functional model does not implement a command the stream uses: not run (exit 5)."""
+
+
+def choose(npu_model: str, accelerator: str | None) -> str:
+    """The NPU model to run for `accelerator` ("stream", "tosa" or "both"), from `--npu-model`;
+    a UserError when the choice cannot apply (stream on an Ethos-U85)."""
+    if npu_model not in NPU_MODELS:
+        raise UserError(f"--npu-model {npu_model!r} is not one of {', '.join(NPU_MODELS)}")
+    modelled = bool(accelerator) and accelerator.startswith(_MODELLED_PREFIXES)
+    if npu_model == "auto":
+        return "stream" if modelled else "tosa"
+    if npu_model in ("stream", "both") and not modelled:
+        raise UserError(f"--npu-model {npu_model}: the functional model executes the Ethos-U55 "
+                        f"and U65; {accelerator or 'this program'}'s partitions run as TOSA "
+                        "graphs (use --npu-model tosa or auto)")
+    return npu_model
+
+
+@dataclass
+class NpuTally:
+    """What the NPU model executed over one verification: per partition, from the commands."""
+
+    invocations: Counter = field(default_factory=Counter)  # delegate name -> invocations
+    commands: Counter = field(default_factory=Counter)
+    macs: Counter = field(default_factory=Counter)
+    dma_bytes: Counter = field(default_factory=Counter)  # delegate name -> bytes moved by DMA
+    operations: dict = field(default_factory=dict)  # delegate name -> Counter of kinds
+
+    def add(self, name: str, counters: Counters) -> None:
+        self.invocations[name] += 1
+        self.commands[name] += counters.commands
+        self.macs[name] += counters.macs
+        self.dma_bytes[name] += sum(counters.dma_bytes.values())
+        self.operations.setdefault(name, Counter()).update(counters.operations)
+
+    def to_json(self) -> dict:
+        return {name: {"invocations": self.invocations[name],
+                       "commands_per_invocation": self.commands[name] // self.invocations[name],
+                       "macs_per_invocation": self.macs[name] // self.invocations[name],
+                       "dma_bytes_per_invocation":
+                           self.dma_bytes[name] // self.invocations[name],
+                       "operations": dict(self.operations[name])}
+                for name in sorted(self.invocations)}
+
+
+def npu_lines(execution: dict) -> list[str]:
+    """`NpuTally.to_json()` as lines: per partition, what one invocation executed."""
+    lines = []
+    for name, figures in execution.items():
+        ops = ", ".join(f"{kind} {count // figures['invocations']}"
+                        for kind, count in sorted(figures["operations"].items()))
+        lines.append(f"{name}: {figures['commands_per_invocation']} commands, "
+                     f"{figures['macs_per_invocation']:,} MACs, "
+                     f"{figures['dma_bytes_per_invocation']:,} B by DMA ({ops})")
+    return lines
+
+
+class NpuExecutor:
+    """Computes one Ethos-U invocation as `--npu-model` chose, for the twin and the runtime."""
+
+    def __init__(self, npu_model: str, accelerator: str | None):
+        self.accelerator = accelerator
+        self.choice = choose(npu_model, accelerator)
+        self.tally = NpuTally()
+
+    @property
+    def method(self) -> str:
+        if self.choice == "stream":
+            return f"NPU: {STREAM_METHOD} ({self.accelerator})"
+        if self.choice == "both":
+            return (f"NPU: {STREAM_METHOD} ({self.accelerator}), compared byte for byte with "
+                    f"the {TOSA_METHOD}")
+        reason = "" if self.accelerator is None or self.accelerator.startswith(
+            _MODELLED_PREFIXES) else f"; the {self.accelerator} is not modelled"
+        return f"NPU: {TOSA_METHOD} (the command stream is not executed{reason})"
+
+    def run(self, partition: NpuPartition, arrays: Sequence[np.ndarray],
+            where: str) -> list[np.ndarray]:
+        """The partition's outputs (TOSA-shaped arrays) for `arrays`; `where` names the
+        instruction in errors."""
+        streamed = self._stream(partition, arrays, where) if self.choice != "tosa" else None
+        if self.choice == "stream":
+            return streamed
+        graph = self._tosa(partition, arrays, where)
+        if streamed is not None:
+            self._compare(streamed, graph, where)
+        return graph
+
+    @staticmethod
+    def _tosa(partition: NpuPartition, arrays, where: str) -> list[np.ndarray]:
+        try:
+            return run_tosa(partition.tosa_bytes, partition.io, list(arrays))
+        except TosaTwinError as error:
+            raise UserError(f"{where}: {error}") from None
+
+    @staticmethod
+    def _compare(streamed, graph, where: str) -> None:
+        for slot, (ours, theirs) in enumerate(zip(streamed, graph)):
+            a = np.ascontiguousarray(ours).view(np.uint8).ravel()
+            b = np.ascontiguousarray(theirs).view(np.uint8).ravel()
+            if a.shape != b.shape or not np.array_equal(a, b):
+                differing = np.flatnonzero(a != b) if a.shape == b.shape else [0]
+                first = int(differing[0])
+                raise NpuModelFault(
+                    f"{where}: output {slot} of the command stream differs from the TOSA "
+                    f"graph's in {len(differing)} of {b.size} bytes (first at byte {first}: "
+                    f"{int(a[first]) if first < a.size else '-'} vs {int(b[first])}); the "
+                    "payload Vela packed does not compute the graph it was given")
+
+    def run_invocation(self, partition: NpuPartition, command_stream: bytes, regions: list,
+                       where: str) -> None:
+        """One EthosUBackend invocation on the memory the backend set up (`regions`: its base
+        addresses, mutated in place): the inputs are already in the scratch at Vela's offsets
+        and the outputs are left there, as the NPU leaves them."""
+        payload = partition.payload
+        scratch = regions[SCRATCH_REGION]
+        arrays = [np.frombuffer(bytes(scratch[v.offset:v.offset + v.nbytes]),
+                                dtype=spec.numpy_type).reshape(spec.shape).copy()
+                  for v, spec in zip(payload.inputs, partition.io.inputs)]
+        if self.choice == "tosa":
+            results = self.run(partition, arrays, where)
+            for vela, array in zip(payload.outputs, results):
+                scratch[vela.offset:vela.offset + vela.nbytes] = np.ascontiguousarray(
+                    array).tobytes()
+            return
+        # The host build's fast scratch may be empty: sized by what the stream uses.
+        growable = tuple(i for i in (FAST_SCRATCH_REGION,)
+                         if i < len(regions) and not len(regions[i]))
+        self._guarded(partition, where, lambda: execute(command_stream, regions,
+                                                        self.accelerator,
+                                                        growable_regions=growable))
+        if self.choice == "both":
+            streamed = [np.frombuffer(bytes(scratch[v.offset:v.offset + v.nbytes]),
+                                      dtype=spec.numpy_type).reshape(spec.shape)
+                        for v, spec in zip(payload.outputs, partition.io.outputs)]
+            self._compare(streamed, self._tosa(partition, arrays, where), where)
+
+    def _guarded(self, partition: NpuPartition, where: str, run) -> None:
+        try:
+            counters = run()
+        except UnmodelledCommand as error:
+            raise NpuModelCannotRun(f"not run: {where}: the Ethos-U functional model does not "
+                                    f"implement {error} (--npu-model tosa runs the TOSA graph "
+                                    "instead)") from None
+        except (NpuModelError, ValueError) as error:
+            raise NpuModelFault(f"{where}: the command stream fails on the NPU: {error}") \
+                from None
+        self.tally.add(partition.delegate_name, counters if not isinstance(counters, tuple)
+                       else counters[1])
+        return counters
+
+    def _stream(self, partition: NpuPartition, arrays, where: str) -> list[np.ndarray]:
+        outputs, _ = self._guarded(partition, where, lambda: run_partition(
+            partition.payload, list(arrays), self.accelerator))
+        return [np.frombuffer(data, dtype=spec.numpy_type).reshape(spec.shape).copy()
+                for data, spec in zip(outputs, partition.io.outputs)]
