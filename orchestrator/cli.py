@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how NPU partitions are computed: stream: Vela's command stream from "
                      "the .pte executed by the Ethos-U55/U65 functional model; tosa: the "
                      "partition's TOSA graph in the TOSA reference model; both: the two, "
-                     "compared byte for byte; auto (default): stream on the U55/U65, tosa on "
+                     "compared byte for byte; auto (default): both on the U55/U65, tosa on "
                      "the U85 (not modelled)")
     ver.add_argument("--require-device", action="store_true",
                      help="exit 5 unless device code (the host runtime or QEMU) ran and passed; "

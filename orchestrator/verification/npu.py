@@ -2,14 +2,16 @@
 
 `--npu-model` chooses:
 
-- `stream` (the default for the Ethos-U55 and U65): the Vela command stream, weight streams and
-  scale records in the `.pte`'s delegate payload, executed by the functional model
-  (npu_driver/ethos_u) on the invocation's memory regions. This checks the bytes the device
-  reads, so a damaged payload fails verification.
+- `stream`: the Vela command stream, weight streams and scale records in the `.pte`'s delegate
+  payload, executed by the functional model (npu_driver/ethos_u) on the invocation's memory
+  regions: the bytes the device reads.
 - `tosa`: the partition's TOSA graph (the one Vela was given, from the artifacts folder) in the
   TOSA reference model. The only path for the Ethos-U85, which is not modelled.
-- `both`: both, compared byte for byte; any difference fails verification, naming the partition
-  and the first differing byte.
+- `both` (what `auto`, the default, runs on the Ethos-U55 and U65): the stream computes the
+  invocation and the TOSA graph checks it byte for byte; any difference fails verification,
+  naming the partition and the first differing byte. The stream alone is checked only against
+  the quantized reference's rounding bound, which a damaged weight byte that moves an output
+  by one step passes; the TOSA graph is the bit-exact statement of what the payload must do.
 
 The twin and the host runtime's EthosUBackend callback both compute through `NpuExecutor`, so
 the two verifiers run the NPU the same way and say so in the same words.
@@ -55,7 +57,7 @@ def choose(npu_model: str, accelerator: str | None) -> str:
         raise UserError(f"--npu-model {npu_model!r} is not one of {', '.join(NPU_MODELS)}")
     modelled = bool(accelerator) and accelerator.startswith(_MODELLED_PREFIXES)
     if npu_model == "auto":
-        return "stream" if modelled else "tosa"
+        return "both" if modelled else "tosa"
     if npu_model in ("stream", "both") and not modelled:
         raise UserError(f"--npu-model {npu_model}: the functional model executes the Ethos-U55 "
                         f"and U65; {accelerator or 'this program'}'s partitions run as TOSA "

@@ -1,0 +1,133 @@
+"""`verify` checks the NPU's bytes: a hybrid `.pte` whose delegate payload was changed (and its
+manifest hashes recomputed, as a careful tamperer would) fails on the twin and on the host
+runtime, naming the partition, because both execute Vela's command stream from the `.pte` and
+check it byte for byte against the partition's TOSA graph (the default, `--npu-model auto`).
+The TOSA graph alone cannot see the damage (it is what Vela was given), and the stream alone
+can pass it when the output moves by less than the quantized reference's rounding bound."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from npu_driver.ethos_u import run_partition
+from orchestrator.cli import main
+from orchestrator.verification.twin import load_twin
+from tests.device_tools import missing
+
+PARTITION = "lowered_module_0"
+
+
+@pytest.fixture(scope="module")
+def ds_cnn(compiles):
+    return compiles.get("ds-cnn", npu="ethos-u55-128", write=True)[1]
+
+
+def _copy(pte, folder):
+    target = folder / pte.name
+    shutil.copy2(pte, target)
+    shutil.copytree(pte.with_name(pte.stem + ".artifacts"),
+                    target.with_name(target.stem + ".artifacts"))
+    return target
+
+
+def _rewrite(pte, old_payload: bytes, new_payload: bytes) -> None:
+    """Put `new_payload` where the delegate's payload lies in the .pte and recompute the
+    manifest's hashes of the .pte and of that payload."""
+    data = pte.read_bytes()
+    assert data.count(old_payload) == 1 and len(new_payload) == len(old_payload)
+    data = data.replace(old_payload, new_payload)
+    pte.write_bytes(data)
+    manifest_path = pte.with_name(pte.stem + ".artifacts") / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["pte"]["sha256"] = hashlib.sha256(data).hexdigest()
+    for entry in manifest["partitions"]:
+        if entry["payload_sha256"] == hashlib.sha256(old_payload).hexdigest():
+            entry["payload_sha256"] = hashlib.sha256(new_payload).hexdigest()
+    manifest_path.write_text(json.dumps(manifest))
+
+
+def _payload_bytes(twin, index=0) -> bytes:
+    program = twin.program
+    delegate = program.execution_plan[0].delegates[index]
+    return bytes(program.backend_delegate_data[delegate.processed.index].data)
+
+
+def _weight_byte_read(partition) -> int:
+    """Offset, in the payload's weight data, of a byte the first operation's weights and scales
+    come from (a traced run: the DMA that copies them from region 0 into the scratch)."""
+    import numpy as np
+
+    arrays = [np.zeros(spec.shape, dtype=spec.numpy_type) for spec in partition.io.inputs]
+    _, counters = run_partition(partition.payload, arrays, None, trace=True)
+    read = next(a for a in counters.trace if a.what == "DMA source" and a.region == 0)
+    return (read.lowest + read.highest) // 2
+
+
+def _tampered(ds_cnn, folder, where: str):
+    pte = _copy(ds_cnn, folder)
+    twin = load_twin(pte)
+    payload = _payload_bytes(twin)
+    partition = twin.partitions[0]
+    blob = bytearray(payload)
+    if where == "weights":
+        offset = payload.index(partition.payload.weight_bytes) + _weight_byte_read(partition)
+        blob[offset] ^= 0x40
+    else:  # a region offset: the IFM base address (cmd1 NPU_SET_IFM_BASE0) of the third op
+        from ethosu.vela.ethos_u55_regs.ethos_u55_regs import cmd1
+
+        from npu_driver.ethos_u import parse_custom_operator_payload
+
+        cmd = partition.payload.cmd_bytes
+        commands = parse_custom_operator_payload(cmd).command_streams[0]
+        found = [c.offset for c in commands if c.opcode == cmd1.NPU_SET_IFM_BASE0]
+        assert len(found) >= 3
+        offset = payload.index(cmd) + 4 * (found[2] + 1)  # the register's 32-bit value
+        blob[offset] ^= 0x10  # 16 bytes further into the scratch
+    _rewrite(pte, payload, bytes(blob))
+    return pte
+
+
+@pytest.mark.parametrize("where", ["weights", "ifm-base"])
+def test_a_tampered_npu_payload_fails_verify_on_twin_and_runtime_naming_the_partition(
+        ds_cnn, tmp_path, capsys, where):
+    pte = _tampered(ds_cnn, tmp_path, where)
+    code = main(["verify", str(pte), "--samples", "2", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    methods = {m["name"]: m for m in report["methods"]}
+    assert code == 4 and report["outcome"] == "failed"
+    assert methods["twin"]["outcome"] == "failed"
+    assert PARTITION in methods["twin"]["detail"]
+    runtime = methods["host runtime"]
+    if runtime["outcome"] == "not-run":
+        missing(runtime["detail"])
+    assert runtime["outcome"] == "failed" and PARTITION in runtime["detail"], runtime["detail"]
+
+
+def test_the_tosa_path_does_not_see_a_tampered_payload(ds_cnn, tmp_path, capsys):
+    """Why the command stream is the default: the TOSA graph is what Vela was given, so a damaged
+    payload passes when only the graph runs (the twin alone, to keep it quick)."""
+    pte = _tampered(ds_cnn, tmp_path, "weights")
+    assert main(["verify", str(pte), "--samples", "2", "--runtime", "twin",
+                 "--npu-model", "tosa"]) == 0
+    assert main(["verify", str(pte), "--samples", "2", "--runtime", "twin",
+                 "--npu-model", "stream"]) != 4  # within the reference's rounding bound
+    assert main(["verify", str(pte), "--samples", "2", "--runtime", "twin",
+                 "--npu-model", "both"]) == 4
+    err = capsys.readouterr()
+    assert f"EthosUBackend {PARTITION}" in err.err + err.out
+
+
+def test_the_untampered_program_passes_with_the_stream_and_with_both(ds_cnn, capsys):
+    assert main(["verify", str(ds_cnn), "--samples", "2", "--runtime", "twin",
+                 "--npu-model", "both"]) == 0
+    assert "compared byte for byte with the TOSA reference model" in capsys.readouterr().out
+
+
+def test_the_stream_model_is_refused_for_an_ethos_u85_program(compiles, capsys):
+    pte = compiles.get("ds-cnn", "corstone320", "ethos-u85-256", write=True)[1]
+    assert main(["verify", str(pte), "--runtime", "twin", "--npu-model", "stream"]) == 2
+    assert "ethos-u85-256's partitions run as TOSA graphs" in capsys.readouterr().err
