@@ -247,6 +247,17 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--format", default="table", choices=("table", "json"),
                          help="table (default) or json")
     _add_output_options(listing)
+
+    sources = sub.add_parser("sources", help="the third-party source trees the native builds "
+                             "(host runtime, runner firmware) use: where each is found; "
+                             "`sources fetch` clones the pinned commits into the cache")
+    sources.add_argument("action", nargs="?", choices=("show", "fetch"), default="show",
+                         help="show (default) or fetch")
+    sources.add_argument("--from", dest="mirrors", action="append", default=[],
+                         metavar="NAME=URL", help="fetch tree NAME from URL (a mirror or a "
+                         "local git repository) instead of upstream; repeatable")
+    sources.add_argument("--only", help="comma-separated tree names to fetch (default: all)")
+    _add_output_options(sources)
     return parser
 
 
@@ -720,6 +731,34 @@ def cmd_cache(args) -> int:
     return 0
 
 
+def cmd_sources(args) -> int:
+    from kernels.native_build import (PINNED, SourceFetchError, fetch_sources, fetched_commit,
+                                      source_tree)
+
+    if args.action == "fetch":
+        mirrors = {}
+        for entry in args.mirrors:
+            name, sep, url = entry.partition("=")
+            if not sep or not name or not url:
+                raise UserError(f"--from '{entry}' is not NAME=URL, e.g. "
+                                "--from executorch=/srv/mirrors/executorch.git")
+            mirrors[name] = url
+        names = [n.strip() for n in args.only.split(",")] if args.only else None
+        try:
+            fetch_sources(mirrors, names=names, log=print)
+        except SourceFetchError as error:
+            raise UserError(f"sources fetch: {error}") from None
+        return 0
+    for source in PINNED:
+        folder, origin = source_tree(source.name)
+        state = "present" if folder.is_dir() else "missing"
+        recorded = fetched_commit(folder) if folder.is_dir() else None
+        commit = f", fetched at {recorded[:12]}" if recorded else ""
+        print(f"  {source.name:<20} {state:<8} {folder} ({origin}{commit}); pinned "
+              f"{source.commit[:12]}")
+    return 0
+
+
 def cmd_list(args) -> int:
     import json
 
@@ -779,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["ORCHESTRATE_DEBUG"] = "1"
     handler = {"plan": cmd_plan, "compile": cmd_compile, "sweep": cmd_sweep,
                "verify": cmd_verify, "size": cmd_size, "reasons": cmd_reasons,
-               "list": cmd_list, "cache": cmd_cache}[args.command]
+               "list": cmd_list, "cache": cmd_cache, "sources": cmd_sources}[args.command]
     try:
         try:
             return handler(args)
