@@ -37,7 +37,7 @@ class Command:
     """One decoded command: `opcode` is a Vela `cmd0`/`cmd1` enum member."""
 
     offset: int  # word offset of the command in the whole payload
-    opcode: object
+    opcode: cmd0 | cmd1  # Vela's enum member
     param: int  # bits 16-31 of the first word
     payload: int | None  # the second word of a cmd1
 
