@@ -131,3 +131,46 @@ def test_the_stream_model_is_refused_for_an_ethos_u85_program(compiles, capsys):
     pte = compiles.get("ds-cnn", "corstone320", "ethos-u85-256", write=True)[1]
     assert main(["verify", str(pte), "--runtime", "twin", "--npu-model", "stream"]) == 2
     assert "ethos-u85-256's partitions run as TOSA graphs" in capsys.readouterr().err
+
+
+def test_a_tosa_graph_that_crashes_the_reference_model_is_one_line_not_a_dead_process(
+        ds_cnn, tmp_path, capsys):
+    """The reference model is native code and a damaged graph can make it segfault; it runs in
+    a child process (npu_driver/tosa_worker.py), so verify reports the crash and exits 2."""
+    import numpy as np
+
+    from npu_driver.tosa_twin import TosaTwinError
+    from npu_driver.tosa_worker import IsolatedTosa
+
+    pte = _copy(ds_cnn, tmp_path)
+    twin = load_twin(pte)
+    partition = twin.partitions[-1]
+    arrays = [np.zeros(spec.shape, dtype=spec.numpy_type) for spec in partition.io.inputs]
+    isolated, rng, crashing = IsolatedTosa(), np.random.default_rng(0), None
+    try:
+        for _ in range(200):  # about one flip in six crashes it (measured)
+            damaged = bytearray(partition.tosa_bytes)
+            damaged[int(rng.integers(0, len(damaged)))] ^= 0xFF
+            try:
+                isolated.run(bytes(damaged), partition.io, arrays)
+            except TosaTwinError as error:
+                if "crashed" in str(error):
+                    crashing = bytes(damaged)
+                    break
+        assert crashing is not None
+        assert isolated.run(partition.tosa_bytes, partition.io, arrays)  # a new child runs on
+    finally:
+        isolated.close()
+    folder = pte.with_name(pte.stem + ".artifacts")
+    (folder / partition.tosa_relpath).write_bytes(crashing)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    digest = hashlib.sha256(crashing).hexdigest()
+    manifest["files"][partition.tosa_relpath] = digest
+    for entry in manifest["partitions"]:
+        if entry["tosa"] == partition.tosa_relpath:
+            entry["tosa_sha256"] = digest
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["verify", str(pte), "--samples", "1", "--runtime", "twin"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "the TOSA reference model crashed on this graph (signal SIG" in err
+    assert partition.delegate_name in err

@@ -27,7 +27,8 @@ import numpy as np
 
 from npu_driver.ethos_u import (FAST_SCRATCH_REGION, SCRATCH_REGION, NpuModelError,
                                 UnmodelledCommand, execute, run_partition)
-from npu_driver.tosa_twin import TosaTwinError, run_tosa
+from npu_driver.tosa_twin import TosaTwinError
+from npu_driver.tosa_worker import shared as shared_tosa
 from orchestrator.errors import NotRun, UserError, VerificationFailure
 
 if TYPE_CHECKING:
@@ -137,8 +138,8 @@ class NpuExecutor:
 
     @staticmethod
     def _tosa(partition: NpuPartition, arrays, where: str) -> list[np.ndarray]:
-        try:
-            return run_tosa(partition.tosa_bytes, partition.io, list(arrays))
+        try:  # in a child process: a graph that crashes the reference model is an error here
+            return shared_tosa().run(partition.tosa_bytes, partition.io, list(arrays))
         except TosaTwinError as error:
             raise UserError(f"{where}: {error}") from None
 
