@@ -449,6 +449,8 @@ def cmd_compile(args) -> int:
     print(f"wrote {args.output}: {len(compiled.pte_bytes):,} B, arena {compiled.arena_bytes:,} B "
           f"(executorch plan); NPU partitions {s.npu_partitions}, NPU MAC coverage "
           f"{s.npu_mac_coverage_pct:.1f}%; artifacts in {art}")
+    for line in io_quantization_lines(compiled.io_quant):
+        print(line)
     _print_cost_placement(plan, sys.stdout)
     for fault in s.device_faults:
         print(f"warning: the device runtime cannot run this program: {fault}", file=sys.stderr)
@@ -459,6 +461,26 @@ def cmd_compile(args) -> int:
         write_bundle(Path(args.output), bpte)
         print(f"wrote {bpte} (BundleIO: test inputs with the host twin's expected outputs)")
     return 0
+
+
+def io_quantization_lines(io_quant: dict) -> list[str]:
+    """The int8 program I/O's scales and zero points, as the application needs them."""
+    lines = []
+    for kind in ("input", "output"):
+        index = 0
+        while f"{kind}{index}_scale" in io_quant:
+            scale = io_quant[f"{kind}{index}_scale"]
+            zero = io_quant.get(f"{kind}{index}_zp", 0)
+            low = io_quant.get(f"{kind}{index}_quant_min", -128)
+            high = io_quant.get(f"{kind}{index}_quant_max", 127)
+            formula = (f"q = clamp(round(x / scale) + zero_point, {low}, {high})"
+                       if kind == "input" else "x = (q - zero_point) * scale")
+            lines.append(f"{kind} {index}: int8, scale {scale:.9g}, zero point {zero} ({formula})")
+            index += 1
+    if lines:
+        lines.append("(also in the .pte as config methods input0_scale, input0_zp, ... and in "
+                     "the artifacts' manifest.json io_quantization)")
+    return lines
 
 
 def _sweep_models(args) -> list[str]:

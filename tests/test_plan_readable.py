@@ -81,3 +81,50 @@ def test_the_clocks_and_their_source_are_stated(plan):
     second = plan.to_text().splitlines()[1:4]
     assert any(line.startswith("clocks: CPU ") for line in second)
     assert "platform YAML" in " ".join(second)
+
+
+_TRAIN_MODE_CNN = '''
+import torch
+from torch import nn
+
+
+def factory():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    model.train()  # forgotten .eval()
+    return model, (torch.randn(1, 3, 16, 16),)
+'''
+
+
+def test_plan_notes_train_mode_and_folded_batchnorm_and_hints_int8_io(tmp_path, capsys):
+    """Silent choices said aloud: a train-mode model switched to eval, BatchNorm folded (no
+    row), and what --io int8 would save, with the figure; compile --io int8 prints the I/O
+    scales and zero points the application needs."""
+    import json
+
+    from orchestrator.cli import main
+
+    model = tmp_path / "cnn.py"
+    model.write_text(_TRAIN_MODE_CNN)
+    assert main(["plan", f"{model}:factory", "--npu", "none", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    flat = " ".join(text.split())
+    assert "note: the model was in train mode; it was switched to eval mode for export" in flat
+    assert "note: 2 BatchNorm layer(s) were folded into the convolution or linear layer" in flat
+    hint = flat.split("hint: ", 1)[1]
+    assert hint.startswith("--io int8 would remove the 2 quantize/dequantize row(s)")
+    assert "up to 2,316 B of fp32 I/O buffers" in hint  # (3*16*16 + 4) elements x 3 B
+    pte = tmp_path / "cnn.pte"
+    assert main(["compile", f"{model}:factory", "--npu", "none", "--io", "int8", "--quiet",
+                 "-o", str(pte)]) == 0
+    out = capsys.readouterr().out
+    manifest = json.loads((tmp_path / "cnn.artifacts" / "manifest.json").read_text())
+    io = manifest["io_quantization"]
+    assert (f"input 0: int8, scale {io['input0_scale']:.9g}, zero point {io['input0_zp']}"
+            in out)
+    assert (f"output 0: int8, scale {io['output0_scale']:.9g}, zero point {io['output0_zp']}"
+            in out)
+    assert main(["plan", f"{model}:factory", "--npu", "none", "--io", "int8", "--quiet"]) == 0
+    assert "hint: --io int8" not in capsys.readouterr().out

@@ -22,6 +22,7 @@ from tabulate import tabulate
 from cost_models.graph_shapes import numel
 from platforms.memory_fit import MemoryUse  # noqa: F401 - MemoryUse is in Summary
 from kernels.dtypes import element_bytes
+from partitioners.cpu import ORIGIN_KEY
 
 if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
     from platforms.memory_placement import MemoryPlacement
@@ -518,15 +519,64 @@ def render_text(compiled, rows, summary: Summary, width: int = 100,
     out = [wrap(header), wrap(clock_line(compiled.target))]
     if compiled.calibration.warning:
         out.append(wrap("warning: " + compiled.calibration.warning))
+    out.extend(wrap(f"note: {note}") for note in model_notes(compiled, rows))
     out.append(_rows_table(rows, markdown=False,
                            recurrences=() if all_rows else summary.recurrences))
     if summary.recurrences and not all_rows:
         out.append("(each unrolled recurrence is one line above; --all-rows lists its ops)")
     out.append("")
     out.extend(wrap(line) for line in _structure_lines(summary) + _summary_lines(compiled, summary))
+    hint = io_hint(compiled, rows)
+    if hint:
+        out.append(wrap(f"hint: {hint}"))
     out.append(wrap(SOURCE_LEGEND))
     out.append(wrap(TABLE_LEGEND))
     return "\n".join(out)
+
+
+def model_notes(compiled, rows) -> list[str]:
+    """What loading and quantization did to the model that its rows do not show."""
+    import torch
+
+    notes = list(compiled.model.notes)
+    norms = sum(1 for m in compiled.model.module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm))
+    shown = sum(1 for r in rows if "batch_norm" in r.op)
+    if norms > shown:
+        notes.append(f"{norms - shown} BatchNorm layer(s) were folded into the convolution or "
+                     "linear layer before them during quantization, so they have no row")
+    return notes
+
+
+def io_hint(compiled, rows) -> str | None:
+    """With float I/O: what `--io int8` would save (the quantize/dequantize rows at the
+    program's inputs and outputs, and the fp32 I/O buffers), from the cost model."""
+    if compiled.target.io != "float":
+        return None
+    program = compiled.final_program
+    user_inputs = set(program.graph_signature.user_inputs)
+    edge, buffer_bytes = set(), 0
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in user_inputs and "val" in node.meta:
+            users = [u for u in node.users if "quantize_per_tensor" in str(u.target)
+                     and "dequantize" not in str(u.target)]
+            if users:
+                edge.update(u.meta.get(ORIGIN_KEY, u.name) for u in users)
+                buffer_bytes += node.meta["val"].numel() * 3  # fp32 -> int8
+        if node.op == "output":
+            for value in node.args[0]:
+                if getattr(value, "op", None) == "call_function" and \
+                        "dequantize_per_tensor" in str(value.target):
+                    edge.add(value.meta.get(ORIGIN_KEY, value.name))
+                    buffer_bytes += value.meta["val"].numel() * 3 if "val" in value.meta else 0
+    edge_rows = [r for r in rows if r.name in edge]
+    if not edge_rows:
+        return None
+    seconds = sum(r.cost.seconds for r in edge_rows if r.cost is not None)
+    return (f"--io int8 would remove the {len(edge_rows)} quantize/dequantize row(s) at the "
+            f"program's inputs and outputs, about {seconds * 1e3:.3f} ms per inference at these "
+            f"clocks (transition model), and up to {buffer_bytes:,} B of fp32 I/O buffers; the "
+            "application then passes int8 tensors, quantized with the scale and zero point "
+            "`compile --io int8` prints (--io auto compiles both and keeps the smaller arena)")
 
 
 def render_markdown(compiled, rows, summary: Summary) -> str:

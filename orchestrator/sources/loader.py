@@ -63,6 +63,7 @@ class LoadedModel:
     example_inputs: tuple[Tensor, ...]
     source: str  # e.g. "zoo:ds-cnn", "file:/abs/p.py:factory", "pt2:/abs/x.pt2"
     kind: str  # "classifier" | "autoencoder" | "detector" | "unknown"
+    notes: tuple[str, ...] = ()  # what loading changed that the user should know (train mode)
 
 
 @dataclass(frozen=True)
@@ -251,9 +252,15 @@ def _user_model(
 ) -> LoadedModel:
     # Export captures whatever mode the module is in; a forgotten .eval() would bake
     # batch statistics and active dropout into the deployed graph.
+    notes = (TRAIN_MODE_NOTE,) if module.training else ()
     module = module.eval()
     _check_forward(module, example_inputs, source)
-    return LoadedModel(name, module, example_inputs, source, kind="unknown")
+    return LoadedModel(name, module, example_inputs, source, kind="unknown", notes=notes)
+
+
+TRAIN_MODE_NOTE = ("the model was in train mode; it was switched to eval mode for export "
+                   "(BatchNorm uses its running statistics, dropout is off), as a deployed "
+                   "model runs")
 
 
 def _check_forward(module: nn.Module, example_inputs: tuple[Tensor, ...], source: str) -> None:
