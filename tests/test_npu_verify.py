@@ -124,7 +124,11 @@ def test_the_tosa_path_does_not_see_a_tampered_payload(ds_cnn, tmp_path, capsys)
 def test_the_untampered_program_passes_with_the_stream_and_with_both(ds_cnn, capsys):
     assert main(["verify", str(ds_cnn), "--samples", "2", "--runtime", "twin",
                  "--npu-model", "both"]) == 0
-    assert "compared byte for byte with the TOSA reference model" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "compared byte for byte with the TOSA reference model" in out
+    # counters from execution, each partition's MACs checked against the plan's
+    partitions = load_twin(ds_cnn).partitions
+    assert out.count("MACs; = the plan's MACs") == len(partitions) and "FINDING" not in out
 
 
 def test_the_stream_model_is_refused_for_an_ethos_u85_program(compiles, capsys):

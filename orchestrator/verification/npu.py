@@ -19,6 +19,7 @@ the two verifiers run the NPU the same way and say so in the same words.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
@@ -93,15 +94,36 @@ class NpuTally:
                 for name in sorted(self.invocations)}
 
 
+def with_plan_macs(execution: dict, manifest) -> dict:
+    """`execution` with each partition's MACs as compile's plan counted them (plan.json, from
+    the graph Vela was given), so the executed figure is checked against it."""
+    try:
+        plan = json.loads(manifest.read("plan.json"))
+        index_of = {p.delegate: p.index for p in manifest.partitions}
+        planned = {}
+        for op in plan["ops"]:
+            if op.get("placement") == "npu" and op.get("kind") == "op":
+                planned[op["partition"]] = planned.get(op["partition"], 0) + int(op["macs"])
+    except (OSError, ValueError, KeyError, TypeError, UserError):
+        return execution  # no plan to compare with: the figures stand alone
+    return {name: {**figures, "plan_macs": planned.get(index_of.get(name))}
+            for name, figures in execution.items()}
+
+
 def npu_lines(execution: dict) -> list[str]:
-    """`NpuTally.to_json()` as lines: per partition, what one invocation executed."""
+    """`NpuTally.to_json()` as lines: per partition, what one invocation executed, and its MACs
+    against the plan's (a difference is a finding: the stream does other work than the graph)."""
     lines = []
     for name, figures in execution.items():
         ops = ", ".join(f"{kind} {count // figures['invocations']}"
                         for kind, count in sorted(figures["operations"].items()))
-        lines.append(f"{name}: {figures['commands_per_invocation']} commands, "
-                     f"{figures['macs_per_invocation']:,} MACs, "
-                     f"{figures['dma_bytes_per_invocation']:,} B by DMA ({ops})")
+        planned = figures.get("plan_macs")
+        macs = figures["macs_per_invocation"]
+        check = ("" if planned is None else
+                 "; = the plan's MACs" if planned == macs else
+                 f"; FINDING: the plan counts {planned:,} MACs for this partition")
+        lines.append(f"{name}: {figures['commands_per_invocation']} commands, {macs:,} MACs"
+                     f"{check}, {figures['dma_bytes_per_invocation']:,} B by DMA ({ops})")
     return lines
 
 

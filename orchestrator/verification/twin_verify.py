@@ -25,7 +25,7 @@ from orchestrator.artifacts.manifest import Manifest
 from orchestrator import numerics
 from orchestrator.errors import UserError
 from orchestrator.verification.local_check import ForcedReference, LocalCheck, check_locally
-from orchestrator.verification.npu import NpuExecutor, npu_lines
+from orchestrator.verification.npu import NpuExecutor, npu_lines, with_plan_macs
 from orchestrator.verification.twin import DeviceFault, TwinError, TwinProgram, TwinRun, load_twin
 
 CPU_METHOD = "twin (cortex_m and portable reference kernels"
@@ -432,7 +432,8 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
         str(pte_path), method, len(inputs), source, max_steps, outputs, faults,
         _layout_events(runs[0]) if runs else (), divergence,
         local[worst] if per_op and local else (), checked, unmatched, seconds,
-        numerics_passed, passed, verdict, inconclusive, npu.tally.to_json())
+        numerics_passed, passed, verdict, inconclusive,
+        with_plan_macs(npu.tally.to_json(), manifest))
 
 
 def _badness(checks) -> tuple:
