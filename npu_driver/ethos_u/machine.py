@@ -316,6 +316,15 @@ class Machine:
             raise UnmodelledCommand(f"{where(op.name, op.offset)}: {length_reg.name} is non-zero "
                                     "but the configuration has one core")
 
+    def _check_32bit_scale(self, ofm: FeatureMap, scale, shift, op: Command) -> None:
+        """A 32-bit OFM: the interface notes that OFM_SCALE's scale "is not applied for 32-bit
+        operations" (ethosu55_interface.h npu_set_ofm_scale_t); its shift is (an int32 MUL with
+        a TOSA shift of 30 arrives as scale 1, shift 30 and matches TOSA). Vela writes scale 1
+        there; the model refuses another scale rather than guess whether it is ignored."""
+        if ofm.element_size == 4 and np.any(np.asarray(scale) != 1):
+            raise UnmodelledCommand(f"{where(op.name, op.offset)}: a scale other than 1 on a "
+                                    "32-bit OFM is not modelled")
+
     def _accumulate_check(self, acc: np.ndarray, op: Command) -> None:
         fmt = self.param(cmd0.NPU_SET_ACC_FORMAT, op) & 0x3
         bits = 32 if fmt == 0 else 40
@@ -510,6 +519,7 @@ class Machine:
         bias, scale, shift = self._scale_records(op, oc)
         acc = acc + bias
         self._accumulate_check(acc, op)
+        self._check_32bit_scale(ofm, scale, shift, op)
         out = arith.scale_shift(acc, scale, shift, self._rounding(op))
         out = self._output(out, ofm, op)
         self._write_ofm(ofm, out, op)
@@ -571,6 +581,7 @@ class Machine:
             bias, scale, shift = self._scale_records(op, oc)
         acc = acc + bias
         self._accumulate_check(acc, op)
+        self._check_32bit_scale(ofm, scale, shift, op)
         out = arith.scale_shift(acc, scale, shift, self._rounding(op))
         out = self._output(out, ofm, op)
         self._write_ofm(ofm, out, op)
@@ -640,12 +651,12 @@ class Machine:
                 b = np.broadcast_to(self._read(ifm2, shape2, op) - zp2, shape)
             if reversed_order:
                 a, b = b, a
-        result = self._elementwise(mode, a, b, scale_mode, ifm_round, ifm.element_size, op)
+        result = self._elementwise(mode, a, b, scale_mode, ifm_round, ifm.element_size, ofm, op)
         out = self._output(result, ofm, op)
         self._write_ofm(ofm, out, op)
         self.counters.operations[f"elementwise.{mode}"] += 1
 
-    def _elementwise(self, mode, a, b, scale_mode, ifm_round, element_size, op):
+    def _elementwise(self, mode, a, b, scale_mode, ifm_round, element_size, ofm, op):
         w = where(op.name, op.offset)
         rounding = self._rounding(op)
         if mode in ("add", "sub"):
@@ -686,6 +697,7 @@ class Machine:
         if self._global_scale(op):
             scale = self.payload(cmd1.NPU_SET_OFM_SCALE, op)
             shift = self.param(cmd1.NPU_SET_OFM_SCALE, op) & 0x3F
+            self._check_32bit_scale(ofm, scale, shift, op)
             return arith.scale_shift(result, scale, shift, rounding)
         if mode in ("add", "sub", "mul", "abs"):
             raise UnmodelledCommand(f"{w}: elementwise {mode.upper()} with per-channel OFM "
