@@ -77,6 +77,7 @@ def test_every_npu_partition_matches_tosa_byte_for_byte(programs, key):
         # the outputs carry information (a model saturating everything would compare equal)
         assert len(distinct) > 8, f"{partition.delegate_name}: only {len(distinct)} byte values"
         assert counters.operations and counters.commands > 10
+        assert counters.hazards == [], counters.hazards[:1]
 
 
 def test_macs_counted_from_the_commands_equal_the_plans_npu_macs(programs):
@@ -222,6 +223,24 @@ def test_a_tampered_scale_shift_changes_the_output(programs):
     word = struct.unpack_from("<I", partition.payload.cmd_bytes, 4 * command.offset)[0]
     tampered = _with_cmd_word(partition.payload, command.offset, word ^ (1 << 16))
     _assert_detected(_tampered_result(tampered, arrays, npu), expected, "OFM_SCALE shift")
+
+
+def test_a_missing_dma_wait_is_reported_as_a_hazard(programs):
+    """DMA_WAIT 0 before a convolution whose weights the DMA brings becomes DMA_WAIT 1: the
+    output of in-order execution is unchanged, but the device may run the convolution while
+    its weights are still arriving, which the model reports."""
+    partition, npu = _partition(programs)
+    arrays, expected = _reference(partition)
+    commands = _commands(partition.payload)
+    waits = [c for c in commands if c.name == "NPU_OP_DMA_WAIT"]
+    wait = waits[1]
+    tampered = _with_cmd_word(partition.payload, wait.offset, (1 << 16) | wait.opcode.value)
+    got, counters = run_partition(tampered, arrays, npu)
+    assert got == expected
+    assert len(counters.hazards) == 1
+    following = next(c for c in commands if c.offset > wait.offset)
+    assert counters.hazards[0].startswith(f"{following.name} at word {following.offset} reads")
+    assert "no DMA_WAIT orders them" in counters.hazards[0]
 
 
 def test_an_unknown_opcode_is_refused_by_number_and_word_offset(programs):

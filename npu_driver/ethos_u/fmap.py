@@ -134,8 +134,10 @@ class Memory:
         self.written_bytes: dict[int, int] = {}
         self.trace: list | None = None  # Access records when tracing
         self.current: tuple[str, int] = ("", -1)  # the command being executed
+        self.op_accesses: list[tuple[str, int, int, int]] = []  # the current command's accesses
 
     def _record(self, kind: str, region: int, lowest: int, highest: int, what: str) -> None:
+        self.op_accesses.append((kind, region, lowest, highest))
         if self.trace is not None:
             self.trace.append(Access(self.current[0], self.current[1], kind, region, lowest,
                                      highest, what))

@@ -15,7 +15,7 @@ ethosu65_interface.h `struct npu_set_*_t`, mirrored by Vela's ethos_u55_regs.py)
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,10 +59,64 @@ class Counters:
     region_sizes: dict = field(default_factory=dict)  # region -> bytes (a grown fast scratch)
     trace: tuple = ()  # fmap.Access records of a traced execution
     weight_streams: list = field(default_factory=list)  # each weight stream read (traced runs)
+    # DMA/kernel overlaps the stream does not wait for (see HazardTracker): where the device,
+    # which runs DMA and kernel operations concurrently, may compute something else
+    hazards: list = field(default_factory=list)
 
     def summary(self) -> str:
         ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
         return f"{self.commands} commands, {self.macs:,} MACs; {ops}"
+
+
+# Vela's model of the queues (architecture_features.py: max_outstanding_dma 1 on U55, 2 on
+# U65; max_outstanding_kernels 2), under which it computes the DMA_WAIT/KERNEL_WAIT counts.
+MAX_OUTSTANDING_DMA = {0: 1, 1: 2}
+MAX_OUTSTANDING_KERNELS = 2
+
+
+def _conflicts(first, second) -> tuple | None:
+    """The first pair of accesses (kind, region, lowest, highest) where one writes what the
+    other touches."""
+    for a in first:
+        for b in second:
+            if a[1] == b[1] and "write" in (a[0], b[0]) and a[2] <= b[3] and b[2] <= a[3]:
+                return a, b
+    return None
+
+
+class HazardTracker:
+    """DMA and kernel operations run concurrently on the device; NPU_OP_DMA_WAIT n (at most n
+    DMAs still running) and NPU_OP_KERNEL_WAIT n order them. A kernel operation touching bytes
+    an outstanding DMA writes (or writing bytes it reads), or a DMA doing so to an outstanding
+    kernel operation, is a hazard: in-order execution (this model) is then not what the device
+    is guaranteed to compute. Kernel-to-kernel overlap is governed by BLOCKDEP, not checked."""
+
+    def __init__(self, max_dma: int, max_kernels: int = MAX_OUTSTANDING_KERNELS):
+        self.dma = deque()
+        self.kernels = deque()
+        self.max_dma = max_dma
+        self.max_kernels = max_kernels
+
+    def wait(self, queue: deque, outstanding: int) -> None:
+        while len(queue) > outstanding:
+            queue.popleft()
+
+    def issue(self, command: Command, accesses, is_dma: bool) -> list[str]:
+        found = []
+        others, own, limit = ((self.kernels, self.dma, self.max_dma) if is_dma else
+                              (self.dma, self.kernels, self.max_kernels))
+        for other_command, other_accesses in others:
+            clash = _conflicts(accesses, other_accesses)
+            if clash:
+                (kind, region, lo, hi), (okind, _, olo, ohi) = clash
+                place = "SHRAM" if region < 0 else f"region {region}"
+                found.append(f"{command.name} at word {command.offset} {kind}s {place} bytes "
+                             f"{lo}..{hi} while {other_command.name} at word "
+                             f"{other_command.offset} ({okind}s {olo}..{ohi}) may still run: "
+                             f"no {'KERNEL' if is_dma else 'DMA'}_WAIT orders them")
+        self.wait(own, limit - 1)
+        own.append((command, tuple(accesses)))
+        return found
 
 
 def _region_name(region: int, internal: bool = False) -> str:
@@ -78,6 +132,7 @@ class Machine:
         self.regs: dict[object, Command] = {}
         self.counters = Counters()
         self.stopped = False
+        self.hazards = HazardTracker(MAX_OUTSTANDING_DMA.get(accel.product, 1))
 
     # -- registers ---------------------------------------------------------------------------
 
@@ -133,7 +188,16 @@ class Machine:
         if handler is None:
             raise UnmodelledCommand(f"{where(command.name, command.offset)}: not modelled")
         self.memory.current = (command.name, command.offset)
+        self.memory.op_accesses = []
         handler(command)
+        if opcode == cmd0.NPU_OP_DMA_WAIT:
+            self.hazards.wait(self.hazards.dma, command.param & 0xF)
+        elif opcode == cmd0.NPU_OP_KERNEL_WAIT:
+            self.hazards.wait(self.hazards.kernels, command.param & 0xF)
+        elif opcode in (cmd0.NPU_OP_DMA_START, cmd0.NPU_OP_CONV, cmd0.NPU_OP_DEPTHWISE,
+                        cmd0.NPU_OP_POOL, cmd0.NPU_OP_ELEMENTWISE):
+            counters.hazards.extend(self.hazards.issue(
+                command, self.memory.op_accesses, opcode == cmd0.NPU_OP_DMA_START))
 
     def _set(self, command: Command) -> None:
         opcode = command.opcode
@@ -398,6 +462,7 @@ class Machine:
             raise MemoryFault(f"{where(op.name, op.offset)}: LUT slot {slot} (SHRAM "
                               f"{start}..{start + 255}) was not loaded by a DMA, or a kernel "
                               "operation overwrote it since")
+        self.memory._record("read", -1, start, start + 255, "LUT")
         table = np.frombuffer(bytes(self.memory.shram[start:start + 256]),
                               dtype=np.int8 if rng[0] < 0 else np.uint8).astype(np.int64)
         index = np.clip(values, rng[0], rng[1]) - rng[0]
