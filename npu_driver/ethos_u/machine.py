@@ -292,6 +292,12 @@ class Machine:
                 self.param(cmd0.NPU_SET_IFM_PAD_BOTTOM, op) & 0xFF,
                 self.param(cmd0.NPU_SET_IFM_PAD_RIGHT, op) & 0xFF)
 
+    def _no_operand_scaling(self, op: Command) -> None:
+        """IFM_PRECISION's scale mode only applies to elementwise ADD/SUB operands."""
+        if (self.param(cmd0.NPU_SET_IFM_PRECISION, op) >> 8) & 0x3:
+            raise UnmodelledCommand(f"{where(op.name, op.offset)}: IFM_PRECISION selects operand "
+                                    "scaling, which only elementwise ADD/SUB use")
+
     def _padded_ifm(self, op: Command, ofm_shape, kernel, depth: int, *, fill=0, ifm=None):
         """The IFM window the operation reads, zero point removed, with padding (and upscaling)
         applied: shape ((OH-1)*sy + dkh, (OW-1)*sx + dkw, depth). Positions that are padding
@@ -303,6 +309,7 @@ class Machine:
         `calc_sizes` derives it the same way); with IFM_UPSCALE the IFM is first upscaled by 2
         (nearest: each element repeated, zeros: zero-point elements in between)."""
         ifm = ifm or self._fm("IFM", op)
+        self._no_operand_scaling(op)
         oh, ow, _ = ofm_shape
         _, _, sy, sx, _, _, _, dkh, dkw = kernel
         top, left, bottom, right = self._padding(op)
@@ -612,6 +619,7 @@ class Machine:
                 raise UnmodelledCommand(f"{where(op.name, op.offset)}: REDUCE_SUM to an OFM of "
                                         f"depth {oc} (it sums the IFM depth into one channel)")
             ifm = self._fm("IFM", op)
+            self._no_operand_scaling(op)
             depth = self.param(cmd0.NPU_SET_IFM_DEPTH_M1, op) + 1
             zp = self._zero_point(cmd0.NPU_SET_IFM_ZERO_POINT, ifm, op)
             values = self._read(ifm, (oh, ow, depth), op) - zp
@@ -685,8 +693,15 @@ class Machine:
         upscale = self.param(cmd0.NPU_SET_IFM_UPSCALE, op) & 0x3
         if upscale:
             raise UnmodelledCommand(f"{w}: elementwise with IFM upscaling is not modelled")
+        ifm_depth = self.param(cmd0.NPU_SET_IFM_DEPTH_M1, op) + 1
+        if ifm_depth != oc:
+            raise UnmodelledCommand(f"{w}: elementwise IFM depth {ifm_depth} differs from the "
+                                    f"OFM depth {oc} (only IFM2 broadcasts)")
         precision = self.param(cmd0.NPU_SET_IFM_PRECISION, op)
         scale_mode = (precision >> 8) & 0x3
+        if scale_mode and mode not in ("add", "sub"):
+            raise UnmodelledCommand(f"{w}: IFM scale mode {scale_mode} on elementwise "
+                                    f"{mode.upper()} (operand scaling is for ADD/SUB)")
         ifm_round = (precision >> 14) & 0x3
         a_zp = self._zero_point(cmd0.NPU_SET_IFM_ZERO_POINT, ifm, op)
         a = self._read(ifm, shape, op) - a_zp
