@@ -3,7 +3,10 @@ byte for byte as the TOSA reference model executes the partitions' TOSA graphs.
 
 Programs (compiled once per session through the shared `compiles` fixture): DS-CNN on U55-128,
 ResNet-8 on U65-256 (elementwise adds, the U65's fast scratch) and the edge-case model of
-tests/npu_edge_models.py on U55-64 (16 SHRAM banks: LUTs not reserved). Every NPU partition is
+tests/npu_edge_models.py on U55-64 (16 SHRAM banks: LUTs not reserved); and, lowered through
+ExecuTorch's Arm backend directly because the orchestrator quantizes to int8 only, a model with
+16-bit activations on U55-256 (int16 convolutions, 32-bit accumulators and OFMs, interpolating
+int16 LUTs). Every NPU partition is
 run on seeded random inputs over the whole input range; outputs must be equal bytes. Tampered
 payloads must change the output bytes (or be refused with an error naming the command), and an
 unknown opcode must be refused by name and word offset.
@@ -40,6 +43,37 @@ def programs(compiles):
         pte = compiles.get(model, npu=npu, write=True)[1]
         loaded[key] = (load_twin(pte), pte, npu)
     return loaded
+
+
+@pytest.fixture(scope="module")
+def int16_partitions():
+    from tests.npu_edge_models import int16_edges, lower_a16w8
+    from npu_driver.payload import parse_payload
+    from npu_driver.tosa_twin import graph_io
+
+    return [(tosa, parse_payload(payload), graph_io(tosa))
+            for tosa, payload in lower_a16w8(int16_edges, "ethos-u55-256")]
+
+
+def test_16_bit_activations_match_tosa_byte_for_byte(int16_partitions):
+    assert int16_partitions
+    rng = np.random.default_rng(99)
+    kinds = set()
+    for tosa, payload, io in int16_partitions:
+        assert {spec.numpy_type for spec in io.inputs} == {"int16"}
+        precisions = {c.param & 0xC for c in _commands(payload) if c.name == "NPU_SET_IFM_PRECISION"}
+        assert 0x4 in precisions and 0x8 in precisions  # 16-bit and 32-bit IFMs
+        for _ in range(SAMPLES):
+            arrays = [rng.integers(-32768, 32768, size=spec.shape).astype(spec.numpy_type)
+                      for spec in io.inputs]
+            expected = [a.tobytes() for a in run_tosa(tosa, io, arrays)]
+            got, counters = run_partition(payload, arrays, "ethos-u55-256")
+            for index, (e, g) in enumerate(zip(expected, got)):
+                assert e == g, f"int16 output {index}: {_first_difference(e, g)}"
+            assert counters.hazards == []
+            kinds.update(counters.operations)
+    assert {"conv", "depthwise", "pool.max", "elementwise.add", "elementwise.mul",
+            "lut"} <= kinds
 
 
 def _inputs(partition, rng):

@@ -388,10 +388,11 @@ class Machine:
                                     "but the configuration has one core")
 
     def _check_32bit_scale(self, ofm: FeatureMap, scale, shift, op: Command) -> None:
-        """A 32-bit OFM: the interface notes that OFM_SCALE's scale "is not applied for 32-bit
-        operations" (ethosu55_interface.h npu_set_ofm_scale_t); its shift is (an int32 MUL with
-        a TOSA shift of 30 arrives as scale 1, shift 30 and matches TOSA). Vela writes scale 1
-        there; the model refuses another scale rather than guess whether it is ignored."""
+        """A 32-bit OFM of an elementwise or pooling operation: the interface notes that
+        OFM_SCALE's scale "is not applied for 32-bit operations" (ethosu55_interface.h
+        npu_set_ofm_scale_t); its shift is (an int32 MUL with a TOSA shift of 30 arrives as
+        scale 1, shift 30 and matches TOSA). Vela writes scale 1 there; the model refuses
+        another scale rather than guess whether it is ignored."""
         if ofm.element_size == 4 and np.any(np.asarray(scale) != 1):
             raise UnmodelledCommand(f"{where(op.name, op.offset)}: a scale other than 1 on a "
                                     "32-bit OFM is not modelled")
@@ -446,10 +447,13 @@ class Machine:
                                     "OFM is not modelled (Vela writes -32768..32767 there)")
 
     def _lut(self, values, slot, clip, ofm, act_lo, act_hi, op):
-        """Table lookup: the value (zero point added) is clamped to the clip range (the OFM type
-        when 0), indexes the 256-entry int8/uint8 table in LUT slot `slot` of SHRAM
-        (slot address = LUT base + 256 x slot; Vela lut.py, regor InsertLUTDMACommand), and the
-        table entry is the output."""
+        """Table lookup of the value (zero point added), first clamped to the clip range (the
+        OFM type when 0). 8-bit: a 256-entry int8/uint8 table, 256 bytes at LUT slot `slot`
+        (slot address = LUT base + 256 x slot; Vela lut.py, regor InsertLUTDMACommand).
+        16-bit: 512 32-bit entries (all 8 slots, 2 KiB), each the int16 base (bits 0-15) and
+        slope (bits 16-31) of one 128-value step (Vela lut.py::create_lut_int16_op); the output
+        is base + round(slope x (v + 32768) % 128 / 128) for step (v + 32768) // 128, the
+        rounding half up (TOSA TABLE's int16 interpolation then its RESCALE by 1/128)."""
         if ofm.element_size == 4 and clip != 3:
             raise UnmodelledCommand(f"{where(op.name, op.offset)}: LUT on a 32-bit OFM without "
                                     "the int8 clip range")
@@ -459,21 +463,31 @@ class Machine:
                                     "is reserved")
         if rng is None:
             rng = ofm.type_range
-        if rng[1] - rng[0] != 255:
-            raise UnmodelledCommand(f"{where(op.name, op.offset)}: a 16-bit table lookup "
-                                    "(2 KiB interpolating LUT) is not modelled")
+        wide = rng[1] - rng[0] != 255
+        if wide and rng != (-32768, 32767):
+            raise UnmodelledCommand(f"{where(op.name, op.offset)}: a table lookup over "
+                                    f"{rng[0]}..{rng[1]} (uint16) is not modelled")
+        size = 2048 if wide else 256
         start = self.accel.lut_address + slot * LUT_SLOT_BYTES
-        if start + 256 > self.accel.shram_bytes:
-            raise MemoryFault(f"{where(op.name, op.offset)}: LUT slot {slot} lies beyond SHRAM")
-        if not self.memory.shram_valid[start:start + 256].all():
+        if start + size > self.accel.shram_bytes:
+            raise MemoryFault(f"{where(op.name, op.offset)}: LUT slot {slot} ({size} bytes) lies "
+                              "beyond SHRAM")
+        if not self.memory.shram_valid[start:start + size].all():
             raise MemoryFault(f"{where(op.name, op.offset)}: LUT slot {slot} (SHRAM "
-                              f"{start}..{start + 255}) was not loaded by a DMA, or a kernel "
+                              f"{start}..{start + size - 1}) was not loaded by a DMA, or a kernel "
                               "operation overwrote it since")
-        self.memory._record("read", -1, start, start + 255, "LUT")
-        table = np.frombuffer(bytes(self.memory.shram[start:start + 256]),
-                              dtype=np.int8 if rng[0] < 0 else np.uint8).astype(np.int64)
+        self.memory._record("read", -1, start, start + size - 1, "LUT")
+        raw = bytes(self.memory.shram[start:start + size])
         index = np.clip(values, rng[0], rng[1]) - rng[0]
-        out = table[index.astype(np.int64)]
+        if not wide:
+            table = np.frombuffer(raw, dtype=np.int8 if rng[0] < 0 else np.uint8)
+            out = table.astype(np.int64)[index.astype(np.int64)]
+        else:
+            entries = np.frombuffer(raw, dtype="<u4").astype(np.int64)
+            base = ((entries & 0xFFFF) ^ 0x8000) - 0x8000
+            slope = (((entries >> 16) & 0xFFFF) ^ 0x8000) - 0x8000
+            step, fraction = index >> 7, index & 0x7F
+            out = base[step] + ((slope[step] * fraction + 64) >> 7)
         lo_t, hi_t = ofm.type_range
         self.counters.operations["lut"] += 1
         return np.clip(out, max(act_lo, lo_t), min(act_hi, hi_t))
@@ -591,7 +605,8 @@ class Machine:
         bias, scale, shift = self._scale_records(op, oc)
         acc = acc + bias
         self._accumulate_check(acc, op)
-        self._check_32bit_scale(ofm, scale, shift, op)
+        # (a convolution into a 32-bit OFM does apply its per-channel scales: int16 a16w8
+        # convolutions whose int32 results keep scales 165..10911 match TOSA byte for byte)
         out = arith.scale_shift(acc, scale, shift, self._rounding(op))
         out = self._output(out, ofm, op)
         self._write_ofm(ofm, out, op)
