@@ -363,3 +363,43 @@ def test_a_malformed_weight_stream_is_an_error_not_an_exit(programs):
         mlw.decode(bytes([0x00, 0x00]))  # ZDIV 0, then SLICELEN runs out of bits
     with pytest.raises(WeightStreamError, match="invalid zero-run divisor"):
         mlw.decode(bytes([0x04, 0x00, 0x00, 0x00]))  # ZDIV 4
+
+
+def test_the_real_executorch_runtime_runs_with_the_model_as_its_npu(programs):
+    """ExecuTorch's EthosUBackend (host build) hands each invocation's command stream and base
+    regions to the model (`invocation_handler`): the program's outputs equal those of the same
+    runtime with the TOSA reference model standing in for the NPU. A U65 program compiled for
+    Dedicated_Sram needs a fast scratch the host build (like a firmware that does not define
+    `ethosu_fast_scratch`) gives as 0 bytes: the model refuses the first DMA into it."""
+    import torch
+
+    from tests.device_tools import missing
+
+    from kernels.runtime import HostRuntime, RuntimeFailure, RuntimeUnavailable, ensure_library
+    from kernels.runtime import find_sources
+    from npu_driver.ethos_u import invocation_handler
+    from orchestrator.runtime_verify import npu_handler
+    from orchestrator.verification import device_inputs
+
+    try:
+        library = ensure_library(find_sources())
+    except RuntimeUnavailable as error:
+        missing(str(error))
+    twin, pte, _ = programs["ds-cnn@u55-128"]
+    rng = np.random.default_rng(3)
+    with HostRuntime(library) as runtime:
+        invocations = []
+        for _ in range(2):
+            sample = tuple(torch.tensor(rng.uniform(-1, 1, size=spec.sizes), dtype=torch.float32)
+                           for spec in twin.input_specs)
+            inputs = device_inputs(twin, sample)
+            tosa = runtime.run(pte, inputs, npu=npu_handler(twin))
+            model = runtime.run(pte, inputs, npu=invocation_handler(on_counters=invocations.append))
+            assert all(torch.equal(a, b) for a, b in zip(tosa.outputs, model.outputs))
+        assert len(invocations) == 4 and all(c.macs for c in invocations)
+        u65_twin, u65_pte, _ = programs["resnet8@u65-256"]
+        sample = tuple(torch.tensor(rng.uniform(-1, 1, size=spec.sizes), dtype=torch.float32)
+                       for spec in u65_twin.input_specs)
+        with pytest.raises(RuntimeFailure, match="MemoryFault: NPU_OP_DMA_START at word .* of "
+                                                 "region 2, which has 0 bytes"):
+            runtime.run(u65_pte, device_inputs(u65_twin, sample), npu=invocation_handler())

@@ -19,6 +19,15 @@ Entry points:
 - `run_npu_partition(partition, arrays, accelerator=None) -> (arrays, Counters)`: the same for an
   `orchestrator.twin.NpuPartition`, taking and returning numpy arrays shaped and typed like the
   partition's TOSA graph IO (`run_tosa`'s convention), for byte-for-byte comparison.
+- `invocation_handler(accelerator=None)`: a `kernels.runtime` NpuHandler running each
+  `NpuInvocation` (the host Ethos-U driver's callback) on its regions in place.
+- `disassemble(command_stream) -> str`: the commands, one per line, with word offsets.
+
+`Counters` (what an execution did): commands and their count per opcode, operations per kind,
+MACs (convolution and depthwise), DMA bytes per source->destination, bytes read and written per
+region, and `hazards`: DMA/kernel overlaps the stream does not wait for (the device runs DMA
+and kernels concurrently; the model executes in order, so its result is the device's only when
+this list is empty).
 
 Everything the model cannot execute faithfully raises a `NpuModelError` subclass naming the
 command and its word offset; nothing is skipped.
@@ -31,6 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from npu_driver.ethos_u.arch import ACCELERATORS, Accelerator, accelerator_for
+from npu_driver.ethos_u.disasm import disassemble
 from npu_driver.ethos_u.errors import (CommandStreamError, ConfigMismatch, MemoryFault,
                                        NpuModelError, UnmodelledCommand)
 from npu_driver.ethos_u.fmap import Memory
@@ -42,7 +52,8 @@ from npu_driver.ethos_u.stream import (Command, CustomOperatorPayload, Optimizer
 __all__ = ["ACCELERATORS", "Accelerator", "CommandStreamError", "ConfigMismatch", "Counters",
            "MemoryFault", "NpuModelError", "UnmodelledCommand", "execute", "run_partition",
            "run_npu_partition", "parse_custom_operator_payload", "resolve_accelerator",
-           "SCRATCH_REGION", "WEIGHTS_REGION", "FAST_SCRATCH_REGION", "WeightStreamError"]
+           "SCRATCH_REGION", "WEIGHTS_REGION", "FAST_SCRATCH_REGION", "WeightStreamError",
+           "HazardError", "disassemble", "invocation_handler"]
 
 # EthosUBackend_Cortex_M.cpp::platform_execute: bases = {weight_data, scratch, fast_scratch}
 WEIGHTS_REGION = 0
@@ -147,3 +158,24 @@ def run_npu_partition(partition, arrays: Sequence[np.ndarray], accelerator: str 
     shaped = [np.frombuffer(data, dtype=spec.numpy_type).reshape(spec.shape).copy()
               for data, spec in zip(outputs, partition.io.outputs)]
     return shaped, counters
+
+
+class HazardError(NpuModelError):
+    """The stream lets a DMA and a kernel operation touch the same bytes concurrently."""
+
+
+def invocation_handler(accelerator: str | None = None, *, fail_on_hazard: bool = True,
+                       on_counters=None):
+    """An NpuHandler for kernels.runtime.HostRuntime: executes `invocation.command_stream` over
+    `invocation.regions` (base address 0 weights, 1 scratch, 2 fast scratch, as
+    EthosUBackend_Cortex_M.cpp::platform_execute passes them to ethosu_invoke_v3), in place.
+    `on_counters(counters)` receives each invocation's counters."""
+
+    def handle(invocation) -> None:
+        counters = execute(invocation.command_stream, list(invocation.regions), accelerator)
+        if on_counters is not None:
+            on_counters(counters)
+        if fail_on_hazard and counters.hazards:
+            raise HazardError(counters.hazards[0])
+
+    return handle
