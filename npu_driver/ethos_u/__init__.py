@@ -106,6 +106,7 @@ def execute(command_stream: bytes, regions: Sequence, accelerator: str | None = 
         machine.run(stream)
     counters = machine.counters
     counters.trace = tuple(memory.trace) if trace else ()
+    counters.region_extent = dict(memory.extent)
     counters.region_sizes = {i: len(r) for i, r in enumerate(memory.regions) if r is not None}
     if isinstance(regions, list):
         # a region grown by use is handed back in place of the caller's (empty) one

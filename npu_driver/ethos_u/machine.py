@@ -57,6 +57,7 @@ class Counters:
     read_bytes: dict = field(default_factory=dict)  # region -> bytes read (IFM, weights, DMA src)
     written_bytes: dict = field(default_factory=dict)  # region -> bytes written
     region_sizes: dict = field(default_factory=dict)  # region -> bytes (a grown fast scratch)
+    region_extent: dict = field(default_factory=dict)  # region -> highest byte touched + 1
     trace: tuple = ()  # fmap.Access records of a traced execution
     weight_streams: list = field(default_factory=list)  # each weight stream read (traced runs)
     # DMA/kernel overlaps the stream does not wait for (see HazardTracker): where the device,
