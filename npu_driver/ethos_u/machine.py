@@ -208,8 +208,9 @@ class Machine:
         if opcode == cmd0.NPU_SET_ACC_FORMAT and command.param & 0x3 not in (0, 1):
             raise UnmodelledCommand(f"{where(command.name, command.offset)}: accumulator format "
                                     f"{command.param & 3} (FP_S5_10) is not modelled")
-        if opcode in (cmd1.NPU_SET_WEIGHT1_BASE, cmd1.NPU_SET_SCALE1_BASE):
-            pass  # second-core streams: their length must stay 0 on one core (checked at use)
+        if opcode == cmd0.NPU_SET_ACTIVATION and command.param & ~0x701F:
+            raise UnmodelledCommand(f"{where(command.name, command.offset)}: ACTIVATION "
+                                    f"{command.param:#06x} sets reserved bits")
         self.regs[opcode] = command
 
     def _op_stop(self, command: Command) -> None:
@@ -263,7 +264,7 @@ class Machine:
 
     # -- kernel geometry ---------------------------------------------------------------------
 
-    def _kernel(self, op: Command, *, pooling: bool = False):
+    def _kernel(self, op: Command):
         """(undilated kh, kw, stride y, x, dilation y, x, part_kernel) from KERNEL_* registers."""
         stride = self.param(cmd0.NPU_SET_KERNEL_STRIDE, op)
         # npu_set_kernel_stride_t: stride_x_lsb 0, stride_y_lsb 1, weight_order 2, dilation_x 3,
