@@ -30,7 +30,22 @@ and kernels concurrently; the model executes in order, so its result is the devi
 this list is empty).
 
 Everything the model cannot execute faithfully raises a `NpuModelError` subclass naming the
-command and its word offset; nothing is skipped.
+command and its word offset; nothing is skipped. Refused as not modelled (UnmodelledCommand):
+NPU_OP_IRQ; dual-core operation (PARALLEL_MODE != 0, non-zero WEIGHT1/SCALE1 lengths: U65-512);
+2-D/3-D and custom DMA, DMA from SHRAM, DMA channel/mode != 0; the FP_S5_10 accumulator and
+the 4x4 kernel decomposition; the built-in TANH/SIGMOID activation functions and uint16 tables;
+elementwise LRELU, CLZ, SHL, SHR, MUL with operand scaling, 32-bit operand scaling; IFM
+upscaling on elementwise operations; OFM scales other than 1 on 32-bit elementwise/pooling
+OFMs; clamps narrower than int16 on 32-bit OFMs; accumulator overflow beyond ACC_FORMAT's
+width; reserved register values; and any register an operation reads but the stream never set.
+Verified byte-exact against the TOSA reference model (tests/test_npu_model.py,
+benchmarks/npu_model.py): int8 and int16 convolution, depthwise, max/average/reduce-sum pooling,
+elementwise ADD/SUB (all three operand-scaling modes, 8-bit), MUL, MIN, MAX, ABS, int8 and
+int16 LUTs, IFM2 broadcast and scalars, NHWC and NHCWB16, tiles, padding, strides 1-2,
+dilation 2, nearest and zero upscaling, NATURAL and DBL rounding, 32-bit OFMs; on U55-64/128/256
+and U65-256. Implemented from the register definitions but exercised by no stream Vela 5.1
+produced here: TRUNCATE rounding, DBL with shifts above 31, per-channel pooling scales, 16-bit
+OPA_32/OPB_32 operand scaling (the fixed 2**14 weight of the unscaled operand).
 """
 
 from __future__ import annotations
