@@ -142,3 +142,60 @@ def model_spec(name: str) -> str:
     if name not in EDGE_MODELS:
         raise KeyError(f"no edge model {name!r}; known: {', '.join(EDGE_MODELS)}")
     return f"{__file__}:{name}"
+
+
+class Int16Edges(nn.Module):
+    """For 16-bit activations (ExecuTorch's a16w8 quantization, `lower_a16w8`): convolution,
+    strided depthwise, a padded max pool, an add and a multiply of two activations, sigmoid
+    and tanh (interpolating int16 lookup tables). (Vela 5.1 refuses an int16 convolution
+    whose output feeds both an add and a table, so each branch has its own convolution.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.c0 = nn.Conv2d(4, 8, 3, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8)
+        self.c1 = nn.Conv2d(8, 8, 1)
+        self.c2 = nn.Conv2d(4, 8, 3, padding=1)
+        self.c3 = nn.Conv2d(4, 8, 1)
+
+    def forward(self, x, y):
+        a = self.c0(x)
+        return (self.c1(F.relu(self.dw(a))), F.max_pool2d(a, 3, 2, 1),
+                torch.sigmoid(self.c2(x) + y), torch.tanh(self.c3(x)) * y)
+
+
+int16_edges = _seeded(Int16Edges, (1, 4, 8, 8), (1, 8, 8, 8))
+
+
+def lower_a16w8(factory, npu: str, calibration_samples: int = 4):
+    """Quantize with 16-bit activations and 8-bit weights and lower to the Ethos-U through
+    ExecuTorch's Arm backend (the orchestrator's own flow quantizes to int8 only). Returns one
+    (TOSA flatbuffer, delegate payload) pair per NPU partition, as Vela compiled them."""
+    from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
+    from executorch.backends.arm.quantizer import EthosUQuantizer
+    from executorch.backends.arm.quantizer.arm_quantizer import (
+        get_symmetric_a16w8_quantization_config)
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    import tempfile
+    from pathlib import Path
+
+    from partitioners.npu import vela_runs_recorded
+
+    module, inputs = factory()
+    u65 = npu.startswith("ethos-u65")
+    spec = EthosUCompileSpec(npu, system_config="Ethos_U65_High_End" if u65 else
+                             "Ethos_U55_High_End_Embedded", memory_mode="Shared_Sram")
+    quantizer = EthosUQuantizer(spec)
+    quantizer.set_global(get_symmetric_a16w8_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(torch.export.export(module, inputs, strict=True).module(), quantizer)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(_SEED + 1)
+        for _ in range(calibration_samples):
+            prepared(*(torch.rand(x.shape) * 2 - 1 for x in inputs))
+    program = torch.export.export(convert_pt2e(prepared), inputs, strict=True)
+    with tempfile.TemporaryDirectory() as work, vela_runs_recorded(Path(work)) as runs:
+        to_edge_transform_and_lower(program, partitioner=[EthosUPartitioner(spec)],
+                                    compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    return [(run.tosa_bytes, run.payload_bytes) for run in runs]

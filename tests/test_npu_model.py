@@ -3,7 +3,10 @@ byte for byte as the TOSA reference model executes the partitions' TOSA graphs.
 
 Programs (compiled once per session through the shared `compiles` fixture): DS-CNN on U55-128,
 ResNet-8 on U65-256 (elementwise adds, the U65's fast scratch) and the edge-case model of
-tests/npu_edge_models.py on U55-64 (16 SHRAM banks: LUTs not reserved). Every NPU partition is
+tests/npu_edge_models.py on U55-64 (16 SHRAM banks: LUTs not reserved); and, lowered through
+ExecuTorch's Arm backend directly because the orchestrator quantizes to int8 only, a model with
+16-bit activations on U55-256 (int16 convolutions, 32-bit accumulators and OFMs, interpolating
+int16 LUTs). Every NPU partition is
 run on seeded random inputs over the whole input range; outputs must be equal bytes. Tampered
 payloads must change the output bytes (or be refused with an error naming the command), and an
 unknown opcode must be refused by name and word offset.
@@ -42,6 +45,37 @@ def programs(compiles):
     return loaded
 
 
+@pytest.fixture(scope="module")
+def int16_partitions():
+    from tests.npu_edge_models import int16_edges, lower_a16w8
+    from npu_driver.payload import parse_payload
+    from npu_driver.tosa_twin import graph_io
+
+    return [(tosa, parse_payload(payload), graph_io(tosa))
+            for tosa, payload in lower_a16w8(int16_edges, "ethos-u55-256")]
+
+
+def test_16_bit_activations_match_tosa_byte_for_byte(int16_partitions):
+    assert int16_partitions
+    rng = np.random.default_rng(99)
+    kinds = set()
+    for tosa, payload, io in int16_partitions:
+        assert {spec.numpy_type for spec in io.inputs} == {"int16"}
+        precisions = {c.param & 0xC for c in _commands(payload) if c.name == "NPU_SET_IFM_PRECISION"}
+        assert 0x4 in precisions and 0x8 in precisions  # 16-bit and 32-bit IFMs
+        for _ in range(SAMPLES):
+            arrays = [rng.integers(-32768, 32768, size=spec.shape).astype(spec.numpy_type)
+                      for spec in io.inputs]
+            expected = [a.tobytes() for a in run_tosa(tosa, io, arrays)]
+            got, counters = run_partition(payload, arrays, "ethos-u55-256")
+            for index, (e, g) in enumerate(zip(expected, got)):
+                assert e == g, f"int16 output {index}: {_first_difference(e, g)}"
+            assert counters.hazards == []
+            kinds.update(counters.operations)
+    assert {"conv", "depthwise", "pool.max", "elementwise.add", "elementwise.mul",
+            "lut"} <= kinds
+
+
 def _inputs(partition, rng):
     arrays = []
     for spec in partition.io.inputs:
@@ -77,6 +111,7 @@ def test_every_npu_partition_matches_tosa_byte_for_byte(programs, key):
         # the outputs carry information (a model saturating everything would compare equal)
         assert len(distinct) > 8, f"{partition.delegate_name}: only {len(distinct)} byte values"
         assert counters.operations and counters.commands > 10
+        assert counters.hazards == [], counters.hazards[:1]
 
 
 def test_macs_counted_from_the_commands_equal_the_plans_npu_macs(programs):
@@ -224,6 +259,24 @@ def test_a_tampered_scale_shift_changes_the_output(programs):
     _assert_detected(_tampered_result(tampered, arrays, npu), expected, "OFM_SCALE shift")
 
 
+def test_a_missing_dma_wait_is_reported_as_a_hazard(programs):
+    """DMA_WAIT 0 before a convolution whose weights the DMA brings becomes DMA_WAIT 1: the
+    output of in-order execution is unchanged, but the device may run the convolution while
+    its weights are still arriving, which the model reports."""
+    partition, npu = _partition(programs)
+    arrays, expected = _reference(partition)
+    commands = _commands(partition.payload)
+    waits = [c for c in commands if c.name == "NPU_OP_DMA_WAIT"]
+    wait = waits[1]
+    tampered = _with_cmd_word(partition.payload, wait.offset, (1 << 16) | wait.opcode.value)
+    got, counters = run_partition(tampered, arrays, npu)
+    assert got == expected
+    assert len(counters.hazards) == 1
+    following = next(c for c in commands if c.offset > wait.offset)
+    assert counters.hazards[0].startswith(f"{following.name} at word {following.offset} reads")
+    assert "no DMA_WAIT orders them" in counters.hazards[0]
+
+
 def test_an_unknown_opcode_is_refused_by_number_and_word_offset(programs):
     partition, npu = _partition(programs)
     arrays, _ = _reference(partition)
@@ -310,3 +363,43 @@ def test_a_malformed_weight_stream_is_an_error_not_an_exit(programs):
         mlw.decode(bytes([0x00, 0x00]))  # ZDIV 0, then SLICELEN runs out of bits
     with pytest.raises(WeightStreamError, match="invalid zero-run divisor"):
         mlw.decode(bytes([0x04, 0x00, 0x00, 0x00]))  # ZDIV 4
+
+
+def test_the_real_executorch_runtime_runs_with_the_model_as_its_npu(programs):
+    """ExecuTorch's EthosUBackend (host build) hands each invocation's command stream and base
+    regions to the model (`invocation_handler`): the program's outputs equal those of the same
+    runtime with the TOSA reference model standing in for the NPU. A U65 program compiled for
+    Dedicated_Sram needs a fast scratch the host build (like a firmware that does not define
+    `ethosu_fast_scratch`) gives as 0 bytes: the model refuses the first DMA into it."""
+    import torch
+
+    from tests.device_tools import missing
+
+    from kernels.runtime import HostRuntime, RuntimeFailure, RuntimeUnavailable, ensure_library
+    from kernels.runtime import find_sources
+    from npu_driver.ethos_u import invocation_handler
+    from orchestrator.runtime_verify import npu_handler
+    from orchestrator.verification import device_inputs
+
+    try:
+        library = ensure_library(find_sources())
+    except RuntimeUnavailable as error:
+        missing(str(error))
+    twin, pte, _ = programs["ds-cnn@u55-128"]
+    rng = np.random.default_rng(3)
+    with HostRuntime(library) as runtime:
+        invocations = []
+        for _ in range(2):
+            sample = tuple(torch.tensor(rng.uniform(-1, 1, size=spec.sizes), dtype=torch.float32)
+                           for spec in twin.input_specs)
+            inputs = device_inputs(twin, sample)
+            tosa = runtime.run(pte, inputs, npu=npu_handler(twin))
+            model = runtime.run(pte, inputs, npu=invocation_handler(on_counters=invocations.append))
+            assert all(torch.equal(a, b) for a, b in zip(tosa.outputs, model.outputs))
+        assert len(invocations) == 4 and all(c.macs for c in invocations)
+        u65_twin, u65_pte, _ = programs["resnet8@u65-256"]
+        sample = tuple(torch.tensor(rng.uniform(-1, 1, size=spec.sizes), dtype=torch.float32)
+                       for spec in u65_twin.input_specs)
+        with pytest.raises(RuntimeFailure, match="MemoryFault: NPU_OP_DMA_START at word .* of "
+                                                 "region 2, which has 0 bytes"):
+            runtime.run(u65_pte, device_inputs(u65_twin, sample), npu=invocation_handler())

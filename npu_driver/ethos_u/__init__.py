@@ -19,9 +19,33 @@ Entry points:
 - `run_npu_partition(partition, arrays, accelerator=None) -> (arrays, Counters)`: the same for an
   `orchestrator.verification.twin.NpuPartition`, taking and returning numpy arrays shaped and typed like the
   partition's TOSA graph IO (`run_tosa`'s convention), for byte-for-byte comparison.
+- `invocation_handler(accelerator=None)`: a `kernels.runtime` NpuHandler running each
+  `NpuInvocation` (the host Ethos-U driver's callback) on its regions in place.
+- `disassemble(command_stream) -> str`: the commands, one per line, with word offsets.
+
+`Counters` (what an execution did): commands and their count per opcode, operations per kind,
+MACs (convolution and depthwise), DMA bytes per source->destination, bytes read and written per
+region, and `hazards`: DMA/kernel overlaps the stream does not wait for (the device runs DMA
+and kernels concurrently; the model executes in order, so its result is the device's only when
+this list is empty).
 
 Everything the model cannot execute faithfully raises a `NpuModelError` subclass naming the
-command and its word offset; nothing is skipped.
+command and its word offset; nothing is skipped. Refused as not modelled (UnmodelledCommand):
+NPU_OP_IRQ; dual-core operation (PARALLEL_MODE != 0, non-zero WEIGHT1/SCALE1 lengths: U65-512);
+2-D/3-D and custom DMA, DMA from SHRAM, DMA channel/mode != 0; the FP_S5_10 accumulator and
+the 4x4 kernel decomposition; the built-in TANH/SIGMOID activation functions and uint16 tables;
+elementwise LRELU, CLZ, SHL, SHR, MUL with operand scaling, 32-bit operand scaling; IFM
+upscaling on elementwise operations; OFM scales other than 1 on 32-bit elementwise/pooling
+OFMs; clamps narrower than int16 on 32-bit OFMs; accumulator overflow beyond ACC_FORMAT's
+width; reserved register values; and any register an operation reads but the stream never set.
+Verified byte-exact against the TOSA reference model (tests/test_npu_model.py,
+benchmarks/npu_model.py): int8 and int16 convolution, depthwise, max/average/reduce-sum pooling,
+elementwise ADD/SUB (all three operand-scaling modes, 8-bit), MUL, MIN, MAX, ABS, int8 and
+int16 LUTs, IFM2 broadcast and scalars, NHWC and NHCWB16, tiles, padding, strides 1-2,
+dilation 2, nearest and zero upscaling, NATURAL and DBL rounding, 32-bit OFMs; on U55-64/128/256
+and U65-256. Implemented from the register definitions but exercised by no stream Vela 5.1
+produced here: TRUNCATE rounding, DBL with shifts above 31, per-channel pooling scales, 16-bit
+OPA_32/OPB_32 operand scaling (the fixed 2**14 weight of the unscaled operand).
 """
 
 from __future__ import annotations
@@ -31,6 +55,7 @@ from typing import Sequence
 import numpy as np
 
 from npu_driver.ethos_u.arch import ACCELERATORS, Accelerator, accelerator_for
+from npu_driver.ethos_u.disasm import disassemble
 from npu_driver.ethos_u.errors import (CommandStreamError, ConfigMismatch, MemoryFault,
                                        NpuModelError, UnmodelledCommand)
 from npu_driver.ethos_u.fmap import Memory
@@ -42,7 +67,8 @@ from npu_driver.ethos_u.stream import (Command, CustomOperatorPayload, Optimizer
 __all__ = ["ACCELERATORS", "Accelerator", "CommandStreamError", "ConfigMismatch", "Counters",
            "MemoryFault", "NpuModelError", "UnmodelledCommand", "execute", "run_partition",
            "run_npu_partition", "parse_custom_operator_payload", "resolve_accelerator",
-           "SCRATCH_REGION", "WEIGHTS_REGION", "FAST_SCRATCH_REGION", "WeightStreamError"]
+           "SCRATCH_REGION", "WEIGHTS_REGION", "FAST_SCRATCH_REGION", "WeightStreamError",
+           "HazardError", "disassemble", "invocation_handler"]
 
 # EthosUBackend_Cortex_M.cpp::platform_execute: bases = {weight_data, scratch, fast_scratch}
 WEIGHTS_REGION = 0
@@ -95,6 +121,7 @@ def execute(command_stream: bytes, regions: Sequence, accelerator: str | None = 
         machine.run(stream)
     counters = machine.counters
     counters.trace = tuple(memory.trace) if trace else ()
+    counters.region_extent = dict(memory.extent)
     counters.region_sizes = {i: len(r) for i, r in enumerate(memory.regions) if r is not None}
     if isinstance(regions, list):
         # a region grown by use is handed back in place of the caller's (empty) one
@@ -147,3 +174,24 @@ def run_npu_partition(partition, arrays: Sequence[np.ndarray], accelerator: str 
     shaped = [np.frombuffer(data, dtype=spec.numpy_type).reshape(spec.shape).copy()
               for data, spec in zip(outputs, partition.io.outputs)]
     return shaped, counters
+
+
+class HazardError(NpuModelError):
+    """The stream lets a DMA and a kernel operation touch the same bytes concurrently."""
+
+
+def invocation_handler(accelerator: str | None = None, *, fail_on_hazard: bool = True,
+                       on_counters=None):
+    """An NpuHandler for kernels.runtime.HostRuntime: executes `invocation.command_stream` over
+    `invocation.regions` (base address 0 weights, 1 scratch, 2 fast scratch, as
+    EthosUBackend_Cortex_M.cpp::platform_execute passes them to ethosu_invoke_v3), in place.
+    `on_counters(counters)` receives each invocation's counters."""
+
+    def handle(invocation) -> None:
+        counters = execute(invocation.command_stream, list(invocation.regions), accelerator)
+        if on_counters is not None:
+            on_counters(counters)
+        if fail_on_hazard and counters.hazards:
+            raise HazardError(counters.hazards[0])
+
+    return handle

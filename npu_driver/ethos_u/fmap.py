@@ -134,8 +134,11 @@ class Memory:
         self.written_bytes: dict[int, int] = {}
         self.trace: list | None = None  # Access records when tracing
         self.current: tuple[str, int] = ("", -1)  # the command being executed
+        self.op_accesses: list[tuple[str, int, int, int]] = []  # the current command's accesses
+        self.extent: dict[int, int] = {}  # region -> highest byte touched + 1
 
     def _record(self, kind: str, region: int, lowest: int, highest: int, what: str) -> None:
+        self.op_accesses.append((kind, region, lowest, highest))
         if self.trace is not None:
             self.trace.append(Access(self.current[0], self.current[1], kind, region, lowest,
                                      highest, what))
@@ -165,6 +168,8 @@ class Memory:
         return np.frombuffer(view, dtype=np.uint8)
 
     def _check(self, region: int, lowest: int, highest: int, size: int, where: str, what: str):
+        if highest + 1 > self.extent.get(region, 0):
+            self.extent[region] = highest + 1
         if lowest < 0 or highest >= size:
             raise MemoryFault(f"{where}: {what} touches bytes {lowest}..{highest} of region "
                               f"{region}, which has {size} bytes")

@@ -15,7 +15,7 @@ ethosu65_interface.h `struct npu_set_*_t`, mirrored by Vela's ethos_u55_regs.py)
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,12 +57,67 @@ class Counters:
     read_bytes: dict = field(default_factory=dict)  # region -> bytes read (IFM, weights, DMA src)
     written_bytes: dict = field(default_factory=dict)  # region -> bytes written
     region_sizes: dict = field(default_factory=dict)  # region -> bytes (a grown fast scratch)
+    region_extent: dict = field(default_factory=dict)  # region -> highest byte touched + 1
     trace: tuple = ()  # fmap.Access records of a traced execution
     weight_streams: list = field(default_factory=list)  # each weight stream read (traced runs)
+    # DMA/kernel overlaps the stream does not wait for (see HazardTracker): where the device,
+    # which runs DMA and kernel operations concurrently, may compute something else
+    hazards: list = field(default_factory=list)
 
     def summary(self) -> str:
         ops = ", ".join(f"{k} {v}" for k, v in sorted(self.operations.items()))
         return f"{self.commands} commands, {self.macs:,} MACs; {ops}"
+
+
+# Vela's model of the queues (architecture_features.py: max_outstanding_dma 1 on U55, 2 on
+# U65; max_outstanding_kernels 2), under which it computes the DMA_WAIT/KERNEL_WAIT counts.
+MAX_OUTSTANDING_DMA = {0: 1, 1: 2}
+MAX_OUTSTANDING_KERNELS = 2
+
+
+def _conflicts(first, second) -> tuple | None:
+    """The first pair of accesses (kind, region, lowest, highest) where one writes what the
+    other touches."""
+    for a in first:
+        for b in second:
+            if a[1] == b[1] and "write" in (a[0], b[0]) and a[2] <= b[3] and b[2] <= a[3]:
+                return a, b
+    return None
+
+
+class HazardTracker:
+    """DMA and kernel operations run concurrently on the device; NPU_OP_DMA_WAIT n (at most n
+    DMAs still running) and NPU_OP_KERNEL_WAIT n order them. A kernel operation touching bytes
+    an outstanding DMA writes (or writing bytes it reads), or a DMA doing so to an outstanding
+    kernel operation, is a hazard: in-order execution (this model) is then not what the device
+    is guaranteed to compute. Kernel-to-kernel overlap is governed by BLOCKDEP, not checked."""
+
+    def __init__(self, max_dma: int, max_kernels: int = MAX_OUTSTANDING_KERNELS):
+        self.dma = deque()
+        self.kernels = deque()
+        self.max_dma = max_dma
+        self.max_kernels = max_kernels
+
+    def wait(self, queue: deque, outstanding: int) -> None:
+        while len(queue) > outstanding:
+            queue.popleft()
+
+    def issue(self, command: Command, accesses, is_dma: bool) -> list[str]:
+        found = []
+        others, own, limit = ((self.kernels, self.dma, self.max_dma) if is_dma else
+                              (self.dma, self.kernels, self.max_kernels))
+        for other_command, other_accesses in others:
+            clash = _conflicts(accesses, other_accesses)
+            if clash:
+                (kind, region, lo, hi), (okind, _, olo, ohi) = clash
+                place = "SHRAM" if region < 0 else f"region {region}"
+                found.append(f"{command.name} at word {command.offset} {kind}s {place} bytes "
+                             f"{lo}..{hi} while {other_command.name} at word "
+                             f"{other_command.offset} ({okind}s {olo}..{ohi}) may still run: "
+                             f"no {'KERNEL' if is_dma else 'DMA'}_WAIT orders them")
+        self.wait(own, limit - 1)
+        own.append((command, tuple(accesses)))
+        return found
 
 
 def _region_name(region: int, internal: bool = False) -> str:
@@ -78,6 +133,7 @@ class Machine:
         self.regs: dict[object, Command] = {}
         self.counters = Counters()
         self.stopped = False
+        self.hazards = HazardTracker(MAX_OUTSTANDING_DMA.get(accel.product, 1))
 
     # -- registers ---------------------------------------------------------------------------
 
@@ -133,7 +189,16 @@ class Machine:
         if handler is None:
             raise UnmodelledCommand(f"{where(command.name, command.offset)}: not modelled")
         self.memory.current = (command.name, command.offset)
+        self.memory.op_accesses = []
         handler(command)
+        if opcode == cmd0.NPU_OP_DMA_WAIT:
+            self.hazards.wait(self.hazards.dma, command.param & 0xF)
+        elif opcode == cmd0.NPU_OP_KERNEL_WAIT:
+            self.hazards.wait(self.hazards.kernels, command.param & 0xF)
+        elif opcode in (cmd0.NPU_OP_DMA_START, cmd0.NPU_OP_CONV, cmd0.NPU_OP_DEPTHWISE,
+                        cmd0.NPU_OP_POOL, cmd0.NPU_OP_ELEMENTWISE):
+            counters.hazards.extend(self.hazards.issue(
+                command, self.memory.op_accesses, opcode == cmd0.NPU_OP_DMA_START))
 
     def _set(self, command: Command) -> None:
         opcode = command.opcode
@@ -143,8 +208,9 @@ class Machine:
         if opcode == cmd0.NPU_SET_ACC_FORMAT and command.param & 0x3 not in (0, 1):
             raise UnmodelledCommand(f"{where(command.name, command.offset)}: accumulator format "
                                     f"{command.param & 3} (FP_S5_10) is not modelled")
-        if opcode in (cmd1.NPU_SET_WEIGHT1_BASE, cmd1.NPU_SET_SCALE1_BASE):
-            pass  # second-core streams: their length must stay 0 on one core (checked at use)
+        if opcode == cmd0.NPU_SET_ACTIVATION and command.param & ~0x701F:
+            raise UnmodelledCommand(f"{where(command.name, command.offset)}: ACTIVATION "
+                                    f"{command.param:#06x} sets reserved bits")
         self.regs[opcode] = command
 
     def _op_stop(self, command: Command) -> None:
@@ -198,7 +264,7 @@ class Machine:
 
     # -- kernel geometry ---------------------------------------------------------------------
 
-    def _kernel(self, op: Command, *, pooling: bool = False):
+    def _kernel(self, op: Command):
         """(undilated kh, kw, stride y, x, dilation y, x, part_kernel) from KERNEL_* registers."""
         stride = self.param(cmd0.NPU_SET_KERNEL_STRIDE, op)
         # npu_set_kernel_stride_t: stride_x_lsb 0, stride_y_lsb 1, weight_order 2, dilation_x 3,
@@ -228,6 +294,12 @@ class Machine:
                 self.param(cmd0.NPU_SET_IFM_PAD_BOTTOM, op) & 0xFF,
                 self.param(cmd0.NPU_SET_IFM_PAD_RIGHT, op) & 0xFF)
 
+    def _no_operand_scaling(self, op: Command) -> None:
+        """IFM_PRECISION's scale mode only applies to elementwise ADD/SUB operands."""
+        if (self.param(cmd0.NPU_SET_IFM_PRECISION, op) >> 8) & 0x3:
+            raise UnmodelledCommand(f"{where(op.name, op.offset)}: IFM_PRECISION selects operand "
+                                    "scaling, which only elementwise ADD/SUB use")
+
     def _padded_ifm(self, op: Command, ofm_shape, kernel, depth: int, *, fill=0, ifm=None):
         """The IFM window the operation reads, zero point removed, with padding (and upscaling)
         applied: shape ((OH-1)*sy + dkh, (OW-1)*sx + dkw, depth). Positions that are padding
@@ -239,6 +311,7 @@ class Machine:
         `calc_sizes` derives it the same way); with IFM_UPSCALE the IFM is first upscaled by 2
         (nearest: each element repeated, zeros: zero-point elements in between)."""
         ifm = ifm or self._fm("IFM", op)
+        self._no_operand_scaling(op)
         oh, ow, _ = ofm_shape
         _, _, sy, sx, _, _, _, dkh, dkw = kernel
         top, left, bottom, right = self._padding(op)
@@ -316,6 +389,16 @@ class Machine:
             raise UnmodelledCommand(f"{where(op.name, op.offset)}: {length_reg.name} is non-zero "
                                     "but the configuration has one core")
 
+    def _check_32bit_scale(self, ofm: FeatureMap, scale, shift, op: Command) -> None:
+        """A 32-bit OFM of an elementwise or pooling operation: the interface notes that
+        OFM_SCALE's scale "is not applied for 32-bit operations" (ethosu55_interface.h
+        npu_set_ofm_scale_t); its shift is (an int32 MUL with a TOSA shift of 30 arrives as
+        scale 1, shift 30 and matches TOSA). Vela writes scale 1 there; the model refuses
+        another scale rather than guess whether it is ignored."""
+        if ofm.element_size == 4 and np.any(np.asarray(scale) != 1):
+            raise UnmodelledCommand(f"{where(op.name, op.offset)}: a scale other than 1 on a "
+                                    "32-bit OFM is not modelled")
+
     def _accumulate_check(self, acc: np.ndarray, op: Command) -> None:
         fmt = self.param(cmd0.NPU_SET_ACC_FORMAT, op) & 0x3
         bits = 32 if fmt == 0 else 40
@@ -366,10 +449,13 @@ class Machine:
                                     "OFM is not modelled (Vela writes -32768..32767 there)")
 
     def _lut(self, values, slot, clip, ofm, act_lo, act_hi, op):
-        """Table lookup: the value (zero point added) is clamped to the clip range (the OFM type
-        when 0), indexes the 256-entry int8/uint8 table in LUT slot `slot` of SHRAM
-        (slot address = LUT base + 256 x slot; Vela lut.py, regor InsertLUTDMACommand), and the
-        table entry is the output."""
+        """Table lookup of the value (zero point added), first clamped to the clip range (the
+        OFM type when 0). 8-bit: a 256-entry int8/uint8 table, 256 bytes at LUT slot `slot`
+        (slot address = LUT base + 256 x slot; Vela lut.py, regor InsertLUTDMACommand).
+        16-bit: 512 32-bit entries (all 8 slots, 2 KiB), each the int16 base (bits 0-15) and
+        slope (bits 16-31) of one 128-value step (Vela lut.py::create_lut_int16_op); the output
+        is base + round(slope x (v + 32768) % 128 / 128) for step (v + 32768) // 128, the
+        rounding half up (TOSA TABLE's int16 interpolation then its RESCALE by 1/128)."""
         if ofm.element_size == 4 and clip != 3:
             raise UnmodelledCommand(f"{where(op.name, op.offset)}: LUT on a 32-bit OFM without "
                                     "the int8 clip range")
@@ -379,20 +465,31 @@ class Machine:
                                     "is reserved")
         if rng is None:
             rng = ofm.type_range
-        if rng[1] - rng[0] != 255:
-            raise UnmodelledCommand(f"{where(op.name, op.offset)}: a 16-bit table lookup "
-                                    "(2 KiB interpolating LUT) is not modelled")
+        wide = rng[1] - rng[0] != 255
+        if wide and rng != (-32768, 32767):
+            raise UnmodelledCommand(f"{where(op.name, op.offset)}: a table lookup over "
+                                    f"{rng[0]}..{rng[1]} (uint16) is not modelled")
+        size = 2048 if wide else 256
         start = self.accel.lut_address + slot * LUT_SLOT_BYTES
-        if start + 256 > self.accel.shram_bytes:
-            raise MemoryFault(f"{where(op.name, op.offset)}: LUT slot {slot} lies beyond SHRAM")
-        if not self.memory.shram_valid[start:start + 256].all():
+        if start + size > self.accel.shram_bytes:
+            raise MemoryFault(f"{where(op.name, op.offset)}: LUT slot {slot} ({size} bytes) lies "
+                              "beyond SHRAM")
+        if not self.memory.shram_valid[start:start + size].all():
             raise MemoryFault(f"{where(op.name, op.offset)}: LUT slot {slot} (SHRAM "
-                              f"{start}..{start + 255}) was not loaded by a DMA, or a kernel "
+                              f"{start}..{start + size - 1}) was not loaded by a DMA, or a kernel "
                               "operation overwrote it since")
-        table = np.frombuffer(bytes(self.memory.shram[start:start + 256]),
-                              dtype=np.int8 if rng[0] < 0 else np.uint8).astype(np.int64)
+        self.memory._record("read", -1, start, start + size - 1, "LUT")
+        raw = bytes(self.memory.shram[start:start + size])
         index = np.clip(values, rng[0], rng[1]) - rng[0]
-        out = table[index.astype(np.int64)]
+        if not wide:
+            table = np.frombuffer(raw, dtype=np.int8 if rng[0] < 0 else np.uint8)
+            out = table.astype(np.int64)[index.astype(np.int64)]
+        else:
+            entries = np.frombuffer(raw, dtype="<u4").astype(np.int64)
+            base = ((entries & 0xFFFF) ^ 0x8000) - 0x8000
+            slope = (((entries >> 16) & 0xFFFF) ^ 0x8000) - 0x8000
+            step, fraction = index >> 7, index & 0x7F
+            out = base[step] + ((slope[step] * fraction + 64) >> 7)
         lo_t, hi_t = ofm.type_range
         self.counters.operations["lut"] += 1
         return np.clip(out, max(act_lo, lo_t), min(act_hi, hi_t))
@@ -510,6 +607,8 @@ class Machine:
         bias, scale, shift = self._scale_records(op, oc)
         acc = acc + bias
         self._accumulate_check(acc, op)
+        # (a convolution into a 32-bit OFM does apply its per-channel scales: int16 a16w8
+        # convolutions whose int32 results keep scales 165..10911 match TOSA byte for byte)
         out = arith.scale_shift(acc, scale, shift, self._rounding(op))
         out = self._output(out, ofm, op)
         self._write_ofm(ofm, out, op)
@@ -537,6 +636,7 @@ class Machine:
                 raise UnmodelledCommand(f"{where(op.name, op.offset)}: REDUCE_SUM to an OFM of "
                                         f"depth {oc} (it sums the IFM depth into one channel)")
             ifm = self._fm("IFM", op)
+            self._no_operand_scaling(op)
             depth = self.param(cmd0.NPU_SET_IFM_DEPTH_M1, op) + 1
             zp = self._zero_point(cmd0.NPU_SET_IFM_ZERO_POINT, ifm, op)
             values = self._read(ifm, (oh, ow, depth), op) - zp
@@ -571,6 +671,7 @@ class Machine:
             bias, scale, shift = self._scale_records(op, oc)
         acc = acc + bias
         self._accumulate_check(acc, op)
+        self._check_32bit_scale(ofm, scale, shift, op)
         out = arith.scale_shift(acc, scale, shift, self._rounding(op))
         out = self._output(out, ofm, op)
         self._write_ofm(ofm, out, op)
@@ -609,8 +710,15 @@ class Machine:
         upscale = self.param(cmd0.NPU_SET_IFM_UPSCALE, op) & 0x3
         if upscale:
             raise UnmodelledCommand(f"{w}: elementwise with IFM upscaling is not modelled")
+        ifm_depth = self.param(cmd0.NPU_SET_IFM_DEPTH_M1, op) + 1
+        if ifm_depth != oc:
+            raise UnmodelledCommand(f"{w}: elementwise IFM depth {ifm_depth} differs from the "
+                                    f"OFM depth {oc} (only IFM2 broadcasts)")
         precision = self.param(cmd0.NPU_SET_IFM_PRECISION, op)
         scale_mode = (precision >> 8) & 0x3
+        if scale_mode and mode not in ("add", "sub"):
+            raise UnmodelledCommand(f"{w}: IFM scale mode {scale_mode} on elementwise "
+                                    f"{mode.upper()} (operand scaling is for ADD/SUB)")
         ifm_round = (precision >> 14) & 0x3
         a_zp = self._zero_point(cmd0.NPU_SET_IFM_ZERO_POINT, ifm, op)
         a = self._read(ifm, shape, op) - a_zp
@@ -640,12 +748,12 @@ class Machine:
                 b = np.broadcast_to(self._read(ifm2, shape2, op) - zp2, shape)
             if reversed_order:
                 a, b = b, a
-        result = self._elementwise(mode, a, b, scale_mode, ifm_round, ifm.element_size, op)
+        result = self._elementwise(mode, a, b, scale_mode, ifm_round, ifm.element_size, ofm, op)
         out = self._output(result, ofm, op)
         self._write_ofm(ofm, out, op)
         self.counters.operations[f"elementwise.{mode}"] += 1
 
-    def _elementwise(self, mode, a, b, scale_mode, ifm_round, element_size, op):
+    def _elementwise(self, mode, a, b, scale_mode, ifm_round, element_size, ofm, op):
         w = where(op.name, op.offset)
         rounding = self._rounding(op)
         if mode in ("add", "sub"):
@@ -686,6 +794,7 @@ class Machine:
         if self._global_scale(op):
             scale = self.payload(cmd1.NPU_SET_OFM_SCALE, op)
             shift = self.param(cmd1.NPU_SET_OFM_SCALE, op) & 0x3F
+            self._check_32bit_scale(ofm, scale, shift, op)
             return arith.scale_shift(result, scale, shift, rounding)
         if mode in ("add", "sub", "mul", "abs"):
             raise UnmodelledCommand(f"{w}: elementwise {mode.upper()} with per-channel OFM "

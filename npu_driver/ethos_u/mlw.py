@@ -77,6 +77,26 @@ def _unary_symbols(bits: int, width: int, carry: int):
     return symbols, count
 
 
+def _remainders(bits: _Bits, quotients: list[int], div: int, values: list[int], field: str):
+    """Append (q << div) + remainder for each quotient; the remainders are consecutive
+    div-bit fields, read at once."""
+    if not quotients:
+        return
+    if div == 0:
+        values.extend(quotients)
+        return
+    count = len(quotients)
+    pos = bits.pos
+    if pos + count * div > bits.end:
+        raise WeightStreamError(f"the weight stream ends inside its {field} field "
+                                f"(bit {pos} + {count * div} of {bits.end})")
+    byte = pos >> 3
+    word = int.from_bytes(bits.data[byte:byte + (count * div + 14) // 8 + 1], "little") >> (pos & 7)
+    mask = (1 << div) - 1
+    values.extend((q << div) + ((word >> (i * div)) & mask) for i, q in enumerate(quotients))
+    bits.pos = pos + count * div
+
+
 def decode(stream: bytes, needed: int | None = None) -> np.ndarray:
     """The signed 9-bit weights of `stream` (int16), stopping after the slice that completes
     `needed` weights when given (the decoder reads no further than the weights it must
@@ -167,15 +187,9 @@ def _decode(stream: bytes, needed: int | None) -> np.ndarray:
                 w_carry = count
                 w_pos += len(w_syms)
             if w_prev_on:
-                for q in w_prev:
-                    if len(w_values) >= nvalues:
-                        break
-                    w_values.append((q << wdiv) + bits.get(wdiv, "WREMAIN"))
+                _remainders(bits, w_prev[:nvalues - len(w_values)], wdiv, w_values, "WREMAIN")
             if z_prev_on:
-                for q in z_prev:
-                    if len(z_values) >= z_nvalues:
-                        break
-                    z_values.append((q << zdiv) + bits.get(zdiv, "ZREMAIN"))
+                _remainders(bits, z_prev[:z_nvalues - len(z_values)], zdiv, z_values, "ZREMAIN")
             w_prev, z_prev, w_prev_on, z_prev_on = w_syms, z_syms, w_on, z_on
             if not (w_prev_on or z_prev_on):
                 break
