@@ -174,7 +174,10 @@ def qemu_on_checked_pte(pte: Path, platform, timeout_s: int = 600, atol: float =
                    "npu": target["npu"],
                    "npu_fast_scratch_bytes": fast_scratch_bytes(platform, target["npu"])}
     with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
-        bpte = write_bundle(pte, Path(folder) / "program.bpte", samples=samples)
+        # A hybrid program's expectation is the TOSA graphs' (what Vela was given): the NPU
+        # half runs on QEMU's side of the bridge, where the stream is checked against them.
+        bpte = write_bundle(pte, Path(folder) / "program.bpte", samples=samples,
+                            npu_model="tosa" if npu else "auto")
         return run_bpte_on_qemu(bpte, Manifest.load(pte).file("operators.txt"), platform,
                                 timeout_s=timeout_s, atol=atol, **npu)
 
@@ -207,6 +210,8 @@ def qemu_lines(result) -> list[str]:
                  result.summary(),
                  f"npu: {result.npu_invocations} invocation(s), {result.npu_commands:,} NPU "
                  "commands executed by the functional model over the run"]
+        lines += [f"npu error: {line.removeprefix('NPU bridge: ')}" for line in result.errors
+                  if line.startswith("NPU bridge: ")][:4]
     else:
         lines = [f"method: {METHOD} (Cortex-M55 + MVE on QEMU mps3-an547: ExecuTorch runtime, "
                  "portable and CMSIS-NN kernels built for the M55; no Ethos-U, no timing)",
@@ -226,7 +231,7 @@ def qemu_lines(result) -> list[str]:
 
 
 def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
-             samples: int = 4) -> MethodResult:
+             samples: int = 4, npu_model: str = "auto") -> MethodResult:
     from orchestrator.errors import NotRun, UserError
     from orchestrator.verification.twin import load_twin
     from platforms.qemu import QemuUnavailable
@@ -240,7 +245,8 @@ def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
     except UserError as error:
         return MethodResult(QEMU, "not-run", str(error), True)
     try:
-        result = qemu_on_checked_pte(pte, platform, timeout_s, samples=samples)
+        result = qemu_on_checked_pte(pte, platform, timeout_s, samples=samples,
+                                     npu_model=npu_model)
     except (NotRun, QemuUnavailable) as error:
         return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True)
     text = "\n".join([f"verify --qemu {pte}: {'PASS' if result.passed else 'FAIL'}"]
@@ -332,6 +338,6 @@ def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
         results.append(run_host_runtime(pte, samples, calibration, per_op, executorch_src,
                                         cmsis_nn_src, npu_model))
     if QEMU in methods:
-        results.append(run_qemu(pte, platform, timeout_s))
+        results.append(run_qemu(pte, platform, timeout_s, npu_model=npu_model))
     return combine(pte, tuple(results), has_npu=bool(twin.partitions),
                    npu_stream=choice != "tosa")

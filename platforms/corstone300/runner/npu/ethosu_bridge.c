@@ -145,14 +145,14 @@ static bool exchange(const struct ethosu_job* job, const uint8_t* stream, uint32
     snprintf(bridge_error, sizeof bridge_error,
              "reply refused: it answers request %" PRIu32 ", not %" PRIu32 " (stale or foreign)",
              head[2], sequence);
-  } else if (head[4] != (uint32_t)num_base_addr ||
-             sh_read_all(reply, written, head[4] * 4u) != 0) {
-    snprintf(bridge_error, sizeof bridge_error, "reply refused: %" PRIu32 " regions, sent %d",
-             head[4], num_base_addr);
   } else if (head[3] != 0) {
     snprintf(bridge_error, sizeof bridge_error,
              "the host's NPU model reports status %" PRIu32 " for request %" PRIu32
              " (the host's log says why)", head[3], sequence);
+  } else if (head[4] != (uint32_t)num_base_addr ||
+             sh_read_all(reply, written, head[4] * 4u) != 0) {
+    snprintf(bridge_error, sizeof bridge_error, "reply refused: %" PRIu32 " regions, sent %d",
+             head[4], num_base_addr);
   } else {
     ok = true;
     for (int i = 0; ok && i < num_base_addr; i++) {
