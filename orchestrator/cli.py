@@ -220,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--fvp", action="store_true", help="run the .bpte on a Corstone FVP")
     ver.add_argument("--qemu", action="store_true", help="run the .bpte on QEMU's Corstone-300 "
                      "(mps3-an547, Cortex-M55 + MVE) with the runner firmware built here "
-                     "(CPU-only programs; QEMU has no Ethos-U)")
+                     "(an Ethos-U55/U65 program's NPU invocations go over semihosting to the "
+                     "Ethos-U functional model on the host; not the Ethos-U85)")
     ver.add_argument("--atol", type=float, default=0.0,
                      help="--qemu: BundleIO absolute tolerance (default 0: byte-exact)")
     ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF (or ORCHESTRATE_RUNNER_ELF)")
@@ -642,15 +643,17 @@ def _print_report(args, as_json: dict, as_text: str) -> None:
 def _verify_qemu(args, pte: Path) -> int:
     from orchestrator.artifacts.manifest import Manifest
     from orchestrator.errors import NotRun, VerificationFailure
-    from orchestrator.verification.combined import installed_platform, qemu_lines, qemu_on_checked_pte
+    from orchestrator.verification.combined import (installed_platform, qemu_lines,
+                                                    qemu_on_checked_pte, qemu_unavailable_reason)
 
     target = Manifest.load(pte).target
     platform = installed_platform(target, args.platform)
-    if target["npu"]:
-        raise NotRun(f"not run: {pte.name} is compiled for {target['npu']} and QEMU's "
-                     f"{platform.name} model has no Ethos-U; nothing was run (verify without "
-                     "--qemu runs the twin and the host runtime; --fvp on a Corstone FVP)")
-    result = qemu_on_checked_pte(pte, platform, args.timeout, atol=args.atol)
+    reason = qemu_unavailable_reason(target, bool(target["npu"]))
+    if target["npu"] and reason is not None:
+        raise NotRun(f"not run: {pte.name}: {reason}; nothing was run (verify without --qemu "
+                     "runs the twin and the host runtime; --fvp on a Corstone FVP)")
+    result = qemu_on_checked_pte(pte, platform, args.timeout, atol=args.atol,
+                                 npu_model=args.npu_model)
     print("\n".join(qemu_lines(result)))
     if result.passed is not True:
         raise VerificationFailure("QEMU run did not report PASS")

@@ -64,12 +64,16 @@ _TOOL_PREFIX = "arm-none-eabi-"
 _FIRMWARE_CONFIG = "firmware.yaml"
 # Bump when the build recipe below changes in a way the hashed inputs do not show.
 _RECIPE_VERSION = "1"
+# The NPU build's own sources beside the runner (the driver's device layer over semihosting).
+_NPU_DIR = "npu"
+_ETHOS_U_BACKEND_SOURCES = ("EthosUBackend.cpp", "EthosUBackend_Cortex_M.cpp",
+                            "EthosUBackend_IoMemcpy.cpp", "VelaBinStream.cpp")
 
 # Mirrors runner_mailbox_t in runner/board.h.
 _MAILBOX_PLANNED = 4  # RUNNER_MAILBOX_PLANNED
 _MAILBOX = struct.Struct("<IIII" + "16s" * _MAILBOX_PLANNED + "16sffI16sI")
 _MAILBOX_MAGIC = 0x4E55524F
-_MAILBOX_VERSION = 3
+_MAILBOX_VERSION = 4
 _IMAGE_ALIGNMENT = 64
 
 # The Ethos-U delegate's id as serialized in the program's backend_delegates table.
@@ -130,6 +134,7 @@ class ThirdParty:
     executorch: Path
     cmsis_nn: Path
     flatbuffers: Path
+    ethos_u_driver: Path  # the Ethos-U core driver (only the NPU build needs it)
 
 
 def find_toolchain() -> Toolchain:
@@ -177,7 +182,8 @@ def find_third_party(root: str | Path | None = None) -> ThirdParty:
         raise ThirdPartySourcesNotFound(
             f"no {', '.join(missing)} sources in {base} (set ${THIRD_PARTY_ENV})"
         )
-    return ThirdParty(base, base / "executorch", base / "cmsis-nn", base / "flatbuffers")
+    return ThirdParty(base, base / "executorch", base / "cmsis-nn", base / "flatbuffers",
+                      base / "ethos-u-core-driver")
 
 
 def _find_flatc(third_party: ThirdParty) -> Path:
@@ -436,6 +442,7 @@ class _Unit:
     source: Path
     flags: tuple[str, ...]
     extra_inputs: tuple[Path, ...] = ()
+    npu: bool = False  # the NPU build's: its key also covers the backend and driver sources
 
     @property
     def is_cxx(self) -> bool:
@@ -444,8 +451,10 @@ class _Unit:
 
 class _Builder:
     def __init__(self, platform: Platform, config: FirmwareConfig, third_party: ThirdParty,
-                 toolchain: Toolchain, cache: Path, jobs: int, trace: bool):
+                 toolchain: Toolchain, cache: Path, jobs: int, trace: bool,
+                 npu_product: str | None = None):
         self.platform = platform
+        self.npu_product = npu_product  # "ethos-u55" / "ethos-u65": link the NPU stack
         self.trace = trace
         self.config = config
         self.tp = third_party
@@ -461,9 +470,15 @@ class _Builder:
             third_party.root,
         )
         self.runner_digest = tree_digest(
-            sorted(p for p in config.runner_dir.iterdir() if p.suffix in (".c", ".cpp", ".h")),
+            sorted(p for folder in (config.runner_dir, config.runner_dir / _NPU_DIR)
+                   if folder.is_dir() for p in folder.iterdir()
+                   if p.suffix in (".c", ".cpp", ".h")),
             config.runner_dir,
         )
+        self.npu_tree = tree_digest(
+            [et / "backends/arm/runtime", third_party.ethos_u_driver / "include",
+             third_party.ethos_u_driver / "src"], third_party.root,
+        ) if npu_product else ""
 
     # -- generated sources ------------------------------------------------------------------
 
@@ -599,7 +614,14 @@ SECTIONS
     . = ALIGN(8);
   }} > {code} :text
   .ARM.extab : {{ *(.ARM.extab* .gnu.linkonce.armextab.*) }} > {code}
-  .ARM.exidx : {{ *(.ARM.exidx* .gnu.linkonce.armexidx.*) }} > {code}
+  /* Bounds of the unwind index: the NPU build (EthosUBackend) pulls libgcc's unwinder in from
+   * libstdc++, and it names them. */
+  .ARM.exidx :
+  {{
+    __exidx_start = .;
+    *(.ARM.exidx* .gnu.linkonce.armexidx.*)
+    __exidx_end = .;
+  }} > {code}
   .preinit_array : ALIGN(4)
   {{
     PROVIDE_HIDDEN(__preinit_array_start = .);
@@ -725,13 +747,36 @@ SECTIONS
         runner_cxx = (*cxx, f"-DRUNNER_CPU_HZ={self.platform.cpu_hz}")
         units += [_Unit(p, runner_cxx) for p in sorted(runner.glob("*.cpp"))]
         units.append(_Unit(regions_c, c))
+        if self.npu_product:
+            units += self.npu_units(cxx, c)
+        return units
+
+    def npu_units(self, cxx: tuple[str, ...], c: tuple[str, ...]) -> list[_Unit]:
+        """ExecuTorch's EthosUBackend and the Ethos-U core driver, from the sources, with the
+        runner's device layer (runner/npu/ethosu_bridge.c) in place of the driver's register
+        level (ethosu_device_u55_u65.c), which QEMU has no NPU behind."""
+        driver = self.tp.ethos_u_driver
+        if not (driver / "src" / "ethosu_driver.c").is_file():
+            raise ThirdPartySourcesNotFound(
+                f"no Ethos-U core driver in {driver} (set ${THIRD_PARTY_ENV})")
+        backend = self.tp.executorch / "backends/arm/runtime"
+        npu_dir = self.config.runner_dir / _NPU_DIR
+        product = {"ethos-u55": "ETHOSU55", "ethos-u65": "ETHOSU65"}[self.npu_product]
+        driver_includes = (f"-I{driver / 'include'}", f"-I{driver / 'src'}", f"-I{npu_dir}",
+                           f"-D{product}", "-DETHOSU_LOG_SEVERITY=0",
+                           f"-ffile-prefix-map={npu_dir}=runner/npu")
+        units = [_Unit(backend / name, (*cxx, f"-I{driver / 'include'}"), npu=True)
+                 for name in _ETHOS_U_BACKEND_SOURCES]
+        units.append(_Unit(driver / "src" / "ethosu_driver.c", (*c, *driver_includes), npu=True))
+        units += [_Unit(p, (*c, *driver_includes), npu=True) for p in sorted(npu_dir.glob("*.c"))]
         return units
 
     def object_key(self, unit: _Unit, schema: Path) -> str:
         """Compiler, flags, the source and what it may include: the third-party tree, the schema
         headers (named by their own key) and, for the runner's files, the runner's headers."""
         flags = [flag.replace(str(self.cache), "<cache>") for flag in unit.flags]
-        ours = unit.source.parent in (self.config.runner_dir, self.cache / "generated")
+        ours = unit.source.parent in (self.config.runner_dir, self.config.runner_dir / _NPU_DIR,
+                                      self.cache / "generated")
         if unit.source.is_relative_to(self.tp.root):
             name = str(unit.source.relative_to(self.tp.root))
         elif unit.source.is_relative_to(self.cache):
@@ -741,7 +786,8 @@ SECTIONS
         return digest(_RECIPE_VERSION, self.toolchain.version, "c++" if unit.is_cxx else "c",
                     json.dumps(flags), name, unit.source.read_bytes(), self.tree,
                     self.runner_digest if ours else "", schema.parent.name,
-                    *(p.read_bytes() for p in unit.extra_inputs))
+                    *(p.read_bytes() for p in unit.extra_inputs),
+                    *((self.npu_tree,) if unit.npu else ()))
 
     def compile_all(self, units: Sequence[_Unit], schema: Path) -> list[Path]:
         objects, pending = [], []
@@ -828,9 +874,12 @@ def build_firmware(
     cache_dir: str | Path | None = None,
     jobs: int | None = None,
     trace: bool = False,
+    npu_product: str | None = None,
 ) -> Firmware:
     """Build (or take from the cache) the runner firmware that registers `operators`; with
-    `trace`, a variant that reports every instruction's ticks and output CRCs.
+    `trace`, a variant that reports every instruction's ticks and output CRCs; with
+    `npu_product` ("ethos-u55" or "ethos-u65"), one that links ExecuTorch's EthosUBackend and
+    the Ethos-U core driver and hands each command stream to the host (runner/npu/).
 
     Raises QemuUnavailable subclasses when the build cannot happen here (no toolchain, no
     sources, an operator without a kernel) and FirmwareBuildError when it fails."""
@@ -842,7 +891,11 @@ def build_firmware(
     operators = tuple(sorted(set(operators)))
     selection = select_operators(operators, sources)
     cache = Path(cache_dir).expanduser() if cache_dir else cache_root()
-    builder = _Builder(platform, config, sources, toolchain, cache, jobs or build_jobs(), trace)
+    if npu_product not in (None, "ethos-u55", "ethos-u65"):
+        raise NoEthosUInQemu(f"the runner's NPU bridge serves the Ethos-U55 and U65, not "
+                             f"{npu_product}")
+    builder = _Builder(platform, config, sources, toolchain, cache, jobs or build_jobs(), trace,
+                       npu_product)
     regions = _ram_regions(platform, config)
 
     schema = builder.schema_headers()
@@ -990,6 +1043,11 @@ class QemuResult:
     # Each planned buffer as the runner logged it: (mem_id, bytes, region holding its address,
     # address); the region is read from the address, not from the runner's own label.
     planned_buffers: tuple[tuple[int, int, str | None, int], ...] = ()
+    # A hybrid program's NPU over the bridge: the accelerator, the invocations it served and
+    # the NPU commands the functional model executed over the whole run (every case, repeat).
+    npu: str | None = None
+    npu_invocations: int = 0
+    npu_commands: int = 0
 
     def summary(self) -> str:
         counted = (f", {self.instructions:,} instructions per inference (icount; not cycles)"
@@ -1065,6 +1123,9 @@ def run_bpte_on_qemu(
     cache_dir: str | Path | None = None,
     jobs: int | None = None,
     trace: bool = False,
+    npu_handler=None,
+    npu: str | None = None,
+    npu_fast_scratch_bytes: int = 0,
 ) -> QemuResult:
     """Build or reuse the runner for the program's operators and run the .bpte on QEMU.
 
@@ -1076,18 +1137,33 @@ def run_bpte_on_qemu(
     (`QemuResult.weights_region` says where the runner read them from); tolerances 0 and 0 demand
     byte-equal outputs. Raises a
     QemuUnavailable ("not run: ...") when the check cannot run here, including for programs
-    with Ethos-U delegates (QEMU has no Ethos-U; nothing is run)."""
+    with Ethos-U delegates unless `npu_handler` serves them.
+
+    A hybrid program runs with `npu_handler` (platforms/qemu_npu_bridge.NpuHandler) and `npu`
+    (the accelerator, e.g. "ethos-u55-128"): the firmware's NPU build links EthosUBackend and the
+    Ethos-U core driver and hands each command stream to the handler over semihosting;
+    `npu_fast_scratch_bytes` is the fast scratch (base address 2) it sets aside.
+    `QemuResult.npu_invocations` and `.npu_commands` count what the handler ran."""
     bpte_path, operators_txt = Path(bpte_path), Path(operators_txt)
     platform = load_platform(platform) if isinstance(platform, str) else platform
+    npu_product = None
     if program_has_ethos_u(bpte_path):
-        raise NoEthosUInQemu(
-            f"{bpte_path.name} delegates to the Ethos-U and QEMU's {platform.name} model has no "
-            "Ethos-U; nothing was run (use the FVP, or compile with --npu none)"
-        )
+        if npu_handler is None:
+            raise NoEthosUInQemu(
+                f"{bpte_path.name} delegates to the Ethos-U and QEMU's {platform.name} model has "
+                "no Ethos-U; nothing was run (use the FVP, or compile with --npu none)"
+            )
+        npu_product = next((p for p in ("ethos-u55", "ethos-u65") if (npu or "").startswith(p)),
+                           None)
+        if npu_product is None:
+            raise NoEthosUInQemu(
+                f"{bpte_path.name} delegates to the {npu or 'Ethos-U'}; the runner's NPU bridge "
+                "serves the Ethos-U55 and U65 functional model only; nothing was run")
     config = load_firmware_config(platform)
     qemu = find_qemu()
     firmware = build_firmware(read_operators(operators_txt), platform, third_party=third_party,
-                              cache_dir=cache_dir, jobs=jobs, trace=trace)
+                              cache_dir=cache_dir, jobs=jobs, trace=trace,
+                              npu_product=npu_product)
 
     chosen = _plan_regions(operators_txt)
     image_region = platform.memory(chosen.get("image", config.default_program_region))
@@ -1110,7 +1186,8 @@ def run_bpte_on_qemu(
         _MAILBOX_MAGIC, _MAILBOX_VERSION, image_address, bpte_path.stat().st_size,
         *(r.encode() for r in planned + ("",) * (_MAILBOX_PLANNED - len(planned))),
         config.runtime_region.encode(), rtol, atol, max(1, repeats),
-        b"" if weights_region == image_region.name else weights_region.encode(), 0,
+        b"" if weights_region == image_region.name else weights_region.encode(),
+        npu_fast_scratch_bytes if npu_product else 0,
     )
     with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
         mailbox_path = Path(folder) / "mailbox.bin"
@@ -1120,21 +1197,44 @@ def run_bpte_on_qemu(
                 "-device", _loader(bpte_path.resolve(), image_address)]
         started = time.monotonic()
         errors: list[str] = []
+        bridge = None
+        if npu_product:
+            from platforms.qemu_npu_bridge import BridgeServer
+
+            bridge = BridgeServer(folder, npu_handler).__enter__()
         try:
-            completed = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)
+            # QEMU's semihosting opens host files relative to its working folder: the bridge's.
+            completed = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False,
+                                       cwd=folder)
             output, stderr, exit_code = completed.stdout, completed.stderr, completed.returncode
         except subprocess.TimeoutExpired as expired:
             output, stderr, exit_code = expired.stdout or b"", expired.stderr or b"", None
             errors.append(f"QEMU still running after {timeout_s} s; killed")
+        finally:
+            if bridge is not None:
+                bridge.stop()
         run_seconds = time.monotonic() - started
+        if bridge is not None:
+            errors += [f"NPU bridge: {line}" for line in bridge.log.errors]
     log = output.decode("utf-8", errors="replace")
     qemu_errors = stderr.decode("utf-8", errors="replace").strip()
     if qemu_errors:
         errors += [f"qemu: {line}" for line in qemu_errors.splitlines()]
-    return _result(log, exit_code, errors, firmware, run_seconds,
-                   {"image": image_region.name, "planned": ",".join(planned),
-                    "runtime": config.runtime_region, "weights": weights_region},
-                   image_address, platform)
+    result = _result(log, exit_code, errors, firmware, run_seconds,
+                     {"image": image_region.name, "planned": ",".join(planned),
+                      "runtime": config.runtime_region, "weights": weights_region},
+                     image_address, platform)
+    if bridge is None:
+        return result
+    return dataclasses.replace(result, method=npu_method(npu), npu=npu,
+                               npu_invocations=bridge.log.invocations,
+                               npu_commands=bridge.log.commands)
+
+
+def npu_method(npu: str | None) -> str:
+    """The method's name for a hybrid program run with the NPU bridge."""
+    family = "Ethos-U65" if (npu or "").startswith("ethos-u65") else "Ethos-U55"
+    return f"Cortex-M55 on QEMU + {family} functional model over semihosting"
 
 
 def _loader(path: Path, address: int) -> str:

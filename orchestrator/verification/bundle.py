@@ -32,8 +32,10 @@ def _patch(bundled_tensor, spec, data: bytes) -> None:
     bundled_tensor.data = data
 
 
-def write_bundle(pte_path, bpte_path, samples: int = 4) -> Path:
-    """Write `bpte_path` with `samples` seeded inputs and the twin's outputs as expected values."""
+def write_bundle(pte_path, bpte_path, samples: int = 4, npu_model: str = "auto") -> Path:
+    """Write `bpte_path` with `samples` seeded inputs and the twin's outputs as expected values;
+    the twin computes the NPU partitions as `npu_model` chooses (orchestrator/verification/npu.py:
+    "tosa" makes the partitions' TOSA graphs, what Vela was given, the expectation)."""
     from executorch.devtools.bundled_program.config import MethodTestCase, MethodTestSuite
     from executorch.devtools.bundled_program.core import BundledProgram
     from executorch.devtools.bundled_program.serialize import (
@@ -51,7 +53,7 @@ def write_bundle(pte_path, bpte_path, samples: int = 4) -> Path:
     cases, runs = [], []
     for sample in inputs:
         program_inputs = device_inputs(twin, sample)
-        run: TwinRun = twin.run(program_inputs)
+        run: TwinRun = twin.run(program_inputs, npu=twin.npu_executor(npu_model))
         runs.append(run)
         cases.append(MethodTestCase(inputs=list(program_inputs), expected_outputs=list(run.outputs)))
     bundle = BundledProgram(None, [MethodTestSuite(METHOD_NAME, cases)], pte_file_path=str(pte_path))

@@ -13,8 +13,11 @@ Three methods, asked in order, each saying what it exercised or why it could not
   whose MVE form differs and names them.
 - **QEMU**: the Corstone-300 runner firmware (ExecuTorch runtime, portable and CMSIS-NN kernels
   built for the Cortex-M55 with MVE) on QEMU's mps3-an547, self-checking against the twin's
-  outputs (BundleIO, byte-exact). It judges CPU-only Cortex-M55 programs; QEMU has no Ethos-U
-  and no Cortex-M85, so it says "not run" for those.
+  outputs (BundleIO, byte-exact). It judges Cortex-M55 programs; QEMU models no Ethos-U, so a
+  hybrid Ethos-U55/U65 program's NPU invocations are handed over semihosting to the Ethos-U
+  functional model on the host (orchestrator/verification/qemu_npu.py), with the real
+  EthosUBackend and core driver in the firmware; Ethos-U85 programs and other cores are "not
+  run".
 
 The verdict is theirs together: FAILED when any method that ran found a failure (exit 4);
 PASSED when no method failed and a device-code method (host runtime or QEMU) passed for what
@@ -37,6 +40,7 @@ from orchestrator.verification.npu import NpuModelCannotRun, NpuModelFault
 
 TWIN, RUNTIME, QEMU = "twin", "host runtime", "QEMU Cortex-M55"
 QEMU_CPU = "cortex-m55"  # the core of QEMU's mps3-an547 (Corstone-300 FPGA image)
+QEMU_NPUS = ("ethos-u55-", "ethos-u65-")  # what the NPU bridge's functional model executes
 
 
 @dataclass(frozen=True)
@@ -114,10 +118,13 @@ def run_host_runtime(pte: Path, samples: int, calibration, per_op: bool,
 
 
 def qemu_unavailable_reason(target: dict, has_npu: bool) -> str | None:
-    """Why QEMU cannot judge this program, or None."""
-    if has_npu:
-        return (f"the program delegates to {target.get('npu') or 'the Ethos-U'}; QEMU's "
-                "Corstone-300 model has no Ethos-U")
+    """Why QEMU cannot judge this program, or None. A hybrid Ethos-U55/U65 program runs with its
+    NPU invocations handed to the functional model over semihosting; an Ethos-U85 one does not."""
+    npu = str(target.get("npu") or "")
+    if has_npu and not npu.startswith(QEMU_NPUS):
+        return (f"the program delegates to {npu or 'the Ethos-U'}; QEMU's Corstone-300 model has "
+                "no Ethos-U, and the runner's NPU bridge serves the Ethos-U55/U65 functional "
+                "model only (the Ethos-U85 is not modelled)")
     cpu = target.get("cpu")
     if cpu and cpu != QEMU_CPU:
         return (f"the program is compiled for {cpu}; QEMU's mps3-an547 is a Cortex-M55, whose "
@@ -148,16 +155,46 @@ def installed_platform(target: dict, override=None):
 
 
 def qemu_on_checked_pte(pte: Path, platform, timeout_s: int = 600, atol: float = 0.0,
-                        samples: int = 4):
+                        samples: int = 4, npu_model: str = "auto"):
     """Run a fresh BundleIO of `pte` (the caller has checked it against its manifest: a .bpte
     lying beside it is covered by no hash) on the platform's runner in QEMU."""
     from orchestrator.verification.bundle import write_bundle
     from platforms.qemu import run_bpte_on_qemu
 
+    npu = {}
+    twin = None
+    target = Manifest.load(pte).target
+    if target.get("npu"):
+        from orchestrator.verification.qemu_npu import QemuNpuHandler
+        from orchestrator.verification.twin import load_twin
+
+        twin = load_twin(pte)
+        if twin.partitions:
+            npu = {"npu_handler": QemuNpuHandler(twin, target["npu"], npu_model),
+                   "npu": target["npu"],
+                   "npu_fast_scratch_bytes": fast_scratch_bytes(platform, target["npu"])}
     with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
-        bpte = write_bundle(pte, Path(folder) / "program.bpte", samples=samples)
+        # A hybrid program's expectation is the TOSA graphs' (what Vela was given): the NPU
+        # half runs on QEMU's side of the bridge, where the stream is checked against them.
+        bpte = write_bundle(pte, Path(folder) / "program.bpte", samples=samples,
+                            npu_model="tosa" if npu else "auto")
         return run_bpte_on_qemu(bpte, Manifest.load(pte).file("operators.txt"), platform,
-                                timeout_s=timeout_s, atol=atol)
+                                timeout_s=timeout_s, atol=atol, **npu)
+
+
+def fast_scratch_bytes(platform, npu: str) -> int:
+    """The Ethos-U fast scratch (base address 2) the firmware sets aside: Vela's arena cache in
+    the platform's Dedicated_Sram memory mode (Dedicated_Sram_384KB: 384 KiB; Vela's default
+    384 KiB without a size), none in Shared_Sram or Sram_Only."""
+    import re
+
+    mode = str(platform.vela_config(npu).memory_mode or "")
+    if not mode.startswith("Dedicated_Sram"):
+        return 0
+    size = re.search(r"(\d+)\s*([KM])B", mode)
+    if size is None:
+        return 384 * 1024
+    return int(size[1]) * (1024 if size[2] == "K" else 1024 * 1024)
 
 
 def qemu_lines(result) -> list[str]:
@@ -165,9 +202,20 @@ def qemu_lines(result) -> list[str]:
     case and the instruction counts, with what the counts are (not cycles)."""
     from platforms.qemu import METHOD
 
-    lines = [f"method: {METHOD} (Cortex-M55 + MVE on QEMU mps3-an547: ExecuTorch runtime, "
-             "portable and CMSIS-NN kernels built for the M55; no Ethos-U, no timing)",
-             result.summary()]
+    if result.npu:
+        lines = [f"method: {result.method} (Cortex-M55 + MVE on QEMU mps3-an547: ExecuTorch "
+                 "runtime, portable and CMSIS-NN kernels, EthosUBackend and the Ethos-U core "
+                 "driver built for the M55; each NPU invocation handed to the host's "
+                 f"{result.npu} functional model; no timing)",
+                 result.summary(),
+                 f"npu: {result.npu_invocations} invocation(s), {result.npu_commands:,} NPU "
+                 "commands executed by the functional model over the run"]
+        lines += [f"npu error: {line.removeprefix('NPU bridge: ')}" for line in result.errors
+                  if line.startswith("NPU bridge: ")][:4]
+    else:
+        lines = [f"method: {METHOD} (Cortex-M55 + MVE on QEMU mps3-an547: ExecuTorch runtime, "
+                 "portable and CMSIS-NN kernels built for the M55; no Ethos-U, no timing)",
+                 result.summary()]
     if result.weights_region:
         lines.append(f"weights: constant segment ({result.weights_bytes:,} B) read from "
                      f"{result.weights_region} at {result.weights_address:#x}")
@@ -183,7 +231,7 @@ def qemu_lines(result) -> list[str]:
 
 
 def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
-             samples: int = 4) -> MethodResult:
+             samples: int = 4, npu_model: str = "auto") -> MethodResult:
     from orchestrator.errors import NotRun, UserError
     from orchestrator.verification.twin import load_twin
     from platforms.qemu import QemuUnavailable
@@ -197,7 +245,8 @@ def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
     except UserError as error:
         return MethodResult(QEMU, "not-run", str(error), True)
     try:
-        result = qemu_on_checked_pte(pte, platform, timeout_s, samples=samples)
+        result = qemu_on_checked_pte(pte, platform, timeout_s, samples=samples,
+                                     npu_model=npu_model)
     except (NotRun, QemuUnavailable) as error:
         return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True)
     text = "\n".join([f"verify --qemu {pte}: {'PASS' if result.passed else 'FAIL'}"]
@@ -205,8 +254,10 @@ def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
     if result.passed:
         per = f", {result.instructions:,} instructions per inference (QEMU -icount, not cycles)" \
             if result.instructions else ""
+        npu = (f"; NPU: {result.method}, {result.npu_commands:,} NPU commands in "
+               f"{result.npu_invocations} invocation(s)") if result.npu else ""
         detail = (f"PASSED on the Corstone-300 runner firmware in QEMU (Cortex-M55 + MVE): "
-                  f"{len(result.cases)} BundleIO case(s) byte-exact against the twin{per}")
+                  f"{len(result.cases)} BundleIO case(s) byte-exact against the twin{per}{npu}")
         outcome = "passed"
     else:
         detail = ("FAILED on the Corstone-300 runner firmware in QEMU: "
@@ -214,6 +265,9 @@ def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
         outcome = "failed"
     return MethodResult(QEMU, outcome, detail, True, text,
                         {"passed": result.passed, "instructions": result.instructions,
+                         "method": result.method, "npu": result.npu,
+                         "npu_invocations": result.npu_invocations,
+                         "npu_commands": result.npu_commands,
                          "cases": [{"index": c.index, "passed": c.passed,
                                     "instructions": c.instructions} for c in result.cases]})
 
@@ -284,6 +338,6 @@ def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
         results.append(run_host_runtime(pte, samples, calibration, per_op, executorch_src,
                                         cmsis_nn_src, npu_model))
     if QEMU in methods:
-        results.append(run_qemu(pte, platform, timeout_s))
+        results.append(run_qemu(pte, platform, timeout_s, npu_model=npu_model))
     return combine(pte, tuple(results), has_npu=bool(twin.partitions),
                    npu_stream=choice != "tosa")

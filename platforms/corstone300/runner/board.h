@@ -29,7 +29,7 @@ enum runner_exit_code {
 
 /* "ORUN" little-endian: the harness wrote a mailbox. */
 #define RUNNER_MAILBOX_MAGIC 0x4E55524Fu
-#define RUNNER_MAILBOX_VERSION 3u
+#define RUNNER_MAILBOX_VERSION 4u
 #define RUNNER_REGION_NAME_BYTES 16
 /* Planned buffers (ExecuTorch mem_ids 1..N) the mailbox can place one by one. */
 #define RUNNER_MAILBOX_PLANNED 4
@@ -51,7 +51,9 @@ typedef struct {
   /* Where the plan put the CPU weights (the program's constant segment): the runner copies the
    * segment into this region's free part before the method loads. Empty: they stay in the image. */
   char weights_region[RUNNER_REGION_NAME_BYTES];
-  uint32_t reserved[1];
+  /* The Ethos-U fast scratch (base address 2) the runner sets aside in the runtime region for
+   * an NPU build: Vela's arena cache in Dedicated_Sram mode, 0 in Shared_Sram. */
+  uint32_t npu_fast_scratch_bytes;
 } runner_mailbox_t;
 
 extern volatile runner_mailbox_t __runner_mailbox;
@@ -71,6 +73,12 @@ extern const unsigned runner_region_count;
 void sh_write(const char* text, size_t length);
 void sh_print(const char* text);
 __attribute__((noreturn)) void sh_exit(int code);
+/* Host files (the NPU bridge): SYS_OPEN with an ISO C mode number (0 "r", 1 "rb", 4 "w", 5 "wb");
+ * a handle, or -1. The transfers return the bytes NOT moved (0: all of them). */
+int sh_open(const char* name, int mode);
+int sh_close(int handle);
+size_t sh_write_all(int handle, const void* data, size_t length);
+size_t sh_read_all(int handle, void* data, size_t length);
 
 /* Counters (counters.c). SysTick runs from the CPU clock; under QEMU `-icount shift=0` its ticks
  * advance with executed instructions (1 ns of virtual time per instruction), and
@@ -80,6 +88,10 @@ uint64_t counters_ticks(void);
 int counters_have_cycle_counter(void); /* DWT CYCCNT present and counting */
 uint32_t counters_cycles(void);
 void counters_calibrate(uint32_t* instructions, uint64_t* ticks);
+
+/* The NPU build's setup (npu/ethosu_bridge.c): initialise the Ethos-U driver with the fast
+ * scratch; 0 on success. runner.cpp has a weak stand-in for the CPU-only build. */
+int runner_npu_setup(uint8_t* fast_scratch, size_t fast_scratch_bytes);
 
 /* Provided by runner.cpp. */
 int main(void);

@@ -411,6 +411,14 @@ executorch::runtime::EventTracer* const event_tracer = nullptr;
 
 }  // namespace
 
+// The CPU-only build links no NPU driver (npu/ethosu_bridge.c provides the real setup).
+extern "C" __attribute__((weak)) int runner_npu_setup(uint8_t* fast_scratch,
+                                                      size_t fast_scratch_bytes) {
+  (void)fast_scratch;
+  (void)fast_scratch_bytes;
+  return 0;
+}
+
 int main(void) {
   executorch::runtime::runtime_init();
 
@@ -515,6 +523,26 @@ int main(void) {
   Pool* runtime_pool = pool_for(runtime_name);
   if (runtime_pool == nullptr) {
     return RUNNER_EXIT_ERROR;
+  }
+  // The Ethos-U fast scratch, from the start of the runtime region's pool.
+  {
+    const size_t fast_bytes = mailbox.npu_fast_scratch_bytes;
+    uintptr_t aligned = (reinterpret_cast<uintptr_t>(runtime_pool->start) + kBufferAlignment - 1) &
+                        ~static_cast<uintptr_t>(kBufferAlignment - 1);
+    uint8_t* fast = reinterpret_cast<uint8_t*>(aligned);
+    if (fast_bytes != 0 && (fast > runtime_pool->end ||
+                            fast_bytes > static_cast<size_t>(runtime_pool->end - fast))) {
+      ET_LOG(Error, "The %zu-byte NPU fast scratch does not fit in %s", fast_bytes,
+             runtime_pool->name);
+      return RUNNER_EXIT_ERROR;
+    }
+    if (fast_bytes != 0) {
+      runtime_pool->start = fast + fast_bytes;
+    }
+    if (runner_npu_setup(fast_bytes != 0 ? fast : nullptr, fast_bytes) != 0) {
+      ET_LOG(Error, "Setting up the Ethos-U driver failed");
+      return RUNNER_EXIT_ERROR;
+    }
   }
   Span<uint8_t> planned_spans[kMaxPlannedBuffers];
   size_t planned_bytes = 0;

@@ -11,7 +11,9 @@
 #include "board.h"
 
 #define SYS_OPEN 0x01
+#define SYS_CLOSE 0x02
 #define SYS_WRITE 0x05
+#define SYS_READ 0x06
 #define SYS_EXIT 0x18
 #define SYS_EXIT_EXTENDED 0x20
 #define ADP_STOPPED_APPLICATION_EXIT 0x20026
@@ -41,6 +43,40 @@ void sh_write(const char* text, size_t length) {
 
 void sh_print(const char* text) {
   sh_write(text, strlen(text));
+}
+
+int sh_open(const char* name, int mode) {
+  const uint32_t block[3] = {(uint32_t)name, (uint32_t)mode, (uint32_t)strlen(name)};
+  return semihosting_call(SYS_OPEN, block);
+}
+
+int sh_close(int handle) {
+  const uint32_t block[1] = {(uint32_t)handle};
+  return semihosting_call(SYS_CLOSE, block);
+}
+
+size_t sh_write_all(int handle, const void* data, size_t length) {
+  const uint32_t block[3] = {(uint32_t)handle, (uint32_t)data, (uint32_t)length};
+  return (size_t)semihosting_call(SYS_WRITE, block); /* bytes NOT written */
+}
+
+size_t sh_read_all(int handle, void* data, size_t length) {
+  /* SYS_READ returns the bytes not read; a pipe may deliver a message in pieces. */
+  uint8_t* at = (uint8_t*)data;
+  while (length > 0) {
+    const uint32_t block[3] = {(uint32_t)handle, (uint32_t)at, (uint32_t)length};
+    int left = semihosting_call(SYS_READ, block);
+    if (left < 0 || (size_t)left > length) {
+      return length;
+    }
+    size_t got = length - (size_t)left;
+    if (got == 0) {
+      return length; /* end of file */
+    }
+    at += got;
+    length -= got;
+  }
+  return 0;
 }
 
 void sh_exit(int code) {

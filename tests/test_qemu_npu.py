@@ -1,0 +1,204 @@
+"""Hybrid CPU+NPU programs on QEMU's Corstone-300: the runner firmware links ExecuTorch's
+EthosUBackend and the Ethos-U core driver, whose device layer (runner/npu/ethosu_bridge.c) hands
+each command stream over semihosting to the host, where the Ethos-U55/U65 functional model runs
+it (platforms/qemu_npu_bridge.py, orchestrator/verification/qemu_npu.py).
+
+One firmware build per module (the `firmware` fixture; cached across sessions by
+platforms/qemu.py). Under CI=true a missing toolchain, QEMU or source tree fails these tests
+(tests/device_tools.py); locally it skips them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import threading
+
+import pytest
+
+from orchestrator.cli import main
+from platforms import qemu_npu_bridge as bridge
+from tests.device_tools import qemu_or_missing
+
+PARTITION = "lowered_module_0"
+METHOD = "Cortex-M55 on QEMU + Ethos-U55 functional model over semihosting"
+
+
+# ---------------------------------------------------------------------------------------------
+# The protocol, host side (no QEMU)
+
+
+def _request(sequence=1, **options):
+    return bridge.pack_request(sequence, b"COP1" + bytes(12), [b"w" * 32, b"\0" * 16, b""],
+                               stream_offset=4, stream_words=2, **options)
+
+
+def test_a_request_parses_into_its_payload_and_regions():
+    request = bridge.parse_request(_request(3), 3)
+    assert request.sequence == 3 and request.payload.startswith(b"COP1")
+    assert [len(r) for r in request.regions] == [32, 16, 0]
+    assert (request.stream_offset, request.stream_words) == (4, 2)
+
+
+@pytest.mark.parametrize("data, expected, match", [
+    (_request(1, magic=0x46464F45), 1, "magic 0x46464f45.*not from the runner"),
+    (_request(1, version=2), 1, "protocol version 2; this host speaks version 1"),
+    (_request(1), 2, "request 1 when request 2 was due: stale"),
+    (_request(7), 2, "request 7 when request 2 was due: foreign"),
+    (_request(1)[:-3], 1, "bytes; its header says"),
+    (b"ONPQ", 1, "shorter than its"),
+])
+def test_a_stale_foreign_or_malformed_request_is_refused(data, expected, match):
+    with pytest.raises(bridge.BridgeProtocolError, match=match):
+        bridge.parse_request(data, expected)
+
+
+def test_the_reply_carries_only_the_regions_the_npu_writes():
+    magic, version, sequence, status, regions = bridge.parse_reply(
+        bridge.pack_reply(5, 0, [b"w" * 8, b"s" * 4, b"f" * 2]))
+    assert (magic, version, sequence, status) == (bridge.REPLY_MAGIC, bridge.VERSION, 5, 0)
+    assert regions == [b"", b"ssss", b"ff"]  # the weights are never written back
+    assert bridge.parse_reply(bridge.pack_reply(5, 1, [b"w", b"s", b"f"]))[4] == [b"", b"", b""]
+
+
+def _exchange(server, data: bytes) -> bytes:
+    """What the firmware does: write a request, close, read the reply."""
+    with open(server.request_path, "wb") as request:
+        request.write(data)
+    with open(server.reply_path, "rb") as reply:
+        return reply.read()
+
+
+def test_the_server_runs_the_handler_and_refuses_a_stale_request(tmp_path):
+    seen = []
+
+    def handler(payload, regions):
+        seen.append(payload)
+        regions[1][:] = b"x" * len(regions[1])
+        return 42
+
+    with bridge.BridgeServer(tmp_path, handler) as server:
+        first = bridge.parse_reply(_exchange(server, _request(1)))
+        stale = bridge.parse_reply(_exchange(server, _request(1)))  # request 2 was due
+    assert first[2:4] == (1, 0) and first[4][1] == b"x" * 16
+    assert stale[3] != 0 and stale[4] == []  # a failed invoke, nothing written
+    assert server.log.invocations == 1 and server.log.commands == 42 and len(seen) == 1
+    assert any("request 1 when request 2 was due: stale" in e for e in server.log.errors)
+
+
+def test_the_server_stops_when_no_firmware_ever_calls(tmp_path):
+    server = bridge.BridgeServer(tmp_path, lambda payload, regions: 0).__enter__()
+    server.stop()
+    assert not server._thread.is_alive()
+
+
+def test_ethos_u85_programs_stay_not_run_with_the_reason():
+    from orchestrator.verification.combined import qemu_unavailable_reason
+
+    reason = qemu_unavailable_reason({"npu": "ethos-u85-256", "cpu": "cortex-m55"}, True)
+    assert "Ethos-U85 is not modelled" in reason
+    assert qemu_unavailable_reason({"npu": "ethos-u55-128", "cpu": "cortex-m55"}, True) is None
+    assert qemu_unavailable_reason({"npu": "ethos-u65-256", "cpu": "cortex-m55"}, True) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# On QEMU
+
+
+@pytest.fixture(scope="module")
+def ds_cnn(compiles):
+    return compiles.get("ds-cnn", npu="ethos-u55-128", write=True)[1]
+
+
+@pytest.fixture(scope="module")
+def firmware(ds_cnn):
+    """The NPU build of the runner for ds-cnn's operators: built once for this module."""
+    qemu_or_missing()
+    from orchestrator.artifacts.manifest import Manifest
+    from platforms.qemu import build_firmware, read_operators
+
+    return build_firmware(read_operators(Manifest.load(ds_cnn).file("operators.txt")),
+                          npu_product="ethos-u55")
+
+
+def test_ds_cnn_on_the_ethos_u55_passes_verify_qemu(ds_cnn, firmware, capsys):
+    code = main(["verify", "--qemu", str(ds_cnn)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"method: {METHOD}" in out
+    cases = [line for line in out.splitlines() if line.strip().startswith("case ")]
+    assert len(cases) == 4 and all(": PASS," in line for line in cases), out
+    npu = next(line for line in out.splitlines() if line.startswith("npu: "))
+    invocations, commands = (int(n.replace(",", "")) for n in
+                             npu.removeprefix("npu: ").split(" invocation(s), ")[0:1]
+                             + [npu.split(", ")[1].split(" ")[0]])
+    assert invocations == 8 and commands > 0  # 4 cases x 2 partitions
+
+
+def _copy(pte, folder):
+    target = folder / pte.name
+    shutil.copy2(pte, target)
+    shutil.copytree(pte.with_name(pte.stem + ".artifacts"),
+                    target.with_name(target.stem + ".artifacts"))
+    return target
+
+
+def _tampered_weight(ds_cnn, folder):
+    """A weight byte the first NPU operation reads, flipped, and the manifest's hashes
+    recomputed (tests/test_npu_verify.py's approach)."""
+    import numpy as np
+
+    from npu_driver.ethos_u import run_partition
+    from orchestrator.verification.twin import load_twin
+
+    pte = _copy(ds_cnn, folder)
+    twin = load_twin(pte)
+    program = twin.program
+    delegate = program.execution_plan[0].delegates[0]
+    payload = bytes(program.backend_delegate_data[delegate.processed.index].data)
+    partition = twin.partitions[0]
+    arrays = [np.zeros(spec.shape, dtype=spec.numpy_type) for spec in partition.io.inputs]
+    _, counters = run_partition(partition.payload, arrays, None, trace=True)
+    read = next(a for a in counters.trace if a.what == "DMA source" and a.region == 0)
+    blob = bytearray(payload)
+    blob[payload.index(partition.payload.weight_bytes) + (read.lowest + read.highest) // 2] ^= 0x40
+    data = pte.read_bytes()
+    assert data.count(payload) == 1
+    data = data.replace(payload, bytes(blob))
+    pte.write_bytes(data)
+    manifest_path = pte.with_name(pte.stem + ".artifacts") / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["pte"]["sha256"] = hashlib.sha256(data).hexdigest()
+    for entry in manifest["partitions"]:
+        if entry["payload_sha256"] == hashlib.sha256(payload).hexdigest():
+            entry["payload_sha256"] = hashlib.sha256(bytes(blob)).hexdigest()
+    manifest_path.write_text(json.dumps(manifest))
+    return pte
+
+
+def test_a_tampered_npu_weight_byte_fails_verify_qemu_naming_the_partition(
+        ds_cnn, firmware, tmp_path, capsys):
+    pte = _tampered_weight(ds_cnn, tmp_path)
+    code = main(["verify", "--qemu", str(pte)])
+    out = capsys.readouterr().out
+    assert code == 4, out
+    assert "FAIL" in out and f"npu error: NPU invocation 1: {PARTITION}" in out, out
+
+
+def test_the_firmware_refuses_a_reply_to_another_request(ds_cnn, firmware, monkeypatch):
+    """The firmware side of the protocol: a reply whose sequence number is not the request's
+    fails the invoke with a log line saying so."""
+    from orchestrator.verification.combined import installed_platform, qemu_on_checked_pte
+    from orchestrator.artifacts.manifest import Manifest
+
+    real = bridge.pack_reply
+    monkeypatch.setattr(bridge, "pack_reply",
+                        lambda sequence, status, regions, **kw: real(sequence + 1, status,
+                                                                      regions, **kw))
+    platform = installed_platform(Manifest.load(ds_cnn).target)
+    result = qemu_on_checked_pte(ds_cnn, platform, 300, samples=1)
+    assert result.passed is False
+    assert "reply refused: it answers request 2, not 1 (stale or foreign)" in result.log
