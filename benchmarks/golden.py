@@ -44,8 +44,8 @@ def key(model: str, target: str) -> str:
 
 
 def compile_one(model: str, target: str):
-    from orchestrator.pipeline import compile_model
-    from orchestrator.sources import load_calibration, load_model
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
     platform, npu, cpu = TARGETS[target]

@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from examples.user_models import USER_MODELS, model_spec
-    from orchestrator.twin import load_twin
+    from orchestrator.verification.twin import load_twin
 
     zoo = [] if args.users_only else _zoo_models()
     users = [] if args.zoo_only else list(USER_MODELS)

@@ -378,8 +378,8 @@ def test_the_real_executorch_runtime_runs_with_the_model_as_its_npu(programs):
     from kernels.runtime import HostRuntime, RuntimeFailure, RuntimeUnavailable, ensure_library
     from kernels.runtime import find_sources
     from npu_driver.ethos_u import invocation_handler
-    from orchestrator.runtime_verify import npu_handler
-    from orchestrator.verification import device_inputs
+    from orchestrator.verification.runtime_verify import npu_handler
+    from orchestrator.verification.twin_verify import device_inputs
 
     try:
         library = ensure_library(find_sources())
@@ -393,7 +393,7 @@ def test_the_real_executorch_runtime_runs_with_the_model_as_its_npu(programs):
             sample = tuple(torch.tensor(rng.uniform(-1, 1, size=spec.sizes), dtype=torch.float32)
                            for spec in twin.input_specs)
             inputs = device_inputs(twin, sample)
-            tosa = runtime.run(pte, inputs, npu=npu_handler(twin))
+            tosa = runtime.run(pte, inputs, npu=npu_handler(twin, twin.npu_executor("tosa")))
             model = runtime.run(pte, inputs, npu=invocation_handler(on_counters=invocations.append))
             assert all(torch.equal(a, b) for a, b in zip(tosa.outputs, model.outputs))
         assert len(invocations) == 4 and all(c.macs for c in invocations)
