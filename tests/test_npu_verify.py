@@ -178,3 +178,36 @@ def test_a_tosa_graph_that_crashes_the_reference_model_is_one_line_not_a_dead_pr
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "the TOSA reference model crashed on this graph (signal SIG" in err
     assert partition.delegate_name in err
+
+
+def test_compile_refuses_a_command_stream_that_faults_the_npu(tmp_path, capsys):
+    """The attention block's Vela stream on the U55 writes its int32 matmul temporary past the
+    end of the scratch (NPU_OP_ELEMENTWISE, bytes 3328..5691 of 5,440): the device check runs
+    each invocation in the functional model, so compile refuses it naming the partition, and
+    the plan of a healthy program says the NPU ran every stream."""
+    from examples.user_models import model_spec
+    from kernels.runtime import RuntimeUnavailable, find_sources
+
+    try:
+        find_sources()
+    except RuntimeUnavailable as error:
+        missing(str(error))
+    out = tmp_path / "attention.pte"
+    assert main(["compile", model_spec("attention_block"), "--npu", "ethos-u55-128", "--quiet",
+                 "-o", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("Vela's command stream for Ethos-U partition 0 fails on the ethos-u55-128 "
+            "(functional model): NPU_OP_ELEMENTWISE at word" in err)
+    assert "outside" in err or "which has 5440 bytes" in err
+    assert not out.exists() and not out.with_name("attention.artifacts").exists()
+
+
+def test_the_device_check_of_a_healthy_hybrid_program_ran_the_npu(compiles):
+    compiled, _ = compiles.get("ds-cnn", npu="ethos-u55-128")
+    run = compiled.device_run
+    if not run.ran:
+        missing(run.detail)
+    assert run.refusal is None
+    assert run.detail == ("every kernel accepted its arguments and the NPU ran every command "
+                          "stream")
+    assert "executed by the Ethos-U functional model on Vela's command stream" in run.method

@@ -14,10 +14,12 @@ operands contiguous and its output copied back (partitioners/legalize.py,
 `contiguous_operands`), the program is serialized again and run again. Any other refusal stops
 the compile with one line naming the operator, the instruction and the kernel's check.
 
-What the run does not do: compute the NPU partitions (the host stand-in for the Ethos-U driver
-returns the scratch as the runtime handed it over, so the NPU's outputs are whatever the
-region held); the run checks that every CPU kernel and the EthosUBackend accept what they are
-given, not the numbers (that is `verify`'s job). The input is calibration sample 0.
+On the Ethos-U55 and U65 each NPU invocation runs Vela's command stream in the functional model
+(npu_driver/ethos_u) on the regions the backend set up, so a stream that would fault the NPU
+(an access outside its scratch, a weight stream that does not decode) is refused too, naming
+the partition. The run checks that every kernel, the backend and the NPU accept what they are
+given, not the numbers (that is `verify`'s job). On the U85 (not modelled) the NPU's outputs are
+whatever its scratch held. The input is calibration sample 0.
 
 When the sources or a host compiler are missing the check is "not run", with the reason, and
 the plan says so (the static rules of kernels/layout_checks.py and kernels/reference.py remain).
@@ -37,6 +39,8 @@ from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, KernelRefusa
                              RuntimeFailure, RuntimeUnavailable, missing_operators)
 from kernels.device_ops import device_operator_names
 from kernels.upstream_runtime import kernel_calls
+from npu_driver.ethos_u import NpuModelError, UnmodelledCommand, execute
+from npu_driver.payload import PayloadError, parse_payload
 from orchestrator.errors import UserError
 from partitioners.legalize import contiguous_operands, runtime_node
 from partitioners.records import Workaround
@@ -45,6 +49,45 @@ ENV_DEVICE_CHECK = "ORCHESTRATE_DEVICE_CHECK"  # "0": skip the run (the plan say
 MAX_LEGALIZATIONS = 8
 METHOD = ("one run in the ExecuTorch runtime with the portable and Cortex-M kernels and "
           "EthosUBackend built for the host (calibration sample 0; NPU partitions not computed)")
+STREAM_METHOD = ("one run in the ExecuTorch runtime with the portable and Cortex-M kernels and "
+                 "EthosUBackend built for the host, each NPU invocation executed by the Ethos-U "
+                 "functional model on Vela's command stream (calibration sample 0)")
+_MODELLED = ("ethos-u55-", "ethos-u65-")
+
+
+class _NpuRun:
+    """The NPU of the device check: the functional model on each invocation's regions (U55/U65),
+    remembering the first fault with the partition it happened in."""
+
+    def __init__(self, accelerator: str | None, executorch_program):
+        self.modelled = bool(accelerator) and accelerator.startswith(_MODELLED)
+        self.accelerator = accelerator
+        self.fault: str | None = None
+        self.names = {}
+        plan = executorch_program.execution_plan[0]
+        for index, delegate in enumerate(plan.delegates):
+            data = bytes(executorch_program.backend_delegate_data[delegate.processed.index].data)
+            try:
+                self.names[parse_payload(data).cmd_bytes] = index
+            except PayloadError:
+                continue
+
+    def __call__(self, invocation) -> None:
+        if not self.modelled:
+            return  # the scratch is left as the runtime handed it over
+        regions = list(invocation.regions)
+        growable = tuple(i for i in (2,) if i < len(regions) and not len(regions[i]))
+        try:
+            execute(invocation.command_stream, regions, self.accelerator,
+                    growable_regions=growable)
+        except UnmodelledCommand:
+            return  # the model cannot judge this stream: as on the U85
+        except NpuModelError as error:
+            index = self.names.get(bytes(invocation.command_stream))
+            where = f"Ethos-U partition {index}" if index is not None else "an Ethos-U partition"
+            self.fault = (f"Vela's command stream for {where} fails on the "
+                          f"{self.accelerator} (functional model): {error}")
+            raise
 
 
 @dataclass(frozen=True)
@@ -137,11 +180,8 @@ def _ordinal(executorch_program, refusal: KernelRefusal) -> int:
                if op.name == base)
 
 
-def _leave_npu_scratch(invocation) -> None:
-    """The NPU's outputs are not computed by this run (see the module docstring)."""
-
-
-def check_on_device(final_program, serialize, sample, config: dict, legalize: bool = True):
+def check_on_device(final_program, serialize, sample, config: dict, legalize: bool = True,
+                    accelerator: str | None = None):
     """Serialize a copy of `final_program`, run it once; legalize dim-order refusals (in
     `final_program`, in place) and retry (unless `legalize` is off: upstream's flow reproduced).
 
@@ -164,16 +204,21 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
         serialized = serialize(trial)
         pte_bytes, executorch_program = serialized[0], serialized[1]
 
+        npu = _NpuRun(accelerator, executorch_program)
+        method = STREAM_METHOD if npu.modelled else METHOD
+
         def refused(text: str):
-            return (DeviceRun(True, METHOD, "refused", tuple(legalized), text), serialized,
+            return (DeviceRun(True, method, "refused", tuple(legalized), text), serialized,
                     trial, tuple(workarounds))
 
         try:
             inputs = _inputs(sample, _program_input_dtypes(executorch_program), config)
-            runtime.run(pte_bytes, inputs, npu=_leave_npu_scratch)
+            runtime.run(pte_bytes, inputs, npu=npu)
         except RuntimeUnavailable as error:
             return DeviceRun(False, RUNTIME_METHOD, str(error)), None, program, tuple(workarounds)
         except RuntimeFailure as failure:
+            if npu.fault:
+                return refused(npu.fault)
             missing = missing_operators(str(failure))
             if missing:
                 on_device = [op for op in missing if op not in device_operator_names()]
@@ -197,7 +242,8 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
             workarounds.append(fix)
             legalized.append(refusal.text())
             continue
-        return (DeviceRun(True, METHOD, "every kernel accepted its arguments",
+        return (DeviceRun(True, method, "every kernel accepted its arguments" +
+                          (" and the NPU ran every command stream" if npu.modelled else ""),
                           tuple(legalized)), serialized, trial, tuple(workarounds))
     return (DeviceRun(True, METHOD, "refused", tuple(legalized),
                       f"still refused after {MAX_LEGALIZATIONS} legalizations: {legalized[-1]}"),

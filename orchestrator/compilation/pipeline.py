@@ -404,7 +404,8 @@ def _run_on_device_stage(state: CompileState) -> CompileState:
     sample = state.calibration.samples[0] if state.calibration.samples else \
         tuple(state.model.example_inputs)
     run, serialized, program, fixes = device_check.check_on_device(
-        state.final_program, serialize_copy, sample, state.io_quant, state.options.legalize)
+        state.final_program, serialize_copy, sample, state.io_quant, state.options.legalize,
+        state.target.npu)
     if serialized is None:
         return replace(state, device_run=run, workarounds=state.workarounds + fixes)
     if fixes:
