@@ -69,7 +69,18 @@ def _main_block(tosa_bytes: bytes):
 
 
 def graph_io(tosa_bytes: bytes) -> TosaGraphIO:
-    """The main block's inputs and outputs, in the order the reference model assigns them."""
+    """The main block's inputs and outputs, in the order the reference model assigns them; a
+    damaged flatbuffer is a TosaTwinError naming what could not be read."""
+    try:
+        return _graph_io(tosa_bytes)
+    except TosaTwinError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the generated reader raises anything on bad bytes
+        raise TosaTwinError(f"the TOSA graph is not a valid TOSA flatbuffer "
+                            f"({type(error).__name__}: {error})") from None
+
+
+def _graph_io(tosa_bytes: bytes) -> TosaGraphIO:
     block = _main_block(tosa_bytes)
     tensors = {}
     for index in range(block.TensorsLength()):
