@@ -202,3 +202,18 @@ def test_the_firmware_refuses_a_reply_to_another_request(ds_cnn, firmware, monke
     result = qemu_on_checked_pte(ds_cnn, platform, 300, samples=1)
     assert result.passed is False
     assert "reply refused: it answers request 2, not 1 (stale or foreign)" in result.log
+
+
+@pytest.mark.parametrize("model", ["mobilenet-v1-025", "resnet8", "deep-autoencoder",
+                                   "person-detector", "mixed"])
+def test_the_zoo_on_the_ethos_u55_passes_verify_qemu(compiles, firmware, capsys, model):
+    """The hybrid MLPerf Tiny models, the person detector and `mixed` (CPU ops between three NPU
+    partitions) on U55-128: every BundleIO case byte-exact on the M55 with the NPU model."""
+    pte = compiles.get(model, npu="ethos-u55-128", write=True)[1]
+    code = main(["verify", "--qemu", str(pte)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    cases = [line for line in out.splitlines() if line.strip().startswith("case ")]
+    assert len(cases) == 4 and all(": PASS," in line for line in cases), out
+    npu = next(line for line in out.splitlines() if line.startswith("npu: "))
+    assert not npu.startswith("npu: 0 invocation"), npu
