@@ -84,6 +84,30 @@ def test_the_page_renders_in_a_headless_browser_without_errors(mixed_plan, tmp_p
     assert screenshot.is_file() and screenshot.stat().st_size > 10_000
 
 
+def test_the_page_fits_a_1366_pixel_window_and_the_timeline_has_an_axis(mixed_plan, tmp_path):
+    """At 1366 x 768 no element is wider than the window (the op table wraps, the charts
+    scale); the timeline has ticks with time labels and names its largest bars; the page has
+    a print stylesheet."""
+    browser = _browser()
+    if browser is None:
+        missing("no chromium on PATH (apt-get install chromium)")
+    page = tmp_path / "plan.html"
+    text = mixed_plan.to_html()
+    page.write_text(text)
+    result = subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu",
+                             "--window-size=1366,768", "--virtual-time-budget=2000",
+                             "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                            timeout=120)
+    body = re.search(r"<body([^>]*)>", result.stdout).group(1)
+    assert 'data-ready="1"' in body, result.stdout[:500]
+    assert 'data-overflow="0"' in body, body
+    timeline = text.split('<svg id="timeline"', 1)[1].split("</svg>", 1)[0]
+    assert timeline.count("<line ") >= 4 and re.search(r">\d+(\.\d+)? (us|ms)</text>", timeline)
+    costliest = max(mixed_plan.rows, key=lambda r: r.cost.seconds if r.cost else 0)
+    assert f'pointer-events="none">{costliest.name[:8]}' in timeline
+    assert "@media print" in text
+
+
 def test_the_sweep_page_plots_every_configuration():
     from orchestrator.reports.html import render_sweep_html
 

@@ -11,6 +11,7 @@ regions; it computes nothing the plan does not state. Every figure keeps its sou
 from __future__ import annotations
 
 import html
+import math
 
 _COLOURS = {"npu": "#2e7d32", "cmsis-nn": "#1565c0", "portable": "#ef6c00"}
 _HIDDEN = ("boundary-quantize", "boundary-dequantize", "layout", "npu-invocation")
@@ -18,14 +19,22 @@ _HIDDEN = ("boundary-quantize", "boundary-dequantize", "layout", "npu-invocation
 _STYLE = """
 body{font:14px system-ui,sans-serif;margin:24px;color:#222}
 h1{font-size:20px}h2{font-size:16px;margin-top:28px}
-table{border-collapse:collapse;font-size:12px}
-th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
+table{border-collapse:collapse;font-size:12px;width:100%;table-layout:fixed}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;
+overflow-wrap:anywhere}
 th{background:#f0f0f0;cursor:pointer;user-select:none}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
+svg{display:block;width:100%;height:auto}
 .legend span{display:inline-block;margin-right:14px}
 .swatch{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-2px}
 .note{color:#555;font-size:12px}
+@media print{body{margin:0;font-size:10px}table{font-size:8px}th{cursor:auto}
+tr,svg{break-inside:avoid}a{color:inherit}}
 """
+# The op table's column widths (percent of the page): the names and reasons get the room.
+_OP_COLUMNS = (("#", 3), ("node", 12), ("op", 10), ("kind", 6), ("where", 6), ("kernel", 10),
+               ("out", 6), ("dtypes", 9), ("MACs", 6), ("cost (us)", 5), ("source", 6),
+               ("reasons", 21))
 
 _SCRIPT = r"""
 window.addEventListener('error', function (e) {
@@ -55,6 +64,12 @@ if (sortBy) {
   if (th) { th.click(); th.click(); }  // descending
 }
 document.body.dataset.bars = document.querySelectorAll('svg .bar').length;
+// What is wider than the window (the browser test reads it at 1366 x 768).
+var limit = document.documentElement.clientWidth + 1;
+document.body.dataset.overflow = Array.prototype.filter.call(
+  document.body.querySelectorAll('*'), function (el) {
+    return el.getBoundingClientRect().right > limit;
+  }).length;
 document.body.dataset.ready = '1';
 """
 
@@ -94,7 +109,7 @@ def _timeline(ops: list[dict]) -> str:
     total = sum((op["cost"] or {}).get("seconds", 0.0) or 0.0 for op in ops) or 1e-9
     scale = (width - left - 10) / total
     x = float(left)
-    bars = []
+    bars, spans = [], []
     for index, op in enumerate(ops):
         cost = op["cost"] or {}
         seconds = cost.get("seconds") or 0.0
@@ -109,24 +124,60 @@ def _timeline(ops: list[dict]) -> str:
         reason = _reason_text(op)
         if reason:
             tip += f"\n{reason}"
+        spans.append((x, y, w, op["name"]))
         bars.append(f"<rect class=\"bar\" data-row=\"{index}\" x=\"{x:.2f}\" y=\"{y}\" "
                     f"width=\"{w:.2f}\" height=\"{lane_h}\" fill=\"{colour}\" "
                     f"fill-opacity=\"{opacity}\" stroke=\"#fff\" stroke-width=\"0.5\">"
                     f"<title>{_e(tip)}</title></rect>")
         x += seconds * scale
-    height = 20 + 2 * (lane_h + 8) + 24
-    axis = (f"<text x=\"{left}\" y=\"{height - 6}\" font-size=\"11\">0</text>"
-            f"<text x=\"{width - 10}\" y=\"{height - 6}\" font-size=\"11\" "
-            f"text-anchor=\"end\">{_e(_us(total))} (sum of the rows' estimates)</text>")
+    height = 20 + 2 * (lane_h + 8) + 40
+    axis_y = 20 + 2 * (lane_h + 8) + 2
+    step = _tick_step(total)
+    ticks = []
+    value = 0.0
+    while value <= total * 1.0001:
+        tx = left + value * scale
+        ticks.append(f"<line x1=\"{tx:.2f}\" y1=\"{axis_y}\" x2=\"{tx:.2f}\" "
+                     f"y2=\"{axis_y + 5}\" stroke=\"#555\"/><text x=\"{tx:.2f}\" "
+                     f"y=\"{axis_y + 17}\" font-size=\"10\" text-anchor=\"middle\">"
+                     f"{_e(_time_label(value))}</text>")
+        value += step
+    axis = (f"<line x1=\"{left}\" y1=\"{axis_y}\" x2=\"{width - 10}\" y2=\"{axis_y}\" "
+            f"stroke=\"#555\"/>{''.join(ticks)}"
+            f"<text x=\"{width - 10}\" y=\"{height - 2}\" font-size=\"11\" "
+            f"text-anchor=\"end\">time in one inference: {_e(_us(total))} (sum of the rows' "
+            "estimates)</text>")
+    labels = []
+    for x0, y0, w, name in sorted(spans, key=lambda s: -s[2])[:5]:
+        if w >= 60:  # room for a label inside the bar
+            labels.append(f"<text x=\"{x0 + 3:.2f}\" y=\"{y0 + lane_h / 2 + 4}\" "
+                          f"font-size=\"10\" fill=\"#fff\" pointer-events=\"none\">"
+                          f"{_e(name[:int(w / 6)])}</text>")
+    axis += "".join(labels)
     lanes = (f"<text x=\"4\" y=\"{20 + lane_h / 2 + 4}\" font-size=\"12\">NPU</text>"
              f"<text x=\"4\" y=\"{20 + lane_h + 8 + lane_h / 2 + 4}\" font-size=\"12\">CPU</text>")
-    return (f"<svg id=\"timeline\" width=\"{width}\" height=\"{height}\" "
-            f"xmlns=\"http://www.w3.org/2000/svg\" role=\"img\">{lanes}{''.join(bars)}{axis}</svg>")
+    return (f"<svg id=\"timeline\" viewBox=\"0 0 {width} {height}\" "
+            f"style=\"max-width:{width}px\" xmlns=\"http://www.w3.org/2000/svg\" "
+            f"role=\"img\">{lanes}{''.join(bars)}{axis}</svg>")
+
+
+def _tick_step(total: float) -> float:
+    """A round step (1, 2 or 5 x 10^k seconds) giving four to ten ticks over `total`."""
+    if total <= 0:
+        return 1.0
+    raw = total / 6
+    power = 10 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+
+
+def _time_label(seconds: float) -> str:
+    if seconds == 0:
+        return "0"
+    return f"{seconds * 1e3:g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:g} us"
 
 
 def _op_table(ops: list[dict]) -> str:
-    head = ["#", "node", "op", "kind", "where", "kernel", "out", "dtypes", "MACs", "cost (us)",
-            "source", "reasons"]
+    head = [name for name, _ in _OP_COLUMNS]
     rows = []
     for index, op in enumerate(ops):
         cost = op["cost"] or {}
@@ -144,7 +195,8 @@ def _op_table(ops: list[dict]) -> str:
                  f"{'-' if seconds is None else f'{seconds * 1e6:,.1f}'}</td>",
                  f"<td>{_e(cost.get('source', ''))}</td>", f"<td>{_e(_reason_text(op))}</td>"]
         rows.append(f"<tr>{''.join(cells)}</tr>")
-    return (f"<table id=\"ops\" class=\"sortable\"><thead><tr>"
+    columns = "".join(f"<col style=\"width:{share}%\">" for _, share in _OP_COLUMNS)
+    return (f"<table id=\"ops\" class=\"sortable\"><colgroup>{columns}</colgroup><thead><tr>"
             f"{''.join(f'<th>{_e(h)}</th>' for h in head)}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
@@ -177,8 +229,9 @@ def _memory_map(memory: dict, regions: list[dict]) -> str:
     misfits = [m for m in memory["items"] if not m["fits"]]
     note = "".join(f"<p class=\"note\">does not fit: {_e(m['item'])} ({m['bytes']:,} B)</p>"
                    for m in misfits)
-    return (f"<svg id=\"memory\" width=\"{width + 420}\" height=\"{y}\" "
-            f"xmlns=\"http://www.w3.org/2000/svg\">{''.join(parts)}</svg>{note}")
+    return (f"<svg id=\"memory\" viewBox=\"0 0 {width + 420} {y}\" "
+            f"style=\"max-width:{width + 420}px\" xmlns=\"http://www.w3.org/2000/svg\">"
+            f"{''.join(parts)}</svg>{note}")
 
 
 def render_plan_html(plan_json: dict, regions: list[dict], title: str | None = None) -> str:
@@ -222,8 +275,9 @@ def render_sweep_html(rows: list[dict], title: str) -> str:
                          f"text-anchor=\"middle\">{_e(row['npu'].replace('ethos-', ''))}</text>"
                          f"<text x=\"{x + bar_w / 2}\" y=\"{height - 34 - h:.2f}\" "
                          f"font-size=\"10\" text-anchor=\"middle\">{_e(fmt(value))}</text>")
-        return (f"<h2>{_e(label)}</h2><svg width=\"{width}\" height=\"{height}\" "
-                f"xmlns=\"http://www.w3.org/2000/svg\">{''.join(parts)}</svg>")
+        return (f"<h2>{_e(label)}</h2><svg viewBox=\"0 0 {width} {height}\" "
+                f"style=\"max-width:{width}px\" xmlns=\"http://www.w3.org/2000/svg\">"
+                f"{''.join(parts)}</svg>")
 
     for row in rows:
         row.setdefault("ram_bytes", (row.get("arena_bytes") or 0) + (row.get("npu_scratch_bytes") or 0))
