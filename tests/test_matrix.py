@@ -30,7 +30,11 @@ def _plan(pte_bytes):
 @pytest.mark.parametrize("platform,npu,cpu", TARGETS, ids=[t[1] if t[1] != "none" else t[2] for t in TARGETS])
 @pytest.mark.parametrize("model", zoo_names())
 def test_zoo_model_compiles_to_one_pte_with_the_intended_placement(compiles, model, platform, npu, cpu):
+    from orchestrator.planning.planner import make_plan
+    from tests.plan_checks import assert_summary_is_the_rows_added_up
+
     compiled, _ = compiles.get(model, platform, npu, cpu)
+    assert_summary_is_the_rows_added_up(make_plan(compiled))
     plan = _plan(compiled.pte_bytes)
     operators = {f"{op.name}.{op.overload}" for op in plan.operators}
     delegates = [(d.id, {s.key: bytes(s.value) for s in d.compile_specs}) for d in plan.delegates]

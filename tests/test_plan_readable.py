@@ -13,6 +13,8 @@ import re
 
 import pytest
 
+from tests.plan_checks import assert_summary_is_the_rows_added_up
+
 TARGETS = [("corstone300", "ethos-u55-128", None), ("corstone300", "none", "cortex-m55"),
            ("corstone320", "ethos-u85-256", None)]
 
@@ -27,22 +29,7 @@ def plan(request, compiles):
 
 
 def test_the_summary_is_the_rows_added_up(plan):
-    s = plan.summary
-    for engine in ("npu", "cmsis-nn", "portable"):
-        ops = [r for r in plan.rows if r.kind == "op" and r.placement == engine]
-        assert s.ops[engine] == len(ops)
-        assert s.macs[engine] == sum(r.macs for r in ops)
-        hidden = {}
-        for r in plan.rows:
-            if r.kind != "op" and r.placement == engine:
-                hidden[r.kind] = hidden.get(r.kind, 0) + 1
-        assert (s.hidden_by_engine or {}).get(engine, {}) == hidden
-    assert s.arena_bytes >= s.cmsis_scratch_bytes  # "its largest scratch buffer" is a part
-    text = plan.to_text()
-    if not plan.compiled.target.npu:
-        assert "executorch + vela" not in text and "NPU scratch" not in text
-    line = next(line for line in text.splitlines() if line.startswith("ops: "))
-    assert f"NPU {s.ops['npu']}, CMSIS-NN {s.ops['cmsis-nn']}, portable {s.ops['portable']}" in line
+    assert_summary_is_the_rows_added_up(plan)
 
 
 def _node_cells(text: str) -> list[str]:

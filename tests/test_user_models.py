@@ -198,6 +198,10 @@ def test_user_model_compiles_and_verifies_or_fails_in_one_classified_line(
     except Exception as error:  # noqa: BLE001 - classified or a defect
         _assert_classified_one_line(error)
         return
+    from orchestrator.planning.planner import make_plan
+    from tests.plan_checks import assert_summary_is_the_rows_added_up
+
+    assert_summary_is_the_rows_added_up(make_plan(compiled))
     try:
         report = verify(pte, samples=4)
     except Exception as error:  # noqa: BLE001
