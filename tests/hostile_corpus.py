@@ -18,6 +18,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tests.tampering import copy_program, flip_used_weight_byte
+
 MARKER = "ran-hostile-code"  # a file of this name appearing means the tool ran the input
 
 
@@ -30,11 +32,7 @@ class Case:
 
 
 def _copy_program(pte: Path, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / "model.pte"
-    shutil.copy2(pte, target)
-    shutil.copytree(pte.with_name(pte.stem + ".artifacts"), folder / "model.artifacts")
-    return target
+    return copy_program(pte, folder, "model")
 
 
 def _manifest(folder: Path) -> tuple[Path, dict]:
@@ -156,14 +154,7 @@ def generate(pte: Path, out: Path) -> list[Case]:
     folder = folder_of("npu-weight-byte")
     program = _copy_program(pte, folder)
     path, manifest = _manifest(folder)
-    data = bytearray(program.read_bytes())
-    data[_used_weight_byte(program)] ^= 0x40
-    program.write_bytes(bytes(data))
-    _rehash(folder, manifest)
-    shas = _payload_shas(program)
-    for entry in manifest["partitions"]:
-        entry["payload_sha256"] = shas[entry["index"]]
-    path.write_text(json.dumps(manifest))
+    flip_used_weight_byte(program)
     cases.append(Case("npu-weight-byte", ["verify", str(program), "--runtime", "twin"], [4],
                       "EthosUBackend lowered_module_"))
     for seed in range(3):
@@ -183,33 +174,6 @@ def generate(pte: Path, out: Path) -> list[Case]:
                           [2, 4], ""))
     (out / "cases.json").write_text(json.dumps([asdict(c) for c in cases], indent=1))
     return cases
-
-
-def _used_weight_byte(program: Path) -> int:
-    """The offset in the .pte of a weight byte the first partition's first DMA copies (a traced
-    run of the functional model: the byte is in use, so changing it changes the computation)."""
-    import numpy as np
-
-    from npu_driver.ethos_u import run_partition
-    from orchestrator.verification.twin import load_twin
-
-    partition = load_twin(program).partitions[0]
-    arrays = [np.zeros(spec.shape, dtype=spec.numpy_type) for spec in partition.io.inputs]
-    _, counters = run_partition(partition.payload, arrays, None, trace=True)
-    read = next(a for a in counters.trace if a.what == "DMA source" and a.region == 0)
-    data = program.read_bytes()
-    weights = partition.payload.weight_bytes
-    assert data.count(weights) == 1
-    return data.index(weights) + (read.lowest + read.highest) // 2
-
-
-def _payload_shas(program: Path) -> list[str]:
-    """The SHA-256 of each delegate payload, in delegate order (as the twin matches them)."""
-    from kernels.upstream_runtime import deserialize_pte
-
-    parsed = deserialize_pte(program.read_bytes()).program
-    return [hashlib.sha256(bytes(parsed.backend_delegate_data[d.processed.index].data)
-                           ).hexdigest() for d in parsed.execution_plan[0].delegates]
 
 
 if __name__ == "__main__":

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 
 import pytest
 
-from npu_driver.ethos_u import run_partition
 from orchestrator.cli import main
 from orchestrator.verification.twin import load_twin
 from tests.device_tools import missing
+from tests.tampering import copy_program, flip_used_weight_byte, payload_bytes, replace_payload
 
 PARTITION = "lowered_module_0"
 
@@ -26,68 +25,25 @@ def ds_cnn(compiles):
     return compiles.get("ds-cnn", npu="ethos-u55-128", write=True)[1]
 
 
-def _copy(pte, folder):
-    target = folder / pte.name
-    shutil.copy2(pte, target)
-    shutil.copytree(pte.with_name(pte.stem + ".artifacts"),
-                    target.with_name(target.stem + ".artifacts"))
-    return target
-
-
-def _rewrite(pte, old_payload: bytes, new_payload: bytes) -> None:
-    """Put `new_payload` where the delegate's payload lies in the .pte and recompute the
-    manifest's hashes of the .pte and of that payload."""
-    data = pte.read_bytes()
-    assert data.count(old_payload) == 1 and len(new_payload) == len(old_payload)
-    data = data.replace(old_payload, new_payload)
-    pte.write_bytes(data)
-    manifest_path = pte.with_name(pte.stem + ".artifacts") / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    manifest["pte"]["sha256"] = hashlib.sha256(data).hexdigest()
-    for entry in manifest["partitions"]:
-        if entry["payload_sha256"] == hashlib.sha256(old_payload).hexdigest():
-            entry["payload_sha256"] = hashlib.sha256(new_payload).hexdigest()
-    manifest_path.write_text(json.dumps(manifest))
-
-
-def _payload_bytes(twin, index=0) -> bytes:
-    program = twin.program
-    delegate = program.execution_plan[0].delegates[index]
-    return bytes(program.backend_delegate_data[delegate.processed.index].data)
-
-
-def _weight_byte_read(partition) -> int:
-    """Offset, in the payload's weight data, of a byte the first operation's weights and scales
-    come from (a traced run: the DMA that copies them from region 0 into the scratch)."""
-    import numpy as np
-
-    arrays = [np.zeros(spec.shape, dtype=spec.numpy_type) for spec in partition.io.inputs]
-    _, counters = run_partition(partition.payload, arrays, None, trace=True)
-    read = next(a for a in counters.trace if a.what == "DMA source" and a.region == 0)
-    return (read.lowest + read.highest) // 2
-
-
 def _tampered(ds_cnn, folder, where: str):
-    pte = _copy(ds_cnn, folder)
-    twin = load_twin(pte)
-    payload = _payload_bytes(twin)
-    partition = twin.partitions[0]
-    blob = bytearray(payload)
+    pte = copy_program(ds_cnn, folder)
     if where == "weights":
-        offset = payload.index(partition.payload.weight_bytes) + _weight_byte_read(partition)
-        blob[offset] ^= 0x40
+        flip_used_weight_byte(pte)
     else:  # a region offset: the IFM base address (cmd1 NPU_SET_IFM_BASE0) of the third op
         from ethosu.vela.ethos_u55_regs.ethos_u55_regs import cmd1
 
         from npu_driver.ethos_u import parse_custom_operator_payload
 
-        cmd = partition.payload.cmd_bytes
+        twin = load_twin(pte)
+        payload = payload_bytes(twin)
+        blob = bytearray(payload)
+        cmd = twin.partitions[0].payload.cmd_bytes
         commands = parse_custom_operator_payload(cmd).command_streams[0]
         found = [c.offset for c in commands if c.opcode == cmd1.NPU_SET_IFM_BASE0]
         assert len(found) >= 3
         offset = payload.index(cmd) + 4 * (found[2] + 1)  # the register's 32-bit value
         blob[offset] ^= 0x10  # 16 bytes further into the scratch
-    _rewrite(pte, payload, bytes(blob))
+        replace_payload(pte, payload, bytes(blob))
     return pte
 
 
@@ -146,7 +102,7 @@ def test_a_tosa_graph_that_crashes_the_reference_model_is_one_line_not_a_dead_pr
     from npu_driver.tosa_twin import TosaTwinError
     from npu_driver.tosa_worker import IsolatedTosa
 
-    pte = _copy(ds_cnn, tmp_path)
+    pte = copy_program(ds_cnn, tmp_path)
     twin = load_twin(pte)
     partition = twin.partitions[-1]
     arrays = [np.zeros(spec.shape, dtype=spec.numpy_type) for spec in partition.io.inputs]

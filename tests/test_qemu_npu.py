@@ -10,17 +10,11 @@ platforms/qemu.py). Under CI=true a missing toolchain, QEMU or source tree fails
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
-import struct
-import threading
-
 import pytest
 
 from orchestrator.cli import main
 from platforms import qemu_npu_bridge as bridge
+from tests.tampering import copy_program, flip_used_weight_byte
 from tests.device_tools import qemu_or_missing
 
 PARTITION = "lowered_module_0"
@@ -138,44 +132,11 @@ def test_ds_cnn_on_the_ethos_u55_passes_verify_qemu(ds_cnn, firmware, capsys):
     assert invocations == 8 and commands > 0  # 4 cases x 2 partitions
 
 
-def _copy(pte, folder):
-    target = folder / pte.name
-    shutil.copy2(pte, target)
-    shutil.copytree(pte.with_name(pte.stem + ".artifacts"),
-                    target.with_name(target.stem + ".artifacts"))
-    return target
-
-
 def _tampered_weight(ds_cnn, folder):
     """A weight byte the first NPU operation reads, flipped, and the manifest's hashes
-    recomputed (tests/test_npu_verify.py's approach)."""
-    import numpy as np
-
-    from npu_driver.ethos_u import run_partition
-    from orchestrator.verification.twin import load_twin
-
-    pte = _copy(ds_cnn, folder)
-    twin = load_twin(pte)
-    program = twin.program
-    delegate = program.execution_plan[0].delegates[0]
-    payload = bytes(program.backend_delegate_data[delegate.processed.index].data)
-    partition = twin.partitions[0]
-    arrays = [np.zeros(spec.shape, dtype=spec.numpy_type) for spec in partition.io.inputs]
-    _, counters = run_partition(partition.payload, arrays, None, trace=True)
-    read = next(a for a in counters.trace if a.what == "DMA source" and a.region == 0)
-    blob = bytearray(payload)
-    blob[payload.index(partition.payload.weight_bytes) + (read.lowest + read.highest) // 2] ^= 0x40
-    data = pte.read_bytes()
-    assert data.count(payload) == 1
-    data = data.replace(payload, bytes(blob))
-    pte.write_bytes(data)
-    manifest_path = pte.with_name(pte.stem + ".artifacts") / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    manifest["pte"]["sha256"] = hashlib.sha256(data).hexdigest()
-    for entry in manifest["partitions"]:
-        if entry["payload_sha256"] == hashlib.sha256(payload).hexdigest():
-            entry["payload_sha256"] = hashlib.sha256(bytes(blob)).hexdigest()
-    manifest_path.write_text(json.dumps(manifest))
+    recomputed (tests/tampering.py)."""
+    pte = copy_program(ds_cnn, folder)
+    flip_used_weight_byte(pte)
     return pte
 
 

@@ -67,6 +67,7 @@ from npu_driver.ethos_u.stream import (Command, CustomOperatorPayload, Optimizer
 __all__ = ["ACCELERATORS", "Accelerator", "CommandStreamError", "ConfigMismatch", "Counters",
            "MemoryFault", "NpuModelError", "UnmodelledCommand", "execute", "run_partition",
            "run_npu_partition", "parse_custom_operator_payload", "resolve_accelerator",
+           "execute_backend_invocation",
            "SCRATCH_REGION", "WEIGHTS_REGION", "FAST_SCRATCH_REGION", "WeightStreamError",
            "HazardError", "disassemble", "invocation_handler"]
 
@@ -129,6 +130,16 @@ def execute(command_stream: bytes, regions: Sequence, accelerator: str | None = 
             if index < len(regions) and memory.regions[index] is not None:
                 regions[index] = memory.regions[index].obj
     return counters
+
+
+def execute_backend_invocation(command_stream: bytes, regions: list,
+                               accelerator: str | None = None) -> Counters:
+    """One invocation on the regions EthosUBackend handed the driver (mutated in place). A
+    0-byte fast scratch (the host build, or a firmware that defines no `ethosu_fast_scratch`)
+    is sized by what the stream uses, so a Dedicated_Sram program can be computed; the bytes
+    it needs are in `Counters.region_sizes`."""
+    absent = tuple(i for i in (FAST_SCRATCH_REGION,) if i < len(regions) and not len(regions[i]))
+    return execute(command_stream, regions, accelerator, growable_regions=absent)
 
 
 def run_partition(payload, inputs: Sequence, accelerator: str | None = None, *,

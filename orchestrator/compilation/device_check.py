@@ -39,7 +39,7 @@ from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, KernelRefusa
                              RuntimeFailure, RuntimeUnavailable, missing_operators)
 from kernels.device_ops import device_operator_names
 from kernels.upstream_runtime import kernel_calls
-from npu_driver.ethos_u import NpuModelError, UnmodelledCommand, execute
+from npu_driver.ethos_u import NpuModelError, UnmodelledCommand, execute_backend_invocation
 from npu_driver.payload import PayloadError, parse_payload
 from orchestrator.errors import UserError
 from partitioners.legalize import contiguous_operands, runtime_node
@@ -75,11 +75,9 @@ class _NpuRun:
     def __call__(self, invocation) -> None:
         if not self.modelled:
             return  # the scratch is left as the runtime handed it over
-        regions = list(invocation.regions)
-        growable = tuple(i for i in (2,) if i < len(regions) and not len(regions[i]))
         try:
-            execute(invocation.command_stream, regions, self.accelerator,
-                    growable_regions=growable)
+            execute_backend_invocation(invocation.command_stream, list(invocation.regions),
+                                       self.accelerator)
         except UnmodelledCommand:
             return  # the model cannot judge this stream: as on the U85
         except NpuModelError as error:

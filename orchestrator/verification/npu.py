@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from npu_driver.ethos_u import (FAST_SCRATCH_REGION, SCRATCH_REGION, NpuModelError,
-                                UnmodelledCommand, execute, run_partition)
+from npu_driver.ethos_u import (SCRATCH_REGION, NpuModelError, UnmodelledCommand,
+                                execute_backend_invocation, run_partition)
 from npu_driver.tosa_twin import TosaTwinError
 from npu_driver.tosa_worker import shared as shared_tosa
 from orchestrator.errors import NotRun, UserError, VerificationFailure
@@ -195,12 +195,8 @@ class NpuExecutor:
                 scratch[vela.offset:vela.offset + vela.nbytes] = np.ascontiguousarray(
                     array).tobytes()
             return
-        # The host build's fast scratch may be empty: sized by what the stream uses.
-        growable = tuple(i for i in (FAST_SCRATCH_REGION,)
-                         if i < len(regions) and not len(regions[i]))
-        self._guarded(partition, where, lambda: execute(command_stream, regions,
-                                                        self.accelerator,
-                                                        growable_regions=growable))
+        self._guarded(partition, where, lambda: execute_backend_invocation(
+            command_stream, regions, self.accelerator))
         if self.choice == "both":
             streamed = [np.frombuffer(bytes(scratch[v.offset:v.offset + v.nbytes]),
                                       dtype=spec.numpy_type).reshape(spec.shape)

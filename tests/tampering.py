@@ -1,0 +1,76 @@
+"""How the tests damage a compiled program the way a careful tamperer would: a copy of the `.pte`
+and its artifacts folder, a byte of a delegate payload changed, and every hash the manifest
+records recomputed so that only the bytes' meaning can give the change away.
+
+Used by tests/test_npu_verify.py (twin and host runtime), tests/test_qemu_npu.py (the device
+side on QEMU) and tests/hostile_corpus.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from npu_driver.ethos_u import run_partition
+from orchestrator.verification.twin import load_twin
+
+
+def copy_program(pte: Path, folder: Path, name: str | None = None) -> Path:
+    """`pte` and its artifacts folder copied into `folder` (as `name`.pte when given)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / (f"{name}.pte" if name else pte.name)
+    shutil.copy2(pte, target)
+    shutil.copytree(pte.with_name(pte.stem + ".artifacts"),
+                    target.with_name(target.stem + ".artifacts"))
+    return target
+
+
+def manifest_path(pte: Path) -> Path:
+    return pte.with_name(pte.stem + ".artifacts") / "manifest.json"
+
+
+def payload_bytes(twin, index: int = 0) -> bytes:
+    """Delegate `index`'s payload as it lies in the program."""
+    program = twin.program
+    delegate = program.execution_plan[0].delegates[index]
+    return bytes(program.backend_delegate_data[delegate.processed.index].data)
+
+
+def used_weight_offset(partition) -> int:
+    """Offset, in the partition's weight data, of a byte its first operation's weights and
+    scales come from (a traced run: the DMA that copies them from region 0 into the scratch),
+    so changing it changes the computation."""
+    arrays = [np.zeros(spec.shape, dtype=spec.numpy_type) for spec in partition.io.inputs]
+    _, counters = run_partition(partition.payload, arrays, None, trace=True)
+    read = next(a for a in counters.trace if a.what == "DMA source" and a.region == 0)
+    return (read.lowest + read.highest) // 2
+
+
+def replace_payload(pte: Path, old: bytes, new: bytes) -> None:
+    """Put `new` where the delegate payload `old` lies in the .pte and recompute the manifest's
+    hashes of the .pte and of that payload."""
+    data = pte.read_bytes()
+    assert data.count(old) == 1 and len(new) == len(old)
+    data = data.replace(old, new)
+    pte.write_bytes(data)
+    path = manifest_path(pte)
+    manifest = json.loads(path.read_text())
+    manifest["pte"]["sha256"] = hashlib.sha256(data).hexdigest()
+    for entry in manifest["partitions"]:
+        if entry["payload_sha256"] == hashlib.sha256(old).hexdigest():
+            entry["payload_sha256"] = hashlib.sha256(new).hexdigest()
+    path.write_text(json.dumps(manifest))
+
+
+def flip_used_weight_byte(pte: Path) -> None:
+    """Change (in place) a weight byte the first partition's first operation reads."""
+    twin = load_twin(pte)
+    payload = payload_bytes(twin)
+    partition = twin.partitions[0]
+    blob = bytearray(payload)
+    blob[payload.index(partition.payload.weight_bytes) + used_weight_offset(partition)] ^= 0x40
+    replace_payload(pte, payload, bytes(blob))
