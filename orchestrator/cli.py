@@ -83,20 +83,25 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="zoo name (ds-cnn, mixed, ...), path/file.py:factory, "
                    "a .py defining ModelUnderTest/ModelInputs, or a saved .pt2")
     p.add_argument("--platform", default="corstone300",
-                   help="corstone300, corstone320, or a platform YAML of your own SoC")
-    p.add_argument("--npu", help="e.g. ethos-u55-128, ethos-u65-256, ethos-u85-256; 'none' for CPU only")
+                   help="corstone300, corstone320, or a platform YAML of your own SoC "
+                        "(default: corstone300)")
+    p.add_argument("--npu", help="e.g. ethos-u55-128, ethos-u65-256, ethos-u85-256; 'none' for CPU "
+                   "only (default: the platform's: ethos-u55-128 on corstone300, ethos-u85-256 "
+                   "on corstone320)")
     p.add_argument("--cpu", help="e.g. cortex-m55, cortex-m33, cortex-m0plus (default: the platform's)")
     p.add_argument("--io", default="float", choices=("float", "int8", "auto"),
                    help="program input/output type; int8 removes the fp32 I/O buffers; auto "
                         "compiles both and keeps int8 when the platform's firmware takes it "
-                        "and it makes the arena smaller (the report shows both arenas)")
-    p.add_argument("--calibration", help=".pt/.npz of samples or a folder of them")
+                        "and it makes the arena smaller (the report shows both arenas); default: float")
+    p.add_argument("--calibration", help=".pt/.npz of samples or a folder of them (default: 8 "
+                   "generated samples, and the report warns that its ranges are not representative)")
     p.add_argument("--cpu-hz", type=_clock_hz, help="override the platform CPU clock: hertz "
                    "(400000000, 4e8) or with a unit (400MHz); default: the platform YAML's")
     p.add_argument("--npu-hz", type=_clock_hz, help="override the platform NPU clock (as "
                    "--cpu-hz); default: the platform YAML's")
     p.add_argument("--policy", help="placement policy YAML (force ops/nodes/modules to the CPU, "
-                   "NPU, Vela config, clocks; see partitioners/policy.py)")
+                   "NPU, Vela config, clocks; see docs/tuning.md; default: none, greedy placement by "
+                   "operator support)")
     p.add_argument("--memory-policy", default="auto", metavar="auto|in-place|FILE",
                    help="where buffers live: auto (default: activations in the fastest "
                    "region, split over the next when they do not fit; CPU weights copied at boot "
@@ -131,12 +136,27 @@ def _version() -> str:
     return f"orchestrate {own} ({', '.join(upstream)})"
 
 
+_PLAN_EXAMPLES = """examples:
+  # DS-CNN on the default platform, Corstone-300 (Cortex-M55 + Ethos-U55-128)
+  orchestrate plan ds-cnn
+  # CPU only, every time at a 400 MHz part
+  orchestrate plan ds-cnn --npu none --cpu-hz 400MHz
+  # your model (a factory in a .py file) on a U65, as an HTML report
+  orchestrate plan my_model.py:build --npu ethos-u65-256 -o plan.html
+  # a CI gate: exit 3 under 90% NPU MAC coverage or when it does not fit the memories
+  orchestrate plan ds-cnn --fail-under-npu-coverage 90 --require-fit
+
+docs/plan.md explains every line of the report."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="orchestrate", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    plan = sub.add_parser("plan", help="where every op runs and why, with costs and memory")
+    plan = sub.add_parser(
+        "plan", help="where every op runs and why, with costs and memory",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_PLAN_EXAMPLES)
     _add_target_options(plan)
     plan.add_argument("--format", choices=("table", "json", "markdown", "html", "model-explorer"),
                       help="report format (default: from -o's extension: .json, .md, .html; "
@@ -144,9 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--all-rows", action="store_true",
                       help="table: list every op of an unrolled recurrence (GRU/LSTM/RNN) "
                       "instead of one line per recurrence")
-    plan.add_argument("-o", "--output", help="write the report to this file")
-    plan.add_argument("--pte", help="also write the compiled .pte (and its artifacts) here")
-    plan.add_argument("--runner-ops", help="file listing the operators your runner registers")
+    plan.add_argument("-o", "--output", help="write the report to this file, atomically "
+                      "(default: standard output)")
+    plan.add_argument("--pte", help="also write the compiled .pte (and its artifacts) here "
+                      "(default: not written)")
+    plan.add_argument("--runner-ops", help="file listing the operators your runner registers; "
+                      "the plan flags every op it lacks (default: no check against a runner)")
     plan.add_argument("--fail-under-npu-coverage", type=_percent, metavar="PCT",
                       help="CI gate: exit 3 when less than PCT%% of the MACs run on the NPU "
                       "(default: no gate)")
@@ -161,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("compile", help="compile to one .pte plus an artifacts folder")
     _add_target_options(comp)
-    comp.add_argument("-o", "--output", required=True, help="output .pte path")
+    comp.add_argument("-o", "--output", required=True, help="output .pte path (required; the "
+                      "artifacts folder goes beside it)")
     comp.add_argument("--bundle", action="store_true",
                       help="also write a BundleIO .bpte with test inputs and expected outputs")
 
@@ -170,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--npus", help="comma-separated NPU names (default: all the platform offers; "
                      "'none' for CPU only)")
     swp.add_argument("--models", help="more models, comma-separated, or @FILE with one per line "
-                     "(one row per model x configuration)")
+                     "(one row per model x configuration; default: only MODEL)")
     swp.add_argument("--jobs", type=_positive, help="configurations compiled at once, in worker "
                      "processes (default: the machine's cores)")
     swp.add_argument("--executor", default="local", metavar="local|ray|ray:ADDRESS",
@@ -182,17 +206,20 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--format", default="table", choices=("table", "json", "html"),
                      help="table (default), json, or html (latency, flash and RAM per "
                      "configuration)")
-    swp.add_argument("-o", "--output", help="write the table to this file")
+    swp.add_argument("-o", "--output", help="write the table to this file (default: standard "
+                     "output)")
 
     ver = sub.add_parser("verify", help="check the .pte: host twin, real ExecuTorch runtime, QEMU Corstone-300 or an FVP")
     ver.add_argument("pte", help="a .pte written by `orchestrate compile` (artifacts beside it)")
     ver.add_argument("--samples", type=_positive, default=16,
                      help="inputs to verify with (default 16; generated, seed 0, unless "
                      "--calibration)")
-    ver.add_argument("--calibration", help="inputs to verify with (.pt/.npz/folder)")
+    ver.add_argument("--calibration", help="inputs to verify with (.pt/.npz/folder; default: "
+                     "--samples generated inputs)")
     ver.add_argument("--per-op", action="store_true", help="localize a divergence op by op")
     ver.add_argument("--max-steps", type=int, default=1,
-                     help="allowed int8 steps per rounding stage, each value checked against the reference fed the program's own inputs")
+                     help="allowed int8 steps per rounding stage, each value checked against the reference fed "
+                     "the program's own inputs (default: 1)")
     ver.add_argument("--format", default="table", choices=("table", "json"),
                      help="table (default) or json")
     ver.add_argument("--runtime", default="auto", choices=("auto", "twin", "executorch", "both"),
@@ -224,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "Ethos-U functional model on the host; not the Ethos-U85)")
     ver.add_argument("--atol", type=float, default=0.0,
                      help="--qemu: BundleIO absolute tolerance (default 0: byte-exact)")
-    ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF (or ORCHESTRATE_RUNNER_ELF)")
+    ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF for --fvp (or "
+                     "ORCHESTRATE_RUNNER_ELF; default: none, and --fvp says how to build one)")
     ver.add_argument("--timeout", type=_positive, default=600,
                      help="seconds a QEMU or FVP run may take (default 600)")
     _add_output_options(ver)
@@ -256,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="show (default) or fetch")
     sources.add_argument("--from", dest="mirrors", action="append", default=[],
                          metavar="NAME=URL", help="fetch tree NAME from URL (a mirror or a "
-                         "local git repository) instead of upstream; repeatable")
+                         "local git repository) instead of upstream; repeatable (default: the upstream URLs)")
     sources.add_argument("--only", help="comma-separated tree names to fetch (default: all)")
     _add_output_options(sources)
     return parser
@@ -648,7 +676,7 @@ def _verify_qemu(args, pte: Path) -> int:
 
     target = Manifest.load(pte).target
     platform = installed_platform(target, args.platform)
-    reason = qemu_unavailable_reason(target, bool(target["npu"]))
+    reason = qemu_unavailable_reason(target, bool(target["npu"]), platform)
     if target["npu"] and reason is not None:
         raise NotRun(f"not run: {pte.name}: {reason}; nothing was run (verify without --qemu "
                      "runs the twin and the host runtime; --fvp on a Corstone FVP)")

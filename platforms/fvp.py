@@ -77,7 +77,9 @@ class RunnerElfNotFound(FvpUnavailable):
     """No arm_executor_runner ELF was named: the FVP check is reported as not run."""
 
     def __init__(self) -> None:
-        super().__init__(f"not run: no runner ELF (pass one or set ${RUNNER_ELF_ENV})")
+        super().__init__(f"not run: no runner ELF (pass --runner-elf or set ${RUNNER_ELF_ENV}; "
+                         "build one with ExecuTorch's examples/arm/run.sh --bundleio "
+                         "--build_only for the program's NPU)")
 
 
 @dataclass(frozen=True)

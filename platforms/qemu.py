@@ -1,12 +1,15 @@
-"""Run a CPU-only BundleIO `.bpte` on QEMU's Corstone-300 with the runner firmware built here.
+"""Run a BundleIO `.bpte` on QEMU with the platform's runner firmware built here.
 
 QEMU's `mps3-an547` machine is the Corstone-300 FPGA image (SSE-300, Cortex-M55 with MVE) without
 an Ethos-U model. The firmware is the board support in `platforms/<platform>/runner/` (startup,
 semihosting console, counters, a main that runs BundleIO's self-check) linked with ExecuTorch's
 runtime, the portable and Cortex-M kernels the program's `operators.txt` names, and CMSIS-NN, all
-compiled for the M55 from the unmodified sources in ../shared/third_party (or
-$ORCHESTRATE_THIRD_PARTY). The linker script is generated from the platform YAML's memory
-regions; `runner/firmware.yaml` says which regions hold code and data and what QEMU models.
+compiled for the core `runner/firmware.yaml` names from the unmodified sources in
+../shared/third_party (or $ORCHESTRATE_THIRD_PARTY). The linker script is generated from the
+platform YAML's memory regions; `runner/firmware.yaml` says which regions hold code and data,
+which core QEMU runs it on (the Corstone-320's Cortex-M85 build runs on the AN547's M55: the
+same Armv8.1-M + MVE architecture, see its firmware.yaml), which NPU families its semihosting
+bridge serves, and what QEMU models.
 
 One firmware serves every program with the same operators: the harness writes a mailbox (where the
 image lies, which regions hold the planned buffers and the CPU weights, the tolerances) and the
@@ -234,11 +237,18 @@ class QemuMemory:
 class FirmwareConfig:
     """platforms/<platform>/runner/firmware.yaml."""
 
-    runner_dir: Path
+    runner_dir: Path  # the folder of firmware.yaml
+    sources_dir: Path  # the runner's sources (`sources:`, default the same folder)
+    cpu: str  # the core the firmware is built for (the platform's)
+    qemu_cpu: str  # the core QEMU's machine models, which runs it
+    cpu_note: str  # why running that build on that core is sound ("" when they are the same)
+    npu_products: Mapping[str, str]  # NPU family served by the bridge -> the driver's define
+    npu_base_address: int  # the NPU's register block on the platform (the bridge touches none)
     cpu_flags: tuple[str, ...]
     optimization: str
     cmsis_nn_optimization: str
     code_regions: tuple[str, ...]
+    boot_region: str  # where the reset vector table must lie (the core boots from it)
     data_region: str
     stack_bytes: int
     heap_region: str
@@ -252,6 +262,26 @@ class FirmwareConfig:
     qemu_args: tuple[str, ...]
     text: str  # the file, hashed into the build key
 
+    @property
+    def core_text(self) -> str:
+        """What ran the code, e.g. "Cortex-M55 + MVE on QEMU mps3-an547" or, for a build of
+        another core, "Cortex-M85 build on QEMU's Cortex-M55 (mps3-an547)"."""
+        if self.cpu == self.qemu_cpu:
+            return f"{_core_name(self.cpu)} + MVE on QEMU {self.qemu_machine}"
+        return (f"{_core_name(self.cpu)} build (Armv8.1-M + MVE) on QEMU's "
+                f"{_core_name(self.qemu_cpu)} ({self.qemu_machine})")
+
+    def method(self, platform_name: str) -> str:
+        return f"{_platform_title(platform_name)} CPU in QEMU: real kernels, no timing" \
+            if self.cpu == self.qemu_cpu else \
+            (f"{_platform_title(platform_name)} {_core_name(self.cpu)} build in QEMU's "
+             f"{_core_name(self.qemu_cpu)}: real kernels, no timing")
+
+    def npu_product(self, npu: str | None) -> str | None:
+        """The NPU family of accelerator `npu` ("ethos-u55-128" -> "ethos-u55") when the
+        bridge serves it, else None."""
+        return next((p for p in self.npu_products if (npu or "").startswith(p + "-")), None)
+
     def qemu_backing(self, address: int, size_bytes: int) -> QemuMemory | None:
         """The QEMU memory that holds [address, address + size), directly or via its secure alias."""
         for memory in self.qemu_memory:
@@ -259,6 +289,17 @@ class FirmwareConfig:
                 if base <= address and address + size_bytes <= base + memory.size_bytes:
                     return memory
         return None
+
+
+def _core_name(cpu: str) -> str:
+    """ "cortex-m55" -> "Cortex-M55"."""
+    return cpu.replace("cortex-m", "Cortex-M") if cpu.startswith("cortex-m") else cpu
+
+
+def _platform_title(name: str) -> str:
+    """ "corstone300" -> "Corstone-300"."""
+    match = re.fullmatch(r"corstone(\d+)", name)
+    return f"Corstone-{match[1]}" if match else name
 
 
 def load_firmware_config(platform: Platform) -> FirmwareConfig:
@@ -271,12 +312,24 @@ def load_firmware_config(platform: Platform) -> FirmwareConfig:
     text = path.read_text()
     data = yaml.safe_load(text)
     qemu = data["qemu"]
+    npu = data.get("npu") or {}
+    sources_dir = (runner_dir / str(data.get("sources", "."))).resolve()
+    if not sources_dir.is_relative_to(Path(__file__).resolve().parent):
+        raise NoRunnerForPlatform(f"{path}: sources {data.get('sources')!r} lies outside the "
+                                  "installed platforms")
     config = FirmwareConfig(
         runner_dir=runner_dir,
+        sources_dir=sources_dir,
+        cpu=str(data.get("cpu", platform.cpu_default)),
+        qemu_cpu=str(qemu.get("cpu", data.get("cpu", platform.cpu_default))),
+        cpu_note=" ".join(str(qemu.get("why_this_core", "")).split()),
+        npu_products={str(k): str(v) for k, v in (npu.get("products") or {}).items()},
+        npu_base_address=int(npu.get("base_address", 0)),
         cpu_flags=tuple(data["cpu_flags"]),
         optimization=data["optimization"],
         cmsis_nn_optimization=data["cmsis_nn_optimization"],
         code_regions=tuple(data["code_regions"]),
+        boot_region=str(data.get("boot_region", data["code_regions"][0])),
         data_region=data["data_region"],
         stack_bytes=int(data["stack_bytes"]),
         heap_region=data["heap_region"],
@@ -293,7 +346,7 @@ def load_firmware_config(platform: Platform) -> FirmwareConfig:
         qemu_args=tuple(str(a) for a in qemu["args"]),
         text=text,
     )
-    for name in (*config.code_regions, config.data_region, config.heap_region, config.runtime_region,
+    for name in (*config.code_regions, config.boot_region, config.data_region, config.heap_region, config.runtime_region,
                  config.default_program_region, config.default_planned_region):
         platform.memory(name)  # raises PlatformError naming the region
     return config
@@ -470,10 +523,10 @@ class _Builder:
             third_party.root,
         )
         self.runner_digest = tree_digest(
-            sorted(p for folder in (config.runner_dir, config.runner_dir / _NPU_DIR)
+            sorted(p for folder in (config.sources_dir, config.sources_dir / _NPU_DIR)
                    if folder.is_dir() for p in folder.iterdir()
                    if p.suffix in (".c", ".cpp", ".h")),
-            config.runner_dir,
+            config.sources_dir,
         )
         self.npu_tree = tree_digest(
             [et / "backends/arm/runtime", third_party.ethos_u_driver / "include",
@@ -574,6 +627,14 @@ class _Builder:
     def linker_script(self, regions: Sequence[MemoryRegion], code_region: str) -> str:
         config = self.config
         code, data, heap = _symbol(code_region), _symbol(config.data_region), _symbol(config.heap_region)
+        boot = _symbol(config.boot_region)
+        # The core resets from the vector table in the boot region: with the code elsewhere
+        # (too large for it), the table gets a section and a segment of its own there.
+        vectors_apart = boot != code
+        boot_phdr = "  boot PT_LOAD;\n" if vectors_apart else ""
+        boot_section = (f"  .vectors : {{ KEEP(*(.vectors)) }} > {boot} :boot\n"
+                        if vectors_apart else "")
+        vectors_in_text = "" if vectors_apart else "    KEEP(*(.vectors))\n"
         memory = "\n".join(
             f"  {_symbol(r.name)} (rwx) : ORIGIN = {r.base_address:#010x}, LENGTH = {r.size_bytes:#x}"
             for r in regions
@@ -597,17 +658,16 @@ ENTRY(Reset_Handler)
  * would otherwise zero-fill them as ROM blobs over the harness's mailbox. */
 PHDRS
 {{
-  text PT_LOAD;
+{boot_phdr}  text PT_LOAD;
   data PT_LOAD;
   none PT_NULL;
 }}
 
 SECTIONS
 {{
-  .text :
+{boot_section}  .text :
   {{
-    KEEP(*(.vectors))
-    *(.text .text.*)
+{vectors_in_text}    *(.text .text.*)
     KEEP(*(.init))
     KEEP(*(.fini))
     *(.rodata .rodata.*)
@@ -693,11 +753,11 @@ SECTIONS
         et, tp = self.tp.executorch, self.tp
         includes = (f"-I{tp.root}", f"-I{et / 'runtime/core/portable_type/c10'}", f"-I{schema}",
                     f"-I{tp.flatbuffers / 'include'}", f"-I{tp.cmsis_nn / 'Include'}",
-                    f"-I{self.config.runner_dir}")
+                    f"-I{self.config.sources_dir}")
         common = (*self.config.cpu_flags, "-ffunction-sections", "-fdata-sections",
                   # Paths in __FILE__ (ET_LOG) independent of where the sources and cache lie.
                   f"-ffile-prefix-map={tp.root}=third_party",
-                  f"-ffile-prefix-map={self.config.runner_dir}=runner",
+                  f"-ffile-prefix-map={self.config.sources_dir}=runner",
                   f"-ffile-prefix-map={self.cache}=cache",
                   "-DARM_NN_ENABLE_F32=0", "-DARM_NN_ENABLE_F16=0")
         cxx = (*common, self.config.optimization, "-std=gnu++17", "-fno-exceptions", "-fno-rtti",
@@ -742,7 +802,7 @@ SECTIONS
             if "Bindings" not in p.parts and not re.search(r"_f(16|32)\.c$", p.name)
         )
         units += [_Unit(p, cmsis) for p in cmsis_sources]
-        runner = self.config.runner_dir
+        runner = self.config.sources_dir
         units += [_Unit(p, c) for p in sorted(runner.glob("*.c"))]
         runner_cxx = (*cxx, f"-DRUNNER_CPU_HZ={self.platform.cpu_hz}")
         units += [_Unit(p, runner_cxx) for p in sorted(runner.glob("*.cpp"))]
@@ -760,10 +820,11 @@ SECTIONS
             raise ThirdPartySourcesNotFound(
                 f"no Ethos-U core driver in {driver} (set ${THIRD_PARTY_ENV})")
         backend = self.tp.executorch / "backends/arm/runtime"
-        npu_dir = self.config.runner_dir / _NPU_DIR
-        product = {"ethos-u55": "ETHOSU55", "ethos-u65": "ETHOSU65"}[self.npu_product]
+        npu_dir = self.config.sources_dir / _NPU_DIR
+        product = self.config.npu_products[self.npu_product]
         driver_includes = (f"-I{driver / 'include'}", f"-I{driver / 'src'}", f"-I{npu_dir}",
                            f"-D{product}", "-DETHOSU_LOG_SEVERITY=0",
+                           f"-DRUNNER_NPU_BASE_ADDRESS={self.config.npu_base_address:#x}u",
                            f"-ffile-prefix-map={npu_dir}=runner/npu")
         units = [_Unit(backend / name, (*cxx, f"-I{driver / 'include'}"), npu=True)
                  for name in _ETHOS_U_BACKEND_SOURCES]
@@ -775,7 +836,7 @@ SECTIONS
         """Compiler, flags, the source and what it may include: the third-party tree, the schema
         headers (named by their own key) and, for the runner's files, the runner's headers."""
         flags = [flag.replace(str(self.cache), "<cache>") for flag in unit.flags]
-        ours = unit.source.parent in (self.config.runner_dir, self.config.runner_dir / _NPU_DIR,
+        ours = unit.source.parent in (self.config.sources_dir, self.config.sources_dir / _NPU_DIR,
                                       self.cache / "generated")
         if unit.source.is_relative_to(self.tp.root):
             name = str(unit.source.relative_to(self.tp.root))
@@ -891,9 +952,9 @@ def build_firmware(
     operators = tuple(sorted(set(operators)))
     selection = select_operators(operators, sources)
     cache = Path(cache_dir).expanduser() if cache_dir else cache_root()
-    if npu_product not in (None, "ethos-u55", "ethos-u65"):
-        raise NoEthosUInQemu(f"the runner's NPU bridge serves the Ethos-U55 and U65, not "
-                             f"{npu_product}")
+    if npu_product is not None and npu_product not in config.npu_products:
+        raise NoEthosUInQemu(f"the {platform.name} runner's NPU bridge serves "
+                             f"{', '.join(config.npu_products) or 'no NPU'}, not {npu_product}")
     builder = _Builder(platform, config, sources, toolchain, cache, jobs or build_jobs(), trace,
                        npu_product)
     regions = _ram_regions(platform, config)
@@ -1048,6 +1109,11 @@ class QemuResult:
     npu: str | None = None
     npu_invocations: int = 0
     npu_commands: int = 0
+    # What ran it: the runner's platform ("Corstone-300"), the core text (FirmwareConfig.core_text)
+    # and, for a build of a core QEMU lacks, why running it on QEMU's core is sound.
+    runner: str = "Corstone-300"
+    core: str = ""
+    core_note: str = ""
 
     def summary(self) -> str:
         counted = (f", {self.instructions:,} instructions per inference (icount; not cycles)"
@@ -1146,6 +1212,7 @@ def run_bpte_on_qemu(
     `QemuResult.npu_invocations` and `.npu_commands` count what the handler ran."""
     bpte_path, operators_txt = Path(bpte_path), Path(operators_txt)
     platform = load_platform(platform) if isinstance(platform, str) else platform
+    config = load_firmware_config(platform)
     npu_product = None
     if program_has_ethos_u(bpte_path):
         if npu_handler is None:
@@ -1153,13 +1220,12 @@ def run_bpte_on_qemu(
                 f"{bpte_path.name} delegates to the Ethos-U and QEMU's {platform.name} model has "
                 "no Ethos-U; nothing was run (use the FVP, or compile with --npu none)"
             )
-        npu_product = next((p for p in ("ethos-u55", "ethos-u65") if (npu or "").startswith(p)),
-                           None)
+        npu_product = config.npu_product(npu)
         if npu_product is None:
             raise NoEthosUInQemu(
-                f"{bpte_path.name} delegates to the {npu or 'Ethos-U'}; the runner's NPU bridge "
-                "serves the Ethos-U55 and U65 functional model only; nothing was run")
-    config = load_firmware_config(platform)
+                f"{bpte_path.name} delegates to the {npu or 'Ethos-U'}; the {platform.name} "
+                f"runner's NPU bridge serves {', '.join(config.npu_products) or 'no NPU'}; "
+                "nothing was run")
     qemu = find_qemu()
     firmware = build_firmware(read_operators(operators_txt), platform, third_party=third_party,
                               cache_dir=cache_dir, jobs=jobs, trace=trace,
@@ -1220,21 +1286,29 @@ def run_bpte_on_qemu(
     qemu_errors = stderr.decode("utf-8", errors="replace").strip()
     if qemu_errors:
         errors += [f"qemu: {line}" for line in qemu_errors.splitlines()]
-    result = _result(log, exit_code, errors, firmware, run_seconds,
+    result = _result(log, exit_code, errors, firmware, run_seconds, config.method(platform.name),
+                     (config.core_text, config.cpu_note),
                      {"image": image_region.name, "planned": ",".join(planned),
                       "runtime": config.runtime_region, "weights": weights_region},
                      image_address, platform)
     if bridge is None:
         return result
-    return dataclasses.replace(result, method=npu_method(npu), npu=npu,
+    return dataclasses.replace(result, method=npu_method(npu, config, platform.name), npu=npu,
                                npu_invocations=bridge.log.invocations,
                                npu_commands=bridge.log.commands)
 
 
-def npu_method(npu: str | None) -> str:
-    """The method's name for a hybrid program run with the NPU bridge."""
-    family = "Ethos-U65" if (npu or "").startswith("ethos-u65") else "Ethos-U55"
-    return f"Cortex-M55 on QEMU + {family} functional model over semihosting"
+def npu_method(npu: str | None, config: FirmwareConfig, platform_name: str) -> str:
+    """The method's name for a hybrid program run with the NPU bridge: what computed the NPU's
+    half on the host (the Ethos-U55/U65 functional model; an Ethos-U85's TOSA graphs)."""
+    family = (npu or "ethos-u").split("-")
+    family = f"Ethos-{family[1].upper()}" if len(family) > 1 else "Ethos-U"
+    cpu = (f"{_core_name(config.qemu_cpu)} on QEMU" if config.cpu == config.qemu_cpu else
+           f"{_core_name(config.cpu)} build on QEMU's {_core_name(config.qemu_cpu)}")
+    if (npu or "").startswith(("ethos-u55", "ethos-u65")):
+        return f"{cpu} + {family} functional model over semihosting"
+    return (f"{cpu} + {family} partitions as TOSA graphs in the TOSA reference model "
+            "over semihosting (the command stream is not executed)")
 
 
 def _loader(path: Path, address: int) -> str:
@@ -1263,7 +1337,7 @@ def _image_address(platform: Platform, config: FirmwareConfig, firmware: Firmwar
 
 
 def _result(log: str, exit_code: int | None, errors: list[str], firmware: Firmware,
-            run_seconds: float, placement: dict[str, str], image_address: int,
+            run_seconds: float, method: str, core: tuple[str, str], placement: dict[str, str], image_address: int,
             platform: Platform | None = None) -> QemuResult:
     parsed = parse_runner_log(log)
     weights_region = weights_address = weights_bytes = None
@@ -1320,6 +1394,10 @@ def _result(log: str, exit_code: int | None, errors: list[str], firmware: Firmwa
         instructions_per_tick=ratio,
         firmware=firmware,
         trace=tuple(trace),
+        method=method,
+        runner=_platform_title(platform.name) if platform is not None else "Corstone-300",
+        core=core[0],
+        core_note=core[1],
         placement=MappingProxyType({**placement, "image_address": f"{image_address:#x}"}),
         weights_region=weights_region,
         weights_address=weights_address,

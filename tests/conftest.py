@@ -80,9 +80,11 @@ SHARED_COMPILES = ("test_compile.py", "test_plan.py", "test_verify_zoo.py", "tes
                    "test_memory_placement.py", "test_host_runtime.py", "test_bad_inputs.py",
                    "test_size.py", "test_plan_readable.py",
                    "test_golden.py")
+# Files whose tests share nothing but the on-disk caches: every test is a unit of its own.
+PER_TEST_UNITS = ("test_qemu_families.py",)
 _UNIT_FIRST = ("test_architecture.py", "test_upstream_adapters.py", "test_platforms.py",
                "test_cost_cpu.py", "test_local_check.py")
-_LONGEST_FIRST = (*SHARED_COMPILES, "test_sweep.py", "test_device_code.py", "test_user_models.py",
+_LONGEST_FIRST = (*SHARED_COMPILES, "test_qemu_families.py", "test_sweep.py", "test_device_code.py", "test_user_models.py",
                   "test_qemu.py", "test_files_are_data.py",
                   "test_sweep_ray.py", "test_policy.py")
 
@@ -103,6 +105,9 @@ def pytest_xdist_make_scheduler(config, log):
     class SharedCompilesScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             file = nodeid.split("::", 1)[0]
-            return "shared-compiles" if file.rsplit("/", 1)[-1] in SHARED_COMPILES else file
+            name = file.rsplit("/", 1)[-1]
+            if name in PER_TEST_UNITS:  # each test compiles its own program: spread them
+                return nodeid
+            return "shared-compiles" if name in SHARED_COMPILES else file
 
     return SharedCompilesScheduling(config, log)

@@ -175,11 +175,27 @@ def test_every_option_says_what_it_does():
             if isinstance(action, argparse._SubParsersAction):
                 for name, sub in action.choices.items():
                     walk(sub, f"{path} {name}")
-            elif not action.help and action.dest != "help":
-                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+            elif action.dest in ("help", "version"):
+                continue
+            elif not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}: no help")
+            elif action.option_strings and action.nargs != 0 and not action.required \
+                    and "default" not in action.help:
+                # An option that takes a value says what happens without it.
+                missing.append(f"{path} {'/'.join(action.option_strings)}: no default named")
 
     walk(build_parser(), "orchestrate")
     assert not missing, missing
+
+
+def test_plan_help_shows_an_example():
+    from orchestrator.cli import build_parser
+
+    parser = build_parser()
+    plan = parser._subparsers._group_actions[0].choices["plan"]
+    text = plan.format_help()
+    assert "examples:" in text and "orchestrate plan ds-cnn" in text
+    assert "docs/plan.md" in text
 
 
 def test_the_plan_format_follows_the_output_extension(tmp_path):

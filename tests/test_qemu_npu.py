@@ -89,13 +89,22 @@ def test_the_server_stops_when_no_firmware_ever_calls(tmp_path):
     assert not server._thread.is_alive()
 
 
-def test_ethos_u85_programs_stay_not_run_with_the_reason():
+def test_each_platforms_runner_says_which_npu_and_core_qemu_runs():
+    """The QEMU gate reads the platform's runner/firmware.yaml: the Corstone-300 bridge serves
+    the U55/U65 for Cortex-M55 programs, the Corstone-320 one the U85 for Cortex-M85 programs;
+    anything else is not run, with the reason."""
     from orchestrator.verification.combined import qemu_unavailable_reason
+    from platforms.platform import load_platform
 
-    reason = qemu_unavailable_reason({"npu": "ethos-u85-256", "cpu": "cortex-m55"}, True)
-    assert "Ethos-U85 is not modelled" in reason
-    assert qemu_unavailable_reason({"npu": "ethos-u55-128", "cpu": "cortex-m55"}, True) is None
-    assert qemu_unavailable_reason({"npu": "ethos-u65-256", "cpu": "cortex-m55"}, True) is None
+    c300, c320 = load_platform("corstone300"), load_platform("corstone320")
+    for npu in ("ethos-u55-128", "ethos-u65-256"):
+        assert qemu_unavailable_reason({"npu": npu, "cpu": "cortex-m55"}, True, c300) is None
+    assert qemu_unavailable_reason({"npu": "ethos-u85-256", "cpu": "cortex-m85"}, True,
+                                   c320) is None
+    reason = qemu_unavailable_reason({"npu": "ethos-u85-256", "cpu": "cortex-m55"}, True, c300)
+    assert "serves ethos-u55, ethos-u65" in reason
+    reason = qemu_unavailable_reason({"npu": None, "cpu": "cortex-m33"}, False, c300)
+    assert "compiled for cortex-m33" in reason and "built for the cortex-m55" in reason
 
 
 # ---------------------------------------------------------------------------------------------

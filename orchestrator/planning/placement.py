@@ -103,7 +103,20 @@ def _npu_rows(index: int, lowered) -> list[OpPlacement]:
 
 
 def _npu_dtype(node: torch.fx.Node, logical: str) -> str:
-    """Inside a delegate the graph is fake-quantized float; the NPU computes in the Q dtype."""
+    """Inside a delegate the graph is fake-quantized float; the NPU computes in the Q dtypes.
+
+    Each input takes the dtype of the dequantize that feeds it (int8 activations and weights,
+    int32 bias) or, from another op of the partition, that op's NPU dtype; the output takes the
+    dtype of the quantize after it: "int8,int8,int32 -> int8".
+    """
+    inputs = [_q_dtype(a) for a in node.all_input_nodes
+              if getattr(a.meta.get("val"), "dtype", None) is not None]
+    out = _quantized_as(node) or logical.split("->")[-1].strip()
+    return f"{','.join(inputs)} -> {out}"
+
+
+def _quantized_as(node: torch.fx.Node) -> str | None:
+    """The dtype of the first quantize after `node` (within a few hops), if any."""
     frontier, seen = list(node.users), set()
     while frontier:
         user = frontier.pop(0)
@@ -111,10 +124,28 @@ def _npu_dtype(node: torch.fx.Node, logical: str) -> str:
             continue
         seen.add(user)
         if _is(user.target, ("quantize_per_tensor",)) and len(user.args) > 5:
-            return f"{logical.split('->')[0].strip()} -> {str(user.args[5]).replace('torch.', '')}"
+            return _dtype_text(user.args[5])
         if len(seen) < 8:
             frontier.extend(user.users)
-    return logical
+    return None
+
+
+def _q_dtype(value: torch.fx.Node) -> str:
+    """The dtype a delegate op's input holds on the NPU."""
+    if value.op == "call_function" and _is(value.target, ("dequantize_per_tensor",)) \
+            and len(value.args) > 5:
+        return _dtype_text(value.args[5])
+    if value.op == "call_function" and _is(value.target, ("dequantize_per_channel",)) \
+            and len(value.args) > 6:
+        return _dtype_text(value.args[6])
+    own = value.meta["val"].dtype
+    if value.op == "call_function" and own.is_floating_point:
+        return _quantized_as(value) or _dtype_text(own)
+    return _dtype_text(own)
+
+
+def _dtype_text(dtype) -> str:
+    return str(dtype).replace("torch.", "")
 
 
 def _not_npu_reason(origin: str, lowered_stage, pre_cpu, npu: str | None, kind: str) -> Reason:

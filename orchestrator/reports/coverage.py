@@ -213,10 +213,16 @@ def _short_op(op: str) -> str:
     return op.replace(".default", "").replace(".Tensor", "").replace(".self", "")
 
 
-def _cost_cell(row, sep: str = " ") -> str:
+def _cost_cell(row, sep: str = " ", short: bool = False) -> str:
+    """The row's time and its source; an NPU op Vela gives no cycles of its own (it fused the op
+    into the layer before it) says "fused", not a zero."""
     if row.cost is None:
         return "-"
-    return f"{row.cost.seconds * 1e6:,.1f}us{sep}{row.cost.source}"
+    source = _short_source(row.cost.source) if short else row.cost.source
+    if row.placement == "npu" and row.kind != "npu-invocation" and row.cost.seconds == 0 \
+            and row.cost.source == "vela":
+        return f"fused{sep}{source}"
+    return f"{row.cost.seconds * 1e6:,.1f}us{sep}{source}"
 
 
 def _reasons(row) -> list[str]:
@@ -237,9 +243,9 @@ _SOURCE_ABBREVIATION = {"vela": "V", "model:transition": "T", "model:portable": 
                         "model:scalar": "S", "model:dsp": "D", "model:mve": "M", "measured": "meas",
                         "model:memory": "R"}
 TABLE_LEGEND = (
-    "legend: NPU pN = inside NPU partition N (its ops' times are Vela's per-layer cycles; 0.0us = "
-    "Vela fused the op into the layer before it; the partition's 'NPU invocation' row adds its "
-    "start-up and copies); (edge) = a quantize or dequantize where a float value meets int8 "
+    "legend: NPU pN = inside NPU partition N (its ops' times are Vela's per-layer cycles; fused = "
+    "Vela gives the op no cycles of its own: it fused it into the layer before it or removed it; "
+    "the partition's 'NPU invocation' row adds its start-up and copies); (edge) = a quantize or dequantize where a float value meets int8 "
     "(program input/output, a float CPU op); layout copy = a dim-order copy the compile inserted "
     "so a kernel reads the layout it assumes; transitions = CPU<->NPU hand-overs per inference; "
     "MAC utilisation = the MACs the partition does over the NPU's MACs x its Vela cycles")
@@ -343,7 +349,7 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
                 why.append([f"{i}-{last}", textwrap.fill(line, 90)])
             continue
         op = _short_op(r.op) if r.kind == "op" else f"{_HIDDEN_LABEL[r.kind]}"
-        cost = "-" if r.cost is None else f"{r.cost.seconds * 1e6:,.1f}us {_short_source(r.cost.source)}"
+        cost = _cost_cell(r, short=True)
         table.append([i, _wrap_name(r.name, 24), _wrap_name(op, 17),
                       f"{_shape(r.output_shape)} {_out_dtype(r)}", f"{r.macs:,}",
                       _where(r).replace("CMSIS-NN/", "CMSIS/"), cost])

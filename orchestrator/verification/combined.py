@@ -11,13 +11,14 @@ Three methods, asked in order, each saying what it exercised or why it could not
   It judges the scalar and DSP tiers, the program loading and memory plan, every kernel's own
   argument checks and the NPU glue; for MVE programs it compares the C-path form of the few ops
   whose MVE form differs and names them.
-- **QEMU**: the Corstone-300 runner firmware (ExecuTorch runtime, portable and CMSIS-NN kernels
-  built for the Cortex-M55 with MVE) on QEMU's mps3-an547, self-checking against the twin's
-  outputs (BundleIO, byte-exact). It judges Cortex-M55 programs; QEMU models no Ethos-U, so a
-  hybrid Ethos-U55/U65 program's NPU invocations are handed over semihosting to the Ethos-U
-  functional model on the host (orchestrator/verification/qemu_npu.py), with the real
-  EthosUBackend and core driver in the firmware; Ethos-U85 programs and other cores are "not
-  run".
+- **QEMU**: the platform's runner firmware (ExecuTorch runtime, portable and CMSIS-NN kernels
+  built for the core its runner/firmware.yaml names) on QEMU's mps3-an547, self-checking against
+  the twin's outputs (BundleIO, byte-exact). It judges Corstone-300 Cortex-M55 programs and
+  Corstone-320 Cortex-M85 programs (their Armv8.1-M + MVE build runs on QEMU's M55; QEMU has no
+  M85). QEMU models no Ethos-U, so a hybrid program's NPU invocations are handed over semihosting
+  to the host (orchestrator/verification/qemu_npu.py), with the real EthosUBackend and core
+  driver in the firmware: the Ethos-U55/U65 functional model executes the command stream, an
+  Ethos-U85 partition is computed from its TOSA graph. Other cores are "not run".
 
 The verdict is theirs together: FAILED when any method that ran found a failure (exit 4);
 PASSED when no method failed and a device-code method (host runtime or QEMU) passed for what
@@ -39,8 +40,6 @@ from orchestrator.artifacts.manifest import Manifest
 from orchestrator.verification.npu import NpuModelCannotRun, NpuModelFault
 
 TWIN, RUNTIME, QEMU = "twin", "host runtime", "QEMU Cortex-M55"
-QEMU_CPU = "cortex-m55"  # the core of QEMU's mps3-an547 (Corstone-300 FPGA image)
-QEMU_NPUS = ("ethos-u55-", "ethos-u65-")  # what the NPU bridge's functional model executes
 
 
 @dataclass(frozen=True)
@@ -117,18 +116,28 @@ def run_host_runtime(pte: Path, samples: int, calibration, per_op: bool,
                         report_json(report))
 
 
-def qemu_unavailable_reason(target: dict, has_npu: bool) -> str | None:
-    """Why QEMU cannot judge this program, or None. A hybrid Ethos-U55/U65 program runs with its
-    NPU invocations handed to the functional model over semihosting; an Ethos-U85 one does not."""
+def qemu_unavailable_reason(target: dict, has_npu: bool, platform) -> str | None:
+    """Why QEMU cannot judge this program on `platform`'s runner, or None. The platform's
+    runner/firmware.yaml says which core the firmware is built for and which NPU families its
+    semihosting bridge serves: a hybrid Ethos-U55/U65 program has its NPU invocations executed
+    by the functional model, an Ethos-U85 one (Corstone-320) has them computed from the
+    partitions' TOSA graphs."""
+    from platforms.qemu import QemuUnavailable, load_firmware_config
+
+    try:
+        config = load_firmware_config(platform)
+    except QemuUnavailable as error:
+        return str(error).removeprefix("not run: ")
     npu = str(target.get("npu") or "")
-    if has_npu and not npu.startswith(QEMU_NPUS):
-        return (f"the program delegates to {npu or 'the Ethos-U'}; QEMU's Corstone-300 model has "
-                "no Ethos-U, and the runner's NPU bridge serves the Ethos-U55/U65 functional "
-                "model only (the Ethos-U85 is not modelled)")
+    if has_npu and config.npu_product(npu) is None:
+        served = ", ".join(config.npu_products) or "no NPU"
+        return (f"the program delegates to {npu or 'the Ethos-U'}; QEMU's {config.qemu_machine} "
+                f"has no Ethos-U, and the {platform.name} runner's NPU bridge serves {served}")
     cpu = target.get("cpu")
-    if cpu and cpu != QEMU_CPU:
-        return (f"the program is compiled for {cpu}; QEMU's mps3-an547 is a Cortex-M55, whose "
-                "MVE kernels would not run the program's tier as compiled")
+    if cpu and cpu != config.cpu:
+        return (f"the program is compiled for {cpu}; the {platform.name} runner on QEMU is built "
+                f"for the {config.cpu}, whose kernels would not run the program's tier as "
+                "compiled")
     return None
 
 
@@ -200,22 +209,25 @@ def fast_scratch_bytes(platform, npu: str) -> int:
 def qemu_lines(result) -> list[str]:
     """What a QEMU run showed: method, verdict, where the weights and planned buffers went, each
     case and the instruction counts, with what the counts are (not cycles)."""
-    from platforms.qemu import METHOD
-
+    core = result.core or "Cortex-M55 + MVE on QEMU mps3-an547"
     if result.npu:
-        lines = [f"method: {result.method} (Cortex-M55 + MVE on QEMU mps3-an547: ExecuTorch "
-                 "runtime, portable and CMSIS-NN kernels, EthosUBackend and the Ethos-U core "
-                 "driver built for the M55; each NPU invocation handed to the host's "
-                 f"{result.npu} functional model; no timing)",
+        computed = (f"{result.npu_commands:,} NPU commands executed by the functional model "
+                    "over the run" if result.npu.startswith(("ethos-u55", "ethos-u65")) else
+                    "each computed from its partition's TOSA graph by the TOSA reference model "
+                    "(the command stream is not executed)")
+        lines = [f"method: {result.method} ({core}: ExecuTorch runtime, portable and CMSIS-NN "
+                 "kernels, EthosUBackend and the Ethos-U core driver built for that core; each "
+                 f"NPU invocation handed to the host over semihosting, {result.npu}; no timing)",
                  result.summary(),
-                 f"npu: {result.npu_invocations} invocation(s), {result.npu_commands:,} NPU "
-                 "commands executed by the functional model over the run"]
+                 f"npu: {result.npu_invocations} invocation(s), {computed}"]
         lines += [f"npu error: {line.removeprefix('NPU bridge: ')}" for line in result.errors
                   if line.startswith("NPU bridge: ")][:4]
     else:
-        lines = [f"method: {METHOD} (Cortex-M55 + MVE on QEMU mps3-an547: ExecuTorch runtime, "
-                 "portable and CMSIS-NN kernels built for the M55; no Ethos-U, no timing)",
+        lines = [f"method: {result.method} ({core}: ExecuTorch runtime, portable and CMSIS-NN "
+                 "kernels built for that core; no Ethos-U, no timing)",
                  result.summary()]
+    if result.core_note:
+        lines.append(f"core: {result.core_note}")
     if result.weights_region:
         lines.append(f"weights: constant segment ({result.weights_bytes:,} B) read from "
                      f"{result.weights_region} at {result.weights_address:#x}")
@@ -237,13 +249,13 @@ def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
     from platforms.qemu import QemuUnavailable
 
     target = Manifest.load(pte).target
-    reason = qemu_unavailable_reason(target, bool(load_twin(pte).partitions))
-    if reason is not None:
-        return MethodResult(QEMU, "not-run", reason, True)
     try:
         platform = installed_platform(target, platform_override)
     except UserError as error:
         return MethodResult(QEMU, "not-run", str(error), True)
+    reason = qemu_unavailable_reason(target, bool(load_twin(pte).partitions), platform)
+    if reason is not None:
+        return MethodResult(QEMU, "not-run", reason, True)
     try:
         result = qemu_on_checked_pte(pte, platform, timeout_s, samples=samples,
                                      npu_model=npu_model)
@@ -254,13 +266,14 @@ def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
     if result.passed:
         per = f", {result.instructions:,} instructions per inference (QEMU -icount, not cycles)" \
             if result.instructions else ""
-        npu = (f"; NPU: {result.method}, {result.npu_commands:,} NPU commands in "
-               f"{result.npu_invocations} invocation(s)") if result.npu else ""
-        detail = (f"PASSED on the Corstone-300 runner firmware in QEMU (Cortex-M55 + MVE): "
+        commands = (f"{result.npu_commands:,} NPU commands in " if result.npu_commands else "")
+        npu = (f"; NPU: {result.method}, {commands}{result.npu_invocations} invocation(s)"
+               if result.npu else "")
+        detail = (f"PASSED on the {result.runner} runner firmware in QEMU ({result.core}): "
                   f"{len(result.cases)} BundleIO case(s) byte-exact against the twin{per}{npu}")
         outcome = "passed"
     else:
-        detail = ("FAILED on the Corstone-300 runner firmware in QEMU: "
+        detail = (f"FAILED on the {result.runner} runner firmware in QEMU: "
                   + ("; ".join(result.errors) or "a BundleIO case did not match the twin"))
         outcome = "failed"
     return MethodResult(QEMU, outcome, detail, True, text,

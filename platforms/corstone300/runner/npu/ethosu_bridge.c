@@ -5,13 +5,16 @@
  * EthosUBackend_Cortex_M.cpp, ...) and the real Ethos-U core driver (ethosu_driver.c: the
  * custom-operator payload parsing, OPTIMIZER_CONFIG and COMMAND_STREAM actions, alignment
  * checks, power requests, the job state machine and the semaphore wait). Only the driver's
- * lowest layer, the `ethosu_dev_*` functions of ethosu_device_u55_u65.c that write the NPU's
- * registers and read its interrupt status, is replaced by this file: where the real
+ * lowest layer, the `ethosu_dev_*` functions of ethosu_device_u55_u65.c (ethosu_device_u85.c
+ * for the Corstone-320's Ethos-U85; the interface, ethosu_device.h, is the same) that write the
+ * NPU's registers and read its interrupt status, is replaced by this file: where the real
  * ethosu_dev_run_command_stream writes QBASE/BASEP and CMD to start the NPU, this one hands the
  * invocation to the host over semihosting (npu_bridge.h), waits for the reply, writes the
  * regions the NPU wrote back into the firmware's memory, and raises the driver's interrupt
  * handler as the NPU would on finishing. The host runs the command stream in the project's
- * Ethos-U55/U65 functional model (platforms/qemu_npu_bridge.py).
+ * Ethos-U55/U65 functional model (platforms/qemu_npu_bridge.py); an Ethos-U85 invocation, whose
+ * command stream is not modelled, is computed from the partition's TOSA graph on the inputs
+ * this firmware's EthosUBackend copied in.
  *
  * What this layer does not check, the host does: ethosu_dev_verify_optimizer_config accepts
  * every OPTIMIZER_CONFIG here, and the host's functional model refuses a stream compiled for
@@ -30,9 +33,13 @@
 unsigned char* ethosu_fast_scratch = NULL;
 size_t ethosu_fast_scratch_size = 0;
 
-/* Corstone-300's Ethos-U55 register block (its secure alias); no device answers there on QEMU,
- * and nothing in this layer touches it. */
-#define RUNNER_NPU_BASE_ADDRESS ((void*)0x58102000u)
+/* The platform's NPU register block, from its firmware.yaml (npu.base_address, passed as
+ * -DRUNNER_NPU_BASE_ADDRESS): no device answers there on QEMU, and nothing in this layer
+ * touches it. */
+#ifndef RUNNER_NPU_BASE_ADDRESS
+#error "RUNNER_NPU_BASE_ADDRESS: the build passes the platform's NPU base address"
+#endif
+#define RUNNER_NPU_REGISTERS ((void*)(uintptr_t)(RUNNER_NPU_BASE_ADDRESS))
 
 static struct ethosu_driver runner_driver;
 static struct ethosu_driver* current_driver = NULL; /* the job in flight (inference_begin) */
@@ -50,7 +57,7 @@ int runner_npu_setup(uint8_t* fast_scratch, size_t fast_scratch_bytes) {
   ethosu_fast_scratch = fast_scratch;
   ethosu_fast_scratch_size = fast_scratch_bytes;
   /* What the Arm executor runner does at boot: one driver for the one NPU. */
-  return ethosu_init(&runner_driver, RUNNER_NPU_BASE_ADDRESS, fast_scratch, fast_scratch_bytes,
+  return ethosu_init(&runner_driver, RUNNER_NPU_REGISTERS, fast_scratch, fast_scratch_bytes,
                      1, 1);
 }
 
