@@ -113,7 +113,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="where the .pte/.bpte go")
     args = parser.parse_args()
 
-    from platforms.qemu import QemuUnavailable, build_firmware, read_operators, run_bpte_on_qemu
+    from platforms.qemu import run_bpte_on_qemu
+    from platforms.runner_build import QemuUnavailable, build_firmware, read_operators
 
     out = args.out or Path(tempfile.mkdtemp(prefix="qemu-zoo-"))
     out.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 `$ORCHESTRATE_CACHE_DIR` when set, else `$XDG_CACHE_HOME/orchestrate`, else
 `~/.cache/orchestrate`. The host-runtime library (kernels/host_runtime), the Corstone runner
-firmware (platforms/qemu.py) and the capture/quantization cache (orchestrator/artifacts/cache.py) each keep
+firmware (platforms/runner_build.py) and the capture/quantization cache (orchestrator/artifacts/cache.py) each keep
 a subfolder of it.
 """
 

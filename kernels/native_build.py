@@ -2,8 +2,8 @@
 jobs to run, how inputs are hashed into a cache key and how a result is written.
 
 Used by the host runtime (kernels/host_runtime/build.py, kernels/runtime.py) and the Corstone
-runner firmware (platforms/qemu.py); a new native part (a release firmware, a native helper)
-uses it too, so one environment variable means one thing everywhere:
+runner firmware (platforms/runner_build.py); a new native part (a release firmware, a native
+helper) uses it too, so one environment variable means one thing everywhere:
 
     ORCHESTRATE_THIRD_PARTY     a folder holding executorch/, cmsis-nn/, flatbuffers/,
                                 ethos-u-core-driver/ (default: ../shared/third_party beside

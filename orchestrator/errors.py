@@ -40,7 +40,7 @@ def lower_errors() -> dict[type, type[OrchestrateError]]:
     reported: a bad platform or a malformed delegate payload is the user's data (exit 2), a
     missing FVP a check that could not run (exit 5)."""
     from kernels.runtime import RuntimeFailure, RuntimeUnavailable
-    from platforms.qemu import QemuUnavailable
+    from platforms.runner_build import QemuUnavailable
     from npu_driver.payload import PayloadError
     from npu_driver.tosa_twin import TosaTwinError
     from platforms.fvp import FvpUnavailable

@@ -223,7 +223,7 @@ def test_one_variable_points_every_native_build_at_the_third_party_sources(tmp_p
     import pytest
 
     from kernels.runtime import RuntimeUnavailable, find_sources
-    from platforms.qemu import ThirdPartySourcesNotFound, find_third_party
+    from platforms.runner_build import ThirdPartySourcesNotFound, find_third_party
 
     empty = tmp_path / "sources"
     empty.mkdir()

@@ -52,7 +52,7 @@ def mirrors(tmp_path, monkeypatch):
 def test_fetch_clones_each_pinned_commit_and_the_builds_find_the_trees(mirrors, tmp_path,
                                                                        capsys):
     from kernels.runtime import find_sources
-    from platforms.qemu import find_third_party
+    from platforms.runner_build import find_third_party
 
     assert main(["sources", "fetch"]) == 0
     root = tmp_path / "cache" / "sources"

@@ -3,7 +3,7 @@ itself against the host twin with the real ExecuTorch runtime and CMSIS-NN kerne
 
 Skipped with "not run: ..." where the arm-none-eabi toolchain, qemu-system-arm or the third-party
 sources are missing. The firmware is built once per operator set and cached (see
-platforms/qemu.py), so only the first session on a machine pays for the build.
+platforms/runner_build.py), so only the first session on a machine pays for the build.
 """
 
 from __future__ import annotations
@@ -17,19 +17,18 @@ import pytest
 from tests.device_tools import in_ci, missing
 
 from platforms import load_platform
-from platforms.qemu import (
+from platforms.qemu import _plan_regions, run_bpte_on_qemu
+from platforms.runner_build import (
     KernelsMissing,
     NoEthosUInQemu,
     QemuNotFound,
     QemuUnavailable,
-    _plan_regions,
     build_firmware,
     find_qemu,
     find_third_party,
     find_toolchain,
     load_firmware_config,
     read_operators,
-    run_bpte_on_qemu,
     select_operators,
 )
 

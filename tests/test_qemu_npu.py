@@ -4,7 +4,7 @@ each command stream over semihosting to the host, where the Ethos-U55/U65 functi
 it (platforms/qemu_npu_bridge.py, orchestrator/verification/qemu_npu.py).
 
 One firmware build per module (the `firmware` fixture; cached across sessions by
-platforms/qemu.py). Under CI=true a missing toolchain, QEMU or source tree fails these tests
+platforms/runner_build.py). Under CI=true a missing toolchain, QEMU or source tree fails these tests
 (tests/device_tools.py); locally it skips them.
 """
 
@@ -121,7 +121,7 @@ def firmware(ds_cnn):
     """The NPU build of the runner for ds-cnn's operators: built once for this module."""
     qemu_or_missing()
     from orchestrator.artifacts.manifest import Manifest
-    from platforms.qemu import build_firmware, read_operators
+    from platforms.runner_build import build_firmware, read_operators
 
     return build_firmware(read_operators(Manifest.load(ds_cnn).file("operators.txt")),
                           npu_product="ethos-u55")

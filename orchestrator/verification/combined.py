@@ -122,7 +122,7 @@ def qemu_unavailable_reason(target: dict, has_npu: bool, platform) -> str | None
     semihosting bridge serves: a hybrid Ethos-U55/U65 program has its NPU invocations executed
     by the functional model, an Ethos-U85 one (Corstone-320) has them computed from the
     partitions' TOSA graphs."""
-    from platforms.qemu import QemuUnavailable, load_firmware_config
+    from platforms.runner_build import QemuUnavailable, load_firmware_config
 
     try:
         config = load_firmware_config(platform)
@@ -246,7 +246,7 @@ def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
              samples: int = 4, npu_model: str = "auto") -> MethodResult:
     from orchestrator.errors import NotRun, UserError
     from orchestrator.verification.twin import load_twin
-    from platforms.qemu import QemuUnavailable
+    from platforms.runner_build import QemuUnavailable
 
     target = Manifest.load(pte).target
     try:

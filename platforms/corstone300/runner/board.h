@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 /* Exit codes the harness reads (semihosting SYS_EXIT_EXTENDED); away from 1, which QEMU itself
- * returns when it cannot start. Mirrored in platforms/qemu.py (_EXIT_MEANING). */
+ * returns when it cannot start. Mirrored in platforms/runner_protocol.py (EXIT_MEANING). */
 enum runner_exit_code {
   RUNNER_EXIT_PASS = 0,       /* every bundled test case matched (or a plain .pte ran) */
   RUNNER_EXIT_MISMATCH = 10,  /* at least one output differed from the bundled expectation */
@@ -35,7 +35,7 @@ enum runner_exit_code {
 #define RUNNER_MAILBOX_PLANNED 4
 
 /* Written by the harness at the linker symbol __runner_mailbox; layout mirrored in
- * platforms/qemu.py (_MAILBOX). All fields little-endian, names NUL-padded. */
+ * platforms/runner_protocol.py (MAILBOX). All fields little-endian, names NUL-padded. */
 typedef struct {
   uint32_t magic;
   uint32_t version;

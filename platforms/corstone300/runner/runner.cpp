@@ -239,7 +239,7 @@ void report_mismatch(Method& method, const bundled_program_flatbuffer::BundledMe
 }
 
 #if defined(ET_EVENT_TRACER_ENABLED)
-// The trace build (platforms/qemu.py, trace=True): for every instruction of the method, its
+// The trace build (platforms/runner_build.py, trace=True): for every instruction of the method, its
 // SysTick ticks and a CRC-32 of each tensor its kernel logged (the outputs), so a mismatch can be
 // traced to the first operator whose bytes differ from the host twin's. Records are printed after
 // the inference; the CRCs must be taken when the kernel returns (planned memory is reused), and

@@ -1,0 +1,61 @@
+"""What the QEMU harness (platforms/qemu.py) and the runner firmware (platforms/<platform>/runner/)
+exchange: the mailbox the harness writes into memory before the CPU starts (runner_mailbox_t in
+runner/board.h), the lines the runner prints (runner.cpp) and its exit codes (runner_exit_code in
+runner/board.h), and what one inference's figures read from that log are (QemuCase,
+QemuTraceEntry). A change here is a change to the C side, and the reverse.
+
+The generic ExecuTorch/BundleIO verdict lines, common to the FVP's runner, are read by
+platforms/fvp.parse_runner_log.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+# Mirrors runner_mailbox_t in runner/board.h.
+MAILBOX_PLANNED = 4  # RUNNER_MAILBOX_PLANNED
+MAILBOX = struct.Struct("<IIII" + "16s" * MAILBOX_PLANNED + "16sffI16sI")
+MAILBOX_MAGIC = 0x4E55524F
+MAILBOX_VERSION = 4
+
+# What the runner prints (runner.cpp, ExecuTorch's ET_LOG), read back by the harness.
+ET_LOG_PREFIX = re.compile(r"^[DIWEF] \[executorch:[^\]]*\]\s*")
+CASE_TICKS = re.compile(r"Inference\[(\d+)\]: (\d+) SysTick ticks")
+CASE_RESULT = re.compile(r"BundleIO index\[(\d+)\] Test_result: (PASS|FAIL)")
+CALIBRATION = re.compile(r"Calibration: (\d+) instructions in (\d+) SysTick ticks")
+CONSTANT_SEGMENT = re.compile(
+    r"constant segment: (\d+) bytes (?:copied to (\S+)|read in place) at (0x[0-9a-fA-F]+)")
+PLANNED_BUFFER = re.compile(
+    r"planned buffer \d+ \(mem_id (\d+)\): (\d+) bytes in (\S+) at (0x[0-9a-fA-F]+|\(nil\))")
+TRACE_TICKS = re.compile(
+    r"Trace\[(\d+)\] instruction (\d+) (\w+) (\S+): (\d+) SysTick ticks \(kernel (\d+)\)")
+TRACE_TENSOR = re.compile(
+    r"Trace\[(\d+)\] instruction (\d+) tensor \d+: (\d+) bytes crc32 ([0-9a-f]{8})")
+# runner_exit_code in runner/board.h.
+EXIT_MEANING = {10: "outputs differ from the bundled expectation",
+                11: "the runner could not load or run the program", 12: "CPU fault",
+                13: "ExecuTorch aborted"}
+
+
+@dataclass(frozen=True)
+class QemuCase:
+    index: int
+    passed: bool | None
+    instructions: int | None  # per inference, from the icount-driven SysTick
+    ticks: int
+
+
+@dataclass(frozen=True)
+class QemuTraceEntry:
+    """One instruction of one inference in a trace build."""
+
+    case: int
+    instruction: int  # index in the method's chain, as the twin's op trace counts them
+    kind: str  # OPERATOR_CALL, DELEGATE_CALL, MOVE_CALL, ...
+    kernel: str  # the operator the kernel registered, e.g. quantized_conv2d.out; "" for no kernel
+    ticks: int
+    instructions: int | None  # the whole instruction: argument unboxing, kernel, dispatch
+    kernel_instructions: int | None  # the kernel call alone
+    tensors: tuple[tuple[int, int], ...]  # (bytes, crc32) of each tensor it logged: its outputs
