@@ -222,6 +222,11 @@ def in_dim_order(tensor: torch.Tensor, dim_order: tuple[int, ...] | None) -> tor
     return tensor.permute(dim_order).contiguous().permute(inverse)
 
 
+# torch's glog-style info and warning lines in the child's log (e.g. "W1202 15:10:38.719000 ...
+# _pytree.py:630] ... Enum subclass ..."): not the runtime's words.
+_PYTHON_LOG_NOISE = re.compile(r"^[IW]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+
+
 class HostRuntime:
     """The real runtime with the host kernels, in a child process (or in this one with
     `isolated=False`, where a kernel abort ends this process). Reusable across programs."""
@@ -318,7 +323,8 @@ class HostRuntime:
             log.seek(since)
             text = log.read().decode("utf-8", errors="replace")
         kept = [line for line in text.splitlines()
-                if line.strip() and "Failed to load" not in line and "torchao" not in line]
+                if line.strip() and "Failed to load" not in line and "torchao" not in line
+                and not _PYTHON_LOG_NOISE.match(line)]
         return "\n".join(kept[-lines:])
 
     def _receive(self, handler: NpuHandler | None):

@@ -243,3 +243,20 @@ def test_plan_pte_refuses_what_compile_refuses(tmp_path, capsys):
     assert code == 2 and not pte.exists()
     err = capsys.readouterr().err
     assert "not writing a program the device refuses" in err and "EthosUBackend" in err
+
+
+def test_a_runtime_that_aborts_is_refused_naming_the_kernel_check_that_aborted_it():
+    """When a kernel's check aborts the runtime process, compile's refusal quotes that check,
+    not only "the runtime process ended", and torch's own log lines are not taken for it."""
+    from kernels.runtime import _PYTHON_LOG_NOISE
+    from orchestrator.compilation.device_check import _first_line
+
+    noise = ("W1202 15:10:38.719000 14287 .venv/lib/python3.11/site-packages/torch/utils/"
+             "_pytree.py:630] <enum 'KernelPreference'> is an Enum subclass")
+    check = ("[op_dequantize_per_tensor.cpp:44] In function check_dequantize_args(), assert "
+             "failed (input.scalar_type() == dtype): input.scalar_type() 6 does not match dtype 1")
+    assert _PYTHON_LOG_NOISE.match(noise) and not _PYTHON_LOG_NOISE.match(check)
+    text = f"the runtime process ended (exit status -6); its log ends:\n{check}"
+    assert _first_line(text) == ("the runtime process ended (exit status -6); its log ends "
+                                 + check)
+    assert _first_line("a kernel refused it\nmore detail") == "a kernel refused it"

@@ -287,5 +287,11 @@ def _delegate_refusal(log: str) -> str | None:
 
 
 def _first_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else ""
+    """The failure's first line; when the runtime process died, with the kernel check that
+    aborted it from the log ("... assert failed (input.scalar_type() == dtype) ...")."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    check = next((line for line in reversed(lines[1:])
+                  if "assert failed" in line or "Check failed" in line), None)
+    return f"{lines[0].removesuffix(':')} {check}" if check else lines[0]
