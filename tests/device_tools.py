@@ -43,3 +43,21 @@ def qemu_or_missing() -> None:
         find_third_party()
     except QemuUnavailable as error:
         missing(str(error))
+
+
+def verify_qemu_passes(pte, capsys, cases: int = 4) -> str:
+    """`orchestrate verify --qemu PTE` exits 0 with every one of `cases` BundleIO cases PASS;
+    returns what it printed (the `npu:` line is there for a hybrid program)."""
+    from orchestrator.cli import main
+
+    code = main(["verify", "--qemu", str(pte)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    listed = [line for line in out.splitlines() if line.strip().startswith("case ")]
+    assert len(listed) == cases and all(": PASS," in line for line in listed), out
+    return out
+
+
+def npu_line(out: str) -> str:
+    """The `npu: N invocation(s), ...` line of a hybrid verify --qemu report."""
+    return next(line for line in out.splitlines() if line.startswith("npu: "))

@@ -16,7 +16,7 @@ import pytest
 
 from examples.user_models import USER_MODELS, model_spec
 from orchestrator.cli import main
-from tests.device_tools import qemu_or_missing
+from tests.device_tools import npu_line, qemu_or_missing, verify_qemu_passes
 
 # What compile refuses on the U55-128, and the words its one line must hold.
 REFUSED = {
@@ -52,12 +52,7 @@ def test_family_on_the_ethos_u55_passes_verify_qemu_or_is_refused_in_one_line(
         assert not pte.exists()
         return
     assert code == 0, err
-    code = main(["verify", "--qemu", str(pte)])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    cases = [line for line in out.splitlines() if line.strip().startswith("case ")]
-    assert len(cases) == 4 and all(": PASS," in line for line in cases), out
-    npu = next(line for line in out.splitlines() if line.startswith("npu: "))
+    npu = npu_line(verify_qemu_passes(pte, capsys))
     invocations = int(npu.removeprefix("npu: ").split(" ")[0])
     assert invocations >= 4, npu  # every case ran at least one NPU partition
     assert "NPU commands executed by the functional model" in npu, npu

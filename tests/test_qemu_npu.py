@@ -15,7 +15,7 @@ import pytest
 from orchestrator.cli import main
 from platforms import qemu_npu_bridge as bridge
 from tests.tampering import copy_program, flip_used_weight_byte
-from tests.device_tools import qemu_or_missing
+from tests.device_tools import npu_line, qemu_or_missing, verify_qemu_passes
 
 PARTITION = "lowered_module_0"
 METHOD = "Cortex-M55 on QEMU + Ethos-U55 functional model over semihosting"
@@ -128,13 +128,9 @@ def firmware(ds_cnn):
 
 
 def test_ds_cnn_on_the_ethos_u55_passes_verify_qemu(ds_cnn, firmware, capsys):
-    code = main(["verify", "--qemu", str(ds_cnn)])
-    out = capsys.readouterr().out
-    assert code == 0, out
+    out = verify_qemu_passes(ds_cnn, capsys)
     assert f"method: {METHOD}" in out
-    cases = [line for line in out.splitlines() if line.strip().startswith("case ")]
-    assert len(cases) == 4 and all(": PASS," in line for line in cases), out
-    npu = next(line for line in out.splitlines() if line.startswith("npu: "))
+    npu = npu_line(out)
     invocations, commands = (int(n.replace(",", "")) for n in
                              npu.removeprefix("npu: ").split(" invocation(s), ")[0:1]
                              + [npu.split(", ")[1].split(" ")[0]])
@@ -180,10 +176,5 @@ def test_the_zoo_on_the_ethos_u55_passes_verify_qemu(compiles, firmware, capsys,
     """The hybrid MLPerf Tiny models, the person detector and `mixed` (CPU ops between three NPU
     partitions) on U55-128: every BundleIO case byte-exact on the M55 with the NPU model."""
     pte = compiles.get(model, npu="ethos-u55-128", write=True)[1]
-    code = main(["verify", "--qemu", str(pte)])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    cases = [line for line in out.splitlines() if line.strip().startswith("case ")]
-    assert len(cases) == 4 and all(": PASS," in line for line in cases), out
-    npu = next(line for line in out.splitlines() if line.startswith("npu: "))
+    npu = npu_line(verify_qemu_passes(pte, capsys))
     assert not npu.startswith("npu: 0 invocation"), npu

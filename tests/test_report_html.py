@@ -46,6 +46,27 @@ def test_the_page_is_self_contained_with_one_bar_per_plan_row(mixed_plan):
     assert "arm_convolve_s8" in page and "stride (4, 4)" in page
 
 
+def test_every_abbreviation_in_the_op_table_has_a_tooltip(mixed_plan):
+    """A newcomer hovers "npu p1", "boundary-quantize" or "vela+model:transition" and reads what
+    it means; the headers of the terse columns say what they hold."""
+    page = mixed_plan.to_html()
+    table = page[page.index('<table id="ops"'):]
+    rows = re.findall(r"<tr><td class=\"num\".*?</tr>", table)
+    assert len(rows) == len(mixed_plan.rows)
+    for row, plan_row in zip(rows, mixed_plan.rows):
+        where = re.search(r'title="([^"]*)">(npu|cmsis-nn|portable)', row)
+        assert where, row
+        if plan_row.partition is not None:
+            assert where[1] == f"inside NPU partition {plan_row.partition}"
+        kind = re.search(rf'<td title="([^"]+)">{re.escape(plan_row.kind)}</td>', row)
+        assert kind and kind[1] != plan_row.kind, row
+        if plan_row.cost is not None:
+            source = re.search(rf'<td title="([^"]+)">{re.escape(plan_row.cost.source)}</td>', row)
+            assert source and ("Vela" in source[1] or "model" in source[1]), row
+    for header in ("kind", "where", "dtypes", "cost (us)", "source"):
+        assert re.search(rf'<th title="[^"]+">{re.escape(header)}</th>', table), header
+
+
 def test_compile_writes_the_report_into_the_artifacts(compiles):
     _, pte = compiles.get("mixed", "corstone300", "ethos-u55-128", write=True)
     page = (pte.with_name(pte.stem + ".artifacts") / "report.html").read_text()

@@ -36,6 +36,43 @@ _OP_COLUMNS = (("#", 3), ("node", 12), ("op", 10), ("kind", 6), ("where", 6), ("
                ("out", 6), ("dtypes", 9), ("MACs", 6), ("cost (us)", 5), ("source", 6),
                ("reasons", 21))
 
+# What each column, kind, placement and source means: the headers' and cells' tooltips, and the
+# legend under the op table (the text report's legend says the same).
+_COLUMN_TIPS = {
+    "kind": "op = an op of your model; the others are work the compile added (hover a cell)",
+    "where": "npu pN = inside NPU partition N; cmsis-nn = CMSIS-NN kernel on the CPU; portable = "
+             "ExecuTorch's portable kernel on the CPU",
+    "dtypes": "the dtype of each input, then the output's (as the engine computes them: an NPU "
+              "op's in the Q dtypes)",
+    "cost (us)": "estimated time per inference at the plan's clocks; 0 for an NPU op Vela fused "
+                 "into the layer before it",
+    "source": "where the cost comes from",
+}
+_KIND_TIPS = {
+    "op": "an op of your model",
+    "boundary-quantize": "(edge) quantize: a float value (model input or a float CPU result) "
+                         "meets an int8 consumer",
+    "boundary-dequantize": "(edge) dequantize: int8 back to float for the model output or a "
+                           "float CPU consumer",
+    "layout": "a dim-order copy the compile inserted so a kernel reads the layout it assumes",
+    "npu-invocation": "the EthosUBackend call that runs the partition (start-up and copies)",
+}
+_SOURCE_TIPS = {
+    "vela": "Vela's estimate (its per-layer cycles; the partition's total on the invocation row)",
+    "model:transition": "orchestrate's transition model (CPU<->NPU hand-over, quantize/dequantize)",
+    "model:portable": "orchestrate's portable-kernel cost model",
+    "model:mve": "orchestrate's CMSIS-NN cost model, MVE tier",
+    "model:dsp": "orchestrate's CMSIS-NN cost model, DSP tier",
+    "model:scalar": "orchestrate's CMSIS-NN cost model, scalar tier",
+    "model:memory": "reads at the placed region's speed (platform YAML cpu_read)",
+    "measured": "measured",
+}
+
+
+def _source_tip(source: str) -> str:
+    return "; ".join(_SOURCE_TIPS.get(part, part) for part in source.split("+"))
+
+
 _SCRIPT = r"""
 window.addEventListener('error', function (e) {
   document.body.dataset.errors = (document.body.dataset.errors || '') + e.message + ';';
@@ -183,22 +220,35 @@ def _op_table(ops: list[dict]) -> str:
         cost = op["cost"] or {}
         seconds = cost.get("seconds")
         where = op["placement"] + (f" p{op['partition']}" if op["partition"] is not None else "")
+        where_tip = (f"inside NPU partition {op['partition']}" if op["partition"] is not None
+                     else _COLUMN_TIPS["where"])
         cells = [f"<td class=\"num\" data-value=\"{index}\">{index}</td>",
                  f"<td>{_e(op['name'])}</td>", f"<td>{_e(op['op'])}</td>",
-                 f"<td>{_e(op['kind'])}</td>",
-                 f"<td style=\"color:{_COLOURS.get(op['placement'], '#222')}\">{_e(where)}</td>",
+                 f"<td title=\"{_e(_KIND_TIPS.get(op['kind'], op['kind']))}\">"
+                 f"{_e(op['kind'])}</td>",
+                 f"<td style=\"color:{_COLOURS.get(op['placement'], '#222')}\" "
+                 f"title=\"{_e(where_tip)}\">{_e(where)}</td>",
                  f"<td>{_e(op['kernel'] or '')}</td>",
                  f"<td>{_e('x'.join(str(d) for d in op['output_shape']))}</td>",
                  f"<td>{_e(op['dtypes'])}</td>",
                  f"<td class=\"num\" data-value=\"{op['macs']}\">{op['macs']:,}</td>",
                  f"<td class=\"num\" data-value=\"{seconds or 0}\">"
                  f"{'-' if seconds is None else f'{seconds * 1e6:,.1f}'}</td>",
-                 f"<td>{_e(cost.get('source', ''))}</td>", f"<td>{_e(_reason_text(op))}</td>"]
+                 f"<td title=\"{_e(_source_tip(cost.get('source', '')))}\">"
+                 f"{_e(cost.get('source', ''))}</td>", f"<td>{_e(_reason_text(op))}</td>"]
         rows.append(f"<tr>{''.join(cells)}</tr>")
     columns = "".join(f"<col style=\"width:{share}%\">" for _, share in _OP_COLUMNS)
     return (f"<table id=\"ops\" class=\"sortable\"><colgroup>{columns}</colgroup><thead><tr>"
-            f"{''.join(f'<th>{_e(h)}</th>' for h in head)}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+            f"{''.join(_header(h) for h in head)}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>"
+            "<p class=\"note\">Hover a header or a cell for what it means. "
+            + "; ".join(f"{_e(kind)}: {_e(tip)}" for kind, tip in _KIND_TIPS.items()
+                        if kind != "op") + ".</p>")
+
+
+def _header(name: str) -> str:
+    tip = _COLUMN_TIPS.get(name)
+    return f"<th title=\"{_e(tip)}\">{_e(name)}</th>" if tip else f"<th>{_e(name)}</th>"
 
 
 def _memory_map(memory: dict, regions: list[dict]) -> str:
