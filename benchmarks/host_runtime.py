@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orchestrator  # noqa: E402,F401 - pins host numerics before torch is imported
 from examples.zoo import zoo_names  # noqa: E402
 from kernels.runtime import HostRuntime, ensure_library, find_sources  # noqa: E402
-from orchestrator.verification.runtime_verify import verify_runtime  # noqa: E402
+from orchestrator.device_runs.runtime_verify import verify_runtime  # noqa: E402
 
 # (tag, platform, npu, cpu)
 TARGETS = (("none", "corstone300", "none", "cortex-m55"),

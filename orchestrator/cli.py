@@ -641,9 +641,9 @@ def cmd_verify(args) -> int:
             failures.append(report.verdict)
     if args.runtime in ("executorch", "both"):
         from orchestrator.errors import NotRun
-        from orchestrator.verification.runtime_verify import render_text as runtime_text
-        from orchestrator.verification.runtime_verify import report_json as runtime_json
-        from orchestrator.verification.runtime_verify import verify_runtime
+        from orchestrator.device_runs.runtime_verify import render_text as runtime_text
+        from orchestrator.device_runs.runtime_verify import report_json as runtime_json
+        from orchestrator.device_runs.runtime_verify import verify_runtime
 
         # Raises NotRun (exit 5) when the runtime cannot be built here.
         runtime = verify_runtime(pte, samples=args.samples, calibration=args.calibration,
@@ -671,8 +671,8 @@ def _print_report(args, as_json: dict, as_text: str) -> None:
 def _verify_qemu(args, pte: Path) -> int:
     from orchestrator.artifacts.manifest import Manifest
     from orchestrator.errors import NotRun, VerificationFailure
-    from orchestrator.verification.combined import (installed_platform, qemu_lines,
-                                                    qemu_on_checked_pte, qemu_unavailable_reason)
+    from orchestrator.device_runs.qemu import (installed_platform, qemu_lines,
+                                               qemu_on_checked_pte, qemu_unavailable_reason)
 
     target = Manifest.load(pte).target
     platform = installed_platform(target, args.platform)
@@ -689,7 +689,7 @@ def _verify_qemu(args, pte: Path) -> int:
 
 
 def _verify_fvp(args, pte: Path) -> int:
-    from orchestrator.verification.combined import installed_platform
+    from orchestrator.device_runs.qemu import installed_platform
     from platforms.fvp import run_bpte
 
     import tempfile

@@ -17,7 +17,7 @@ The protocol (runner/npu/npu_bridge.h; little-endian uint32 fields):
              region_count x bytes written back (0 or the region's size); those regions' bytes.
 
 The NPU computation is a callable the caller passes (`NpuHandler`): platforms/ cannot import the
-functional model (npu_driver/); orchestrator/verification/qemu_npu.py supplies it. This module
+functional model (npu_driver/); orchestrator/device_runs/qemu_npu.py supplies it. This module
 checks every request (magic, version, the expected sequence number, sizes) and refuses a stale
 or foreign one with `BridgeProtocolError`, naming what was wrong.
 """

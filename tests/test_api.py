@@ -29,7 +29,8 @@ def test_the_api_verbs_stay_functions_after_every_room_is_imported():
     from orchestrator import api
 
     rooms = [p.parent.name for p in Path(orchestrator.__file__).parent.glob("*/__init__.py")]
-    assert {"compilation", "planning", "reports", "artifacts", "verification"} <= set(rooms)
+    assert {"compilation", "planning", "reports", "artifacts", "verification",
+            "device_runs"} <= set(rooms)
     for room in rooms:
         importlib.import_module(f"orchestrator.{room}")
     assert (orchestrator.plan, orchestrator.compile, orchestrator.verify) == (

@@ -31,7 +31,7 @@ def _segmentation(compiles):
 
 
 def test_argmax_the_runtime_refuses_is_legalized_at_compile(compiles, runtime):
-    from orchestrator.verification.runtime_verify import verify_runtime
+    from orchestrator.device_runs.runtime_verify import verify_runtime
 
     compiled, pte = _segmentation(compiles)
     run = compiled.device_run
@@ -121,7 +121,7 @@ def test_attention_compiles_cpu_only_with_the_failing_bmm_kept_in_float(compiles
 
 
 def test_an_mve_program_is_compared_on_every_instruction_by_the_host_runtime(compiles, runtime):
-    from orchestrator.verification.runtime_verify import verify_runtime
+    from orchestrator.device_runs.runtime_verify import verify_runtime
 
     _, pte = compiles.get(model_spec("conv1d_audio"), *CPU_ONLY, write=True)
     report = verify_runtime(pte, samples=2, per_op=True, runtime=runtime)
@@ -132,7 +132,7 @@ def test_an_mve_program_is_compared_on_every_instruction_by_the_host_runtime(com
 
 
 def test_float_kernels_agree_within_the_summation_bound():
-    from orchestrator.verification.runtime_verify import _difference, float_bound
+    from orchestrator.device_runs.runtime_verify import _difference, float_bound
 
     expected = torch.tensor([3.0, -1.5, 0.25])
     reordered = expected + torch.tensor([4.8e-7, 0.0, -2.4e-7])  # another summation order
@@ -158,7 +158,8 @@ def test_verify_lets_the_device_code_decide(compiles):
 
 
 def test_a_twin_pass_never_hides_a_device_failure():
-    from orchestrator.verification.combined import MethodResult, combine
+    from orchestrator.verification.combined import combine
+    from orchestrator.verification.methods import MethodResult
 
     twin = MethodResult("twin", "passed", "PASSED by twin", False)
     device = MethodResult("host runtime", "failed", "the runtime refused aten::argmax.out", True)

@@ -144,7 +144,7 @@ def test_the_manifest_cannot_name_the_program_verify_runs(tmp_path, compiles):
     platform of that name (or --platform), and an unknown name is refused, not loaded."""
     import shutil
 
-    from orchestrator.verification.combined import installed_platform
+    from orchestrator.device_runs.qemu import installed_platform
     from orchestrator.errors import UserError
 
     target = {"platform": "corstone300", "platform_file": str(tmp_path / "evil" / "p.yaml")}

@@ -34,7 +34,7 @@ def host_runtime():
 
 def _report(compiles, host_runtime, model, platform="corstone300", npu="none", cpu=None,
             per_op=True):
-    from orchestrator.verification.runtime_verify import verify_runtime
+    from orchestrator.device_runs.runtime_verify import verify_runtime
 
     _, pte = compiles.get(model, platform, npu, cpu, write=True)
     return verify_runtime(pte, samples=2, per_op=per_op, runtime=host_runtime)
@@ -83,7 +83,7 @@ def test_library_is_cached_by_source_hash(host_runtime):
 
 def test_missing_sources_are_not_run(compiles, tmp_path):
     from orchestrator.errors import NotRun
-    from orchestrator.verification.runtime_verify import verify_runtime
+    from orchestrator.device_runs.runtime_verify import verify_runtime
 
     _, pte = compiles.get("ds-cnn", "corstone300", "none", DSP_TIER_CPU, write=True)
     with pytest.raises(NotRun, match="^not run: ") as raised:

@@ -378,7 +378,7 @@ def test_the_real_executorch_runtime_runs_with_the_model_as_its_npu(programs):
     from kernels.runtime import HostRuntime, RuntimeFailure, RuntimeUnavailable, ensure_library
     from kernels.runtime import find_sources
     from npu_driver.ethos_u import invocation_handler
-    from orchestrator.verification.runtime_verify import npu_handler
+    from orchestrator.device_runs.runtime_verify import npu_handler
     from orchestrator.verification.twin_verify import device_inputs
 
     try:

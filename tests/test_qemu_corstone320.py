@@ -50,8 +50,8 @@ def test_a_wrong_u85_answer_fails_on_the_device(hybrid, monkeypatch):
     byte changed on the host's side of the bridge fails the BundleIO case on the M85 build, so
     a pass is not by construction."""
     from orchestrator.artifacts.manifest import Manifest
-    from orchestrator.verification import qemu_npu
-    from orchestrator.verification.combined import installed_platform, qemu_on_checked_pte
+    from orchestrator.device_runs import qemu_npu
+    from orchestrator.device_runs.qemu import installed_platform, qemu_on_checked_pte
     from platforms.qemu_npu_bridge import SCRATCH
 
     qemu_or_missing()

@@ -1,7 +1,7 @@
 """Hybrid CPU+NPU programs on QEMU's Corstone-300: the runner firmware links ExecuTorch's
 EthosUBackend and the Ethos-U core driver, whose device layer (runner/npu/ethosu_bridge.c) hands
 each command stream over semihosting to the host, where the Ethos-U55/U65 functional model runs
-it (platforms/qemu_npu_bridge.py, orchestrator/verification/qemu_npu.py).
+it (platforms/qemu_npu_bridge.py, orchestrator/device_runs/qemu_npu.py).
 
 One firmware build per module (the `firmware` fixture; cached across sessions by
 platforms/runner_build.py). Under CI=true a missing toolchain, QEMU or source tree fails these tests
@@ -93,7 +93,7 @@ def test_each_platforms_runner_says_which_npu_and_core_qemu_runs():
     """The QEMU gate reads the platform's runner/firmware.yaml: the Corstone-300 bridge serves
     the U55/U65 for Cortex-M55 programs, the Corstone-320 one the U85 for Cortex-M85 programs;
     anything else is not run, with the reason."""
-    from orchestrator.verification.combined import qemu_unavailable_reason
+    from orchestrator.device_runs.qemu import qemu_unavailable_reason
     from platforms.platform import load_platform
 
     c300, c320 = load_platform("corstone300"), load_platform("corstone320")
@@ -157,7 +157,7 @@ def test_a_tampered_npu_weight_byte_fails_verify_qemu_naming_the_partition(
 def test_the_firmware_refuses_a_reply_to_another_request(ds_cnn, firmware, monkeypatch):
     """The firmware side of the protocol: a reply whose sequence number is not the request's
     fails the invoke with a log line saying so."""
-    from orchestrator.verification.combined import installed_platform, qemu_on_checked_pte
+    from orchestrator.device_runs.qemu import installed_platform, qemu_on_checked_pte
     from orchestrator.artifacts.manifest import Manifest
 
     real = bridge.pack_reply

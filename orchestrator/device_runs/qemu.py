@@ -1,0 +1,189 @@
+"""The QEMU method: the platform's runner firmware (ExecuTorch runtime, portable and CMSIS-NN
+kernels built for the core its runner/firmware.yaml names) on QEMU's mps3-an547, self-checking
+against the twin's outputs (BundleIO, byte-exact). QEMU models no Ethos-U, so a hybrid program's
+NPU invocations are handed over semihosting to the host (orchestrator/device_runs/qemu_npu.py).
+
+Here: which installed platform runs a `.pte` (for QEMU and the FVP), why QEMU cannot judge a
+program, the run on a checked `.pte`, its report lines and its `MethodResult` for the verdict
+(orchestrator/verification/combined.py). The harness itself is platforms/qemu.py.
+
+The programs run are the installed platform's runner and QEMU, never a program the artifacts
+folder names: the manifest's platform is looked up by name among the installed platforms.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from orchestrator.artifacts.manifest import Manifest
+from orchestrator.verification.methods import QEMU, MethodResult
+
+
+def qemu_unavailable_reason(target: dict, has_npu: bool, platform) -> str | None:
+    """Why QEMU cannot judge this program on `platform`'s runner, or None. The platform's
+    runner/firmware.yaml says which core the firmware is built for and which NPU families its
+    semihosting bridge serves: a hybrid Ethos-U55/U65 program has its NPU invocations executed
+    by the functional model, an Ethos-U85 one (Corstone-320) has them computed from the
+    partitions' TOSA graphs."""
+    from platforms.runner_build import QemuUnavailable, load_firmware_config
+
+    try:
+        config = load_firmware_config(platform)
+    except QemuUnavailable as error:
+        return str(error).removeprefix("not run: ")
+    npu = str(target.get("npu") or "")
+    if has_npu and config.npu_product(npu) is None:
+        served = ", ".join(config.npu_products) or "no NPU"
+        return (f"the program delegates to {npu or 'the Ethos-U'}; QEMU's {config.qemu_machine} "
+                f"has no Ethos-U, and the {platform.name} runner's NPU bridge serves {served}")
+    cpu = target.get("cpu")
+    if cpu and cpu != config.cpu:
+        return (f"the program is compiled for {cpu}; the {platform.name} runner on QEMU is built "
+                f"for the {config.cpu}, whose kernels would not run the program's tier as "
+                "compiled")
+    return None
+
+
+def installed_platform(target: dict, override=None):
+    """The platform whose programs (runner, QEMU, FVP) run this `.pte`: `override` (the user's
+    --platform, a name or a YAML path) or the installed platform the manifest names. A manifest
+    is data: a path in it is never loaded, and its platform file is only compared."""
+    from orchestrator.errors import UserError
+    from platforms.platform import PlatformError, list_platforms, load_platform
+
+    if override:
+        try:
+            return load_platform(override)
+        except PlatformError as error:
+            raise UserError(str(error)) from None
+    name = str(target.get("platform") or "")
+    key = name.strip().lower().replace("-", "").replace("_", "")
+    if key not in list_platforms():
+        raise UserError(
+            f"the program was compiled for platform {name!r}, which is not an installed platform "
+            f"({', '.join(list_platforms())}); pass --platform FILE with its YAML (programs to "
+            "run are never taken from an artifacts folder)")
+    return load_platform(key)
+
+
+def qemu_on_checked_pte(pte: Path, platform, timeout_s: int = 600, atol: float = 0.0,
+                        samples: int = 4, npu_model: str = "auto"):
+    """Run a fresh BundleIO of `pte` (the caller has checked it against its manifest: a .bpte
+    lying beside it is covered by no hash) on the platform's runner in QEMU."""
+    from orchestrator.verification.bundle import write_bundle
+    from platforms.qemu import run_bpte_on_qemu
+
+    npu = {}
+    twin = None
+    target = Manifest.load(pte).target
+    if target.get("npu"):
+        from orchestrator.device_runs.qemu_npu import QemuNpuHandler
+        from orchestrator.verification.twin import load_twin
+
+        twin = load_twin(pte)
+        if twin.partitions:
+            npu = {"npu_handler": QemuNpuHandler(twin, target["npu"], npu_model),
+                   "npu": target["npu"],
+                   "npu_fast_scratch_bytes": fast_scratch_bytes(platform, target["npu"])}
+    with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
+        # A hybrid program's expectation is the TOSA graphs' (what Vela was given): the NPU
+        # half runs on QEMU's side of the bridge, where the stream is checked against them.
+        bpte = write_bundle(pte, Path(folder) / "program.bpte", samples=samples,
+                            npu_model="tosa" if npu else "auto")
+        return run_bpte_on_qemu(bpte, Manifest.load(pte).file("operators.txt"), platform,
+                                timeout_s=timeout_s, atol=atol, **npu)
+
+
+def fast_scratch_bytes(platform, npu: str) -> int:
+    """The Ethos-U fast scratch (base address 2) the firmware sets aside: Vela's arena cache in
+    the platform's Dedicated_Sram memory mode (Dedicated_Sram_384KB: 384 KiB; Vela's default
+    384 KiB without a size), none in Shared_Sram or Sram_Only."""
+    import re
+
+    mode = str(platform.vela_config(npu).memory_mode or "")
+    if not mode.startswith("Dedicated_Sram"):
+        return 0
+    size = re.search(r"(\d+)\s*([KM])B", mode)
+    if size is None:
+        return 384 * 1024
+    return int(size[1]) * (1024 if size[2] == "K" else 1024 * 1024)
+
+
+def qemu_lines(result) -> list[str]:
+    """What a QEMU run showed: method, verdict, where the weights and planned buffers went, each
+    case and the instruction counts, with what the counts are (not cycles)."""
+    core = result.core or "Cortex-M55 + MVE on QEMU mps3-an547"
+    if result.npu:
+        computed = (f"{result.npu_commands:,} NPU commands executed by the functional model "
+                    "over the run" if result.npu.startswith(("ethos-u55", "ethos-u65")) else
+                    "each computed from its partition's TOSA graph by the TOSA reference model "
+                    "(the command stream is not executed)")
+        lines = [f"method: {result.method} ({core}: ExecuTorch runtime, portable and CMSIS-NN "
+                 "kernels, EthosUBackend and the Ethos-U core driver built for that core; each "
+                 f"NPU invocation handed to the host over semihosting, {result.npu}; no timing)",
+                 result.summary(),
+                 f"npu: {result.npu_invocations} invocation(s), {computed}"]
+        lines += [f"npu error: {line.removeprefix('NPU bridge: ')}" for line in result.errors
+                  if line.startswith("NPU bridge: ")][:4]
+    else:
+        lines = [f"method: {result.method} ({core}: ExecuTorch runtime, portable and CMSIS-NN "
+                 "kernels built for that core; no Ethos-U, no timing)",
+                 result.summary()]
+    if result.core_note:
+        lines.append(f"core: {result.core_note}")
+    if result.weights_region:
+        lines.append(f"weights: constant segment ({result.weights_bytes:,} B) read from "
+                     f"{result.weights_region} at {result.weights_address:#x}")
+    for mem_id, size, region, address in result.planned_buffers:
+        lines.append(f"activations: planned buffer mem_id {mem_id} ({size:,} B) in "
+                     f"{region or '-'} at {address:#x}")
+    for case in result.cases:
+        count = f"{case.instructions:,} instructions" if case.instructions else "no count"
+        lines.append(f"  case {case.index}: {'PASS' if case.passed else 'FAIL'}, {count}")
+    lines.append("instructions: executed per inference, counted by QEMU -icount; a lower bound "
+                 "on cycles, not cycles")
+    return lines
+
+
+def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
+             samples: int = 4, npu_model: str = "auto") -> MethodResult:
+    from orchestrator.errors import NotRun, UserError
+    from orchestrator.verification.twin import load_twin
+    from platforms.runner_build import QemuUnavailable
+
+    target = Manifest.load(pte).target
+    try:
+        platform = installed_platform(target, platform_override)
+    except UserError as error:
+        return MethodResult(QEMU, "not-run", str(error), True)
+    reason = qemu_unavailable_reason(target, bool(load_twin(pte).partitions), platform)
+    if reason is not None:
+        return MethodResult(QEMU, "not-run", reason, True)
+    try:
+        result = qemu_on_checked_pte(pte, platform, timeout_s, samples=samples,
+                                     npu_model=npu_model)
+    except (NotRun, QemuUnavailable) as error:
+        return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True)
+    text = "\n".join([f"verify --qemu {pte}: {'PASS' if result.passed else 'FAIL'}"]
+                     + [f"  {line}" for line in qemu_lines(result)])
+    if result.passed:
+        per = f", {result.instructions:,} instructions per inference (QEMU -icount, not cycles)" \
+            if result.instructions else ""
+        commands = (f"{result.npu_commands:,} NPU commands in " if result.npu_commands else "")
+        npu = (f"; NPU: {result.method}, {commands}{result.npu_invocations} invocation(s)"
+               if result.npu else "")
+        detail = (f"PASSED on the {result.runner} runner firmware in QEMU ({result.core}): "
+                  f"{len(result.cases)} BundleIO case(s) byte-exact against the twin{per}{npu}")
+        outcome = "passed"
+    else:
+        detail = (f"FAILED on the {result.runner} runner firmware in QEMU: "
+                  + ("; ".join(result.errors) or "a BundleIO case did not match the twin"))
+        outcome = "failed"
+    return MethodResult(QEMU, outcome, detail, True, text,
+                        {"passed": result.passed, "instructions": result.instructions,
+                         "method": result.method, "npu": result.npu,
+                         "npu_invocations": result.npu_invocations,
+                         "npu_commands": result.npu_commands,
+                         "cases": [{"index": c.index, "passed": c.passed,
+                                    "instructions": c.instructions} for c in result.cases]})
