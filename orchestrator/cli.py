@@ -609,7 +609,7 @@ def cmd_verify(args) -> int:
     if args.qemu:
         return _verify_qemu(args, pte)
     if args.runtime == "auto":
-        from orchestrator.verification.combined import verify_all
+        from orchestrator.device_runs.combined import verify_all
 
         verdict = verify_all(pte, samples=args.samples, calibration=args.calibration,
                              per_op=args.per_op, max_steps=args.max_steps,

@@ -62,6 +62,19 @@ def test_no_package_imports_a_package_above_it():
     assert wrong == []
 
 
+# Rooms inside orchestrator/ that build on another, never the reverse.
+ROOMS_BELOW = {"orchestrator.verification": ("orchestrator.device_runs",)}
+
+
+def test_no_room_imports_a_room_built_on_it():
+    modules = _modules()
+    wrong = [f"{name} imports {imported}"
+             for name, path in modules.items()
+             for room, above in ROOMS_BELOW.items() if name.startswith(room)
+             for imported in _imports(path, modules) if imported.startswith(above)]
+    assert wrong == []
+
+
 def test_no_module_imports_a_private_name_of_another():
     """Modules talk through public names (one request path: the CLI and sweep call the API, not
     its helpers); a leading underscore means "this module only"."""

@@ -145,7 +145,7 @@ def test_float_kernels_agree_within_the_summation_bound():
 def test_verify_lets_the_device_code_decide(compiles):
     """The default verify runs the twin, the host runtime and QEMU, and the verdict names the
     device methods that judged it."""
-    from orchestrator.verification.combined import verify_all
+    from orchestrator.device_runs.combined import verify_all
 
     qemu_or_missing()
     _, pte = compiles.get(model_spec("conv1d_audio"), *CPU_ONLY, write=True)
@@ -158,7 +158,7 @@ def test_verify_lets_the_device_code_decide(compiles):
 
 
 def test_a_twin_pass_never_hides_a_device_failure():
-    from orchestrator.verification.combined import combine
+    from orchestrator.device_runs.combined import combine
     from orchestrator.verification.methods import MethodResult
 
     twin = MethodResult("twin", "passed", "PASSED by twin", False)
@@ -223,7 +223,7 @@ def test_upstream_leaves_a_conv_on_raw_int8_when_it_declines_the_relu_fusion(com
 
 
 def test_index_ops_pass_every_device_method(compiles):
-    from orchestrator.verification.combined import verify_all
+    from orchestrator.device_runs.combined import verify_all
 
     qemu_or_missing()
     _, pte = _index_ops(compiles)

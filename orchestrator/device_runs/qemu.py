@@ -5,7 +5,7 @@ NPU invocations are handed over semihosting to the host (orchestrator/device_run
 
 Here: which installed platform runs a `.pte` (for QEMU and the FVP), why QEMU cannot judge a
 program, the run on a checked `.pte`, its report lines and its `MethodResult` for the verdict
-(orchestrator/verification/combined.py). The harness itself is platforms/qemu.py.
+(orchestrator/device_runs/combined.py). The harness itself is platforms/qemu.py.
 
 The programs run are the installed platform's runner and QEMU, never a program the artifacts
 folder names: the manifest's platform is looked up by name among the installed platforms.

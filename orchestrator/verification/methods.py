@@ -1,6 +1,5 @@
-"""The verification methods' names and what each reports: shared by the verdict
-(orchestrator/verification/combined.py) and the methods that run device code
-(orchestrator/device_runs/), so neither imports the other for them.
+"""The verification methods' names and what each reports (`MethodResult`): shared by the twin's
+method here and the device-code methods and the verdict in orchestrator/device_runs/.
 """
 
 from __future__ import annotations
