@@ -99,7 +99,6 @@ def test_a_tosa_graph_that_crashes_the_reference_model_is_one_line_not_a_dead_pr
     a child process (npu_driver/tosa_worker.py), so verify reports the crash and exits 2."""
     import numpy as np
 
-    from npu_driver.tosa_twin import TosaTwinError
     from npu_driver.tosa_worker import IsolatedTosa
 
     pte = copy_program(ds_cnn, tmp_path)
@@ -111,12 +110,12 @@ def test_a_tosa_graph_that_crashes_the_reference_model_is_one_line_not_a_dead_pr
         for _ in range(200):  # about one flip in six crashes it (measured)
             damaged = bytearray(partition.tosa_bytes)
             damaged[int(rng.integers(0, len(damaged)))] ^= 0xFF
-            try:
-                isolated.run(bytes(damaged), partition.io, arrays)
-            except TosaTwinError as error:
-                if "crashed" in str(error):
-                    crashing = bytes(damaged)
-                    break
+            if _crashes(isolated, bytes(damaged), partition, arrays) and all(
+                    _crashes(isolated, bytes(damaged), partition, arrays) for _ in range(2)):
+                # A flip whose crash repeats: some crash only now and then (the damage is
+                # undefined behaviour in native code).
+                crashing = bytes(damaged)
+                break
         assert crashing is not None
         assert isolated.run(partition.tosa_bytes, partition.io, arrays)  # a new child runs on
     finally:
@@ -131,9 +130,23 @@ def test_a_tosa_graph_that_crashes_the_reference_model_is_one_line_not_a_dead_pr
             entry["tosa_sha256"] = digest
     (folder / "manifest.json").write_text(json.dumps(manifest))
     assert main(["verify", str(pte), "--samples", "1", "--runtime", "twin"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "the TOSA reference model crashed on this graph (signal SIG" in err
-    assert partition.delegate_name in err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len([line for line in err if line.startswith("orchestrate:")]) == 1, err
+    # Undefined behaviour: the same damaged graph almost always crashes the reference model
+    # again, and now and then it is refused as invalid; either way one line naming the partition.
+    assert ("the TOSA reference model crashed on this graph (signal SIG" in err[-1]
+            or "TOSA reference model refused the graph" in err[-1]), err[-1]
+    assert partition.delegate_name in err[-1]
+
+
+def _crashes(isolated, graph: bytes, partition, arrays) -> bool:
+    from npu_driver.tosa_twin import TosaTwinError
+
+    try:
+        isolated.run(graph, partition.io, arrays)
+    except TosaTwinError as error:
+        return "crashed" in str(error)
+    return False
 
 
 def test_compile_refuses_a_command_stream_that_faults_the_npu(tmp_path, capsys):
