@@ -633,10 +633,11 @@ def cmd_verify(args) -> int:
         report = verify(pte, samples=args.samples, calibration=args.calibration,
                         per_op=args.per_op, max_steps=args.max_steps, npu_model=args.npu_model)
         _print_report(args, report_json(report), render_text(report))
-        if report.inconclusive:
+        if report.inconclusive or report.partial:
             from orchestrator.errors import NotRun
 
-            raise NotRun(f"not run meaningfully: {report.verdict}")
+            raise NotRun(f"not run meaningfully: {report.verdict}" if report.inconclusive
+                         else f"not checked in full: {report.verdict}")
         if not report.passed:
             failures.append(report.verdict)
     if args.runtime in ("executorch", "both"):

@@ -272,28 +272,109 @@ def test_an_unrolled_gru_is_one_flagged_line_with_its_steps_and_encoded_weights(
     assert {r["module"] for r in data["ops"]} >= {"gru", "head", ""}
 
 
-def test_a_cpu_only_gru_runs_on_the_device_kernels(compiles):
-    """The quantizer leaves a CPU-only GRU's gates in float; upstream keeps `aten.linear`,
-    which no device library implements. The compile rewrites it to the portable addmm on one
-    transposed weight per matrix (shared by all 8 steps); the program verifies."""
+def test_upstream_quantizer_leaves_a_recurrent_layer_float():
+    """The upstream behaviour the recurrence rewrites correct: CortexMQuantizer (ExecuTorch
+    1.5.1) does not annotate `aten.gru.input`, so the whole GRU stays float (it is unrolled
+    into float ops on the portable kernels later); ours decomposes it first."""
+    from orchestrator.compilation.pipeline import capture, quantize
+    from orchestrator.sources.loader import load_calibration, load_model
+    from orchestrator.target import resolve_target
+
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    loaded = load_model(model_spec("gru_kws"))
+    samples = load_calibration(None, loaded.example_inputs, n_generated=2)
+    captured = capture(loaded)
+    prepared = prepare_pt2e(captured.program.module(check_guards=False), CortexMQuantizer())
+    (gru,) = [n for n in prepared.graph.nodes if "aten.gru" in str(n.target)]
+    assert "quantization_annotation" not in gru.meta
+    ours = quantize(captured, samples, resolve_target(*CPU_ONLY))
+    assert not [n for n in ours.program.graph.nodes if "aten.gru" in str(n.target)]
+    texts = " ".join(w.message for w in ours.workarounds)
+    assert "aten.gru.input decomposed" in texts and "folded into constants" in texts
+    assert "viewed as [1, 1, 16]" in texts
+
+
+def test_upstream_quantizer_leaves_a_rank_broadcast_add_float_and_a_view_fixes_it():
+    """CortexMQuantizer's add check (CortexMAddMulCheck) refuses operands of different shapes,
+    so a (1, 16) + (1, 1, 16) is not annotated and stays float; the same elements viewed as
+    (1, 1, 16) make it an annotated int8 add (partitioners/quantizable.py)."""
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    from partitioners.quantizable import explicit_rank_broadcast
+
+    class Gate(nn.Module):
+        def forward(self, x, h):
+            return torch.sigmoid(x + h)
+
+    inputs = (torch.randn(1, 16), torch.randn(1, 1, 16))
+
+    def annotated_adds(rewrite: bool) -> list:
+        module = torch.export.export(Gate().eval(), inputs, strict=True).module(check_guards=False)
+        fixes = explicit_rank_broadcast(module) if rewrite else []
+        prepared = prepare_pt2e(module, CortexMQuantizer())
+        return fixes, ["quantization_annotation" in n.meta for n in prepared.graph.nodes
+                       if n.target == torch.ops.aten.add.Tensor]
+
+    assert annotated_adds(False) == ([], [False])
+    fixes, annotated = annotated_adds(True)
+    assert annotated == [True] and len(fixes) == 1
+    assert "[1, 16] viewed as [1, 1, 16]" in fixes[0].message
+
+
+def test_a_float_linear_becomes_the_portable_addmm_with_the_same_values():
+    """`aten.linear` has no portable kernel; a linear left in float (none of the families here
+    since recurrences are quantized) is rewritten to addmm on the transposed weight."""
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.exir import to_edge_transform_and_lower
+
+    from partitioners.legalize import float_linear_via_matmul
+
+    torch.manual_seed(0)
+    layer = nn.Linear(8, 5).eval()
+    x = torch.randn(2, 3, 8)
+    edge = to_edge_transform_and_lower(torch.export.export(layer, (x,)),
+                                       compile_config=cortex_m_edge_compile_config())
+    program = edge.exported_program()
+    assert any("aten.linear" in str(n.target) for n in program.graph.nodes)
+    fixes = float_linear_via_matmul(program)
+    program.graph_module.recompile()
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert not any("aten.linear" in t for t in targets) and any("addmm" in t for t in targets)
+    assert len(fixes) == 1 and "rewritten to addmm" in fixes[0].message
+    torch.testing.assert_close(program.module()(x), layer(x))
+
+
+@pytest.mark.parametrize("family,linears", [("gru_kws", 1 + 7 + 1), ("lstm_classifier", 1 + 5 + 1)])
+def test_a_cpu_only_recurrence_runs_int8_on_cmsis_nn(compiles, family, linears):
+    """Every MAC of a CPU-only GRU and LSTM is on CMSIS-NN (before: 9,984 of gru_kws's 10,176
+    MACs ran float on the portable kernels): the input projection, every recurrent step after
+    the first (the first one's zero state is folded into constants) and the head are
+    `cortex_m::quantized_linear`; every gate is an int8 CMSIS-NN op; the twin checks every
+    value the program writes and passes."""
     from orchestrator.planning.planner import make_plan
     from orchestrator.verification.twin_verify import verify
 
-    compiled, pte = compiles.get(model_spec("gru_kws"), *CPU_ONLY, write=True)
+    compiled, pte = compiles.get(model_spec(family), *CPU_ONLY, write=True)
     plan = make_plan(compiled)
     assert plan.summary.device_faults == ()
-    ops = plan.summary.operators
-    assert "aten::linear.out" not in ops and "aten::addmm.out" in ops
+    macs = plan.to_json()["summary"]["macs"]
+    assert macs["portable"] == 0 and macs["cmsis-nn"] > 0, macs
     graph = compiled.final_program.graph
-    transposes = [n for n in graph.nodes if "permute_copy" in str(n.target)
-                  and n.args[0].op == "placeholder"]
-    assert len(transposes) == 2  # W_ih once, W_hh once, not once per step
-    fixes = [w for w in compiled.workarounds if "no aten::linear kernel" in w.upstream]
-    assert len(fixes) == 9  # the input projection and 8 recurrent steps
+    assert sum("quantized_linear" in str(n.target) for n in graph.nodes) == linears
+    floats = [r for r in plan.rows if r.placement == "portable" and r.kind == "op"
+              and not r.op.startswith(("aten.slice_copy", "aten.split", "aten.select_copy",
+                                       "aten.cat", "aten.permute_copy", "aten.view_copy",
+                                       "aten.squeeze_copy", "aten.unsqueeze_copy"))]
+    assert floats == [], [(r.op, r.reasons) for r in floats]
+    texts = " ".join(w.message for w in compiled.workarounds)
+    assert "decomposed into its per-step" in texts and "folded into constants" in texts
     report = verify(pte, samples=2)
-    assert report.passed, report.verdict
-    (gru,) = plan.summary.recurrences
-    assert gru.stored.startswith("its CPU weights are stored once")
+    assert report.passed and not report.unmatched_values, report.verdict
+    (layer,) = plan.summary.recurrences
+    assert layer.stored.startswith("its CPU weights are stored once")
 
 
 def test_a_cpu_only_shufflenet_gets_layout_copies_and_a_portable_5d_permute(compiles):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-FORMAT = "2"  # 2: entries carry the SHA-256 of their files
+FORMAT = "3"  # 2: entries carry the SHA-256 of their files; 3: and the rewrites made before quantizing
 
 
 def cache_dir() -> Path | None:
@@ -69,7 +69,9 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
 
 def quantizer_config(target) -> str:
     if not target.npu:
-        return "CortexMQuantizer"
+        # with the pre-quantization rewrites (partitioners/quantizable.py): a new rewrite
+        # changes what the quantizer sees, so its recipe is part of the key
+        return "CortexMQuantizer+quantizable:recurrences,constant-state,rank-broadcast"
     from orchestrator.target import compile_spec
 
     return f"EthosUQuantizer:{compile_spec(target).tosa_spec}:per-channel-symmetric"
@@ -103,7 +105,7 @@ def quantized_key(model, calibration, target, channels_last: bool) -> str | None
     return digest.hexdigest()
 
 
-_FILES = ("float.pt2", "quantized.pt2")
+_FILES = ("float.pt2", "quantized.pt2", "workarounds.json")
 _DIGESTS = "sha256.json"
 
 
@@ -120,7 +122,7 @@ def _discard(entry: Path, why: str) -> None:
 
 
 def load(key: str):
-    """(float program, quantized program) from the cache, or None. An entry whose files do not
+    """(float program, quantized program, pre-quantization workarounds) from the cache, or None. An entry whose files do not
     match the SHA-256 recorded when it was written, or that does not load, is discarded with a
     warning (the caller recomputes it and `store` writes it again)."""
     import json
@@ -147,14 +149,18 @@ def load(key: str):
 
     try:
         remedy = f"delete {entry} (a damaged cache entry)"
+        from partitioners.records import Workaround
+
+        fixes = tuple(Workaround(*(str(part) for part in fix)) for fix in
+                      json.loads((entry / "workarounds.json").read_text()))
         return (read_exported_program(entry / "float.pt2", remedy),
-                read_exported_program(entry / "quantized.pt2", remedy))
-    except (UserError, OSError) as error:
+                read_exported_program(entry / "quantized.pt2", remedy), fixes)
+    except (UserError, OSError, ValueError, TypeError) as error:
         _discard(entry, f"it does not load: {str(error)[:120]}")
         return None
 
 
-def store(key: str, float_program, quantized_program) -> None:
+def store(key: str, float_program, quantized_program, workarounds=()) -> None:
     """Write an entry atomically; a cache that cannot be written is skipped silently."""
     folder = cache_dir()
     if folder is None:
@@ -168,6 +174,9 @@ def store(key: str, float_program, quantized_program) -> None:
         torch.export.save(float_program, tmp / "float.pt2")
         torch.export.save(quantized_program, tmp / "quantized.pt2")
         import json
+
+        (tmp / "workarounds.json").write_text(json.dumps(
+            [[fix.node, fix.upstream, fix.message] for fix in workarounds]))
 
         (tmp / _DIGESTS).write_text(json.dumps(_digests(tmp)))
         os.replace(tmp, final)

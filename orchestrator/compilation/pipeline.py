@@ -41,6 +41,7 @@ from orchestrator.compilation.prune import prune_unused_constants
 from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary_tensors,
                                    check_boundaries)
 from partitioners.cpu import CpuDecision, route_to_cpu
+from partitioners import quantizable
 from partitioners.legalize import conv1d_as_conv2d
 from partitioners.npu import NpuRejection, VelaRun, lower_to_npu
 
@@ -64,6 +65,7 @@ class Quantized:
     program: torch.export.ExportedProgram
     reference: torch.fx.GraphModule | None  # convert_pt2e output (None when read from the cache)
     example_inputs: tuple[torch.Tensor, ...]
+    workarounds: tuple = ()  # the pre-quantization rewrites (partitioners/quantizable.py)
 
 
 @dataclass(frozen=True)
@@ -182,18 +184,26 @@ def _quantizer(target: Target):
     return CortexMQuantizer()
 
 
-def quantize(captured: Captured, calibration: Calibration, target: Target) -> Quantized:
+def quantize(captured: Captured, calibration: Calibration, target: Target,
+             legalize: bool = True) -> Quantized:
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+    program, fixes = captured.program, []
+    if legalize and not target.npu:
+        program, fixes = quantizable.decompose_recurrences(program)
     # torch 2.13 puts a `_guards_fn` call_module in `.module()`; both quantizers reject it
     # ("call_module is not supported"), so guards are dropped here.
-    prepared = prepare_pt2e(captured.program.module(check_guards=False), _quantizer(target))
+    module = program.module(check_guards=False)
+    if legalize and not target.npu:
+        fixes += quantizable.fold_constant_state(module)
+        fixes += quantizable.explicit_rank_broadcast(module)
+    prepared = prepare_pt2e(module, _quantizer(target))
     with torch.no_grad(), numerics.single_threaded():
         for sample in calibration.samples:
             prepared(*(_to_channels_last(x) if captured.channels_last else x for x in sample))
     reference = convert_pt2e(prepared)
     program = torch.export.export(reference, captured.example_inputs, strict=True)
-    return Quantized(program, reference, captured.example_inputs)
+    return Quantized(program, reference, captured.example_inputs, tuple(fixes))
 
 
 def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> Lowered:
@@ -320,20 +330,24 @@ def _capture_stage(state: CompileState) -> CompileState:
                        for x in state.model.example_inputs)
         return replace(state, cache_key=key, cache_hit=True,
                        captured=Captured(hit[0], inputs, channels_last),
-                       quantized=Quantized(hit[1], None, inputs))
+                       quantized=Quantized(hit[1], None, inputs, hit[2]))
     return replace(state, cache_key=key, captured=capture(state.model, channels_last))
 
 
 def _quantize_stage(state: CompileState) -> CompileState:
     """EthosUQuantizer (NPU targets) or CortexMQuantizer (CPU-only), calibrated on the samples."""
     if state.cache_hit:
-        return state
-    quantized = quantize(state.captured, state.calibration, state.target)
+        return replace(state, model_workarounds=state.model_workarounds
+                       + state.quantized.workarounds)
+    quantized = quantize(state.captured, state.calibration, state.target,
+                         state.options.legalize)
     if state.cache_key:
         from orchestrator.artifacts import cache
 
-        cache.store(state.cache_key, state.captured.program, quantized.program)
-    return replace(state, quantized=quantized)
+        cache.store(state.cache_key, state.captured.program, quantized.program,
+                    quantized.workarounds)
+    return replace(state, quantized=quantized,
+                   model_workarounds=state.model_workarounds + quantized.workarounds)
 
 
 def _lower_stage(state: CompileState) -> CompileState:

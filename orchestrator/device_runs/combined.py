@@ -81,7 +81,7 @@ def run_twin(pte: Path, samples: int, calibration, per_op: bool, max_steps: int,
         return MethodResult(TWIN, "not-run", str(error).removeprefix("not run: "), False)
     except NpuModelFault as error:
         return MethodResult(TWIN, "failed", f"FAILED by the twin: {error}", False)
-    outcome = ("inconclusive" if report.inconclusive else
+    outcome = ("inconclusive" if report.inconclusive else "partial" if report.partial else
                "passed" if report.passed else "failed")
     return MethodResult(TWIN, outcome, report.verdict, False, render_text(report),
                         report_json(report))
@@ -120,7 +120,8 @@ def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False,
     ran = [r for r in results if r.outcome != "not-run"]
     failed = [r for r in ran if r.outcome == "failed"]
     device_passed = [r for r in ran if r.device_code and r.outcome == "passed"]
-    partial = [r for r in ran if r.outcome == "partial"]
+    # a partial twin does not hold back what device code judged: the device methods decide
+    partial = [r for r in ran if r.outcome == "partial" and r.device_code]
     not_run = [r for r in results if r.outcome == "not-run" and r.device_code]
     names = lambda rs: ", ".join(r.name for r in rs)  # noqa: E731
     if failed:
@@ -137,13 +138,22 @@ def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False,
         return CombinedVerdict(str(pte), results, "passed",
                                f"PASSED by {names(device_passed)} (device code"
                                + (f" for the CPU side; {npu_note})" if has_npu else ")")
-                               + (", with the twin" if any(r.name == TWIN for r in ran) else "")
+                               + (", with the twin" if any(r.name == TWIN and r.outcome ==
+                                                           "passed" for r in ran) else
+                                  "; the twin compared part: " + next(
+                                      r.detail for r in ran if r.name == TWIN)
+                                  if any(r.name == TWIN for r in ran) else "")
                                + extra)
     if partial:
         return CombinedVerdict(str(pte), results, "partial",
                                f"PARTIAL: {'; '.join(r.detail for r in partial)}"
                                + (f"; {names(not_run)} not run: "
                                   + "; ".join(r.detail for r in not_run) if not_run else ""))
+    twin_partial = [r for r in ran if r.name == TWIN and r.outcome == "partial"]
+    if twin_partial:
+        return CombinedVerdict(str(pte), results, "partial",
+                               f"PARTIAL: {twin_partial[0].detail}; device code not run: "
+                               + "; ".join(f"{r.name}: {r.detail}" for r in not_run))
     if any(r.name == TWIN and r.outcome == "passed" for r in ran):
         return CombinedVerdict(str(pte), results, "twin-only",
                                "PASSED by the twin only; device code not run: "

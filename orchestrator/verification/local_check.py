@@ -35,6 +35,12 @@ copy) and that matches no reference node within its bound is compared with the v
 moved from instead: when it holds exactly that value's elements, it is checked as moved (the
 quantized reference often has no quantize node after such an op, so the nearest candidate of its
 shape is another layer's value: a DS-TCN's squeezes were failed against the next layer's input).
+A selecting kernel's value (slice, split, select, unbind: a GRU's per-step slices of its input
+projection, an LSTM's gate split) is checked first as one block of its source, before any
+reference node: the program computes all of a GRU's slices at the start where the reference
+places each next to its step, so matching them to reference nodes dragged the order constraint
+to the last step and every later value was compared with the wrong node. Such a value is not
+forced into the reference, so a wrong block still fails at the op that reads it.
 """
 
 from __future__ import annotations
@@ -183,6 +189,14 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
         sources = entry[4] if len(entry) > 4 else ()
         seen[value] = tensor
         kind = "bool" if tensor.dtype == torch.bool else "int8"
+        if op.split("::")[-1].split(".")[0] in _SELECTING_KERNELS:
+            # a block of a value already checked: exact, and independent of where the
+            # reference happens to place its copy (a GRU's per-step slices of the input
+            # projection sit next to each step there, all at the start of the program)
+            selected = _moved_from(op, tensor, sources, seen)
+            if selected:
+                checks.append(_as_moved(instruction, op, value, kind, selected))
+                continue
         candidates = [c for c in checkpoints if _shape_and_dtype(c) == (tuple(tensor.shape),
                                                                            tensor.dtype)]
         if value in qparams:
@@ -192,7 +206,10 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
         later = [c for c in candidates if forced.order[c] > last_order]
         candidates = later or candidates
         if not candidates:
-            checks.append(LocalCheck(instruction, op, value, kind, None, None, None, None, None, None))
+            moved = _moved_from(op, tensor, sources, seen)
+            checks.append(_as_moved(instruction, op, value, kind, moved) if moved else
+                          LocalCheck(instruction, op, value, kind, None, None, None, None, None,
+                                     None))
             continue
         scored = []
         for candidate in candidates:
@@ -208,9 +225,7 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
         close = [s for s in scored if s[0]]
         moved_from = None if close else _moved_from(op, tensor, sources, seen)
         if moved_from is not None:
-            checks.append(LocalCheck(instruction, op, value, kind, f"moved from EValue {moved_from}",
-                                     0.0 if kind == "int8" else None, 0, 0,
-                                     0.0 if kind == "int8" else None, True))
+            checks.append(_as_moved(instruction, op, value, kind, moved_from))
             continue
         best = (min(close, key=lambda s: (s[1], s[2], s[3])) if close
                 else min(scored, key=lambda s: s[3]))
@@ -231,21 +246,58 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
 
 
 _MOVING_KERNELS = ("view_copy", "squeeze_copy", "unsqueeze_copy", "permute_copy",
-                   "_to_dim_order_copy", "clone", "et_view", "transpose")
+                   "_to_dim_order_copy", "_clone_dim_order", "clone", "et_view", "transpose")
+# Kernels that copy one block of their input: the output is that input narrowed along one dim
+# (slice, split) or indexed at one position of it (select, unbind).
+_SELECTING_KERNELS = ("slice_copy", "split_with_sizes_copy", "split_copy", "select_copy",
+                      "unbind_copy", "narrow_copy")
+_BLOCK_SEARCH_MAX = 1 << 20  # elements; a larger source is not searched
 
 
-def _moved_from(op: str, tensor: torch.Tensor, sources, seen) -> int | None:
-    """The EValue a data-movement kernel moved `tensor` from, when it holds exactly its
-    elements, else None."""
+def _as_moved(instruction: int, op: str, value: int, kind: str, moved: str) -> LocalCheck:
+    return LocalCheck(instruction, op, value, kind, moved, 0.0 if kind == "int8" else None, 0, 0,
+                      0.0 if kind == "int8" else None, True)
+
+
+def _moved_from(op: str, tensor: torch.Tensor, sources, seen) -> str | None:
+    """How a data-movement kernel's `tensor` comes from one of its sources ("moved from EValue
+    N": exactly its elements; "selected from EValue N": one block of it), else None."""
     name = op.split("::")[-1].split(".")[0]
-    if name not in _MOVING_KERNELS:
-        return None
-    for source in sources:
-        before = seen.get(source)
-        if before is not None and before.numel() == tensor.numel() and \
-                torch.equal(before.flatten().sort().values, tensor.flatten().sort().values):
-            return source
+    if name in _MOVING_KERNELS:
+        for source in sources:
+            before = seen.get(source)
+            if before is not None and before.numel() == tensor.numel() and \
+                    torch.equal(before.flatten().sort().values, tensor.flatten().sort().values):
+                return f"moved from EValue {source}"
+    elif name in _SELECTING_KERNELS:
+        for source in sources:
+            before = seen.get(source)
+            if before is not None and _is_block_of(tensor, before):
+                return f"selected from EValue {source}"
     return None
+
+
+def _is_block_of(part: torch.Tensor, whole: torch.Tensor) -> bool:
+    """`part` equals `whole` narrowed along one dim, or `whole` at one index of one dim."""
+    if whole.numel() > _BLOCK_SEARCH_MAX or part.dtype != whole.dtype:
+        return False
+    for dim in range(whole.dim()):
+        if part.dim() == whole.dim():
+            others = [d for d in range(whole.dim()) if d != dim]
+            if any(part.shape[d] != whole.shape[d] for d in others) or \
+                    part.shape[dim] > whole.shape[dim]:
+                continue
+            length = part.shape[dim]
+            if any(torch.equal(whole.narrow(dim, start, length), part)
+                   for start in range(whole.shape[dim] - length + 1)):
+                return True
+        elif part.dim() == whole.dim() - 1:
+            if tuple(whole.shape[:dim]) + tuple(whole.shape[dim + 1:]) != tuple(part.shape):
+                continue
+            if any(torch.equal(whole.select(dim, index), part)
+                   for index in range(whole.shape[dim])):
+                return True
+    return False
 
 
 def _shape_and_dtype(node) -> tuple[tuple[int, ...], torch.dtype] | None:

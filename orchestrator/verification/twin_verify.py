@@ -103,6 +103,8 @@ class VerifyReport:
     verdict: str
     inconclusive: str | None = None  # why the samples cannot tell a right program from a wrong one
     npu_execution: dict = field(default_factory=dict)  # partition -> what the NPU model executed
+    # every value it compared passed, but some it wrote had no reference node: not a pass
+    partial: bool = False
 
 
 def _degenerate(runs, float_outs) -> str | None:
@@ -422,10 +424,16 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
     if not numerics_passed and local:
         divergence = _first_divergence(twin, runs[worst], local[worst], worst)
     inconclusive = _degenerate(runs, float_outs) if numerics_passed and not faults else None
-    passed = numerics_passed and not faults and inconclusive is None
+    complete = numerics_passed and not faults and inconclusive is None
+    partial = complete and bool(unmatched)
+    passed = complete and not partial
     seconds = sum(r.seconds for r in runs) / max(len(runs), 1)
     method = method_for(twin, npu)
     verdict = (f"INCONCLUSIVE by {method}: {inconclusive}" if inconclusive else
+               f"PARTIAL by {method}: {checked} program values checked and within "
+               f"{max_steps:g} int8 step(s) per rounding stage; {len(unmatched)} not compared "
+               f"(no reference node of that shape and dtype), first: {unmatched[0]}"
+               if partial else
                _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
                         max_steps, method))
     return VerifyReport(
@@ -433,7 +441,7 @@ def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: 
         _layout_events(runs[0]) if runs else (), divergence,
         local[worst] if per_op and local else (), checked, unmatched, seconds,
         numerics_passed, passed, verdict, inconclusive,
-        with_plan_macs(npu.tally.to_json(), manifest))
+        with_plan_macs(npu.tally.to_json(), manifest), partial)
 
 
 def _badness(checks) -> tuple:
@@ -459,7 +467,8 @@ def _fmt(value: float | None, unit: str = "") -> str:
 
 
 def render_text(report: VerifyReport) -> str:
-    status = "PASSED" if report.passed else "INCONCLUSIVE" if report.inconclusive else "FAILED"
+    status = ("PASSED" if report.passed else "INCONCLUSIVE" if report.inconclusive else
+              "PARTIAL" if report.partial else "FAILED")
     lines = [f"verify {report.pte}: {status}",
              f"  method: {report.method}",
              f"  {report.samples} samples ({report.inputs}); local check: each value the program "

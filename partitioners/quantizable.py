@@ -1,0 +1,154 @@
+"""Rewrites before CortexMQuantizer, so that what CMSIS-NN can run is annotated for int8.
+
+On a CPU-only target, a recurrent layer reached the device in float: ExecuTorch 1.5.1's
+`CortexMQuantizer` annotates linear, add, mul, sigmoid, tanh, ... but not `aten.gru.input` or
+`aten.lstm.input`, which torch.export keeps as one node, so the whole recurrence was unrolled
+later (in `to_edge`) as float ops on the portable kernels (gru_kws: 9,984 of 10,176 MACs). Three
+rewrites, each reported in the plan as a `Workaround`, let the quantizer see the cell ops:
+
+- `decompose_recurrences`: torch's own decompositions of the recurrent ops (torch._decomp) turn
+  each layer into its per-step linear, sigmoid/tanh and elementwise ops before quantization.
+- `fold_constant_state`: a zero initial state (`torch.zeros` inside nn.GRU/nn.LSTM when no state
+  is passed) makes the first step compute `linear(zeros, W_hh, b_hh)`: a linear whose input is
+  a float constant. Upstream's Cortex-M passes fuse it into `cortex_m::quantized_linear` reading
+  that float constant, which the kernel refuses at run time ("input.scalar_type() 6 does not
+  match dtype 1"). Every value computed only from tensor-creation ops and parameters is a
+  constant: torchao's own ConstantFolder evaluates it (`h0 @ W_hh + b_hh` becomes `b_hh`), and
+  the step starts from constants like any other operand.
+- `explicit_rank_broadcast`: the decomposed cell adds a (1, 1, H) recurrent term to a (1, H)
+  input term. The shapes differ only by a leading 1, yet CortexMQuantizer's add/mul check
+  (`CortexMAddMulCheck`: operands of different shapes are refused unless it is a channel
+  broadcast, since CMSIS-NN's elementwise kernels take equal shapes) leaves it unannotated, so
+  every gate add stayed float between a dequantize and a quantize. When the operand has exactly
+  the output's elements, a `view` to the output's shape makes the add elementwise, with the same
+  values.
+
+`tests/test_user_models.py` shows the upstream behaviour (the float recurrence with the rewrites
+off) and the result (every MAC of gru_kws and lstm_classifier on CMSIS-NN, run on QEMU).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from partitioners.records import Workaround
+
+_RECURRENT_OPS = ("gru", "lstm", "rnn_tanh", "rnn_relu")
+_ELEMENTWISE = ("add", "sub", "mul")
+_UPSTREAM = "ExecuTorch 1.5.1 CortexMQuantizer"
+# A folded value becomes flash constant bytes; a larger tensor-creation op stays a runtime op.
+_FOLD_MAX_ELEMENTS = 16384
+
+
+def _recurrent_ops() -> list:
+    return [getattr(torch.ops.aten, name).input for name in _RECURRENT_OPS]
+
+
+def _module_path(node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    for path, _ in reversed(list(stack.values())):
+        if path:
+            return str(path)
+    return node.name
+
+
+def decompose_recurrences(program: torch.export.ExportedProgram
+                          ) -> tuple[torch.export.ExportedProgram, list[Workaround]]:
+    """The program with every GRU/LSTM/RNN layer decomposed into its cell ops."""
+    ops = _recurrent_ops()
+    layers = [n for n in program.graph.nodes if n.op == "call_function" and n.target in ops]
+    if not layers:
+        return program, []
+    from torch._decomp import get_decompositions
+
+    decomposed = program.run_decompositions(get_decompositions(ops))
+    fixes = []
+    for node in layers:
+        kind = str(node.target).split(".")[1]
+        fixes.append(Workaround(
+            _module_path(node), _UPSTREAM,
+            f"aten.{kind}.input decomposed into its per-step linear, activation and elementwise "
+            "ops before quantization (torch's own decomposition), because the quantizer "
+            "annotates those ops but not the recurrent node, which left the whole recurrence "
+            "float on the portable kernels"))
+    return decomposed, fixes
+
+
+def _constant_rooted(graph: torch.fx.Graph) -> set:
+    """Nodes whose value depends on a tensor-creation op (zeros, full, ...) and on nothing the
+    caller passes in: computed from factories and parameters only."""
+    rooted: set = set()
+    variable: set = set()
+    for node in graph.nodes:
+        inputs = node.all_input_nodes
+        if node.op == "placeholder" or any(i in variable for i in inputs):
+            variable.add(node)
+        elif node.op == "call_function" and (not inputs or any(i in rooted for i in inputs)):
+            rooted.add(node)
+    return rooted
+
+
+def fold_constant_state(module: torch.fx.GraphModule) -> list[Workaround]:
+    """Replace every value computed only from tensor-creation ops and parameters by its
+    constant (in place); the rewrite's report."""
+    rooted = _constant_rooted(module.graph)
+    if not rooted:
+        return []
+    from torchao.quantization.pt2e.constant_fold import ConstantFolder, replace_node_with_constant
+
+    with torch.utils._python_dispatch._disable_current_modes(), torch.no_grad():
+        folder = ConstantFolder(module, skip_constructors=False)
+        folder.run()
+        folded = [(node, value) for node, value in folder.node_replacements.items()
+                  if node in rooted and isinstance(value, torch.Tensor)
+                  and value.numel() <= _FOLD_MAX_ELEMENTS]
+        by_module: dict[str, list[str]] = {}
+        for node, value in folded:
+            if any(u.op == "call_function" and u not in rooted for u in node.users):
+                by_module.setdefault(_module_path(node), []).append(
+                    f"{node.name} {list(value.shape)}")
+            replace_node_with_constant(module, node, value.detach().clone())
+    fixes = [Workaround(path, _UPSTREAM,
+                        f"{', '.join(names)} computed from constants only (a zero initial state "
+                        "and parameters): folded into constants before quantization, so no "
+                        "quantized kernel reads a float constant (cortex_m::quantized_linear "
+                        "refuses one at run time)") for path, names in by_module.items()]
+    module.graph.eliminate_dead_code()
+    module.recompile()
+    return fixes
+
+
+def explicit_rank_broadcast(module: torch.fx.GraphModule) -> list[Workaround]:
+    """View each add/sub/mul operand that has exactly the output's elements in another rank
+    (a (1, H) plus a (1, 1, H)) to the output's shape (in place); the rewrite's report."""
+    targets = {getattr(torch.ops.aten, name).Tensor for name in _ELEMENTWISE}
+    viewed: dict[tuple, list[str]] = {}
+    for node in list(module.graph.nodes):
+        if node.op != "call_function" or node.target not in targets:
+            continue
+        out = node.meta.get("val")
+        if not isinstance(out, torch.Tensor):
+            continue
+        for operand in node.args[:2]:
+            val = operand.meta.get("val") if isinstance(operand, torch.fx.Node) else None
+            if (not isinstance(val, torch.Tensor) or tuple(val.shape) == tuple(out.shape)
+                    or val.numel() != out.numel() or not val.is_contiguous()):
+                continue
+            with module.graph.inserting_before(node):
+                view = module.graph.call_function(torch.ops.aten.view.default,
+                                                  (operand, list(out.shape)))
+            view.meta.update({k: v for k, v in operand.meta.items()
+                              if k in ("nn_module_stack", "stack_trace", "source_fn_stack")})
+            view.meta["val"] = val.view(tuple(out.shape))
+            node.replace_input_with(operand, view)
+            key = (_module_path(node), tuple(val.shape), tuple(out.shape))
+            viewed.setdefault(key, []).append(node.name)
+    fixes = [Workaround(path, _UPSTREAM,
+                        f"{len(names)} elementwise op(s) ({', '.join(names[:3])}"
+                        f"{', ...' if len(names) > 3 else ''}): an operand {list(shape)} viewed "
+                        f"as {list(out)} (the same elements), because the quantizer's add/mul check "
+                        "refuses operands of different shapes and left the op float")
+             for (path, shape, out), names in viewed.items()]
+    if fixes:
+        module.recompile()
+    return fixes
