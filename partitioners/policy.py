@@ -166,6 +166,23 @@ def load_policy(path) -> Policy:
     return parse_policy(raw, str(path))
 
 
+def unmatched_force_cpu(policy: Policy, rules_used) -> tuple[str, ...]:
+    """The policy's force_cpu entries that matched no node of the program (a misspelt node
+    name, an op type the edge graph does not have because upstream decomposed it), as notes."""
+    used = set(rules_used)
+    notes = []
+    for key in ("ops", "nodes", "modules"):
+        for entry in getattr(policy.force_cpu, key):
+            if f"force_cpu.{key}: {entry} in {policy.source}" not in used:
+                notes.append(
+                    f"policy {policy.source}: force_cpu.{key}: {entry} matched no node, so it "
+                    "changed nothing (ops are the edge graph's original aten ops after "
+                    "upstream's decompositions, e.g. a softmax is amax, sub, exp, sum, "
+                    "reciprocal and mul on the NPU path; nodes and modules are named as in "
+                    "the plan's node and module columns)")
+    return tuple(notes)
+
+
 class ForceCpuCheck(OperatorSupportBase):
     """An Ethos-U operator-support check: nodes the policy forces to the CPU are unsupported.
 

@@ -57,7 +57,8 @@ def test_a_forced_op_leaves_the_npu_partition_in_the_pte(tmp_path, compiles):
     import orchestrator
 
     policy = tmp_path / "policy.yaml"
-    policy.write_text("force_cpu:\n  modules: [mix]\n")  # mixed's 1x1 conv before the head
+    # mixed's 1x1 conv before the head, and a node name that is not in the program
+    policy.write_text("force_cpu:\n  modules: [mix]\n  nodes: [aten_convolution_defualt_2]\n")
     greedy, _ = compiles.get("mixed", "corstone300", "ethos-u55-128")
     forced = orchestrator.compile("mixed", tmp_path / "forced.pte", npu="ethos-u55-128",
                                   policy=str(policy))
@@ -67,6 +68,12 @@ def test_a_forced_op_leaves_the_npu_partition_in_the_pte(tmp_path, compiles):
     assert mix.placement == "cmsis-nn" and mix.kernel.startswith("arm_")
     assert mix.reasons[0].key == "policy-forced-cpu"
     assert f"force_cpu.modules: mix in {policy}" in mix.reasons[0].message
+    # the misspelt entry changed nothing, and the plan says so (text and JSON); the one that
+    # matched is not named
+    notes = forced.plan.to_json()["summary"]["notes"]
+    (unmatched,) = [n for n in notes if "matched no node" in n]
+    assert "force_cpu.nodes: aten_convolution_defualt_2 matched no node" in unmatched
+    assert "note: policy" in forced.plan.to_text() and "modules: mix matched" not in str(notes)
     report = orchestrator.verify(forced.pte, samples=4)
     assert report.passed, report.verdict
 

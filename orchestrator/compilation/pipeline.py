@@ -73,6 +73,7 @@ class Lowered:
     edge: EdgeProgramManager
     npu_rejections: dict[str, NpuRejection]
     vela_runs: tuple[VelaRun, ...]
+    policy_unmatched: tuple[str, ...] = ()  # force_cpu entries that matched no node (notes)
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,12 @@ def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> 
         edge = to_edge_transform_and_lower(quantized.program,
                                            compile_config=cortex_m_edge_compile_config())
         rejections, runs = {}, []
-    return Lowered(edge, rejections, tuple(runs))
+    unmatched = ()
+    if target.npu and policy is not None and policy.forces_cpu():
+        from partitioners.policy import unmatched_force_cpu
+
+        unmatched = unmatched_force_cpu(policy, (r.policy_rule for r in rejections.values()))
+    return Lowered(edge, rejections, tuple(runs), unmatched)
 
 
 def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:

@@ -544,7 +544,7 @@ def model_notes(compiled, rows) -> list[str]:
     """What loading and quantization did to the model that its rows do not show."""
     import torch
 
-    notes = list(compiled.model.notes)
+    notes = list(compiled.model.notes) + list(compiled.lowered.policy_unmatched)
     norms = sum(1 for m in compiled.model.module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm))
     shown = sum(1 for r in rows if "batch_norm" in r.op)
     if norms > shown:
@@ -666,6 +666,7 @@ def to_json(compiled, rows, summary: Summary) -> dict:
             "device_run": None if compiled.device_run is None else compiled.device_run.to_json(),
             "workarounds": [{"node": w.node, "upstream": w.upstream, "message": w.message}
                             for w in compiled.workarounds],
+            "notes": model_notes(compiled, rows),
             "missing_operators": None if summary.missing_operators is None
             else list(summary.missing_operators),
         },
