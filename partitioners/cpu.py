@@ -165,6 +165,25 @@ def _failed_node(error: BaseException) -> str | None:
     return None
 
 
+def _failed_origin(error: BaseException, name: str) -> str | None:
+    """The pre-pass name (ORIGIN_KEY) of the node `name` an upstream pass failed on, read from
+    the node itself in the failing frames: a node a substitution created (the
+    `cortex_m_quantized_add` whose fake kernel refuses a broadcast) has a new name, but it
+    carries the name of the node it replaced."""
+    traceback = error.__traceback__
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback = error.__traceback__
+        while traceback is not None:
+            for value in traceback.tb_frame.f_locals.values():
+                if isinstance(value, torch.fx.Node) and value.name == name:
+                    return value.meta.get(ORIGIN_KEY)
+            traceback = traceback.tb_next
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _keep_float(program, name: str) -> bool:
     """Take the quantizer's mark off node `name`, so FoldAndAnnotateQParamsPass leaves its
     quantize/dequantize in place and the node runs in float on its portable kernel."""
@@ -220,7 +239,25 @@ def requantize_fill_values(program) -> list[Workaround]:
     return fixes
 
 
-def route_to_cpu(edge_manager, cpu: str, legalize: bool = True):
+# Portable kernels that give the same int8 codes as the op on real values when input and output
+# share their quantization (data movement, selection, order): they may run on int8 codes.
+_EXACT_ON_CODES = ("view_copy", "permute_copy", "squeeze_copy", "unsqueeze_copy", "cat",
+                   "split_copy", "split_with_sizes_copy", "slice_copy", "select_copy", "clone",
+                   "expand_copy", "_to_dim_order_copy", "_clone_dim_order", "max_pool2d",
+                   "max_pool2d_with_indices", "amax", "amin", "max", "min", "argmax", "argmin",
+                   "topk", "sort", "flip", "roll", "gather", "index_select", "pixel_shuffle",
+                   "repeat", "unbind_copy")
+
+
+def _float_only_on_cpu(node) -> bool:
+    """An NPU-quantized op whose CPU kernel is a float portable one: no Cortex-M substitution
+    and not exact on int8 codes."""
+    name = _op_name(node.target).split(".")[-2] if "." in _op_name(node.target) else ""
+    return (node.op == "call_function" and not has_cmsis_substitution(node.target)
+            and name not in _EXACT_ON_CODES)
+
+
+def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
     """Run CortexMPassManager for `cpu` on the edge program (the manager is left as it was).
 
     Returns the transformed ExportedProgram, the per-node CMSIS-NN decisions and the upstream
@@ -230,6 +267,11 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True):
     retrace of an int8 `bmm` in an attention block: "expected scalar type torch.int8 but found
     torch.int32"), that node is kept in float on its portable kernel, with its quantize and
     dequantize, and the passes run again on a fresh copy; the plan names the failure.
+
+    `forced`: nodes a placement policy moved off the NPU. They carry the Ethos-U quantizer's
+    mark, so upstream's FoldAndAnnotateQParamsPass would fold their quantize/dequantize into them
+    even where only a float portable kernel exists (exp, sum, reciprocal: it would compute on
+    int8 codes, which the device refuses or miscomputes); those are kept in float up front.
     """
     import copy
 
@@ -239,10 +281,13 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True):
     program = edge_manager.exported_program()
     stamp_origins(program.graph_module)
     kept_float: dict[str, str] = {}  # node name -> the upstream failure
+    float_only = [n for n in program.graph_module.graph.nodes
+                  if n.name in set(forced) and _float_only_on_cpu(n)
+                  and _keep_float(copy.deepcopy(program), n.name)]
     while True:
         # The passes rewrite the graph in place before they fail: each attempt gets a copy.
         candidate = copy.deepcopy(program)
-        for name in kept_float:
+        for name in [*kept_float, *(n.name for n in float_only)]:
             _keep_float(candidate, name)
         try:
             with cmsis_decisions_recorded() as decisions:
@@ -253,6 +298,8 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True):
             break
         except Exception as error:  # noqa: BLE001 - upstream pass failure: fall back per node
             name = _failed_node(error)
+            if name is not None and not any(n.name == name for n in program.graph_module.graph.nodes):
+                name = _failed_origin(error, name) or name
             if (name is None or name in kept_float or len(kept_float) >= MAX_FLOAT_FALLBACKS
                     or not _keep_float(copy.deepcopy(program), name)):
                 raise
@@ -271,6 +318,14 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True):
             f"{_op_name(node.target)} kept in float on the portable kernel, between its "
             f"dequantize and quantize, because the Cortex-M passes fail on it quantized: "
             f"{failure}"))
+    for node in float_only:
+        fallbacks.append(Workaround(
+            node.meta.get(ORIGIN_KEY, node.name),
+            "ExecuTorch 1.5.1 FoldAndAnnotateQParamsPass (folds quantize/dequantize into an op "
+            "that only a float portable kernel runs)",
+            f"{_op_name(node.target)} (forced off the NPU, no CMSIS-NN kernel) kept in float on "
+            "the portable kernel between its dequantize and quantize, so it computes on real "
+            "values, not on int8 codes"))
     # `aot_arm_compiler.py` swaps only the Q/DQ nodes in its NPU path; the full pass manager is
     # what turns a rejected conv into a CMSIS-NN kernel instead of a float aten op.
     from partitioners.legalize import legalize_for_device

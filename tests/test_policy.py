@@ -130,7 +130,42 @@ def test_cost_placement_is_never_worse_than_greedy_and_says_why_an_island_stayed
     plan = orchestrator.plan("mixed", npu="ethos-u55-128", placement="cost")
     placement = plan.cost_placement
     assert placement.chosen_seconds <= placement.greedy_seconds
-    # The 0.1 * x island would be cheaper on the CPU, but ExecuTorch 1.5.1's Cortex-M mul
-    # does not broadcast a [1,1,1,1] constant: the recompile fails and the island stays.
-    (stayed,) = [d for d in placement.decisions if d.kept_reason.startswith("moving failed")]
-    assert "broadcasting" in stayed.kept_reason
+    # The 0.1 * x island looks cheaper on the CPU alone, but ExecuTorch 1.5.1's Cortex-M mul
+    # does not broadcast a [1,1,1,1] constant: moved, the mul is kept in float (upstream's
+    # refusal in the plan; the recompile used to fail here), and the whole program measured by
+    # the cost model is then slower, so the island stays, saying so with both figures.
+    (stayed,) = [d for d in placement.decisions if "aten_mul_tensor" in d.nodes]
+    assert not stayed.moved
+    assert stayed.kept_reason.startswith("moving was not faster for the whole program (")
+    assert " ms vs " in stayed.kept_reason
+
+
+def test_a_softmax_forced_to_the_cpu_runs_in_float_where_upstream_has_no_int8_route(tmp_path):
+    """A softmax the Ethos-U quantizer quantized, forced to the CPU op by op. Upstream: its
+    `sub` becomes cortex_m::quantized_add, whose fake kernel refuses the (1, 6) - (1, 1)
+    broadcast (an internal error before), and FoldAndAnnotateQParamsPass folds the
+    quantize/dequantize into exp, sum and reciprocal, which only float portable kernels run
+    (the device refused the program: "input.scalar_type() 6 does not match dtype 1"). Now
+    the sub is kept in float quoting upstream's refusal, the float-only ops keep their
+    quantize/dequantize, and the program verifies."""
+    import orchestrator
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("force_cpu:\n  ops: [aten.amax.default, aten.sub.Tensor, aten.exp.default, "
+                      "aten.sum.dim_IntList, aten.reciprocal.default, aten.mul.Tensor]\n")
+    model = f"{ROOT / 'examples' / 'user_models.py'}:softmax_classifier"
+    result = orchestrator.compile(model, tmp_path / "softmax.pte", npu="ethos-u55-128",
+                                  policy=str(policy))
+    rows = {r.op.split(".")[1]: r for r in result.plan.rows if r.op.startswith("aten.")
+            and r.placement != "npu"}
+    assert {"amax", "sub", "exp", "sum", "reciprocal", "mul"} <= set(rows), sorted(rows)
+    sub = result.compiled.cpu_decisions[rows["sub"].name]
+    assert sub.category == "upstream-failure"
+    assert "broadcasting is not yet supported" in sub.message
+    for op in ("exp", "reciprocal"):
+        assert rows[op].placement == "portable" and "float32" in rows[op].dtypes, rows[op].dtypes
+    texts = [w.message for w in result.compiled.workarounds]
+    assert sum("computes on real values, not on int8 codes" in t for t in texts) >= 3, texts
+    assert result.plan.summary.device_faults == ()
+    report = orchestrator.verify(result.pte, samples=4)
+    assert report.passed, report.verdict

@@ -371,8 +371,9 @@ def _quantize_io_stage(state: CompileState) -> CompileState:
 
 def _route_cpu_stage(state: CompileState) -> CompileState:
     """CortexMPassManager for the core's ISA tier, then the device legalizations."""
+    forced = [name for name, r in state.lowered.npu_rejections.items() if r.policy_rule]
     program, decisions, workarounds = route_to_cpu(state.lowered.edge, state.target.cpu,
-                                                   state.options.legalize)
+                                                   state.options.legalize, forced)
     return replace(state, final_program=program, cpu_decisions=decisions,
                    workarounds=state.model_workarounds + tuple(workarounds),
                    routed_edge=upstream_exir.with_forward(state.lowered.edge, program))
