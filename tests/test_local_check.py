@@ -121,3 +121,36 @@ def test_a_kernel_intermediate_with_no_reference_node_is_unmatched_not_failed(re
     checks = _check(reference, [written[0], intermediate, *written[1:]])
     assert checks[1].passed is None and checks[1].reference_node is None
     assert all(c.passed for i, c in enumerate(checks) if i != 1)
+
+
+def test_a_hardswish_minimum_is_checked_as_its_source_clamped_at_one_bound(reference):
+    """With its source known, the same intermediate is checked: equal to the source below one
+    bound and that bound above it. A value that is not such a clamp stays unmatched."""
+    _, _, values = reference
+    written = _program(values, mid_error=0, out_error=0)
+    source_value = written[0][2]
+    clamped = written[0][3].clamp(max=3)
+    intermediate = (1, "cortex_m::minimum.out", 20, clamped, (source_value,))
+    checks = _check(reference, [written[0], intermediate, *written[1:]])
+    assert checks[1].passed is True and checks[1].reference_node == f"clamped from EValue {source_value}"
+    wrong = clamped.clone().flatten()
+    first = int(written[0][3].flatten()[0])
+    wrong[0] = first + 1 if first < 127 else 126  # one element off both the source and the bound
+    bad = (1, "cortex_m::minimum.out", 20, wrong.reshape(clamped.shape), (source_value,))
+    checks = _check(reference, [written[0], bad, *written[1:]])
+    assert checks[1].passed is None
+
+
+def test_block_and_clamp_relations():
+    from orchestrator.verification.local_check import _is_block_of, _is_clamp_of
+
+    whole = torch.arange(24, dtype=torch.int8).reshape(1, 2, 12)
+    assert _is_block_of(whole[:, :, 4:8], whole)  # a split chunk
+    assert _is_block_of(whole[:, 1], whole)  # a select
+    assert not _is_block_of(whole[:, :, 4:8].flip(-1), whole)  # reversed: not a block
+    assert not _is_block_of(torch.zeros(1, 2, 4, dtype=torch.int8) + 100, whole)
+    x = torch.tensor([-5, 0, 3, 9, 12], dtype=torch.int8)
+    assert _is_clamp_of(x.clamp(max=4), x, upper=True)
+    assert _is_clamp_of(x.clamp(min=1), x, upper=False)
+    assert not _is_clamp_of(x.clamp(max=4), x, upper=False)
+    assert not _is_clamp_of(torch.tensor([-5, 0, 3, 4, 5], dtype=torch.int8), x, upper=True)

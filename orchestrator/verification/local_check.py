@@ -40,7 +40,10 @@ projection, an LSTM's gate split) is checked first as one block of its source, b
 reference node: the program computes all of a GRU's slices at the start where the reference
 places each next to its step, so matching them to reference nodes dragged the order constraint
 to the last step and every later value was compared with the wrong node. Such a value is not
-forced into the reference, so a wrong block still fails at the op that reads it.
+forced into the reference, so a wrong block still fails at the op that reads it. A minimum or
+maximum against a constant with no reference node (the `minimum` inside the Cortex-M hardswish
+decomposition) is checked as its source clamped at one bound; the bound's value is judged where
+the hardswish output meets its reference.
 """
 
 from __future__ import annotations
@@ -269,12 +272,35 @@ def _moved_from(op: str, tensor: torch.Tensor, sources, seen) -> str | None:
             if before is not None and before.numel() == tensor.numel() and \
                     torch.equal(before.flatten().sort().values, tensor.flatten().sort().values):
                 return f"moved from EValue {source}"
+    elif name in ("minimum", "maximum"):
+        for source in sources:
+            before = seen.get(source)
+            if before is not None and _is_clamp_of(tensor, before, name == "minimum"):
+                return f"clamped from EValue {source}"
     elif name in _SELECTING_KERNELS:
         for source in sources:
             before = seen.get(source)
             if before is not None and _is_block_of(tensor, before):
                 return f"selected from EValue {source}"
     return None
+
+
+def _is_clamp_of(out: torch.Tensor, source: torch.Tensor, upper: bool) -> bool:
+    """`out` is `source` clamped against one constant (from above for a minimum): equal where
+    it is not clamped, and one value, on the right side of the source, everywhere it is."""
+    if out.shape != source.shape or out.dtype != source.dtype:
+        return False
+    changed = out != source
+    if not bool(changed.any()):
+        return True
+    bounds = out[changed].unique()
+    if bounds.numel() != 1:
+        return False
+    bound = bounds[0]
+    unchanged = source[~changed]
+    if upper:
+        return bool((source[changed] > bound).all()) and bool((unchanged <= bound).all())
+    return bool((source[changed] < bound).all()) and bool((unchanged >= bound).all())
 
 
 def _is_block_of(part: torch.Tensor, whole: torch.Tensor) -> bool:
