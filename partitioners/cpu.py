@@ -170,7 +170,6 @@ def _failed_origin(error: BaseException, name: str) -> str | None:
     the node itself in the failing frames: a node a substitution created (the
     `cortex_m_quantized_add` whose fake kernel refuses a broadcast) has a new name, but it
     carries the name of the node it replaced."""
-    traceback = error.__traceback__
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
@@ -281,8 +280,9 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
     program = edge_manager.exported_program()
     stamp_origins(program.graph_module)
     kept_float: dict[str, str] = {}  # node name -> the upstream failure
+    forced = set(forced)
     float_only = [n for n in program.graph_module.graph.nodes
-                  if n.name in set(forced) and _float_only_on_cpu(n)
+                  if n.name in forced and _float_only_on_cpu(n)
                   and _keep_float(copy.deepcopy(program), n.name)]
     while True:
         # The passes rewrite the graph in place before they fail: each attempt gets a copy.
@@ -298,7 +298,8 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
             break
         except Exception as error:  # noqa: BLE001 - upstream pass failure: fall back per node
             name = _failed_node(error)
-            if name is not None and not any(n.name == name for n in program.graph_module.graph.nodes):
+            if name is not None and not any(n.name == name
+                                            for n in program.graph_module.graph.nodes):
                 name = _failed_origin(error, name) or name
             if (name is None or name in kept_float or len(kept_float) >= MAX_FLOAT_FALLBACKS
                     or not _keep_float(copy.deepcopy(program), name)):
