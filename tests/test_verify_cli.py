@@ -91,3 +91,51 @@ def test_verify_with_zero_samples_is_refused_not_passed(bundled, capsys):
         main(["verify", str(bundled), "--samples", "0"])
     assert refused.value.code == 2
     assert "--samples: '0' is not positive; give 1 or more" in capsys.readouterr().err
+
+
+def test_a_twin_that_could_not_compare_a_value_is_partial_never_passed(bundled, capsys,
+                                                                        monkeypatch):
+    """A value the program writes with no reference node to compare it with: `--runtime twin`
+    says PARTIAL naming it and exits 5 (it said PASSED and listed the value as not checked)."""
+    from dataclasses import replace
+
+    from orchestrator.verification import twin_verify
+
+    real = twin_verify.check_locally
+
+    def one_unmatched(*args, **kwargs):
+        checks = list(real(*args, **kwargs))
+        checks[-1] = replace(checks[-1], reference_node=None, max_steps=None, mismatched=None,
+                             rounding_stages=None, allowed_steps=None, passed=None)
+        return tuple(checks)
+
+    monkeypatch.setattr(twin_verify, "check_locally", one_unmatched)
+    assert main(["verify", str(bundled), "--runtime", "twin", "--samples", "2"]) == 5
+    captured = capsys.readouterr()
+    assert "verify " in captured.out and ": PARTIAL" in captured.out
+    assert "1 not compared (no reference node of that shape and dtype), first: instruction" \
+        in captured.out
+    assert "PASSED" not in captured.out
+
+
+def test_the_device_methods_decide_over_a_partial_twin():
+    from pathlib import Path
+
+    from orchestrator.device_runs.combined import combine
+    from orchestrator.verification.methods import QEMU, RUNTIME, TWIN, MethodResult
+
+    twin = MethodResult(TWIN, "partial", "PARTIAL by twin: 9 checked; 1 not compared", False)
+    host = MethodResult(RUNTIME, "passed", "PASSED by the runtime", True)
+    qemu = MethodResult(QEMU, "not-run", "QEMU not installed", True)
+    with_device = combine(Path("m.pte"), (twin, host, qemu))
+    assert with_device.outcome == "passed" and with_device.exit_code == 0
+    assert "the twin compared part: PARTIAL by twin" in with_device.verdict
+    alone = combine(Path("m.pte"), (twin, _not_run(host), qemu))
+    assert alone.outcome == "partial" and alone.exit_code == 5
+    assert "device code not run" in alone.verdict
+
+
+def _not_run(result):
+    from dataclasses import replace
+
+    return replace(result, outcome="not-run", detail="no sources")
