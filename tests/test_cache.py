@@ -47,6 +47,9 @@ def test_the_key_follows_what_quantization_reads(private_cache):
     assert key("ethos-u55-128") != key("none")
     assert key("ethos-u55-128") != key("ethos-u55-128", calibration=other)
     assert key("ethos-u55-128") != key("ethos-u55-128", channels_last=False)
+    # compile(legalize=False) quantizes without the pre-quantization rewrites: its own entry
+    assert key("none") != quantized_key(model, samples, resolve_target("corstone300", npu="none"),
+                                        True, rewrites=False)
     model.module.state_dict()[next(iter(model.module.state_dict()))].add_(1.0)
     assert key("ethos-u55-128") != quantized_key(load_model("ds-cnn"), samples,
                                                  resolve_target("corstone300", npu="ethos-u55-128"),

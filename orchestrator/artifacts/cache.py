@@ -77,7 +77,8 @@ def quantizer_config(target) -> str:
     return f"EthosUQuantizer:{compile_spec(target).tosa_spec}:per-channel-symmetric"
 
 
-def quantized_key(model, calibration, target, channels_last: bool) -> str | None:
+def quantized_key(model, calibration, target, channels_last: bool,
+                  rewrites: bool = True) -> str | None:
     """The cache key of capture + quantization, or None when the model cannot be keyed."""
     from orchestrator import numerics
 
@@ -98,6 +99,8 @@ def quantized_key(model, calibration, target, channels_last: bool) -> str | None
         for x in sample:
             digest.update(_tensor_bytes(x))
     digest.update(quantizer_config(target).encode())
+    if not rewrites:  # compile(legalize=False): upstream's quantization, without our rewrites
+        digest.update(b"no pre-quantization rewrites")
     digest.update(f"channels_last={channels_last}".encode())
     for package in ("torch", "executorch", "torchao"):
         digest.update(f"{package}={metadata.version(package)}".encode())

@@ -329,7 +329,8 @@ def _capture_stage(state: CompileState) -> CompileState:
             state = replace(state, model=replace(state.model, module=module))
             workarounds = tuple(fixes)
     state = replace(state, model_workarounds=workarounds)
-    key = cache.quantized_key(state.model, state.calibration, state.target, channels_last)
+    key = cache.quantized_key(state.model, state.calibration, state.target, channels_last,
+                              state.options.legalize)
     hit = cache.load(key) if key else None
     if hit is not None:
         inputs = tuple(_to_channels_last(x) if channels_last else x
