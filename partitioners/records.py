@@ -13,6 +13,15 @@ ORIGIN_KEY = "orchestrate_origin"
 MOVED_OFF_CMSIS_KEY = "orchestrate_moved_off_cmsis"
 
 
+def module_of(node) -> tuple[str, str]:
+    """(path, type name) of the innermost module that produced `node`; ("", "") at model level."""
+    stack = node.meta.get("nn_module_stack") or {}
+    for path, type_name in reversed(list(stack.values())):
+        if path:
+            return str(path), str(type_name).rsplit(".", 1)[-1].rstrip("'>")
+    return "", ""
+
+
 def stamp_origins(graph_module: torch.fx.GraphModule) -> None:
     """Tag each node with its pre-CPU-pass name."""
     for node in graph_module.graph.nodes:

@@ -125,9 +125,9 @@ def _discard(entry: Path, why: str) -> None:
 
 
 def load(key: str):
-    """(float program, quantized program, pre-quantization workarounds) from the cache, or None. An entry whose files do not
-    match the SHA-256 recorded when it was written, or that does not load, is discarded with a
-    warning (the caller recomputes it and `store` writes it again)."""
+    """(float program, quantized program, pre-quantization workarounds) from the cache, or None.
+    An entry whose files do not match the SHA-256 recorded when it was written, or that does not
+    load, is discarded with a warning (the caller recomputes it and `store` writes it again)."""
     import json
 
     from orchestrator.errors import UserError

@@ -15,10 +15,9 @@ import torch
 from cost_models.cost import Cost
 from cost_models.graph_shapes import NodeInfo, describe, op_name
 from kernels.layout_checks import layout_findings
-from orchestrator.planning.structure import module_of
 from kernels.catalogue import CPU_KERNELS, cortex_m_op_name, specialised_function
 from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
-from partitioners.records import MOVED_OFF_CMSIS_KEY
+from partitioners.records import MOVED_OFF_CMSIS_KEY, module_of
 from partitioners.reasons import Reason, because  # noqa: F401 - Reason is part of the Plan
 
 PLACEMENTS = ("npu", "cmsis-nn", "portable")

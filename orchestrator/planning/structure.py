@@ -20,16 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
+from partitioners.records import module_of
+
 _RECURRENT = {"gru": "GRU", "lstm": "LSTM", "rnn_tanh": "RNN (tanh)", "rnn_relu": "RNN (relu)"}
 
-
-def module_of(node) -> tuple[str, str]:
-    """(path, type name) of the innermost module that produced `node`; ("", "") at model level."""
-    stack = node.meta.get("nn_module_stack") or {}
-    for path, type_name in reversed(list(stack.values())):
-        if path:
-            return str(path), str(type_name).rsplit(".", 1)[-1].rstrip("'>")
-    return "", ""
 
 
 @dataclass(frozen=True)

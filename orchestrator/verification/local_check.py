@@ -192,7 +192,7 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
         sources = entry[4] if len(entry) > 4 else ()
         seen[value] = tensor
         kind = "bool" if tensor.dtype == torch.bool else "int8"
-        if op.split("::")[-1].split(".")[0] in _SELECTING_KERNELS:
+        if _kernel_name(op) in _SELECTING_KERNELS:
             # a block of a value already checked: exact, and independent of where the
             # reference happens to place its copy (a GRU's per-step slices of the input
             # projection sit next to each step there, all at the start of the program)
@@ -262,26 +262,38 @@ def _as_moved(instruction: int, op: str, value: int, kind: str, moved: str) -> L
                       0.0 if kind == "int8" else None, True)
 
 
+def _kernel_name(op: str) -> str:
+    return op.split("::")[-1].split(".")[0]
+
+
+def _holds_the_elements_of(tensor: torch.Tensor, before: torch.Tensor) -> bool:
+    return before.numel() == tensor.numel() and \
+        torch.equal(before.flatten().sort().values, tensor.flatten().sort().values)
+
+
+def _relation(name: str):
+    """(label, test(tensor, source)) of a data-movement kernel's output to its source, or None."""
+    if name in _MOVING_KERNELS:
+        return "moved", _holds_the_elements_of
+    if name in ("minimum", "maximum"):
+        return "clamped", lambda tensor, before: _is_clamp_of(tensor, before, name == "minimum")
+    if name in _SELECTING_KERNELS:
+        return "selected", _is_block_of
+    return None
+
+
 def _moved_from(op: str, tensor: torch.Tensor, sources, seen) -> str | None:
     """How a data-movement kernel's `tensor` comes from one of its sources ("moved from EValue
-    N": exactly its elements; "selected from EValue N": one block of it), else None."""
-    name = op.split("::")[-1].split(".")[0]
-    if name in _MOVING_KERNELS:
-        for source in sources:
-            before = seen.get(source)
-            if before is not None and before.numel() == tensor.numel() and \
-                    torch.equal(before.flatten().sort().values, tensor.flatten().sort().values):
-                return f"moved from EValue {source}"
-    elif name in ("minimum", "maximum"):
-        for source in sources:
-            before = seen.get(source)
-            if before is not None and _is_clamp_of(tensor, before, name == "minimum"):
-                return f"clamped from EValue {source}"
-    elif name in _SELECTING_KERNELS:
-        for source in sources:
-            before = seen.get(source)
-            if before is not None and _is_block_of(tensor, before):
-                return f"selected from EValue {source}"
+    N": exactly its elements; "selected from EValue N": one block of it; "clamped from EValue
+    N": it clamped at one bound), else None."""
+    relation = _relation(_kernel_name(op))
+    if relation is None:
+        return None
+    label, holds = relation
+    for source in sources:
+        before = seen.get(source)
+        if before is not None and holds(tensor, before):
+            return f"{label} from EValue {source}"
     return None
 
 
