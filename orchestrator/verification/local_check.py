@@ -189,14 +189,17 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
     seen: dict[int, torch.Tensor] = {}  # EValue -> what the program wrote there
     for entry in written:
         instruction, op, value, tensor = entry[:4]
-        sources = entry[4] if len(entry) > 4 else ()
+        # a kernel that writes into the EValue it reads (a transpose over a size-1 dim) is
+        # compared with what was there before it, never with its own output
+        known = {source: seen.get(source) for source in (entry[4] if len(entry) > 4 else ())}
+        sources = tuple(known)
         seen[value] = tensor
         kind = "bool" if tensor.dtype == torch.bool else "int8"
         if _kernel_name(op) in _SELECTING_KERNELS:
             # a block of a value already checked: exact, and independent of where the
             # reference happens to place its copy (a GRU's per-step slices of the input
             # projection sit next to each step there, all at the start of the program)
-            selected = _moved_from(op, tensor, sources, seen)
+            selected = _moved_from(op, tensor, sources, known)
             if selected:
                 checks.append(_as_moved(instruction, op, value, kind, selected))
                 continue
@@ -209,7 +212,7 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
         later = [c for c in candidates if forced.order[c] > last_order]
         candidates = later or candidates
         if not candidates:
-            moved = _moved_from(op, tensor, sources, seen)
+            moved = _moved_from(op, tensor, sources, known)
             checks.append(_as_moved(instruction, op, value, kind, moved) if moved else
                           LocalCheck(instruction, op, value, kind, None, None, None, None, None,
                                      None))
@@ -226,7 +229,7 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
             scored.append((within, steps, mismatched, forced.order[candidate], stages, allowed,
                            candidate))
         close = [s for s in scored if s[0]]
-        moved_from = None if close else _moved_from(op, tensor, sources, seen)
+        moved_from = None if close else _moved_from(op, tensor, sources, known)
         if moved_from is not None:
             checks.append(_as_moved(instruction, op, value, kind, moved_from))
             continue
