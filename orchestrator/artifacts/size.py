@@ -1,6 +1,6 @@
 """`orchestrate size`: where every byte of a `.pte` goes.
 
-Read from the serialized program itself (the schema's Program, via orchestrator/compilation/upstream_exir.py):
+Read from the serialized program itself (its ProgramView, kernels/program_view.py):
 - constants: each tensor EValue with a constant buffer, attributed to the instructions that
   read it (by op); a constant no instruction reads is dead;
 - delegate payloads: each Ethos-U delegate's Vela stream split into command stream, weights
@@ -17,7 +17,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orchestrator.compilation import upstream_exir
+from kernels.program_view import DelegateCall, KernelCall, ProgramView
+from npu_driver.payload import PayloadError, parse_payload
 
 
 @dataclass(frozen=True)
@@ -58,63 +59,56 @@ class SizeReport:
         return asdict(self)
 
 
-def _instruction_ops(plan):
-    """(instruction index, op name, EValue indices it reads or writes)."""
-    for position, instruction in enumerate(plan.chains[0].instructions):
-        call = instruction.instr_args
-        kind = type(call).__name__
-        if kind == "KernelCall":
-            op = plan.operators[call.op_index]
-            yield position, f"{op.name}.{op.overload}" if op.overload else op.name, tuple(call.args)
-        elif kind == "DelegateCall":
-            yield position, f"delegate {plan.delegates[call.delegate_index].id}", tuple(call.args)
+def _instruction_ops(view: ProgramView):
+    """(instruction index, op name, value indices it reads or writes)."""
+    for instruction in view.instructions:
+        if isinstance(instruction, KernelCall):
+            yield instruction.index, instruction.operator.qualified_name, instruction.args
+        elif isinstance(instruction, DelegateCall):
+            delegate = view.delegates[instruction.delegate_index]
+            yield instruction.index, f"delegate {delegate.backend}", instruction.args
 
 
-def _delegate_bytes(program, plan) -> tuple[DelegateBytes, ...]:
-    from npu_driver.payload import PayloadError, parse_payload
-
+def _delegate_bytes(view: ProgramView) -> tuple[DelegateBytes, ...]:
     found = []
-    for index, delegate in enumerate(plan.delegates):
-        data = bytes(program.backend_delegate_data[delegate.processed.index].data)
+    for delegate in view.delegates:
+        data = delegate.payload
         cmd = weights = other = None
-        if delegate.id == "EthosUBackend":
+        if delegate.backend == "EthosUBackend":
             try:
                 payload = parse_payload(data)
                 cmd, weights = len(payload.cmd_bytes), len(payload.weight_bytes)
                 other = len(data) - cmd - weights
             except PayloadError:
                 pass
-        found.append(DelegateBytes(index, delegate.id, len(data), cmd, weights, other))
+        found.append(DelegateBytes(delegate.index, delegate.backend, len(data), cmd, weights,
+                                   other))
     return tuple(found)
 
 
 def analyze(pte_path) -> SizeReport:
     pte_path = Path(pte_path)
     data = pte_path.read_bytes()
-    program = upstream_exir.deserialize_program(data)
-    plan = program.execution_plan[0]
+    view = ProgramView.read(data)
     readers: dict[int, list[str]] = {}
-    for position, op, args in _instruction_ops(plan):
+    for position, op, args in _instruction_ops(view):
         for value in args:
             readers.setdefault(value, []).append(f"{position} {op}")
-    for value in (*plan.inputs, *plan.outputs):
+    for value in (*view.inputs, *view.outputs):
         readers.setdefault(value, []).append("program io")
-    from executorch.exir.tensor import get_scalar_type
-
-    tensors = [(index, evalue.val) for index, evalue in enumerate(plan.values)
-               if type(evalue.val).__name__ == "Tensor" and evalue.val.data_buffer_idx > 0]
+    tensors = [v for v in view.values if v.is_tensor and v.buffer > 0]
     # A buffer may back several values (upstream deduplicates equal constants): it is live when
     # any of them is read, and counted once, under its first reader.
-    live_buffers = {t.data_buffer_idx for index, t in tensors if readers.get(index)}
+    live_buffers = {v.buffer for v in tensors if readers.get(v.index)}
     constants, counted = [], set()
     live = dead = dead_values = 0
     by_op: dict[str, int] = {}
-    for index, tensor in tensors:
-        buffer = tensor.data_buffer_idx
-        read_by = tuple(readers.get(index, ()))
+    for tensor in tensors:
+        buffer = tensor.buffer
+        read_by = tuple(readers.get(tensor.index, ()))
         dead_values += not read_by
         first = buffer not in counted and (bool(read_by) or buffer not in live_buffers)
-        nbytes = len(program.constant_buffer[buffer].storage) if first else 0
+        nbytes = len(view.constant_buffers[buffer]) if first else 0
         if first:
             counted.add(buffer)
             if read_by:
@@ -123,13 +117,12 @@ def analyze(pte_path) -> SizeReport:
                     by_op[reader] = by_op.get(reader, 0) + nbytes
             else:
                 dead += nbytes
-        constants.append(ConstantTensor(index, buffer, tuple(tensor.sizes),
-                                        str(get_scalar_type(tensor.scalar_type)).replace("torch.", ""),
-                                        nbytes, read_by))
-    delegates = _delegate_bytes(program, plan)
+        constants.append(ConstantTensor(tensor.index, buffer, tensor.sizes,
+                                        str(tensor.dtype).replace("torch.", ""), nbytes, read_by))
+    delegates = _delegate_bytes(view)
     delegate_total = sum(d.total for d in delegates)
     return SizeReport(str(pte_path), len(data), tuple(constants), live, dead, delegates,
-                      delegate_total, len(data) - live - dead - delegate_total, len(plan.values),
+                      delegate_total, len(data) - live - dead - delegate_total, len(view.values),
                       dead_values, dict(sorted(by_op.items(), key=lambda kv: -kv[1])))
 
 
