@@ -10,13 +10,6 @@ ROOT = Path(__file__).resolve().parents[1]
 ISLAND = f"{ROOT / 'examples' / 'island.py'}:factory"
 
 
-def _operators(pte_bytes: bytes) -> list[str]:
-    from orchestrator.compilation.upstream_exir import deserialize_program
-
-    plan = deserialize_program(pte_bytes).execution_plan[0]
-    return [f"{op.name}.{op.overload}" for op in plan.operators]
-
-
 @pytest.mark.parametrize("text,message", [
     ("force_cpu: {ops: [aten.where.self]}\nspeed: fast\n", "unknown key 'speed'"),
     ("force_cpu: {layers: [conv]}\n", "unknown key 'force_cpu.layers'"),
@@ -45,12 +38,10 @@ def test_the_cli_refuses_an_unknown_policy_key_before_compiling(tmp_path, capsys
 
 
 def _kernel_calls(pte_bytes: bytes, op: str) -> int:
-    from orchestrator.compilation.upstream_exir import deserialize_program
+    from kernels.program_view import ProgramView
 
-    plan = deserialize_program(pte_bytes).execution_plan[0]
-    return sum(1 for i in plan.chains[0].instructions
-               if type(i.instr_args).__name__ == "KernelCall"
-               and plan.operators[i.instr_args.op_index].name == op)
+    return sum(1 for call in ProgramView.read(pte_bytes).kernel_calls()
+               if call.operator.name == op)
 
 
 def test_a_forced_op_leaves_the_npu_partition_in_the_pte(tmp_path, compiles):

@@ -27,8 +27,6 @@ def test_exir_adapter_contract():
     assert contract["EdgeProgramManager.__init__"][:4] == ["self", "edge_programs",
                                                            "constant_methods", "compile_config"]
     assert contract["_config_methods"] is True
-    assert contract["deserialize_pte_binary"] == ["program_data"]
-    assert contract["PTEFile.program"] is True
 
 
 def test_tag_module_wrapper_forwards_the_tag_iterator():

@@ -43,7 +43,6 @@ def package_versions() -> dict[str, str]:
 def manifest_json(compiled, partitions) -> dict:
     """The manifest of a compile (without "files", which the writer adds once every file is
     in the folder). `partitions`: partitioners.npu.DelegatePartition in delegate order."""
-    plan = compiled.executorch_program.execution_plan[0]
     return {
         "manifest_version": MANIFEST_VERSION,
         "model": {"name": compiled.model.name, "source": compiled.model.source,
@@ -57,7 +56,7 @@ def manifest_json(compiled, partitions) -> dict:
         "pte": {"sha256": hashlib.sha256(compiled.pte_bytes).hexdigest(),
                 "bytes": len(compiled.pte_bytes),
                 "arena_bytes": compiled.arena_bytes,
-                "non_const_buffer_sizes": [int(s) for s in plan.non_const_buffer_sizes]},
+                "non_const_buffer_sizes": list(compiled.program_view.non_const_buffer_sizes)},
         "io_quantization": {k: (v if isinstance(v, (int, float, str)) else str(v))
                             for k, v in compiled.io_quant.items()},
         "partitions": [{"index": p.index, "delegate": p.delegate_name,

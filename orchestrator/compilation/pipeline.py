@@ -24,11 +24,13 @@ import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from kernels.program_view import ProgramView
 from orchestrator import numerics
 from orchestrator.compilation import upstream_exir
 from orchestrator.compilation import device_check
@@ -105,10 +107,15 @@ class Compiled:
     io_choice: IoChoice | None = None  # when compiled with --io auto
     device_run: DeviceRun | None = None  # the program's run in the real runtime
 
+    @cached_property
+    def program_view(self) -> ProgramView:
+        """The serialized program as every reader names it (kernels/program_view.py)."""
+        return ProgramView.of(self.executorch_program)
+
     @property
     def arena_bytes(self) -> int:
         """ExecuTorch's planned arena (sum of non-constant buffers; index 0 is reserved)."""
-        return _arena_bytes(self.executorch_program)
+        return self.program_view.arena_bytes
 
 
 def _to_channels_last(value):
@@ -481,7 +488,7 @@ def _choose_io_stage(state: CompileState) -> CompileState:
                          state.cache_hit, state.captured, state.quantized,
                          lowered=state.lowered_float_io,
                          model_workarounds=state.model_workarounds)
-    arena = {state.target.io: _arena_bytes(state.executorch_program)}
+    arena = {state.target.io: ProgramView.of(state.executorch_program).arena_bytes}
     pte = {state.target.io: len(state.pte_bytes)}
     refused, other = {}, None
     if other_io not in platform.firmware_io:
@@ -491,7 +498,7 @@ def _choose_io_stage(state: CompileState) -> CompileState:
         try:
             other = run_stages(COMPILE_STAGES[COMPILE_STAGES.index(_STAGE_QUANTIZE_IO):-1],
                                start, {})
-            arena[other_io] = _arena_bytes(other.executorch_program)
+            arena[other_io] = ProgramView.of(other.executorch_program).arena_bytes
             pte[other_io] = len(other.pte_bytes)
         except OrchestrateError as error:  # the model refuses it, or upstream fails on it
             refused[other_io] = str(error)
@@ -509,10 +516,6 @@ def _choose_io_stage(state: CompileState) -> CompileState:
         chosen = float_state
         reason = "float I/O: int8 I/O would not make the arena smaller"
     return replace(chosen, io_choice=IoChoice(chosen.target.io, reason, arena, pte, refused))
-
-
-def _arena_bytes(program) -> int:
-    return int(sum(program.execution_plan[0].non_const_buffer_sizes))
 
 
 @dataclass(frozen=True)

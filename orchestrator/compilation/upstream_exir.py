@@ -2,8 +2,6 @@
 
 - `EdgeProgramManager._config_methods`: the constant methods (`input0_scale`, ...) that
   QuantizeInputs/QuantizeOutputs record; there is no public getter.
-- `executorch.exir._serialize._program.deserialize_pte_binary`: the only reader of a `.pte`
-  into the schema's Program in Python.
 - A new EdgeProgramManager around the CPU-routed program (public constructor), instead of
   writing `EdgeProgramManager._edge_programs`, so the manager the lower stage returned stays as
   it was.
@@ -42,22 +40,11 @@ def with_forward(edge_manager, program):
         compile_config=EdgeCompileConfig(_check_ir_validity=False))
 
 
-def deserialize_program(pte_bytes: bytes):
-    """The schema Program (execution plans, delegates, constant buffers) of a `.pte` (one
-    adapter reads `.pte` files: kernels/upstream_runtime.py)."""
-    from kernels.upstream_runtime import deserialize_program as read
-
-    return read(pte_bytes)
-
-
 def contract() -> dict[str, object]:
     from executorch.exir import EdgeProgramManager
-    from executorch.exir._serialize import _program
 
     return {
         "EdgeProgramManager.__init__": list(inspect.signature(EdgeProgramManager.__init__).parameters),
         # set in __init__ as an attribute: it appears among the names the code stores
         "_config_methods": "_config_methods" in EdgeProgramManager.__init__.__code__.co_names,
-        "deserialize_pte_binary": list(inspect.signature(_program.deserialize_pte_binary).parameters),
-        "PTEFile.program": "program" in getattr(_program.PTEFile, "__dataclass_fields__", {}),
     }

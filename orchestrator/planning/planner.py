@@ -13,7 +13,7 @@ from orchestrator.errors import GateFailure, UserError
 from platforms import PlatformError
 from orchestrator.compilation.pipeline import Stage, run_stages
 from orchestrator.planning.placement import missing_kernel_faults
-from orchestrator.reports.coverage import Summary, program_operators, summarize
+from orchestrator.reports.coverage import Summary, summarize
 
 if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
     from orchestrator.compilation.pipeline import Compiled
@@ -116,7 +116,7 @@ def _device_faults_stage(state: PlanState) -> PlanState:
     """Flag CPU ops with no kernel in the device's operator library."""
     compiled = state.compiled
     return replace(state, rows=missing_kernel_faults(
-        compiled.placements, program_operators(compiled.executorch_program)))
+        compiled.placements, compiled.program_view.operator_names))
 
 
 def _place_memory(state: PlanState, policy):
@@ -138,7 +138,7 @@ def _place_memory(state: PlanState, policy):
                                                           policy)[0].region,
                                            compiled.arena_bytes, 0),)
         return place_program(compiled.target.platform, len(compiled.pte_bytes), arenas,
-                             constant_segment_bytes(compiled.executorch_program), largest,
+                             constant_segment_bytes(compiled.program_view), largest,
                              policy, calibrated_weight_cycles_per_byte(compiled.target.cpu))
     except PlatformError as error:
         raise UserError(str(error)) from None

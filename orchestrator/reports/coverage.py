@@ -22,6 +22,7 @@ from tabulate import tabulate
 from cost_models.graph_shapes import numel
 from platforms.memory_fit import MemoryUse  # noqa: F401 - MemoryUse is in Summary
 from kernels.dtypes import element_bytes
+from kernels.program_view import ProgramView
 from partitioners.cpu import ORIGIN_KEY
 
 if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
@@ -61,23 +62,10 @@ class Summary:
     hidden_by_engine: dict | None = None  # placement (npu | cmsis-nn | portable) -> {kind: count}
 
 
-def constant_tensor_bytes(executorch_program) -> int:
+def constant_tensor_bytes(view: ProgramView) -> int:
     """Bytes of the CPU-side constant tensors (weights, biases, LUTs, kernel sums) in the .pte."""
-    total = 0
-    for value in executorch_program.execution_plan[0].values:
-        tensor = getattr(value, "val", None)
-        if getattr(tensor, "data_buffer_idx", 0) and getattr(tensor, "allocation_info", None) is None:
-            st = int(getattr(tensor.scalar_type, "value", tensor.scalar_type))
-            total += numel(tensor.sizes) * element_bytes(st, 4)
-    return total
-
-
-def program_operators(executorch_program) -> tuple[str, ...]:
-    names = []
-    for op in executorch_program.execution_plan[0].operators:
-        full = f"{op.name}.{op.overload}" if op.overload else op.name
-        names.append(full)
-    return tuple(sorted(set(names)))
+    return sum(numel(v.sizes) * element_bytes(v.scalar_type, 4)
+               for v in view.values if v.is_tensor and v.is_constant)
 
 
 def read_runner_ops(path: str) -> set[str]:
@@ -114,11 +102,11 @@ def _cmsis_scratch_bytes(final_program) -> int:
 CONSTANT_TENSOR_ALIGNMENT = 16  # exir/_serialize/_program.py ALIGNMENT, the serializer's default
 
 
-def constant_segment_bytes(executorch_program) -> int:
+def constant_segment_bytes(view: ProgramView) -> int:
     """Bytes of the program's constant segment: the CPU weights, as the runtime loads them
     (one block; runtime/executor/program.cpp). The serializer packs `constant_buffer` entries
     each padded to the alignment, the last one unpadded (_extract_constant_segment)."""
-    sizes = [len(b.storage) for b in getattr(executorch_program, "constant_buffer", ())]
+    sizes = [len(b) for b in view.constant_buffers]
     if not any(sizes):
         return 0
     padded = [-(-n // CONSTANT_TENSOR_ALIGNMENT) * CONSTANT_TENSOR_ALIGNMENT for n in sizes[:-1]]
@@ -149,10 +137,10 @@ def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None,
     transitions = sum(1 for a, b in zip(sides, sides[1:]) if a != b)
     scratch = {k: e.scratch_bytes for k, e in estimates.items()}
     weight_bytes = sum(e.weight_bytes for e in estimates.values()) + constant_tensor_bytes(
-        compiled.executorch_program)
+        compiled.program_view)
     arena = compiled.arena_bytes
     memory = list(placement.items)
-    operators = program_operators(compiled.executorch_program)
+    operators = compiled.program_view.operator_names
     missing = None
     if runner_ops is not None:
         missing = tuple(op for op in operators if op not in runner_ops

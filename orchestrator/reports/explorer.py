@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.compilation.upstream_exir import deserialize_program
-
 COLOURS = {"npu": "#2e7d32", "cmsis-nn": "#1565c0", "portable": "#ef6c00"}
 
 
@@ -24,13 +22,9 @@ class OverlayError(RuntimeError):
 
 def instruction_rows(plan) -> tuple[str, dict[int, list]]:
     """(execution plan name, instruction index -> the plan rows it runs)."""
-    program = deserialize_program(plan.compiled.pte_bytes)
-    execution_plan = program.execution_plan[0]
-    instructions = execution_plan.chains[0].instructions
-    kernels = [i for i, ins in enumerate(instructions)
-               if type(ins.instr_args).__name__ == "KernelCall"]
-    delegates = {ins.instr_args.delegate_index: i for i, ins in enumerate(instructions)
-                 if type(ins.instr_args).__name__ == "DelegateCall"}
+    view = plan.compiled.program_view
+    kernels = [call.index for call in view.kernel_calls()]
+    delegates = {call.delegate_index: call.index for call in view.delegate_calls()}
     cpu_rows = [r for r in plan.rows if r.placement != "npu"]
     if len(cpu_rows) != len(kernels):
         raise OverlayError(f"{len(cpu_rows)} CPU rows but {len(kernels)} kernel calls in the "
@@ -43,7 +37,7 @@ def instruction_rows(plan) -> tuple[str, dict[int, list]]:
             if row.partition not in delegates:
                 raise OverlayError(f"NPU partition {row.partition} has no delegate call")
             mapping.setdefault(delegates[row.partition], []).append(row)
-    return execution_plan.name or "ExecutionPlan_0", mapping
+    return view.name or "ExecutionPlan_0", mapping
 
 
 def node_data(plan) -> dict:
