@@ -40,6 +40,7 @@ from kernels.host_runtime.build import (BuiltLibrary, HostRuntimeUnavailable, bu
                                         default_cache_dir)
 from kernels.host_runtime.session import InstructionOutput, RawValue
 from kernels.host_runtime.worker import receive, send
+from kernels.program_view import ProgramView
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_EXECUTORCH_SRC = TREE_ENVS["executorch"]
@@ -197,15 +198,8 @@ def logical(value: RawValue) -> torch.Tensor:
 
 def input_dim_orders(pte: bytes) -> tuple[tuple[int, ...] | None, ...]:
     """The dim_order of each input of the program's first method (None for a non-tensor)."""
-    from kernels.upstream_runtime import deserialize_program
-
-    plan = deserialize_program(pte).execution_plan[0]
-    orders = []
-    for index in plan.inputs:
-        value = plan.values[index].val
-        orders.append(tuple(int(d) for d in value.dim_order)
-                      if type(value).__name__ == "Tensor" else None)
-    return tuple(orders)
+    return tuple(value.dim_order if value.is_tensor else None
+                 for value in ProgramView.read(pte).input_values)
 
 
 def in_dim_order(tensor: torch.Tensor, dim_order: tuple[int, ...] | None) -> torch.Tensor:

@@ -38,7 +38,7 @@ import torch
 from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, KernelRefusal,
                              RuntimeFailure, RuntimeUnavailable, missing_operators)
 from kernels.device_ops import device_operator_names
-from kernels.upstream_runtime import kernel_calls
+from kernels.program_view import ProgramView
 from npu_driver.ethos_u import NpuModelError, UnmodelledCommand, execute_backend_invocation
 from npu_driver.payload import PayloadError, parse_payload
 from orchestrator.errors import UserError
@@ -59,16 +59,14 @@ class _NpuRun:
     """The NPU of the device check: the functional model on each invocation's regions (U55/U65),
     remembering the first fault with the partition it happened in."""
 
-    def __init__(self, accelerator: str | None, executorch_program):
+    def __init__(self, accelerator: str | None, view: ProgramView):
         self.modelled = bool(accelerator) and accelerator.startswith(_MODELLED)
         self.accelerator = accelerator
         self.fault: str | None = None
         self.names = {}
-        plan = executorch_program.execution_plan[0]
-        for index, delegate in enumerate(plan.delegates):
-            data = bytes(executorch_program.backend_delegate_data[delegate.processed.index].data)
+        for delegate in view.delegates:
             try:
-                self.names[parse_payload(data).cmd_bytes] = index
+                self.names[parse_payload(delegate.payload).cmd_bytes] = delegate.index
             except PayloadError:
                 continue
 
@@ -170,12 +168,11 @@ def _inputs(sample, dtypes, config: dict) -> tuple[torch.Tensor, ...]:
     return tuple(values)
 
 
-def _ordinal(executorch_program, refusal: KernelRefusal) -> int:
+def _ordinal(view: ProgramView, refusal: KernelRefusal) -> int:
     """How many calls of the refused operator come before the refused instruction."""
     base = refusal.operator.split(".")[0]
-    return sum(1 for _, _, op in kernel_calls(executorch_program.execution_plan[0],
-                                               refusal.chain, refusal.instruction)
-               if op.name == base)
+    return sum(1 for call in view.kernel_calls(refusal.chain, refusal.instruction)
+               if call.operator.name == base)
 
 
 def check_on_device(final_program, serialize, sample, config: dict, legalize: bool = True,
@@ -183,7 +180,8 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
     """Serialize a copy of `final_program`, run it once; legalize dim-order refusals (in
     `final_program`, in place) and retry (unless `legalize` is off: upstream's flow reproduced).
 
-    `serialize(program) -> (pte_bytes, executorch_program, ...)`. Returns the DeviceRun, the
+    `serialize(program) -> (pte_bytes, executorch_program, ...)` (a schema Program, read through
+    its ProgramView). Returns the DeviceRun, the
     serialized result of the last copy (None when the run did not happen), the program that
     copy was serialized from (as serialization left it) and the workarounds applied. A refusal
     no legalization satisfies is in `DeviceRun.refusal`: `compile` refuses to write such a
@@ -200,9 +198,9 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
     for _ in range(MAX_LEGALIZATIONS + 1):
         trial = copy.deepcopy(program)
         serialized = serialize(trial)
-        pte_bytes, executorch_program = serialized[0], serialized[1]
+        pte_bytes, view = serialized[0], ProgramView.of(serialized[1])
 
-        npu = _NpuRun(accelerator, executorch_program)
+        npu = _NpuRun(accelerator, view)
         method = STREAM_METHOD if npu.modelled else METHOD
 
         def refused(text: str):
@@ -210,7 +208,7 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
                     trial, tuple(workarounds))
 
         try:
-            inputs = _inputs(sample, _program_input_dtypes(executorch_program), config)
+            inputs = _inputs(sample, [v.dtype for v in view.input_values], config)
             runtime.run(pte_bytes, inputs, npu=npu)
         except RuntimeUnavailable as error:
             return DeviceRun(False, RUNTIME_METHOD, str(error)), None, program, tuple(workarounds)
@@ -231,7 +229,7 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
             if refusal is None:
                 return refused(_delegate_refusal(str(failure)) or _first_line(str(failure)))
             node = runtime_node(program, refusal.operator,
-                                _ordinal(executorch_program, refusal))
+                                _ordinal(view, refusal))
             fix = (contiguous_operands(program, node, refusal.text())
                    if legalize and node is not None and refusal.on_dim_order else None)
             if fix is None:
@@ -255,19 +253,6 @@ def refuse(run: DeviceRun | None) -> None:
             f"not writing a program the device refuses: the ExecuTorch runtime (host build of "
             f"the device kernels) refused it: {run.refusal}; `orchestrate plan` shows where; "
             "keep that op out of the model, or force it elsewhere with --policy")
-
-
-def _program_input_dtypes(executorch_program) -> list[torch.dtype | None]:
-    """The dtype of each input of the program's first method (None for a non-tensor)."""
-    from executorch.exir.tensor import get_scalar_type
-
-    plan = executorch_program.execution_plan[0]
-    dtypes = []
-    for index in plan.inputs:
-        value = plan.values[index].val
-        dtypes.append(get_scalar_type(value.scalar_type)
-                      if type(value).__name__ == "Tensor" else None)
-    return dtypes
 
 
 _DELEGATE_FAILED = re.compile(r"CALL_DELEGATE execute failed at instruction (\d+): (0x[0-9a-fA-F]+)")
