@@ -62,7 +62,7 @@ def first_divergence(pte: Path, bpte: Path, trace) -> list[str]:
     from orchestrator.verification.twin import load_twin
 
     twin = load_twin(pte)
-    values = twin.program.execution_plan[0].values
+    values = twin.view.values
     bundle = deserialize_from_flatbuffer_to_bundled_program(bpte.read_bytes())
     lines = []
     for case_index, case in enumerate(bundle.method_test_suites[0].test_cases):
@@ -73,7 +73,7 @@ def first_divergence(pte: Path, bpte: Path, trace) -> list[str]:
                 continue
             twin_tensors = []
             for index in step.outputs:
-                order = list(values[index].val.dim_order)
+                order = list(values[index].dim_order)
                 raw = run.intermediates[index].permute(order).contiguous().numpy().tobytes()
                 twin_tensors.append((len(raw), zlib.crc32(raw)))
             if list(device[step.instruction].tensors) != twin_tensors:

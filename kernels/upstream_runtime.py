@@ -8,9 +8,9 @@ place, with a version guard.
 - `portable_lib._load_for_executorch_from_buffer(buffer, ...)`: the pybindings' loader of a
   `.pte` held in memory.
 - `executorch.exir._serialize._program.deserialize_pte_binary`: the only reader of a `.pte` into
-  the schema's Program in Python, and of its mutable/named data segments (`PTEFile`);
-  orchestrator/compilation/upstream_exir.py has `deserialize_program` for orchestrator/, kernels/ may not
-  import it; the twin, which also needs the segments, uses `deserialize_pte` here.
+  the schema's Program in Python, and of its mutable/named data segments (`PTEFile`); every
+  reader of a program goes through kernels/program_view.py's `ProgramView.read`, built on
+  `deserialize_pte` here.
 
 `tests/test_upstream_adapters.py` checks these names and signatures without compiling.
 """
@@ -84,22 +84,6 @@ def deserialize_pte(pte_bytes: bytes) -> PteContents:
 
     pte = deserialize_pte_binary(pte_bytes)
     return PteContents(pte.program, pte.mutable_data, pte.named_data)
-
-
-def deserialize_program(pte_bytes: bytes):
-    """The schema Program (execution plans, delegates, constant buffers) of a `.pte`."""
-    return deserialize_pte(pte_bytes).program
-
-
-def kernel_calls(plan, chain: int = 0, stop: int | None = None):
-    """(instruction index, KernelCall, operator) for each kernel call of an execution plan's
-    chain, up to instruction `stop` (exclusive); delegate calls, moves and jumps are skipped."""
-    instructions = plan.chains[chain].instructions
-    for position, instruction in enumerate(instructions[:stop] if stop is not None
-                                           else instructions):
-        call = instruction.instr_args
-        if type(call).__name__ == "KernelCall":
-            yield position, call, plan.operators[call.op_index]
 
 
 def _pybind_parameters(function) -> list[str]:

@@ -35,9 +35,7 @@ def manifest_path(pte: Path) -> Path:
 
 def payload_bytes(twin, index: int = 0) -> bytes:
     """Delegate `index`'s payload as it lies in the program."""
-    program = twin.program
-    delegate = program.execution_plan[0].delegates[index]
-    return bytes(program.backend_delegate_data[delegate.processed.index].data)
+    return twin.view.delegates[index].payload
 
 
 def used_weight_offset(partition) -> int:

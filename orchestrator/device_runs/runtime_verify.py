@@ -38,8 +38,8 @@ from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, NpuInvocatio
 from orchestrator import numerics
 from orchestrator.artifacts.manifest import Manifest
 from orchestrator.errors import NotRun, UserError
+from kernels.program_view import KernelCall
 from kernels.reference import HOST_TIER, MVE_ONLY_SEMANTICS
-from kernels.upstream_runtime import kernel_calls
 from orchestrator.verification.npu import NpuExecutor
 from orchestrator.verification.twin import ETHOS_U_BACKEND, TwinProgram, load_twin
 from orchestrator.verification.twin_verify import (as_tuple, float_output, output_quantization, quantized_steps,
@@ -160,12 +160,13 @@ def host_limits(twin: TwinProgram) -> tuple[HostLimit, ...]:
     CORTEX_M_ENABLE_RUNTIME_CHECKS, off by default as on the device).
     """
     limits = []
-    for position, call, op in kernel_calls(twin.plan):
+    for call in twin.view.kernel_calls():
+        op = call.operator
         name = f"{op.name}.{op.overload}"
         needed = _scalar_scratch_bytes(twin, op.name, call.args)
         if needed is not None and needed[0] > needed[1]:
             limits.append(HostLimit(
-                position, name,
+                call.index, name,
                 f"the host's CMSIS-NN C path needs {needed[0]} B of scratch; the program planned "
                 f"{needed[1]} B for its tier, so the host kernel writes past it"))
     return tuple(limits)
@@ -176,10 +177,10 @@ def c_path_only(twin: TwinProgram) -> tuple[str, ...]:
     program was compiled for the MVE tier)."""
     if twin.isa_tier != "mve":
         return ()
-    return tuple(f"{position} {op.name}.{op.overload}"
-                 for position, _, op in kernel_calls(twin.plan)
-                 if op.name.startswith("cortex_m::")
-                 and op.name.split("::")[-1] in MVE_ONLY_SEMANTICS)
+    return tuple(f"{call.index} {call.operator.name}.{call.operator.overload}"
+                 for call in twin.view.kernel_calls()
+                 if call.operator.name.startswith("cortex_m::")
+                 and call.operator.name.split("::")[-1] in MVE_ONLY_SEMANTICS)
 
 
 def _scalar_scratch_bytes(twin: TwinProgram, op: str, args) -> tuple[int, int] | None:
@@ -197,16 +198,16 @@ def _scalar_scratch_bytes(twin: TwinProgram, op: str, args) -> tuple[int, int] |
     except ImportError:
         return None
     kind, scratch_at = kinds[op]
-    values = twin.plan.values
+    values = twin.view.values
 
     def sizes(at):
-        return [int(d) for d in values[args[at]].val.sizes]
+        return list(values[args[at]].sizes)
 
     def ints(at):
-        value = values[args[at]].val
-        if type(value).__name__ == "IntList":
-            return [int(values[i].val.int_val) for i in value.items]
-        return int(value.int_val)
+        value = values[args[at]]
+        if value.kind == "IntList":
+            return [int(values[i].scalar) for i in value.items]
+        return int(value.scalar)
 
     nhwc = op.endswith("_nhwc")
     planned = math.prod(sizes(scratch_at))
@@ -273,16 +274,16 @@ def _output_reductions(twin: TwinProgram) -> list[int]:
     """The reduction length of the instruction that writes each program output."""
     import math as _math
 
-    values = twin.plan.values
+    values = twin.view.values
     lengths = []
-    for index in twin.plan.outputs:
+    for index in twin.view.outputs:
         found = twin.producer(index)
-        if found is None or type(found[1]).__name__ != "KernelCall":
+        if found is None or not isinstance(found[1], KernelCall):
             lengths.append(1)
             continue
         _, call, _ = found
-        written = _math.prod(values[index].val.sizes) or 1
-        read = sum(_math.prod(values[i].val.sizes) for a in call.args
+        written = _math.prod(values[index].sizes) or 1
+        read = sum(_math.prod(values[i].sizes) for a in call.args
                    for i in twin.tensor_indices(a) if i != index)
         lengths.append(max(1, read // written))
     return lengths
@@ -366,7 +367,7 @@ def verify_runtime(pte_path, samples: int = 4, calibration: str | None = None,
 def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler, limits, per_op,
              repeat, c_path=(), npu: NpuExecutor | None = None) -> RuntimeReport:
     npu = npu or twin.npu_executor()
-    n_out = len(twin.plan.outputs)
+    n_out = len(twin.view.outputs)
     worst_twin = [0.0] * n_out
     diff_twin = [0] * n_out
     worst_ref = [0.0] * n_out

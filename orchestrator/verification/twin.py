@@ -2,8 +2,8 @@
 
 The host ExecuTorch runtime cannot run our programs (no `cortex_m::` kernels, no EthosUBackend),
 and running the edge program in Python treats tensors logically, so it cannot see a layout
-mismatch at a CPU/NPU boundary. The twin instead walks `execution_plan[0].chains[0]` the way
-`runtime/executor/method.cpp` does, with every tensor EValue a slice of the planned memory arena
+mismatch at a CPU/NPU boundary. The twin instead walks the first chain of the program's
+ProgramView (kernels/program_view.py) the way `runtime/executor/method.cpp` does, with every tensor EValue a slice of the planned memory arena
 (or of the program's constant data), holding bytes laid out by its dim_order:
 
 - a KernelCall runs through `kernels.reference`, which reads and writes those bytes the way the
@@ -22,8 +22,6 @@ mismatch at a CPU/NPU boundary. The twin instead walks `execution_plan[0].chains
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import hashlib
 import math
 import time
@@ -34,15 +32,14 @@ import numpy as np
 import torch
 
 from kernels import reference
+from kernels.program_view import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
+                                  ProgramView, Value)
 from kernels.reference import KernelError, KernelFault, LayoutRead, RawTensor
 from npu_driver.payload import EthosUPayload, PayloadError, parse_payload
 from npu_driver.tosa_twin import TosaGraphIO, TosaTwinError, check_against_payload, graph_io
 from orchestrator.verification.npu import NpuExecutor
 from orchestrator.artifacts.manifest import MANIFEST_NAME, Manifest, artifacts_dir_for
 from orchestrator.errors import NotRun, UserError
-
-if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
-    from executorch.exir.schema import Program
 
 ETHOS_U_BACKEND = "EthosUBackend"
 # EthosUBackend.cpp accepts these (ExecuTorch dtype, Vela element size) pairs for inputs.
@@ -121,56 +118,42 @@ class TwinProgram:
 
     pte_path: Path
     pte_bytes: bytes = field(repr=False)
-    program: Program = field(repr=False)
-    partitions: tuple[NpuPartition, ...]  # indexed like plan.delegates
+    view: ProgramView = field(repr=False)
+    partitions: tuple[NpuPartition, ...]  # indexed like view.delegates
     config: dict  # config methods, e.g. {"input0_scale": 0.03, ...}
     isa_tier: str | None = None  # the core's ISA tier from the manifest: kernels differ per tier
     manifest: Manifest | None = field(default=None, repr=False)  # None: no artifacts folder
 
-    @property
-    def plan(self):
-        return self.program.execution_plan[0]
-
-    def _spec(self, index: int) -> TensorSpec:
-        from executorch.exir.tensor import get_scalar_type
-
-        value = self.plan.values[index].val
-        return TensorSpec(get_scalar_type(value.scalar_type), tuple(value.sizes),
-                          tuple(value.dim_order))
+    @staticmethod
+    def _spec(value: Value) -> TensorSpec:
+        return TensorSpec(value.dtype, value.sizes, value.dim_order)
 
     @property
     def input_specs(self) -> tuple[TensorSpec, ...]:
-        return tuple(self._spec(i) for i in self.plan.inputs)
+        return tuple(self._spec(v) for v in self.view.input_values)
 
     @property
     def output_specs(self) -> tuple[TensorSpec, ...]:
-        return tuple(self._spec(i) for i in self.plan.outputs)
+        return tuple(self._spec(v) for v in self.view.output_values)
 
     def tensor_indices(self, index: int) -> tuple[int, ...]:
         """The tensor EValues an argument names: itself, or the items of a tensor list."""
-        value = self.plan.values[index].val
-        kind = type(value).__name__
-        if kind == "TensorList":
-            return tuple(int(i) for i in value.items)
-        if kind == "OptionalTensorList":
-            return tuple(int(i) for i in value.items if i >= 0)
-        return (index,) if kind == "Tensor" else ()
+        return self.view.tensor_indices(index)
 
-    def producer(self, value_index: int):
+    def producer(self, value_index: int) -> tuple[int, KernelCall | DelegateCall, str] | None:
         """The (instruction index, KernelCall/DelegateCall, op name) that writes an EValue."""
-        for position, instruction in enumerate(self.plan.chains[0].instructions):
-            call = instruction.instr_args
-            if type(call).__name__ == "KernelCall":
-                op = self.plan.operators[call.op_index]
+        for call in self.view.instructions:
+            if isinstance(call, KernelCall):
+                op = call.operator
                 outs = reference.out_positions(op.name, op.overload)
                 if any(value_index in self.tensor_indices(call.args[p]) for p in outs):
-                    return position, call, f"{op.name}.{op.overload}"
-            elif type(call).__name__ == "DelegateCall":
+                    return call.index, call, f"{op.name}.{op.overload}"
+            elif isinstance(call, DelegateCall):
                 partition = self.partitions[call.delegate_index]
                 n_in = len(partition.payload.inputs) if partition else 0
                 if value_index in call.args[n_in:]:
                     name = partition.delegate_name if partition else f"delegate {call.delegate_index}"
-                    return position, call, f"{ETHOS_U_BACKEND} {name}"
+                    return call.index, call, f"{ETHOS_U_BACKEND} {name}"
         return None
 
     @property
@@ -193,41 +176,24 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _config_methods(program) -> dict:
-    config = {}
-    for plan in program.execution_plan[1:]:
-        if len(plan.outputs) != 1 or plan.chains and plan.chains[0].instructions:
-            continue
-        value = plan.values[plan.outputs[0]].val
-        kind = type(value).__name__
-        if kind == "Double":
-            config[plan.name] = float(value.double_val)
-        elif kind == "Int":
-            config[plan.name] = int(value.int_val)
-        elif kind == "Bool":
-            config[plan.name] = bool(value.bool_val)
-    return config
-
-
-def _load_partitions(pte_path: Path, program, manifest: Manifest | None) -> tuple[NpuPartition, ...]:
-    from executorch.exir.schema import DataLocation
-
-    plan = program.execution_plan[0]
-    if not plan.delegates:
+def _load_partitions(pte_path: Path, view: ProgramView,
+                     manifest: Manifest | None) -> tuple[NpuPartition, ...]:
+    if not view.delegates:
         return ()
     if manifest is None:
         manifest_path = artifacts_dir_for(pte_path) / MANIFEST_NAME
-        raise TwinError(f"refusing to verify: {pte_path.name} has {len(plan.delegates)} Ethos-U "
+        raise TwinError(f"refusing to verify: {pte_path.name} has {len(view.delegates)} Ethos-U "
                         f"delegate(s) but {manifest_path} is missing; the twin needs the "
                         "artifacts folder `orchestrate compile` writes next to the .pte")
     partitions = []
-    for index, delegate in enumerate(plan.delegates):
-        if delegate.id != ETHOS_U_BACKEND:
-            raise TwinError(f"delegate {index} targets backend {delegate.id}; the twin runs "
+    for delegate in view.delegates:
+        index = delegate.index
+        if delegate.backend != ETHOS_U_BACKEND:
+            raise TwinError(f"delegate {index} targets backend {delegate.backend}; the twin runs "
                             f"{ETHOS_U_BACKEND} delegates only")
-        if delegate.processed.location != DataLocation.INLINE:
+        if not delegate.inline:
             raise TwinError(f"delegate {index}'s payload is not inline after deserialization")
-        payload_bytes = bytes(program.backend_delegate_data[delegate.processed.index].data)
+        payload_bytes = delegate.payload
         digest = _sha256(payload_bytes)
         entry = manifest.partition_of_payload(digest)
         if entry is None:
@@ -257,28 +223,26 @@ def _load_partitions(pte_path: Path, program, manifest: Manifest | None) -> tupl
 
 def load_twin(pte_path) -> TwinProgram:
     """Parse the `.pte` and resolve every Ethos-U delegate to its hash-checked TOSA graph."""
-    from kernels.upstream_runtime import UpstreamVersionError, deserialize_pte
+    from kernels.upstream_runtime import UpstreamVersionError
 
     pte_path = Path(pte_path)
     if not pte_path.is_file():
         raise TwinError(f"program {pte_path} does not exist")
     pte_bytes = pte_path.read_bytes()
     try:
-        pte = deserialize_pte(pte_bytes)
+        view = ProgramView.read(pte_bytes)
     except UpstreamVersionError:
         raise  # an unsupported ExecuTorch is that, not "not a .pte"
     except Exception as error:  # noqa: BLE001 - any parse failure means "not a .pte"
         raise TwinError(f"{pte_path} is not an ExecuTorch program ({type(error).__name__}: "
                         f"{error})") from None
-    if pte.mutable_data or pte.named_data:
+    if view.has_data_segments:
         raise TwinError(f"{pte_path.name} has mutable or named data segments, which the twin "
                         "does not load")
-    program = pte.program
     manifest = Manifest.load(pte_path) if (artifacts_dir_for(pte_path) / MANIFEST_NAME).is_file() \
         else None
-    return TwinProgram(pte_path, pte_bytes, program,
-                       _load_partitions(pte_path, program, manifest), _config_methods(program),
-                       manifest.isa_tier if manifest else None, manifest)
+    return TwinProgram(pte_path, pte_bytes, view, _load_partitions(pte_path, view, manifest),
+                       dict(view.config), manifest.isa_tier if manifest else None, manifest)
 
 
 def run_twin(pte_path, inputs: tuple[torch.Tensor, ...], keep_intermediates: bool = False,
@@ -296,56 +260,42 @@ class _Execution:
     """One run's state: the arena, the EValues and the trace."""
 
     def __init__(self, twin: TwinProgram, keep_intermediates: bool, npu: NpuExecutor):
-        from executorch.exir.tensor import get_scalar_type
-
         self.twin = twin
         self.npu = npu
-        self.plan = twin.plan
+        self.view = twin.view
         self.keep = keep_intermediates
-        self.arenas = [bytearray(int(size)) for size in self.plan.non_const_buffer_sizes]
-        self.values: list = []
-        for index, evalue in enumerate(self.plan.values):
-            value = evalue.val
-            if type(value).__name__ == "Tensor":
-                self.values.append(self._tensor(index, value, get_scalar_type(value.scalar_type)))
-            else:
-                self.values.append(value)
+        self.arenas = [bytearray(size) for size in self.view.non_const_buffer_sizes]
+        # Tensors become their bytes; other values stay as the view has them.
+        self.values: list[RawTensor | Value] = [
+            self._tensor(value) if value.is_tensor else value for value in self.view.values]
         self.trace: list[TraceEntry] = []
         self.faults: list[DeviceFault] = []
         self.intermediates: dict[int, torch.Tensor] = {}
 
-    def _tensor(self, index: int, value, dtype: torch.dtype) -> RawTensor:
-        sizes = tuple(int(s) for s in value.sizes)
-        nbytes = math.prod(sizes) * torch.empty((), dtype=dtype).element_size()
-        offset = int(value.storage_offset) * torch.empty((), dtype=dtype).element_size()
-        if value.allocation_info is not None:
-            info = value.allocation_info
-            arena = self.arenas[info.memory_id]
-            start = info.memory_offset_low + (info.memory_offset_high << 32) + offset
+    def _tensor(self, value: Value) -> RawTensor:
+        nbytes = value.nbytes
+        offset = value.storage_offset * value.element_bytes
+        if value.is_planned:
+            arena = self.arenas[value.mem_id]
+            start = value.mem_offset + offset
             if start + nbytes > len(arena):
-                raise TwinError(f"EValue {index} ({nbytes} B at {start}) overruns memory arena "
-                                f"{info.memory_id} of {len(arena)} B")
+                raise TwinError(f"EValue {value.index} ({nbytes} B at {start}) overruns memory "
+                                f"arena {value.mem_id} of {len(arena)} B")
             data = memoryview(arena)[start:start + nbytes]
-        elif value.data_buffer_idx > 0:
-            storage = self.twin.program.constant_buffer[value.data_buffer_idx].storage
+        elif value.buffer > 0:
+            storage = self.view.constant_buffers[value.buffer]
             data = memoryview(bytearray(storage[offset:offset + nbytes]))
         else:
             data = memoryview(bytearray(nbytes))  # unplanned: the runtime would allocate it
-        return RawTensor(dtype, sizes, tuple(int(d) for d in value.dim_order), data)
+        return RawTensor(value.dtype, value.sizes, value.dim_order, data)
 
     def resolve(self, index: int):
         value = self.values[index]
         if isinstance(value, RawTensor):
             return value
-        kind = type(value).__name__
-        if kind == "Int":
-            return int(value.int_val)
-        if kind == "Double":
-            return float(value.double_val)
-        if kind == "Bool":
-            return bool(value.bool_val)
-        if kind == "String":
-            return value.string_val
+        kind = value.kind
+        if kind in ("Int", "Double", "Bool", "String"):
+            return value.scalar
         if kind == "Null":
             return None
         if kind == "IntList":
@@ -359,7 +309,7 @@ class _Execution:
         return value
 
     def _set_inputs(self, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, ...]:
-        indices = self.plan.inputs
+        indices = self.view.inputs
         if len(inputs) != len(indices):
             raise TwinError(f"the program takes {len(indices)} input(s), got {len(inputs)}")
         written = []
@@ -381,12 +331,12 @@ class _Execution:
     def run(self, inputs: tuple[torch.Tensor, ...]) -> TwinRun:
         start = time.perf_counter()
         input_bytes = self._set_inputs(inputs)
-        instructions = self.plan.chains[0].instructions
+        instructions = self.view.instructions
         position = 0
         while position < len(instructions):
-            position = self._step(position, instructions[position].instr_args)
+            position = self._step(position, instructions[position])
         outputs, output_bytes = [], []
-        for index in self.plan.outputs:
+        for index in self.view.outputs:
             raw = self.values[index]
             outputs.append(reference.read_by_dim_order(raw))
             output_bytes.append(bytes(raw.data))
@@ -401,30 +351,29 @@ class _Execution:
                                      tuple(reads), time.perf_counter() - began))
 
     def _step(self, position: int, call) -> int:
-        kind = type(call).__name__
         began = time.perf_counter()
-        if kind == "KernelCall":
+        if isinstance(call, KernelCall):
             self._kernel(position, call, began)
-        elif kind == "DelegateCall":
+        elif isinstance(call, DelegateCall):
             self._delegate(position, call, began)
-        elif kind == "MoveCall":
+        elif isinstance(call, MoveCall):
             self.values[call.move_to] = self.values[call.move_from]
             self._record(position, "move", "move", (), (), "EValue move", (), began)
-        elif kind == "JumpFalseCall":
+        elif isinstance(call, JumpFalseCall):
             condition = self.resolve(call.cond_value_index)
             if isinstance(condition, RawTensor):
                 condition = bool(reference.read_by_dim_order(condition).item())
             self._record(position, "jump", "jump_false", (), (), "control flow", (), began)
             if not condition:
                 return call.destination_instruction
-        elif kind == "FreeCall":
+        elif isinstance(call, FreeCall):
             self._record(position, "free", "free", (), (), "no-op for planned memory", (), began)
         else:
-            raise TwinError(f"instruction {position} has unknown kind {kind}")
+            raise TwinError(f"instruction {position} has unknown kind {type(call).__name__}")
         return position + 1
 
-    def _kernel(self, position: int, call, began: float) -> None:
-        op = self.plan.operators[call.op_index]
+    def _kernel(self, position: int, call: KernelCall, began: float) -> None:
+        op = call.operator
         key = f"{op.name}.{op.overload or 'default'}"
         args = [self.resolve(i) for i in call.args]
         try:
@@ -447,7 +396,7 @@ class _Execution:
         self._record(position, "kernel", key, inputs, outputs, result.semantics,
                      result.layout_reads, began)
 
-    def _delegate(self, position: int, call, began: float) -> None:
+    def _delegate(self, position: int, call: DelegateCall, began: float) -> None:
         partition = self.twin.partitions[call.delegate_index]
         payload = partition.payload
         n_in, n_out = len(payload.inputs), len(payload.outputs)

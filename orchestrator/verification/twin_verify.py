@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 
-from kernels.upstream_runtime import kernel_calls
 from orchestrator.artifacts.manifest import Manifest
 from orchestrator import numerics
 from orchestrator.errors import UserError
@@ -177,8 +176,8 @@ def device_inputs(twin: TwinProgram, sample: tuple[torch.Tensor, ...]) -> tuple[
 
 
 def _scalar(twin: TwinProgram, index: int):
-    value = twin.plan.values[index].val
-    return float(value.double_val) if type(value).__name__ == "Double" else int(value.int_val)
+    value = twin.view.values[index]
+    return float(value.scalar) if value.kind == "Double" else int(value.scalar)
 
 
 def output_quantization(twin: TwinProgram, position: int) -> tuple[float | None, int]:
@@ -188,7 +187,7 @@ def output_quantization(twin: TwinProgram, position: int) -> tuple[float | None,
     prefix = f"output{position}_"
     if twin.output_specs[position].dtype != torch.float32 and prefix + "scale" in twin.config:
         return float(twin.config[prefix + "scale"]), int(twin.config[prefix + "zp"])
-    found = twin.producer(twin.plan.outputs[position])
+    found = twin.producer(twin.view.outputs[position])
     if found and found[2].startswith("cortex_m::dequantize_per_tensor"):
         call = found[1]
         return _scalar(twin, call.args[1]), _scalar(twin, call.args[2])
@@ -241,7 +240,7 @@ def quantized_steps(raw: torch.Tensor, value: torch.Tensor, quantized: torch.Ten
 
 def _compare_outputs(twin, runs, quantized_outs, float_outs) -> tuple[OutputComparison, ...]:
     comparisons = []
-    for position in range(len(twin.plan.outputs)):
+    for position in range(len(twin.view.outputs)):
         scale, zero_point = output_quantization(twin, position)
         worst, worst_sample, differing, elements = 0.0, 0, 0, 0
         snrs, cosines, top_float, top_quant = [], [], 0, 0
@@ -273,8 +272,8 @@ def _compare_outputs(twin, runs, quantized_outs, float_outs) -> tuple[OutputComp
 def _program_qparams(twin: TwinProgram) -> dict[int, tuple[float, int]]:
     """EValue -> (scale, zero point) for every tensor a quantize writes or a dequantize reads."""
     known = {}
-    for _, call, op in kernel_calls(twin.plan):
-        name = op.name
+    for call in twin.view.kernel_calls():
+        name = call.operator.name
         if name == "cortex_m::quantize_per_tensor":
             known[call.args[6]] = (_scalar(twin, call.args[1]), _scalar(twin, call.args[2]))
         elif name == "cortex_m::dequantize_per_tensor":
