@@ -169,7 +169,9 @@ class ProgramView:
             tuple(Operator(op.name, op.overload or "") for op in plan.operators),
             tuple(_delegate(index, delegate, program)
                   for index, delegate in enumerate(plan.delegates)),
-            tuple(bytes(buffer.storage) for buffer in program.constant_buffer),
+            # A program without constants serializes no buffer; read back it has the
+            # reserved one.
+            tuple(bytes(buffer.storage) for buffer in program.constant_buffer) or (b"",),
             tuple(int(size) for size in plan.non_const_buffer_sizes),
             _config_methods(program), has_data_segments)
 
