@@ -257,11 +257,41 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds a QEMU or FVP run may take (default 600)")
     _add_output_options(ver)
 
-    size = sub.add_parser("size", help="where every byte of a .pte goes")
-    size.add_argument("pte", help="a .pte file")
+    size = sub.add_parser("size", help="where every byte of a .pte goes; with --firmware, "
+                          "the flash and RAM of a built firmware project")
+    size.add_argument("pte", nargs="?", help="a .pte file (or --firmware DIR)")
+    size.add_argument("--firmware", metavar="DIR", help="a project `orchestrate firmware` "
+                      "wrote and built: flash and RAM per component from its linker map "
+                      "(default: none)")
+    size.add_argument("--run", action="store_true", help="with --firmware: also run it on "
+                      "QEMU to measure the stack's high-water mark (default: off)")
     size.add_argument("--format", default="table", choices=("table", "json"),
                       help="table (default) or json")
     _add_output_options(size)
+
+    firmware = sub.add_parser(
+        "firmware", help="write (and build) a firmware project for a compiled .pte: runtime, "
+        "the program's kernels only, linker script from the plan, model_io.h, a C API")
+    firmware.add_argument("pte", help="a .pte written by `orchestrate compile` (its artifacts "
+                          "folder beside it)")
+    firmware.add_argument("-o", "--output", required=True, metavar="DIR",
+                          help="the project folder to write (new, or one this command wrote)")
+    firmware.add_argument("--profile", default="release", choices=("release", "check"),
+                          help="release (default): -Os runtime, -O3 kernels, no logs or program "
+                          "verifier; check: ExecuTorch's logs and the program verifier")
+    firmware.add_argument("--platform", help="an installed platform or a platform YAML "
+                          "(default: the one the program was compiled for)")
+    firmware.add_argument("--third-party", metavar="DIR", help="the ExecuTorch, CMSIS-NN and "
+                          "flatbuffers sources (default: $ORCHESTRATE_THIRD_PARTY, "
+                          "../shared/third_party, or what `orchestrate sources fetch` cloned)")
+    firmware.add_argument("--no-build", action="store_true",
+                          help="write the project only (default: build it with CMake)")
+    firmware.add_argument("--run", action="store_true", help="run the built firmware's example "
+                          "on QEMU and compare its outputs with the host twin's (default: off)")
+    firmware.add_argument("--method-pool-bytes", type=_positive, metavar="N",
+                          help="bytes for the runtime's per-method structures (default: an "
+                          "estimate from the program's values and instructions)")
+    _add_output_options(firmware)
 
     reasons = sub.add_parser("reasons", help="every placement reason the plan can give")
     _add_output_options(reasons)
@@ -722,6 +752,10 @@ def _verify_fvp(args, pte: Path) -> int:
 def cmd_size(args) -> int:
     from orchestrator.artifacts.size import analyze, render_json, render_text
 
+    if args.firmware:
+        return _firmware_size(Path(args.firmware), args.run, args.format)
+    if args.pte is None:
+        raise UserError("give a .pte file, or --firmware DIR for a firmware project")
     pte = Path(args.pte)
     if not pte.is_file():
         raise UserError(f"'{args.pte}' not found; give a .pte file")
@@ -731,6 +765,50 @@ def cmd_size(args) -> int:
         raise UserError(f"'{args.pte}' is not an ExecuTorch program ({type(error).__name__}); "
                         "give a .pte written by `orchestrate compile`") from None
     print(render_json(report) if args.format == "json" else render_text(report))
+    return 0
+
+
+def _firmware_size(folder: Path, run: bool, output_format: str) -> int:
+    from orchestrator.firmware import load_record, run_on_qemu
+    from orchestrator.firmware.footprint import footprint, render_json, render_text
+
+    record = load_record(folder)
+    stack_used = None
+    if run:
+        result = run_on_qemu(folder)
+        if result.exit_code != 0 or result.stack_used_bytes is None:
+            raise NotRun(f"the firmware's run on QEMU ended with exit code {result.exit_code} "
+                         "before reporting its stack; nothing was measured")
+        stack_used = result.stack_used_bytes
+    measured = footprint(folder, stack_used)
+    print(render_json(measured, record) if output_format == "json"
+          else render_text(measured, record))
+    return 0
+
+
+def cmd_firmware(args) -> int:
+    from orchestrator.firmware import firmware_run_lines, make_firmware
+
+    result = make_firmware(args.pte, args.output, profile=args.profile, platform=args.platform,
+                           third_party=args.third_party, build=not args.no_build,
+                           method_pool=args.method_pool_bytes)
+    record = result.record
+    print(f"wrote {result.folder}: {record['profile']} firmware project for {record['program']} "
+          f"on {record['platform']} ({record['cpu']}), {len(record['operators'])} operators "
+          f"({', '.join(f'{k} {len(v)}' for k, v in record['kernel_libraries'].items())})")
+    if result.elf is None:
+        print(f"build it: cmake -S {result.folder} -B {result.folder}/build && cmake --build "
+              f"{result.folder}/build")
+        return 0
+    print(f"built {result.elf}; `orchestrate size --firmware {result.folder}` shows its flash "
+          "and RAM")
+    if args.run:
+        lines, passed = firmware_run_lines(result.folder, Path(args.pte))
+        print("\n".join(lines))
+        if not passed:
+            from orchestrator.errors import VerificationFailure
+
+            raise VerificationFailure("the firmware's outputs on QEMU differ from the host twin's")
     return 0
 
 
@@ -871,7 +949,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         os.environ["ORCHESTRATE_DEBUG"] = "1"
     handler = {"plan": cmd_plan, "compile": cmd_compile, "sweep": cmd_sweep,
-               "verify": cmd_verify, "size": cmd_size, "reasons": cmd_reasons,
+               "verify": cmd_verify, "size": cmd_size, "firmware": cmd_firmware, "reasons": cmd_reasons,
                "list": cmd_list, "cache": cmd_cache, "sources": cmd_sources}[args.command]
     try:
         try:

@@ -373,3 +373,39 @@ def _region_at(platform: Platform | None, address: int) -> str | None:
         if region.base_address <= address < region.base_address + region.size_bytes:
             return region.name
     return None
+
+
+@dataclass(frozen=True)
+class ElfRun:
+    """One QEMU run of a self-contained firmware (`orchestrate firmware`'s example main): its
+    semihosting console and exit code."""
+
+    exit_code: int | None
+    log: str = field(repr=False)
+    errors: tuple[str, ...]
+    run_seconds: float
+
+
+def run_elf(elf: str | Path, platform: Platform | str = "corstone300", *,
+            timeout_s: int = DEFAULT_TIMEOUT_S) -> ElfRun:
+    """Run an ELF that needs nothing loaded beside it on the platform's QEMU machine (the
+    machine and arguments of its runner/firmware.yaml). Raises QemuUnavailable when QEMU or the
+    platform's recipe is missing."""
+    platform = load_platform(platform) if isinstance(platform, str) else platform
+    config = load_firmware_config(platform)
+    qemu = find_qemu()
+    argv = [str(qemu), *(arg.format(elf=Path(elf).resolve()) for arg in config.qemu_args)]
+    errors: list[str] = []
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
+        try:
+            completed = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False,
+                                       cwd=folder)
+            output, stderr, exit_code = completed.stdout, completed.stderr, completed.returncode
+        except subprocess.TimeoutExpired as expired:
+            output, stderr, exit_code = expired.stdout or b"", expired.stderr or b"", None
+            errors.append(f"QEMU still running after {timeout_s} s; killed")
+    qemu_errors = stderr.decode("utf-8", errors="replace").strip()
+    errors += [f"qemu: {line}" for line in qemu_errors.splitlines()] if qemu_errors else []
+    return ElfRun(exit_code, output.decode("utf-8", errors="replace"), tuple(errors),
+                  time.monotonic() - started)

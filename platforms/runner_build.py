@@ -441,6 +441,151 @@ def select_operators(operators: Iterable[str], third_party: ThirdParty) -> Opera
 
 
 # ---------------------------------------------------------------------------------------------
+# What every firmware built from the sources compiles (the runner here, `orchestrate firmware`'s
+# projects in platforms/firmware_project.py)
+
+
+def runtime_sources(third_party: ThirdParty, *, bundled_program: bool) -> list[Path]:
+    """The runtime core, prim ops and the portable kernels' shared utilities; with
+    `bundled_program`, BundleIO's self-check too."""
+    et = third_party.executorch
+    found = []
+    for path in sorted((et / "runtime").rglob("*.cpp")):
+        relative = str(path.relative_to(et))
+        # *_aten.cpp are the ATen-mode variants (tensor_parser_exec_aten.cpp is shared);
+        # platform/default/ is replaced by the firmware's own platform layer (pal).
+        aten_mode = relative.endswith("_aten.cpp") and not relative.endswith("exec_aten.cpp")
+        if ("/test/" in relative or "testing_util" in relative or aten_mode
+                or "/platform/default/" in relative):
+            continue
+        found.append(path)
+    found.append(et / "schema/extended_header.cpp")
+    if bundled_program:
+        found.append(et / "devtools/bundled_program/bundled_program.cpp")
+    found += sorted((et / "kernels/prim_ops").glob("*.cpp"))
+    found += sorted((et / "kernels/portable/cpu/util").glob("*.cpp"))
+    found += sorted((et / "kernels/portable/cpu/pattern").glob("*.cpp"))
+    return found
+
+
+def cmsis_nn_sources(third_party: ThirdParty) -> list[Path]:
+    """CMSIS-NN's integer kernels: its float ones need ARM_NN_ENABLE_F32/F16, off by default in
+    its CMake as here."""
+    return sorted(
+        p for p in (third_party.cmsis_nn / "Source").rglob("*.c")
+        if "Bindings" not in p.parts and not re.search(r"_f(16|32)\.c$", p.name)
+    )
+
+
+def kernel_libraries(third_party: ThirdParty) -> dict[str, KernelLibrary]:
+    return {library.name: library for library in _kernel_libraries(third_party)}
+
+
+def source_tree_digest(third_party: ThirdParty) -> str:
+    """The content digest of every source tree a firmware build reads."""
+    et = third_party.executorch
+    return tree_digest(
+        [et / "runtime", et / "kernels", et / "backends/cortex_m", et / "devtools/bundled_program",
+         et / "extension", et / "schema", et / "codegen", third_party.cmsis_nn / "Include",
+         third_party.cmsis_nn / "Source", third_party.flatbuffers / "include"],
+        third_party.root,
+    )
+
+
+def schema_headers(third_party: ThirdParty, cache: Path) -> Path:
+    """flatc's headers for the program and bundled-program schemas, cached under `cache` by
+    their inputs; the folder to put on the include path."""
+    flatc = _find_flatc(third_party)
+    et = third_party.executorch
+    groups = {
+        "executorch/schema": [et / "schema/program.fbs", et / "schema/scalar_type.fbs"],
+        "executorch/devtools/bundled_program/schema": [
+            et / "devtools/bundled_program/schema/bundled_program_schema.fbs",
+            et / "devtools/bundled_program/schema/scalar_type.fbs",
+        ],
+    }
+    key = digest(_RECIPE_VERSION, _run_text([str(flatc), "--version"]),
+                 *(p.read_bytes() for files in groups.values() for p in files))
+    out = cache / "schema" / key
+    if not (out / "done").is_file():
+        (cache / "schema").mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=cache / "schema", prefix=".tmp-"))
+        for folder, files in groups.items():
+            subprocess.run(
+                [str(flatc), "--cpp", "--cpp-std", "c++11", "--gen-mutable", "--scoped-enums",
+                 "-o", str(staging / "include" / folder), *map(str, files)],
+                check=True, capture_output=True, text=True,
+            )
+        (staging / "done").write_text(key)
+        _publish_folder(staging, out)
+    return out / "include"
+
+
+def kernel_registration(third_party: ThirdParty, cache: Path, tree: str, library: KernelLibrary,
+                        operators: Sequence[str]) -> Path:
+    """ExecuTorch's codegen (codegen/gen.py of the sources) for the selected operators: the
+    unboxing wrappers and the static registration of their kernels (a folder, cached by its
+    inputs)."""
+    native = _torchgen_yaml_dir()
+    selection = {
+        "build_features": [],
+        "custom_classes": [],
+        "et_kernel_metadata": {op: ["default"] for op in operators},
+        "include_all_non_op_selectives": False,
+        "include_all_operators": False,
+        "kernel_metadata": {},
+        "operators": {
+            op: {"debug_info": ["operators.txt"], "include_all_overloads": False,
+                 "is_root_operator": True, "is_used_for_training": True}
+            for op in operators
+        },
+    }
+    selection_text = yaml.safe_dump(selection, sort_keys=True)
+    key = digest(_RECIPE_VERSION, library.name, selection_text, library.yaml_path.read_bytes(),
+                 tree, (native / "native_functions.yaml").read_bytes(),
+                 (native / "tags.yaml").read_bytes())
+    out = cache / "codegen" / key
+    if not (out / "done").is_file():
+        (cache / "codegen").mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=cache / "codegen", prefix=".tmp-"))
+        (staging / "selected_operators.yaml").write_text(selection_text)
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        result = subprocess.run(
+            [sys.executable, "-m", "codegen.gen",
+             f"--source-path={third_party.executorch / 'codegen'}", f"--install-dir={staging}",
+             f"--tags-path={native / 'tags.yaml'}",
+             f"--aten-yaml-path={native / 'native_functions.yaml'}",
+             f"--op-selection-yaml-path={staging / 'selected_operators.yaml'}",
+             f"{library.yaml_flag}={library.yaml_path}"],
+            cwd=third_party.executorch, env=env, capture_output=True, text=True,
+        )
+        if result.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise FirmwareBuildError(
+                f"ExecuTorch codegen failed for {library.name}:\n{result.stderr[-4000:]}")
+        (staging / "done").write_text(key)
+        _publish_folder(staging, out)
+    return out
+
+
+def _torchgen_yaml_dir() -> Path:
+    spec = importlib.util.find_spec("torchgen")
+    if spec is None or not spec.submodule_search_locations:
+        raise ToolchainNotFound("no torchgen (it comes with torch) for ExecuTorch's codegen")
+    return Path(list(spec.submodule_search_locations)[0]) / "packaged" / "ATen" / "native"
+
+
+def _publish_folder(staging: Path, out: Path) -> None:
+    """Move a finished folder into place; another process may have won the race."""
+    try:
+        os.replace(staging, out)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (out / "done").is_file():
+            raise
+
+
+# ---------------------------------------------------------------------------------------------
 # The build
 
 
@@ -491,12 +636,7 @@ class _Builder:
         self.jobs = jobs
         self.compiled = 0
         et = third_party.executorch
-        self.tree = tree_digest(
-            [et / "runtime", et / "kernels", et / "backends/cortex_m", et / "devtools/bundled_program",
-             et / "extension", et / "schema", et / "codegen", third_party.cmsis_nn / "Include",
-             third_party.cmsis_nn / "Source", third_party.flatbuffers / "include"],
-            third_party.root,
-        )
+        self.tree = source_tree_digest(third_party)
         self.runner_digest = tree_digest(
             sorted(p for folder in (config.sources_dir, config.sources_dir / _NPU_DIR)
                    if folder.is_dir() for p in folder.iterdir()
@@ -511,79 +651,10 @@ class _Builder:
     # -- generated sources ------------------------------------------------------------------
 
     def schema_headers(self) -> Path:
-        """flatc's headers for the program and bundled-program schemas, cached by their inputs."""
-        flatc = _find_flatc(self.tp)
-        et = self.tp.executorch
-        groups = {
-            "executorch/schema": [et / "schema/program.fbs", et / "schema/scalar_type.fbs"],
-            "executorch/devtools/bundled_program/schema": [
-                et / "devtools/bundled_program/schema/bundled_program_schema.fbs",
-                et / "devtools/bundled_program/schema/scalar_type.fbs",
-            ],
-        }
-        key = digest(_RECIPE_VERSION, _run_text([str(flatc), "--version"]),
-                   *(p.read_bytes() for files in groups.values() for p in files))
-        out = self.cache / "schema" / key
-        if not (out / "done").is_file():
-            staging = Path(tempfile.mkdtemp(dir=self._ensure(self.cache / "schema"), prefix=".tmp-"))
-            for folder, files in groups.items():
-                subprocess.run(
-                    [str(flatc), "--cpp", "--cpp-std", "c++11", "--gen-mutable", "--scoped-enums",
-                     "-o", str(staging / "include" / folder), *map(str, files)],
-                    check=True, capture_output=True, text=True,
-                )
-            (staging / "done").write_text(key)
-            self._publish(staging, out)
-        return out / "include"
+        return schema_headers(self.tp, self.cache)
 
     def registration(self, library: KernelLibrary, operators: Sequence[str]) -> Path:
-        """ExecuTorch's codegen (codegen/gen.py of the sources) for the selected operators: the
-        unboxing wrappers and the static registration of their kernels."""
-        native = self._torchgen_yaml_dir()
-        selection = {
-            "build_features": [],
-            "custom_classes": [],
-            "et_kernel_metadata": {op: ["default"] for op in operators},
-            "include_all_non_op_selectives": False,
-            "include_all_operators": False,
-            "kernel_metadata": {},
-            "operators": {
-                op: {"debug_info": ["operators.txt"], "include_all_overloads": False,
-                     "is_root_operator": True, "is_used_for_training": True}
-                for op in operators
-            },
-        }
-        selection_text = yaml.safe_dump(selection, sort_keys=True)
-        key = digest(_RECIPE_VERSION, library.name, selection_text, library.yaml_path.read_bytes(),
-                   self.tree, (native / "native_functions.yaml").read_bytes(),
-                   (native / "tags.yaml").read_bytes())
-        out = self.cache / "codegen" / key
-        if not (out / "done").is_file():
-            staging = Path(tempfile.mkdtemp(dir=self._ensure(self.cache / "codegen"), prefix=".tmp-"))
-            (staging / "selected_operators.yaml").write_text(selection_text)
-            env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-            result = subprocess.run(
-                [sys.executable, "-m", "codegen.gen",
-                 f"--source-path={self.tp.executorch / 'codegen'}", f"--install-dir={staging}",
-                 f"--tags-path={native / 'tags.yaml'}",
-                 f"--aten-yaml-path={native / 'native_functions.yaml'}",
-                 f"--op-selection-yaml-path={staging / 'selected_operators.yaml'}",
-                 f"{library.yaml_flag}={library.yaml_path}"],
-                cwd=self.tp.executorch, env=env, capture_output=True, text=True,
-            )
-            if result.returncode != 0:
-                raise FirmwareBuildError(
-                    f"ExecuTorch codegen failed for {library.name}:\n{result.stderr[-4000:]}")
-            (staging / "done").write_text(key)
-            self._publish(staging, out)
-        return out
-
-    @staticmethod
-    def _torchgen_yaml_dir() -> Path:
-        spec = importlib.util.find_spec("torchgen")
-        if spec is None or not spec.submodule_search_locations:
-            raise ToolchainNotFound("no torchgen (it comes with torch) for ExecuTorch's codegen")
-        return Path(list(spec.submodule_search_locations)[0]) / "packaged" / "ATen" / "native"
+        return kernel_registration(self.tp, self.cache, self.tree, library, operators)
 
     def regions_source(self, regions: Sequence[MemoryRegion]) -> str:
         lines = ['/* Generated by platforms/runner_build.py from the platform YAML: do not edit. */',
@@ -747,35 +818,13 @@ SECTIONS
         cmsis = (*common, self.config.cmsis_nn_optimization, "-std=gnu11",
                  f"-I{tp.cmsis_nn / 'Include'}")
 
-        def runtime_sources() -> list[Path]:
-            found = []
-            for path in sorted((et / "runtime").rglob("*.cpp")):
-                relative = str(path.relative_to(et))
-                # *_aten.cpp are the ATen-mode variants (tensor_parser_exec_aten.cpp is shared);
-                # platform/default/ is replaced by the runner's pal.cpp.
-                aten_mode = relative.endswith("_aten.cpp") and not relative.endswith("exec_aten.cpp")
-                if ("/test/" in relative or "testing_util" in relative or aten_mode
-                        or "/platform/default/" in relative):
-                    continue
-                found.append(path)
-            found += [et / "schema/extended_header.cpp",
-                      et / "devtools/bundled_program/bundled_program.cpp"]
-            found += sorted((et / "kernels/prim_ops").glob("*.cpp"))
-            found += sorted((et / "kernels/portable/cpu/util").glob("*.cpp"))
-            found += sorted((et / "kernels/portable/cpu/pattern").glob("*.cpp"))
-            return found
-
-        units = [_Unit(p, cxx) for p in runtime_sources()]
+        units = [_Unit(p, cxx) for p in runtime_sources(tp, bundled_program=True)]
         for library, sources in selection.sources.items():
             units += [_Unit(p, cxx) for p in sources]
         for library, folder in codegen.items():
             generated = folder / "RegisterCodegenUnboxedKernelsEverything.cpp"
             units.append(_Unit(generated, cxx, tuple(sorted(folder.glob("*.h")))))
-        # CMSIS-NN's float kernels need ARM_NN_ENABLE_F32/F16, off by default in its CMake as here.
-        cmsis_sources = sorted(
-            p for p in (tp.cmsis_nn / "Source").rglob("*.c")
-            if "Bindings" not in p.parts and not re.search(r"_f(16|32)\.c$", p.name)
-        )
+        cmsis_sources = cmsis_nn_sources(tp)
         units += [_Unit(p, cmsis) for p in cmsis_sources]
         runner = self.config.sources_dir
         units += [_Unit(p, c) for p in sorted(runner.glob("*.c"))]
@@ -881,16 +930,6 @@ SECTIONS
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    @staticmethod
-    def _publish(staging: Path, out: Path) -> None:
-        """Move a finished folder into place; another process may have won the race."""
-        try:
-            os.replace(staging, out)
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-            if not (out / "done").is_file():
-                raise
-
 
 def _symbol(name: str) -> str:
     return re.sub(r"\W", "_", name)
@@ -984,7 +1023,7 @@ def build_firmware(
     if folder.exists():  # another process built the same firmware meanwhile
         shutil.rmtree(staging, ignore_errors=True)
     else:
-        builder._publish(staging, folder)
+        _publish_folder(staging, folder)
     record = json.loads((folder / "build.json").read_text())
     return _firmware(folder, record, firmware_key, operators, time.monotonic() - started, False,
                      builder.compiled, len(units))

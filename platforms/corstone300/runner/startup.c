@@ -8,7 +8,6 @@
  * alias, which is where the linker script puts .vectors.
  */
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "board.h"
@@ -92,10 +91,18 @@ __attribute__((noreturn)) void Reset_Handler(void) {
   exit(main());
 }
 
+/* By hand, not snprintf: a release firmware links no printf. */
 static void print_hex(const char* name, uint32_t value) {
-  char line[48];
-  snprintf(line, sizeof(line), " %s=0x%08lx", name, (unsigned long)value);
-  sh_print(line);
+  static const char digits[] = "0123456789abcdef";
+  char text[11] = {'0', 'x'};
+  for (int i = 0; i < 8; i++) {
+    text[2 + i] = digits[(value >> (28 - 4 * i)) & 0xFu];
+  }
+  text[10] = '\0';
+  sh_print(" ");
+  sh_print(name);
+  sh_print("=");
+  sh_print(text);
 }
 
 /* Called with the exception stack frame (r0-r3, r12, lr, pc, xpsr). */

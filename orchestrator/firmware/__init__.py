@@ -1,0 +1,315 @@
+"""`orchestrate firmware`: from a compiled `.pte` to a firmware project a product team builds.
+
+This room owns the step from a checked artifacts folder to `platforms.firmware_project`'s
+project: the program's inputs and outputs read from the `.pte` (kernels.program_view), the
+memory placement read from the plan the compile wrote, the example inputs, the atomic write of
+the project folder, its build (CMake), its run on QEMU (`run_on_qemu`) and its measured
+footprint (`footprint.py`, `orchestrate size --firmware`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kernels.cache_root import cache_root
+from kernels.dtypes import SCALAR_TYPE_NAMES
+from kernels.program_view import ProgramView, Value
+from kernels.safe_files import DataFileError, load_json
+from orchestrator.artifacts.manifest import Manifest
+from orchestrator.device_runs.qemu import installed_platform
+from orchestrator.errors import NotRun, UserError
+from orchestrator.verification.twin import run_twin
+from platforms.firmware_project import (BUILD_DIR, ELF_NAME, PROFILES, RECORD_NAME,
+                                        FirmwareSpec, IoTensor, PlannedBuffer, build_project,
+                                        write_project)
+from platforms.qemu import run_elf
+from platforms.runner_build import (FirmwareBuildError, QemuUnavailable, find_third_party,
+                                    find_toolchain, load_firmware_config)
+
+# The method pool holds the runtime's per-method structures: an EValue per value (16 B on a
+# 32-bit core), a TensorImpl with its sizes, dim order and strides per tensor, the argument
+# lists and kernel pointers per instruction. Measured on QEMU (the example main prints
+# model_method_pool_used): DS-CNN CPU-only, 244 values, 66 tensors, 16 instructions: 9,056 B,
+# where the terms below give 9,127 B; the pool gets a quarter more and 1 KiB, rounded up to
+# KiB. `--method-pool-bytes` overrides; model_init returns MODEL_ERROR_METHOD when it is short.
+_POOL_PER_VALUE = 16
+_POOL_PER_TENSOR = 48
+_POOL_PER_TENSOR_DIM = 9
+_POOL_PER_INSTRUCTION = 48
+_POOL_MARGIN = 1.25
+_POOL_BASE = 1024
+_EXAMPLE_SEED = 0
+
+
+@dataclass(frozen=True)
+class FirmwareResult:
+    folder: Path
+    record: dict
+    elf: Path | None  # None when not built
+
+
+def program_io(view: ProgramView, io_quant: dict) -> tuple[tuple[IoTensor, ...],
+                                                           tuple[IoTensor, ...]]:
+    """The method's tensor inputs and outputs with the int8 scales and zero points the compile
+    recorded (--io int8)."""
+    def tensors(values: tuple[Value, ...], kind: str) -> tuple[IoTensor, ...]:
+        found = []
+        for index, value in enumerate(values):
+            if not value.is_tensor:
+                raise UserError(f"the program's {kind} {index} is a {value.kind}, not a tensor; "
+                                "`orchestrate firmware` hands tensors only")
+            dtype = SCALAR_TYPE_NAMES.get(value.scalar_type)
+            if dtype is None:
+                raise UserError(f"the program's {kind} {index} has element type number "
+                                f"{value.scalar_type}, which the firmware API does not carry")
+            scale = io_quant.get(f"{kind}{index}_scale")
+            zero = io_quant.get(f"{kind}{index}_zp")
+            found.append(IoTensor(f"{kind}{index}", dtype, tuple(value.sizes),
+                                  tuple(value.dim_order) or tuple(range(len(value.sizes))),
+                                  float(scale) if scale is not None else None,
+                                  int(zero) if zero is not None else None))
+        return tuple(found)
+
+    return tensors(view.input_values, "input"), tensors(view.output_values, "output")
+
+
+def example_inputs(inputs: tuple[IoTensor, ...]) -> tuple[tuple[bytes, ...], str]:
+    """One deterministic input per program input, as bytes in the program's layout."""
+    generator = np.random.default_rng(_EXAMPLE_SEED)
+    data = []
+    for tensor in inputs:
+        if tensor.dtype.startswith("float"):
+            values = generator.uniform(-1.0, 1.0, tensor.elements).astype(
+                np.float32 if tensor.dtype == "float32" else np.float64)
+        elif tensor.dtype == "bool":
+            values = generator.integers(0, 2, tensor.elements).astype(np.bool_)
+        else:
+            info = np.iinfo(np.dtype(tensor.dtype))
+            values = generator.integers(info.min, info.max, tensor.elements, endpoint=True,
+                                        dtype=np.dtype(tensor.dtype))
+        data.append(values.tobytes())
+    return tuple(data), (f"generated: uniform random, seed {_EXAMPLE_SEED}, float in [-1, 1), "
+                         "integers over their range, bytes in each input's dim order")
+
+
+def method_pool_bytes(view: ProgramView) -> int:
+    tensors = [value for value in view.values if value.is_tensor]
+    need = (_POOL_PER_VALUE * len(view.values)
+            + sum(_POOL_PER_TENSOR + _POOL_PER_TENSOR_DIM * len(t.sizes) for t in tensors)
+            + _POOL_PER_INSTRUCTION * len(view.instructions))
+    total = int(need * _POOL_MARGIN) + _POOL_BASE
+    return (total + 1023) // 1024 * 1024
+
+
+def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None) -> FirmwareSpec:
+    pte = manifest.pte_path.read_bytes()
+    view = ProgramView.read(pte)
+    if view.delegates:
+        raise NotRun(
+            f"{manifest.pte_path.name} has {len(view.delegates)} NPU partition(s); `orchestrate "
+            "firmware` builds CPU-only programs so far (compile with --npu none); nothing was "
+            "written")
+    try:
+        plan = load_json(manifest.file("plan.json"))
+    except (DataFileError, ValueError) as error:
+        raise UserError(f"refusing to make firmware: {manifest.folder}/plan.json is unreadable "
+                        f"({error}); re-run `orchestrate compile`") from None
+    summary = plan.get("summary", {}) if isinstance(plan, dict) else {}
+    placement = summary.get("memory_placement") or {}
+    memory = summary.get("memory") or {}
+    arenas = {int(a["mem_id"]): str(a["region"]) for a in placement.get("arenas", ())}
+    sizes = view.non_const_buffer_sizes
+    planned = tuple(PlannedBuffer(mem_id, arenas.get(mem_id, str(placement.get("arena_region"))),
+                                  int(sizes[mem_id]))
+                    for mem_id in range(1, len(sizes)))
+    weights_region = placement.get("weights_region") if placement.get("weights_copied") else None
+    constant_bytes = sum(len(b) for b in view.constant_buffers)
+    weights_bytes = int(memory.get("weight_bytes") or constant_bytes)
+    inputs, outputs = program_io(view, dict(manifest.data.get("io_quantization") or {}))
+    examples, example_source = example_inputs(inputs)
+    operators = tuple(line.strip() for line in manifest.read("operators.txt").decode().splitlines()
+                      if line.strip() and not line.startswith("#"))
+    name = re.sub(r"\W", "_", manifest.pte_path.stem) or "model"
+    return FirmwareSpec(
+        program_name=name, pte=pte, pte_sha256=hashlib.sha256(pte).hexdigest(), method=view.name,
+        operators=operators, inputs=inputs, outputs=outputs,
+        image_region=str(placement.get("image_region")),
+        planned=planned, weights_region=weights_region, weights_bytes=weights_bytes,
+        temp_pool_bytes=max(int(memory.get("cmsis_scratch_bytes") or 0), 1024),
+        method_pool_bytes=method_pool or method_pool_bytes(view),
+        example_inputs=examples, example_source=example_source, profile=profile,
+        plan_source="plan.json memory placement of the compile",
+    )
+
+
+def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "release",
+                  platform: str | None = None, third_party: str | Path | None = None,
+                  build: bool = True, method_pool: int | None = None) -> FirmwareResult:
+    """Write the firmware project of a compiled `.pte` into `out_dir` (new, or one this command
+    wrote before), and build it unless `build` is False. Nothing is left half-written: the
+    project is made in a sibling temporary folder and renamed into place."""
+    if profile not in PROFILES:
+        raise UserError(f"unknown --profile {profile!r}; choose {' or '.join(PROFILES)}")
+    manifest = Manifest.load(pte_path)
+    target_platform = installed_platform(dict(manifest.target), platform)
+    spec = firmware_spec(manifest, profile, method_pool)
+    out = Path(out_dir)
+    if out.exists() and not (out / RECORD_NAME).is_file():
+        raise UserError(f"refusing to write into {out}: it exists and is not a folder "
+                        "`orchestrate firmware` wrote; choose a new -o")
+    if not out.parent.is_dir():
+        raise UserError(f"output folder {out.parent} does not exist; create it or choose another -o")
+    try:
+        load_firmware_config(target_platform)
+        toolchain = find_toolchain()
+        sources = find_third_party(third_party)
+    except QemuUnavailable as error:
+        raise NotRun(f"firmware for {target_platform.name}: {error}") from None
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        record = write_project(spec, target_platform, staging, sources, toolchain, cache_root())
+        elf = None
+        if build:
+            build_project(staging)
+            elf = staging / BUILD_DIR / ELF_NAME
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    except QemuUnavailable as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise NotRun(f"firmware for {target_platform.name}: {error}") from None
+    except FirmwareBuildError as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise UserError(f"the firmware project did not build: {error}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _fix_build_paths(out, staging)
+    return FirmwareResult(out, record, out / BUILD_DIR / ELF_NAME if elf else None)
+
+
+def _fix_build_paths(out: Path, staging: Path) -> None:
+    """CMake's cache remembers the folder it configured; a rebuild in the final folder must
+    reconfigure from scratch."""
+    cache = out / BUILD_DIR / "CMakeCache.txt"
+    if cache.is_file() and str(staging) in cache.read_text(errors="replace"):
+        cache.unlink()
+        shutil.rmtree(out / BUILD_DIR / "CMakeFiles", ignore_errors=True)
+
+
+def load_record(folder: str | Path) -> dict:
+    """firmware.json of a project `orchestrate firmware` wrote."""
+    path = Path(folder) / RECORD_NAME
+    try:
+        record = load_json(path)
+    except (DataFileError, ValueError, OSError) as error:
+        raise UserError(f"{folder} is not a firmware project written by `orchestrate firmware` "
+                        f"({error}); run `orchestrate firmware PROGRAM.pte -o {folder}`") from None
+    if not isinstance(record, dict) or record.get("firmware_version") != 1:
+        raise UserError(f"{path} is not a firmware record this version reads; re-run "
+                        "`orchestrate firmware`")
+    return record
+
+
+@dataclass(frozen=True)
+class FirmwareRun:
+    exit_code: int | None
+    outputs: tuple[bytes, ...]
+    stack_used_bytes: int | None
+    method_pool_used_bytes: int | None
+    inference_ticks: int | None
+    log: str
+    errors: tuple[str, ...]
+
+
+def run_on_qemu(folder: str | Path, timeout_s: int = 300) -> FirmwareRun:
+    """Run a built project's example main on QEMU: its outputs' bytes and measured figures."""
+    folder = Path(folder)
+    record = load_record(folder)
+    elf = folder / BUILD_DIR / ELF_NAME
+    if not elf.is_file():
+        raise UserError(f"{elf} is missing: build the project first "
+                        f"(cmake -S {folder} -B {folder / BUILD_DIR} && cmake --build "
+                        f"{folder / BUILD_DIR})")
+    platform = installed_platform({"platform": record.get("platform")})
+    try:
+        result = run_elf(elf, platform, timeout_s=timeout_s)
+    except QemuUnavailable as error:
+        raise NotRun(str(error)) from None
+    outputs, figures = [], {}
+    lines = result.log.splitlines()
+    for position, line in enumerate(lines):
+        if line.startswith("output: ") and position + 1 < len(lines):
+            outputs.append(bytes.fromhex(lines[position + 1].strip()))
+        elif ": " in line:
+            key, _, value = line.partition(": ")
+            if value.strip().isdigit():
+                figures[key] = int(value)
+    return FirmwareRun(result.exit_code, tuple(outputs), figures.get("stack_used_bytes"),
+                       figures.get("method_pool_used_bytes"),
+                       figures.get("inference_systick_ticks"), result.log, tuple(result.errors))
+
+
+def example_input_bytes(folder: str | Path) -> tuple[bytes, ...]:
+    """The example inputs a project embeds (example_io.h), as bytes."""
+    text = (Path(folder) / "example_io.h").read_text()
+    found = re.findall(r"example_input\d+\[\d+\][^=]*= \{([0-9,]*)\};", text)
+    return tuple(bytes(int(v) for v in body.split(",") if v) for body in found)
+
+
+def record_json(result: FirmwareResult) -> str:
+    return json.dumps(result.record, indent=1)
+
+
+def logical_input(data: bytes, tensor: IoTensor) -> torch.Tensor:
+    """The logical tensor whose bytes, laid out in the input's dim order, are `data`."""
+    dtype = {"float32": np.float32, "float64": np.float64, "bool": np.bool_}.get(
+        tensor.dtype, np.dtype(tensor.dtype) if tensor.dtype in ("int8", "uint8", "int16", "int32",
+                                                                  "int64") else None)
+    if dtype is None:
+        raise UserError(f"{tensor.name}: element type {tensor.dtype} has no example input")
+    stored = np.frombuffer(data, dtype=dtype).reshape([tensor.sizes[d] for d in tensor.dim_order])
+    inverse = sorted(range(len(tensor.dim_order)), key=lambda d: tensor.dim_order[d])
+    return torch.from_numpy(stored.copy()).permute(inverse).contiguous()
+
+
+def firmware_run_lines(folder: Path, pte_path: Path) -> tuple[list[str], bool]:
+    """Run the built firmware's example on QEMU and the host twin on the same input; report
+    lines and whether every output's bytes are equal."""
+    record = load_record(folder)
+    run = run_on_qemu(folder)
+    if run.exit_code != 0 or len(run.outputs) != len(record["outputs"]):
+        detail = "; ".join(run.errors) or run.log.strip().splitlines()[-1:] or ["no output"]
+        raise NotRun(f"the firmware's run on QEMU ended with exit code {run.exit_code} before "
+                     f"printing its outputs ({detail}); nothing was compared")
+    inputs = tuple(logical_input(data, IoTensor(t["name"], t["dtype"], tuple(t["sizes"]),
+                                                tuple(t["dim_order"])))
+                   for data, t in zip(example_input_bytes(folder), record["inputs"]))
+    twin = run_twin(pte_path, inputs)
+    lines = [f"ran {folder / BUILD_DIR / ELF_NAME} on QEMU ({record['platform']} machine of its "
+             f"runner/firmware.yaml): model_init and model_run returned 0, "
+             f"{run.inference_ticks:,} SysTick ticks per inference (on QEMU -icount a tick is "
+             f"1e9/{record['cpu_hz']:,} instructions, about "
+             f"{round(run.inference_ticks * 1e9 / record['cpu_hz']):,} instructions; not cycles), "
+             f"stack high-water {run.stack_used_bytes:,} B (stack "
+             f"painting), method pool used {run.method_pool_used_bytes:,} of "
+             f"{record['memory']['method_pool_bytes']:,} B"]
+    passed = True
+    for index, (device, expected) in enumerate(zip(run.outputs, twin.output_bytes)):
+        same = device == expected
+        passed = passed and same
+        differing = sum(a != b for a, b in zip(device, expected)) + abs(len(device) - len(expected))
+        lines.append(f"output {index}: {len(device):,} B, "
+                     + ("byte-identical to the host twin's" if same
+                        else f"{differing:,} bytes differ from the host twin's"))
+    return lines, passed

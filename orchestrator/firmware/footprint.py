@@ -1,0 +1,201 @@
+"""`orchestrate size --firmware DIR`: the flash and RAM a built firmware project takes, per
+component, read from the linker's map (every input section with its size and the object or
+archive member it came from), and the stack's high-water mark measured by running it on QEMU.
+
+Components are named by where an object came from: the project's CMake targets (runtime core,
+prim ops, each kernel library, CMSIS-NN, the model, the board), the toolchain's libraries (libc,
+libgcc, libstdc++), and the program image (`.model_pte`). Flash is what is loaded and read-only
+(code, read-only data, the initial values of .data, the .pte); RAM is .data, .bss, the stack
+and the buffers placed by the plan (arenas, the weights copy, the method and temp pools).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.errors import UserError
+from platforms.firmware_project import BUILD_DIR, MAP_NAME
+
+# Output sections by what they take.
+_FLASH_CODE = (".vectors", ".text", ".ARM.extab", ".ARM.exidx", ".preinit_array", ".init_array",
+               ".fini_array")
+_RAM_ZEROED = (".bss",)
+_RAM_DATA = (".data",)
+_IMAGE = ".model_pte"
+
+# An object's component, by the CMake target or library it came from (first match wins).
+_COMPONENTS = (
+    ("program (.pte)", re.compile(r"model_pte\.S\.obj")),
+    ("model API", re.compile(r"model\.dir/model/")),
+    ("kernel registration", re.compile(r"model\.dir/generated/")),
+    ("runtime core", re.compile(r"libexecutorch_core\.a|executorch_core\.dir")),
+    ("prim ops", re.compile(r"libprim_ops\.a")),
+    ("portable kernels", re.compile(r"libportable_(kernels|util)\.a")),
+    ("cortex_m kernels", re.compile(r"libcortex_m_kernels\.a")),
+    ("CMSIS-NN", re.compile(r"libcmsis_nn\.a")),
+    ("board + main", re.compile(r"firmware\.elf\.dir/")),
+    ("libc (newlib)", re.compile(r"lib(c|c_nano|m|nosys|g|g_nano)\.a")),
+    ("libgcc", re.compile(r"libgcc\.a")),
+    ("libstdc++", re.compile(r"libstdc\+\+(_nano)?\.a|libsupc\+\+")),
+)
+
+_SECTION = re.compile(r"^(\.\S+)\s+0x([0-9a-f]+)\s+0x([0-9a-f]+)")
+_INPUT = re.compile(r"^ (?:\*fill\*|(\S+))?\s+0x([0-9a-f]+)\s+0x([0-9a-f]+)\s*(\S.*)?$")
+_INPUT_NAME_ONLY = re.compile(r"^ (\.\S+)$")
+
+
+@dataclass(frozen=True)
+class Footprint:
+    map_path: Path
+    # component -> kind ("code", "data init", "bss", ".pte") -> bytes
+    components: dict[str, dict[str, int]]
+    regions: dict[str, int] = field(default_factory=dict)  # buffers placed by the plan
+    stack_bytes: int = 0
+    stack_used_bytes: int | None = None  # measured on QEMU (stack painting)
+
+    def code_bytes(self, exclude: tuple[str, ...] = ("program (.pte)",
+                                                     "example input (main.c)")) -> int:
+        return sum(kinds.get("code", 0) + kinds.get("data init", 0)
+                   for name, kinds in self.components.items() if name not in exclude)
+
+    @property
+    def pte_bytes(self) -> int:
+        return sum(kinds.get(".pte", 0) for kinds in self.components.values())
+
+    @property
+    def flash_bytes(self) -> int:
+        """Everything loaded: code, read-only data, .data's initial values, the .pte."""
+        return self.code_bytes(exclude=("program (.pte)",)) + self.pte_bytes
+
+    @property
+    def ram_bytes(self) -> int:
+        return (sum(kinds.get("data init", 0) + kinds.get("bss", 0)
+                    for kinds in self.components.values())
+                + sum(self.regions.values()) + self.stack_bytes)
+
+
+def component_of(origin: str) -> str:
+    for name, pattern in _COMPONENTS:
+        if pattern.search(origin):
+            return name
+    return "other"
+
+
+def read_map(map_path: Path) -> tuple[dict[str, dict[str, int]], dict[str, int], int]:
+    """Bytes per component and kind, the NOLOAD buffers per output section, the stack."""
+    components: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    buffers: dict[str, int] = {}
+    stack = 0
+    lines = map_path.read_text(errors="replace").splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith("Linker script and memory map"))
+    except StopIteration:
+        raise UserError(f"{map_path} is not a GNU ld map (no 'Linker script and memory map')") \
+            from None
+    output = None
+    pending_name = None
+    for line in lines[start:]:
+        section = _SECTION.match(line)
+        if section:
+            output = section.group(1)
+            size = int(section.group(3), 16)
+            if output.startswith(".noinit_"):
+                buffers[output.removeprefix(".noinit_")] = size
+            elif output == ".stack":
+                stack = size
+            continue
+        if line.startswith(".") and len(line.split()) == 1:
+            output = line.strip()  # a long output name; its address and size follow
+            continue
+        name_only = _INPUT_NAME_ONLY.match(line)
+        if name_only:
+            pending_name = name_only.group(1)
+            continue
+        entry = _INPUT.match(line)
+        if not entry or output is None or entry.group(4) is None:
+            pending_name = None
+            continue
+        name = entry.group(1) or pending_name
+        pending_name = None
+        size = int(entry.group(3), 16)
+        origin = entry.group(4).strip()
+        if size == 0 or name is None or not name.startswith("."):
+            continue
+        if output == _IMAGE:
+            kind = ".pte"
+        elif output in _FLASH_CODE or output.startswith(".text"):
+            kind = "code"
+        elif output in _RAM_DATA:
+            kind = "data init"
+        elif output in _RAM_ZEROED:
+            kind = "bss"
+        else:
+            continue
+        component = ("example input (main.c)" if name.startswith(".rodata.example_input")
+                     else component_of(origin))
+        components[component][kind] += size
+    return ({name: dict(kinds) for name, kinds in components.items()}, buffers, stack)
+
+
+def footprint(folder: str | Path, stack_used_bytes: int | None = None) -> Footprint:
+    folder = Path(folder)
+    map_path = folder / BUILD_DIR / MAP_NAME
+    if not map_path.is_file():
+        raise UserError(f"{map_path} is missing: build the project first (cmake -S {folder} -B "
+                        f"{folder / BUILD_DIR} && cmake --build {folder / BUILD_DIR}), or run "
+                        "`orchestrate firmware` without --no-build")
+    components, buffers, stack = read_map(map_path)
+    return Footprint(map_path, components, buffers, stack, stack_used_bytes)
+
+
+def render_text(fp: Footprint, record: dict) -> str:
+    order = [name for name, _ in _COMPONENTS] + ["example input (main.c)", "other"]
+    rows = [(name, fp.components[name]) for name in order if name in fp.components]
+    width = max(len(name) for name, _ in rows) if rows else 10
+    lines = [f"firmware {record.get('program')} ({record.get('profile')} profile, "
+             f"{record.get('platform')}, {record.get('cpu')}): bytes from the linker map "
+             f"{fp.map_path}",
+             f"{'component':<{width}}  {'code+rodata':>11}  {'.data':>7}  {'.bss':>7}  {'.pte':>8}"]
+    for name, kinds in rows:
+        lines.append(f"{name:<{width}}  {kinds.get('code', 0):>11,}  "
+                     f"{kinds.get('data init', 0):>7,}  {kinds.get('bss', 0):>7,}  "
+                     f"{kinds.get('.pte', 0):>8,}")
+    runtime = fp.components.get("runtime core", {})
+    lines += [
+        "",
+        f"flash: {fp.flash_bytes:,} B = code {fp.code_bytes():,} B (runtime core "
+        f"{runtime.get('code', 0) + runtime.get('data init', 0):,} B, kernels, libraries, board)"
+        f" + the .pte {fp.pte_bytes:,} B (map)",
+        "RAM:   " + ", ".join(
+            [f"{name.replace('_', ' ')} {size:,} B" for name, size in sorted(fp.regions.items())]
+            + [f".data+.bss {sum(k.get('data init', 0) + k.get('bss', 0) for k in fp.components.values()):,} B",
+               f"stack {fp.stack_bytes:,} B reserved"]) + " (map)",
+    ]
+    memory = record.get("memory", {})
+    if memory:
+        arenas = ", ".join(f"mem_id {p['mem_id']} {p['bytes']:,} B in {p['region']}"
+                           for p in memory.get("planned", ()))
+        lines.append(f"       of which arenas {arenas or 'none'}; weights copy "
+                     f"{memory.get('weights_bytes', 0):,} B in {memory.get('weights_region') or '-'}"
+                     f"; method pool {memory.get('method_pool_bytes', 0):,} B; temp pool "
+                     f"{memory.get('temp_pool_bytes', 0):,} B (firmware.json, from the plan)")
+    if fp.stack_used_bytes is not None:
+        lines.append(f"stack high-water: {fp.stack_used_bytes:,} B of {fp.stack_bytes:,} B "
+                     "(measured on QEMU, stack painting)")
+    return "\n".join(lines)
+
+
+def render_json(fp: Footprint, record: dict) -> str:
+    return json.dumps({
+        "program": record.get("program"), "profile": record.get("profile"),
+        "platform": record.get("platform"), "source": f"linker map {fp.map_path.name}",
+        "components": fp.components, "code_bytes": fp.code_bytes(), "pte_bytes": fp.pte_bytes,
+        "flash_bytes": fp.flash_bytes, "ram_bytes": fp.ram_bytes, "buffers": fp.regions,
+        "stack_bytes": fp.stack_bytes,
+        "stack_used_bytes": fp.stack_used_bytes,
+        "stack_used_source": "measured on QEMU (stack painting)" if fp.stack_used_bytes else None,
+    }, indent=1)

@@ -1,0 +1,131 @@
+"""`orchestrate firmware` and `orchestrate size --firmware`: the release project of a CPU-only
+DS-CNN (int8 program I/O) is written, built with CMake once for this file, run on QEMU, and
+its header, outputs and footprint are checked against the program and the ELF."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from kernels.program_view import ProgramView
+from orchestrator.cli import main
+from orchestrator.firmware import load_record, make_firmware, run_on_qemu
+from orchestrator.firmware.footprint import footprint
+from orchestrator.verification.twin import run_twin
+from platforms.firmware_project import BUILD_DIR, ELF_NAME
+from tests.device_tools import missing, qemu_or_missing
+
+
+@pytest.fixture(scope="module")
+def program(compiles):
+    _, pte = compiles.get("ds-cnn", npu="none", cpu="cortex-m55", io="int8", write=True)
+    return pte
+
+
+@pytest.fixture(scope="module")
+def project(program, tmp_path_factory):
+    qemu_or_missing()
+    if shutil.which("cmake") is None:
+        missing("no cmake on PATH")
+    folder = tmp_path_factory.mktemp("firmware") / "dscnn-release"
+    return make_firmware(program, folder, profile="release")
+
+
+def _macros(header: str) -> dict[str, str]:
+    return dict(re.findall(r"^#define (\w+) (.+?)(?: /\*.*)?$", header, re.M))
+
+
+def test_model_io_header_states_the_programs_io(program, project):
+    macros = _macros((project.folder / "model" / "model_io.h").read_text())
+    view = ProgramView.read(program.read_bytes())
+    (tensor,) = view.input_values
+    (output,) = view.output_values
+    assert macros["MODEL_INPUT_COUNT"] == "1" and macros["MODEL_OUTPUT_COUNT"] == "1"
+    assert macros["MODEL_INPUT0_SIZES"] == "{" + ", ".join(map(str, tensor.sizes)) + "}"
+    assert macros["MODEL_INPUT0_DIM_ORDER"] == "{" + ", ".join(map(str, tensor.dim_order)) + "}"
+    assert int(macros["MODEL_INPUT0_BYTES"]) == tensor.nbytes
+    assert int(macros["MODEL_OUTPUT0_BYTES"]) == output.nbytes
+    # int8 program I/O: the scales and zero points the .pte's config methods carry
+    assert float(macros["MODEL_INPUT0_SCALE"].rstrip("f")) == pytest.approx(
+        view.config["input0_scale"], rel=1e-6)
+    assert int(macros["MODEL_INPUT0_ZERO_POINT"]) == view.config["input0_zp"]
+    assert int(macros["MODEL_OUTPUT0_ZERO_POINT"]) == view.config["output0_zp"]
+    # the arena is the program's planned buffer, placed where the plan put it
+    assert int(macros["MODEL_PLANNED0_BYTES"]) == view.non_const_buffer_sizes[1]
+    assert project.record["memory"]["planned"][0]["region"] == "dtcm"
+
+
+def test_release_firmware_on_qemu_gives_the_twins_bytes(program, project):
+    from orchestrator.firmware import example_input_bytes, logical_input
+    from platforms.firmware_project import IoTensor
+
+    run = run_on_qemu(project.folder)
+    assert run.exit_code == 0, run.log
+    spec = project.record["inputs"][0]
+    data = example_input_bytes(project.folder)
+    tensor = logical_input(data[0], IoTensor("input0", spec["dtype"], tuple(spec["sizes"]),
+                                              tuple(spec["dim_order"])))
+    twin = run_twin(program, (tensor,))
+    assert twin.input_bytes == data  # the example's bytes are the input the twin wrote
+    assert run.outputs == twin.output_bytes
+    assert 0 < run.stack_used_bytes < project.record["memory"]["stack_bytes"]
+    assert 0 < run.method_pool_used_bytes <= project.record["memory"]["method_pool_bytes"]
+
+
+def test_release_links_only_the_programs_kernels_and_no_printf_or_verifier(program, project):
+    nm = shutil.which("arm-none-eabi-nm")
+    symbols = subprocess.run([nm, "-C", str(project.folder / BUILD_DIR / ELF_NAME)],
+                             capture_output=True, text=True, check=True).stdout
+    assert "_vfprintf_r" not in symbols and "_svfprintf_r" not in symbols
+    assert "VerifyProgramBuffer" not in symbols  # ET_ENABLE_PROGRAM_VERIFICATION=0
+    assert "BundledProgram" not in symbols and "bundled_program" not in symbols
+    operators = {line.strip() for line in
+                 (program.parent / (program.stem + ".artifacts") / "operators.txt")
+                 .read_text().splitlines() if line.strip()}
+    registered = {op for ops in project.record["kernel_libraries"].values() for op in ops}
+    assert registered == operators
+    assert "op_add.cpp" not in (project.folder / "CMakeLists.txt").read_text()
+
+
+def test_size_firmware_components_add_up_to_the_elf_sections(project, capsys):
+    measured = footprint(project.folder)
+    sections = {}
+    out = subprocess.run([shutil.which("arm-none-eabi-size"), "-A",
+                          str(project.folder / BUILD_DIR / ELF_NAME)],
+                         capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0].startswith("."):
+            sections[parts[0]] = int(parts[1])
+    loaded_code = sum(size for name, size in sections.items()
+                      if name in (".text", ".ARM.exidx", ".ARM.extab", ".init_array",
+                                  ".fini_array", ".preinit_array", ".vectors"))
+    code = sum(kinds.get("code", 0) for kinds in measured.components.values())
+    # the map's input sections fill the output sections up to alignment padding
+    assert loaded_code - 64 <= code <= loaded_code
+    assert measured.pte_bytes == project.record["pte_bytes"] == sections[".model_pte"]
+    runtime = measured.components["runtime core"]["code"]
+    assert 0 < runtime < 20 * 1024  # the runtime core alone, without kernels
+    assert measured.components["CMSIS-NN"]["code"] > 0
+    assert main(["size", "--firmware", str(project.folder)]) == 0
+    text = capsys.readouterr().out
+    assert "runtime core" in text and "(map)" in text
+
+
+def test_firmware_refuses_a_hybrid_program_and_writes_nothing(compiles, tmp_path, capsys):
+    _, pte = compiles.get("ds-cnn", npu="ethos-u55-128", write=True)
+    out = tmp_path / "fw"
+    assert main(["firmware", str(pte), "-o", str(out)]) == 5
+    assert "NPU partition" in capsys.readouterr().err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_firmware_refuses_a_folder_it_did_not_write(program, tmp_path, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    assert main(["firmware", str(program), "-o", str(tmp_path / "mine"), "--no-build"]) == 2
+    assert "not a folder `orchestrate firmware` wrote" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
