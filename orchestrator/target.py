@@ -66,8 +66,8 @@ def resolve_target(platform: str, npu: str | None = None, cpu: str | None = None
     try:
         plat = load_platform(platform)
         cpu_name = normalize_cpu(cpu) if cpu else plat.cpu_default
-        if npu is not None and npu.lower() == "none":
-            npu_name = None
+        if (npu is not None and npu.lower() == "none") or (not npu and not plat.npu_options):
+            npu_name = None  # asked for CPU only, or a part without an NPU
         else:
             npu_name = npu.lower() if npu else plat.npu_default
             plat.validate_npu(npu_name)

@@ -103,9 +103,9 @@ class Platform:
     cpu_default: str
     cpu_hz: int
     cpu_hz_source: str
-    npu_options: tuple[str, ...]
-    npu_default: str
-    npu_hz: int
+    npu_options: tuple[str, ...]  # empty: a CPU-only part (no `npu:` in its YAML)
+    npu_default: str | None  # None on a CPU-only part
+    npu_hz: int  # 0 on a CPU-only part
     npu_hz_source: str
     vela_config_ini: str
     # Mappings are read-only views; they stay out of the hash (which they would break) but not
@@ -113,8 +113,11 @@ class Platform:
     vela: Mapping[str, VelaConfig] = field(hash=False)  # NPU family ("u55") -> Vela sections
     memories: tuple[MemoryRegion, ...]
     fvp: Mapping[str, FvpSpec] = field(hash=False)  # NPU family -> FVP
-    fvp_load_address: int  # where `--data` puts the .bpte; the runner is built with this ET_MODEL_PTE_ADDR
-    fvp_load_region: str  # the memory that address lies in, which bounds the .bpte size
+    # Where `--data` puts the .bpte (the runner is built with this ET_MODEL_PTE_ADDR) and the
+    # memory that address lies in, which bounds the .bpte size; None when no FVP models the part
+    # (no `fvp:` in its YAML).
+    fvp_load_address: int | None
+    fvp_load_region: str | None
     # Bytes of a region the firmware itself takes (stack, .data/.bss, heap), with the source of
     # each figure: a plan places nothing there. region name -> (bytes, source)
     reserved: Mapping[str, tuple[int, str]] = field(default_factory=lambda: MappingProxyType({}),
@@ -125,6 +128,9 @@ class Platform:
 
     def validate_npu(self, npu_name: str) -> str:
         """Return the NPU name in upstream spelling if this platform offers it, else raise."""
+        if not self.npu_options:
+            raise PlatformError(f"NPU {npu_name!r} is not available on {self.name}: it has no "
+                                "NPU (CPU only: --npu none)")
         normalized = npu_name.strip().lower()
         if normalized not in self.npu_options:
             raise PlatformError(
@@ -143,6 +149,8 @@ class Platform:
         return self.vela[self.npu_family(npu_name)]
 
     def fvp_spec(self, npu_name: str) -> FvpSpec:
+        if not self.fvp:
+            raise PlatformError(f"no FVP models {self.name} (its platform YAML has no fvp section)")
         return self.fvp[self.npu_family(npu_name)]
 
     def memory(self, region_name: str) -> MemoryRegion:
@@ -285,10 +293,13 @@ def _read_platform_file(path: Path) -> Platform:
     except PlatformError as error:
         raise reader.fail("cpu.default", str(error)) from None
 
-    npu = reader.get(document, "npu", dict)
-    npu_options = tuple(o.strip().lower() for o in reader.string_list(npu, "options", "npu"))
-    if not npu_options:
-        raise reader.fail("npu.options", "must list at least one NPU")
+    # A part without an NPU leaves `npu:` out: it plans CPU-only.
+    npu = reader.get(document, "npu", dict) if "npu" in document else None
+    npu_options = () if npu is None else tuple(
+        o.strip().lower() for o in reader.string_list(npu, "options", "npu"))
+    if npu is not None and not npu_options:
+        raise reader.fail("npu.options", "must list at least one NPU (a part without one leaves "
+                          "the npu section out)")
     known_accelerators = _vela_accelerators()
     for index, option in enumerate(npu_options):
         if option not in known_accelerators:
@@ -296,9 +307,11 @@ def _read_platform_file(path: Path) -> Platform:
                 f"npu.options[{index}]",
                 f"{option!r} is not an Ethos-U configuration Vela knows; allowed: {', '.join(known_accelerators)}",
             )
-    npu_default = reader.get(npu, "default", str, "npu").strip().lower()
-    if npu_default not in npu_options:
-        raise reader.fail("npu.default", f"{npu_default!r} is not in npu.options ({', '.join(npu_options)})")
+    npu_default = None
+    if npu is not None:
+        npu_default = reader.get(npu, "default", str, "npu").strip().lower()
+        if npu_default not in npu_options:
+            raise reader.fail("npu.default", f"{npu_default!r} is not in npu.options ({', '.join(npu_options)})")
     families = sorted({parse_npu_name(o)[0] for o in npu_options})
 
     config_ini = reader.get(document, "vela_config_ini", str) if "vela_config_ini" in document else "Arm/vela.ini"
@@ -324,8 +337,8 @@ def _read_platform_file(path: Path) -> Platform:
         cpu_hz_source=reader.get(cpu, "source", str, "cpu"),
         npu_options=npu_options,
         npu_default=npu_default,
-        npu_hz=reader.positive_int(npu, "npu_hz", "npu"),
-        npu_hz_source=reader.get(npu, "source", str, "npu"),
+        npu_hz=0 if npu is None else reader.positive_int(npu, "npu_hz", "npu"),
+        npu_hz_source="no NPU" if npu is None else reader.get(npu, "source", str, "npu"),
         vela_config_ini=config_ini,
         vela=MappingProxyType(vela),
         memories=memories,
@@ -369,6 +382,8 @@ def _vela_accelerators() -> tuple[str, ...]:
 
 
 def _read_vela(reader: _Reader, document: dict, families: list[str], config_ini: str) -> dict[str, VelaConfig]:
+    if not families and "vela" not in document:
+        return {}  # no NPU, nothing for Vela to compile
     vela_section = reader.get(document, "vela", dict)
     ini_path = vela_ini_path(config_ini, reader.path)
     if not ini_path.is_file():
@@ -446,7 +461,9 @@ def _read_memories(reader: _Reader, document: dict) -> tuple[MemoryRegion, ...]:
 
 def _read_fvp(
     reader: _Reader, document: dict, families: list[str], memories: tuple[MemoryRegion, ...]
-) -> tuple[dict[str, FvpSpec], int, str]:
+) -> tuple[dict[str, FvpSpec], int | None, str | None]:
+    if "fvp" not in document:
+        return {}, None, None  # no FVP models this part: verify --fvp says so
     fvp = reader.get(document, "fvp", dict)
     load_address = reader.get(fvp, "load_address", int, "fvp")
     load_region = reader.get(fvp, "load_region", str, "fvp")

@@ -35,7 +35,7 @@ def _write(tmp_path: Path, document: dict, file_name: str = "my_soc.yaml") -> Pa
 
 
 def test_shipped_platforms_are_listed_and_load_by_name_and_alias():
-    assert list_platforms() == SHIPPED
+    assert set(SHIPPED) <= set(list_platforms())  # the boards: tests/test_boards.py
     for name in SHIPPED:
         by_name = load_platform(name)
         assert by_name.name == name
