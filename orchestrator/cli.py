@@ -288,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="write the project only (default: build it with CMake)")
     firmware.add_argument("--run", action="store_true", help="run the built firmware's example "
                           "on QEMU and compare its outputs with the host twin's (default: off)")
+    firmware.add_argument("--no-lto", action="store_true", help="release without link-time "
+                          "optimization: more code, but size --firmware attributes every byte "
+                          "to the object it came from (default: LTO in release, off in check)")
     firmware.add_argument("--method-pool-bytes", type=_positive, metavar="N",
                           help="bytes for the runtime's per-method structures (default: an "
                           "estimate from the program's values and instructions)")
@@ -583,7 +586,9 @@ def cmd_sweep(args) -> int:
         raise UserError(str(error)) from None
     memory_policy(args.memory_policy, platform)  # named before any worker starts
     chosen = args.npus or args.npu
-    npus = [npu.strip() for npu in chosen.split(",")] if chosen else list(platform.npu_options)
+    # A board without an NPU sweeps its CPU alone.
+    npus = ([npu.strip() for npu in chosen.split(",")] if chosen
+            else list(platform.npu_options) or ["none"])
     if not all(npus):
         raise UserError(f"--npus '{chosen}' has an empty name; separate NPU names with single "
                         "commas, e.g. ethos-u55-128,none")
@@ -791,7 +796,8 @@ def cmd_firmware(args) -> int:
 
     result = make_firmware(args.pte, args.output, profile=args.profile, platform=args.platform,
                            third_party=args.third_party, build=not args.no_build,
-                           method_pool=args.method_pool_bytes)
+                           method_pool=args.method_pool_bytes,
+                           lto=False if args.no_lto else None)
     record = result.record
     print(f"wrote {result.folder}: {record['profile']} firmware project for {record['program']} "
           f"on {record['platform']} ({record['cpu']}), {len(record['operators'])} operators "

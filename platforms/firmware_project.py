@@ -39,10 +39,11 @@ from pathlib import Path
 from kernels.dtypes import ELEMENT_BYTES
 from kernels.native_build import build_jobs
 from platforms.platform import MemoryRegion, Platform
-from platforms.runner_build import (FirmwareBuildError, FirmwareConfig, ThirdParty, Toolchain,
-                                    cmsis_nn_sources, kernel_libraries, kernel_registration,
-                                    load_firmware_config, runtime_sources, schema_headers,
-                                    select_operators, source_tree_digest)
+from kernels.safe_files import load_yaml
+from platforms.runner_build import (FirmwareBuildError, NoRunnerForPlatform, ThirdParty,
+                                    Toolchain, cmsis_nn_sources, kernel_libraries,
+                                    kernel_registration, load_firmware_config, runtime_sources,
+                                    schema_headers, select_operators, source_tree_digest)
 
 PROFILES = ("release", "check")
 TEMPLATES = Path(__file__).resolve().parent / "firmware"
@@ -112,12 +113,65 @@ class FirmwareSpec:
     example_source: str  # where the example inputs come from
     profile: str
     plan_source: str  # what the memory placement above came from
+    # Link-time optimization (release default): about a fifth less code; the footprint then
+    # attributes each function by its name, after inlining.
+    lto: bool = False
 
 
 @dataclass(frozen=True)
-class Project:
-    folder: Path
-    record: dict
+class BoardRecipe:
+    """How a project is built for a platform: the platform's runner recipe
+    (runner/firmware.yaml) where it has one, else a generic one read off the platform YAML."""
+
+    cpu: str
+    cpu_flags: tuple[str, ...]
+    optimization: str  # the check profile's, and the runtime's in release when not -Os
+    code_regions: tuple[str, ...]  # code goes to the first
+    boot_region: str  # where the vector table lies
+    data_region: str  # .data, .bss, the stack
+    runtime_region: str  # the method and temp pools
+    stack_bytes: int
+    sources_dir: Path  # the board support files (_BOARD_FILES)
+    source: str  # where this recipe comes from, for firmware.json and the docs
+    qemu_runs_it: bool  # the platform's QEMU machine runs this build (run_on_qemu)
+
+
+_RUNNER_BOARD = Path(__file__).resolve().parent / "corstone300" / "runner"
+_GENERIC_STACK_BYTES = 16384
+
+
+def board_recipe(platform: Platform) -> BoardRecipe:
+    """The platform's runner recipe, or a generic Armv8-M one from its YAML: code in the regions
+    that hold code (the first is the boot region), data and the pools in the first RAM region
+    that holds arenas (a TCM before an SRAM), the Corstone-300 runner's board support (reset
+    handler, semihosting console, SysTick counters: Armv8-M generic, replaced for a product)."""
+    try:
+        config = load_firmware_config(platform)
+    except NoRunnerForPlatform:
+        config = None
+    if config is not None:
+        return BoardRecipe(config.cpu, tuple(config.cpu_flags), config.optimization,
+                           tuple(config.code_regions), config.boot_region, config.data_region,
+                           config.runtime_region, config.stack_bytes, config.sources_dir,
+                           f"{config.runner_dir.name}/firmware.yaml of {platform.name}", True)
+    cores = load_yaml(TEMPLATES / "cores.yaml")
+    cpu = platform.cpu_default
+    if cpu not in cores:
+        raise NoRunnerForPlatform(
+            f"platform {platform.name} has no runner recipe and its CPU {cpu} is not one the "
+            f"generic board support builds for ({', '.join(cores)}: Armv8-M mainline); add "
+            f"{Path(platform.source_file).parent}/runner/firmware.yaml")
+    code = [r.name for r in platform.memories if r.may_hold("code")]
+    ram = sorted((r for r in platform.memories if r.kind != "flash" and r.may_hold("arena")),
+                 key=lambda r: r.kind != "tcm")
+    if not code or not ram:
+        raise NoRunnerForPlatform(
+            f"platform {platform.name} names no region that holds code"
+            if not code else f"platform {platform.name} names no RAM region that holds arenas")
+    return BoardRecipe(cpu, tuple(cores[cpu]), "-O2", tuple(code), code[0], ram[0].name,
+                       ram[0].name, _GENERIC_STACK_BYTES, _RUNNER_BOARD,
+                       f"generic Armv8-M recipe from {Path(platform.source_file).name} "
+                       "(no runner/firmware.yaml)", False)
 
 
 def _symbol(name: str) -> str:
@@ -242,8 +296,12 @@ def example_io_header(spec: FirmwareSpec) -> str:
              "#include <stddef.h>", "#include <stdint.h>", '#include "model_io.h"', ""]
     for index, data in enumerate(spec.example_inputs):
         body = ",".join(str(b) for b in data)
-        lines.append(f"static const uint8_t example_input{index}[{len(data)}] "
-                     f"__attribute__((aligned({_ALIGNMENT}))) = {{{body}}};")
+        # A section of its own, so the footprint tells the example's data from the code even
+        # after link-time optimization.
+        # (global and `used`: link-time optimization drops a static array's section name).
+        lines.append(f"const uint8_t example_input{index}[{len(data)}] "
+                     f'__attribute__((section(".rodata.example_input{index}"), used, '
+                     f"aligned({_ALIGNMENT}))) = {{{body}}};")
     for index, tensor in enumerate(spec.outputs):
         lines.append(f"static uint8_t example_output{index}[{max(tensor.nbytes, 1)}] "
                      f"__attribute__((aligned({_ALIGNMENT})));")
@@ -256,7 +314,7 @@ def example_io_header(spec: FirmwareSpec) -> str:
     return "\n".join(lines)
 
 
-def linker_script(spec: FirmwareSpec, platform: Platform, config: FirmwareConfig,
+def linker_script(spec: FirmwareSpec, platform: Platform, config: BoardRecipe,
                   code_region: str) -> str:
     regions = platform.memories
     code, data, boot = _symbol(code_region), _symbol(config.data_region), _symbol(config.boot_region)
@@ -367,6 +425,7 @@ SECTIONS
 
 
 def toolchain_file(toolchain: Toolchain) -> str:
+    # gcc-ar and gcc-ranlib index link-time-optimization objects in static libraries.
     return f"""# Generated by `orchestrate firmware`: the GNU Arm toolchain found when the project was
 # made. Name another with -DCMAKE_TOOLCHAIN_FILE=... or set ARM_TOOLCHAIN_DIR.
 set(CMAKE_SYSTEM_NAME Generic)
@@ -378,6 +437,8 @@ endif()
 set(CMAKE_C_COMPILER "${{ARM_TOOLCHAIN_DIR}}/arm-none-eabi-gcc")
 set(CMAKE_CXX_COMPILER "${{ARM_TOOLCHAIN_DIR}}/arm-none-eabi-g++")
 set(CMAKE_ASM_COMPILER "${{ARM_TOOLCHAIN_DIR}}/arm-none-eabi-gcc")
+set(CMAKE_AR "${{ARM_TOOLCHAIN_DIR}}/arm-none-eabi-gcc-ar")
+set(CMAKE_RANLIB "${{ARM_TOOLCHAIN_DIR}}/arm-none-eabi-gcc-ranlib")
 """
 
 
@@ -385,7 +446,7 @@ def _cmake_paths(paths: Sequence[Path], root: Path, variable: str) -> str:
     return "\n".join(f"  ${{{variable}}}/{p.relative_to(root)}" for p in paths)
 
 
-def cmakelists(spec: FirmwareSpec, platform: Platform, config: FirmwareConfig,
+def cmakelists(spec: FirmwareSpec, platform: Platform, config: BoardRecipe,
                third_party: ThirdParty, kernel_sources: dict[str, list[Path]],
                registrations: Sequence[str], kernel_count: int) -> str:
     tp = third_party.root
@@ -417,6 +478,11 @@ target_link_libraries({name}_kernels PUBLIC executorch_headers)""")
            else "board/pal.cpp board/printf_c99.c")
     link_extra = ("--specs=nano.specs -Wl,--wrap=snprintf" if release
                   else "-Wl,--wrap=vsnprintf")
+    lto = "-flto" if spec.lto else ""
+    # GCC resolves --wrap after link-time optimization has dropped the wrapper, so the files
+    # defining wrapped or libc-replacing symbols stay out of it.
+    no_lto = ("\nset_source_files_properties(board/snprintf_min.c board/pal_release.cpp "
+              "PROPERTIES COMPILE_OPTIONS -fno-lto)" if spec.lto and release else "")
     return f"""# Generated by `orchestrate firmware` ({spec.profile} profile) for {spec.program_name}.pte on
 # {platform.name}. One command builds it:
 #   cmake -S . -B build && cmake --build build
@@ -437,7 +503,7 @@ endif()
 set(ET "${{ORCHESTRATE_THIRD_PARTY}}/executorch")
 
 set(CPU_FLAGS {' '.join(config.cpu_flags)})
-add_compile_options(${{CPU_FLAGS}} -ffunction-sections -fdata-sections
+add_compile_options(${{CPU_FLAGS}} {lto} -ffunction-sections -fdata-sections
   "-ffile-prefix-map=${{ORCHESTRATE_THIRD_PARTY}}=third_party"
   "-ffile-prefix-map=${{CMAKE_CURRENT_LIST_DIR}}=.")
 add_compile_definitions(ARM_NN_ENABLE_F32=0 ARM_NN_ENABLE_F16=0)
@@ -512,10 +578,11 @@ target_compile_options({ELF_NAME} PRIVATE {runtime_opt} -DRUNNER_CPU_HZ={platfor
 target_link_libraries({ELF_NAME} PRIVATE executorch_headers
   -Wl,--start-group {kernel_targets} portable_util prim_ops executorch_core cmsis_nn
   -Wl,--end-group)
-target_link_options({ELF_NAME} PRIVATE ${{CPU_FLAGS}} -nostartfiles {link_extra}
+target_link_options({ELF_NAME} PRIVATE ${{CPU_FLAGS}} {lto} -ffunction-sections -fdata-sections
+  -nostartfiles {link_extra}
   "-T${{CMAKE_CURRENT_LIST_DIR}}/memory.ld" -Wl,--gc-sections
   "-Wl,-Map=${{CMAKE_CURRENT_BINARY_DIR}}/{MAP_NAME}")
-set_target_properties({ELF_NAME} PROPERTIES LINK_DEPENDS "${{CMAKE_CURRENT_LIST_DIR}}/memory.ld")
+set_target_properties({ELF_NAME} PROPERTIES LINK_DEPENDS "${{CMAKE_CURRENT_LIST_DIR}}/memory.ld"){no_lto}
 """
 
 
@@ -530,7 +597,7 @@ def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_pa
     firmware recipe or an operator has no kernel in the sources."""
     if spec.profile not in PROFILES:
         raise ValueError(f"unknown profile {spec.profile!r}")
-    config = load_firmware_config(platform)
+    config = board_recipe(platform)
     selection = select_operators(spec.operators, third_party)
     libraries = kernel_libraries(third_party)
     tree = source_tree_digest(third_party)
@@ -584,7 +651,10 @@ def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_pa
         "platform": platform.name,
         "cpu": config.cpu,
         "cpu_hz": platform.cpu_hz,
+        "board": config.source,
+        "qemu_runs_it": config.qemu_runs_it,
         "profile": spec.profile,
+        "lto": spec.lto,
         "operators": list(spec.operators),
         "kernel_libraries": {name: list(ops) for name, ops in selection.by_library.items() if ops},
         "memory": {
@@ -620,7 +690,7 @@ def _copy(source: Path, target: Path) -> None:
     shutil.copy2(source, target)
 
 
-def _code_region(spec: FirmwareSpec, platform: Platform, config: FirmwareConfig) -> str:
+def _code_region(spec: FirmwareSpec, platform: Platform, config: BoardRecipe) -> str:
     """The first of the recipe's code regions: the linker says when the code does not fit."""
     del spec, platform
     return config.code_regions[0]

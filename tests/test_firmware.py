@@ -12,6 +12,7 @@ import pytest
 
 from kernels.program_view import ProgramView
 from orchestrator.cli import main
+from orchestrator.errors import UserError
 from orchestrator.firmware import load_record, make_firmware, run_on_qemu
 from orchestrator.firmware.footprint import footprint
 from orchestrator.verification.twin import run_twin
@@ -129,3 +130,28 @@ def test_firmware_refuses_a_folder_it_did_not_write(program, tmp_path, capsys):
     assert main(["firmware", str(program), "-o", str(tmp_path / "mine"), "--no-build"]) == 2
     assert "not a folder `orchestrate firmware` wrote" in capsys.readouterr().err
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+def test_a_platform_without_runner_gets_the_generic_recipe_and_its_plans_regions(tmp_path):
+    """examples/my_soc.yaml has no runner/firmware.yaml: the project takes its regions from the
+    platform YAML and places each buffer where that platform's plan put it."""
+    from orchestrator import compile as compile_program
+
+    result = compile_program("ds-cnn", str(tmp_path / "soc.pte"),
+                             platform="examples/my_soc.yaml", npu="none")
+    # a platform file the artifacts name is never loaded: the user names it again
+    with pytest.raises(UserError, match="not an installed platform"):
+        make_firmware(result.pte, tmp_path / "fw", build=False)
+    made = make_firmware(result.pte, tmp_path / "fw", build=False,
+                         platform="examples/my_soc.yaml")
+    placement = result.plan.to_json()["summary"]["memory_placement"]
+    script = (made.folder / "memory.ld").read_text()
+    assert "flash (rwx) : ORIGIN = 0x10000000" in script
+    assert f"KEEP(*(.model_pte)) }} > {placement['image_region']}" in script
+    for arena in placement["arenas"]:
+        assert f"*(.noinit.{arena['region']}.*) }} > {arena['region']}" in script
+    assert made.record["board"].startswith("generic Armv8-M recipe")
+    assert made.record["qemu_runs_it"] is False
+    cmake = (made.folder / "CMakeLists.txt").read_text()
+    assert "set(CPU_FLAGS -mcpu=cortex-m55 -mfloat-abi=hard -mthumb)" in cmake
+    assert main(["size", "--firmware", str(made.folder)]) == 2  # not built: one line, exit 2

@@ -30,11 +30,11 @@ from orchestrator.device_runs.qemu import installed_platform
 from orchestrator.errors import NotRun, UserError
 from orchestrator.verification.twin import run_twin
 from platforms.firmware_project import (BUILD_DIR, ELF_NAME, PROFILES, RECORD_NAME,
-                                        FirmwareSpec, IoTensor, PlannedBuffer, build_project,
-                                        write_project)
+                                        FirmwareSpec, IoTensor, PlannedBuffer, board_recipe,
+                                        build_project, write_project)
 from platforms.qemu import run_elf
 from platforms.runner_build import (FirmwareBuildError, QemuUnavailable, find_third_party,
-                                    find_toolchain, load_firmware_config)
+                                    find_toolchain)
 
 # The method pool holds the runtime's per-method structures: an EValue per value (16 B on a
 # 32-bit core), a TensorImpl with its sizes, dim order and strides per tensor, the argument
@@ -102,6 +102,18 @@ def example_inputs(inputs: tuple[IoTensor, ...]) -> tuple[tuple[bytes, ...], str
                          "integers over their range, bytes in each input's dim order")
 
 
+def segment_data_bytes(pte: bytes) -> int:
+    """Bytes of the segments after the program flatbuffer, from the `.pte`'s extended header
+    ("eh00" at offset 8: header length u32, program size u64, segment base offset u64, segment
+    data size u64, little-endian; ExecuTorch's PTE file format); 0 without one."""
+    if len(pte) < 40 or pte[8:12] != b"eh00":
+        return 0
+    length = int.from_bytes(pte[12:16], "little")
+    if length < 32:
+        return 0
+    return int.from_bytes(pte[32:40], "little")
+
+
 def method_pool_bytes(view: ProgramView) -> int:
     tensors = [value for value in view.values if value.is_tensor]
     need = (_POOL_PER_VALUE * len(view.values)
@@ -111,7 +123,8 @@ def method_pool_bytes(view: ProgramView) -> int:
     return (total + 1023) // 1024 * 1024
 
 
-def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None) -> FirmwareSpec:
+def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None,
+                  lto: bool) -> FirmwareSpec:
     pte = manifest.pte_path.read_bytes()
     view = ProgramView.read(pte)
     if view.delegates:
@@ -133,8 +146,9 @@ def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None) -> 
                                   int(sizes[mem_id]))
                     for mem_id in range(1, len(sizes)))
     weights_region = placement.get("weights_region") if placement.get("weights_copied") else None
-    constant_bytes = sum(len(b) for b in view.constant_buffers)
-    weights_bytes = int(memory.get("weight_bytes") or constant_bytes)
+    # The copy takes the segment as the loader asks for it, alignment padding included (the
+    # plan's weight figure counts the tensors: MobileNet's is 16 B short of its segment).
+    weights_bytes = segment_data_bytes(pte) or int(memory.get("weight_bytes") or 0)
     inputs, outputs = program_io(view, dict(manifest.data.get("io_quantization") or {}))
     examples, example_source = example_inputs(inputs)
     operators = tuple(line.strip() for line in manifest.read("operators.txt").decode().splitlines()
@@ -148,13 +162,14 @@ def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None) -> 
         temp_pool_bytes=max(int(memory.get("cmsis_scratch_bytes") or 0), 1024),
         method_pool_bytes=method_pool or method_pool_bytes(view),
         example_inputs=examples, example_source=example_source, profile=profile,
-        plan_source="plan.json memory placement of the compile",
+        plan_source="plan.json memory placement of the compile", lto=lto,
     )
 
 
 def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "release",
                   platform: str | None = None, third_party: str | Path | None = None,
-                  build: bool = True, method_pool: int | None = None) -> FirmwareResult:
+                  build: bool = True, method_pool: int | None = None,
+                  lto: bool | None = None) -> FirmwareResult:
     """Write the firmware project of a compiled `.pte` into `out_dir` (new, or one this command
     wrote before), and build it unless `build` is False. Nothing is left half-written: the
     project is made in a sibling temporary folder and renamed into place."""
@@ -162,7 +177,8 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
         raise UserError(f"unknown --profile {profile!r}; choose {' or '.join(PROFILES)}")
     manifest = Manifest.load(pte_path)
     target_platform = installed_platform(dict(manifest.target), platform)
-    spec = firmware_spec(manifest, profile, method_pool)
+    spec = firmware_spec(manifest, profile, method_pool,
+                         lto if lto is not None else profile == "release")
     out = Path(out_dir)
     if out.exists() and not (out / RECORD_NAME).is_file():
         raise UserError(f"refusing to write into {out}: it exists and is not a folder "
@@ -170,7 +186,7 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
     if not out.parent.is_dir():
         raise UserError(f"output folder {out.parent} does not exist; create it or choose another -o")
     try:
-        load_firmware_config(target_platform)
+        board_recipe(target_platform)
         toolchain = find_toolchain()
         sources = find_third_party(third_party)
     except QemuUnavailable as error:
@@ -241,6 +257,9 @@ def run_on_qemu(folder: str | Path, timeout_s: int = 300) -> FirmwareRun:
         raise UserError(f"{elf} is missing: build the project first "
                         f"(cmake -S {folder} -B {folder / BUILD_DIR} && cmake --build "
                         f"{folder / BUILD_DIR})")
+    if not record.get("qemu_runs_it"):
+        raise NotRun(f"not run: {record.get('platform')} has no QEMU machine in this installation "
+                     f"(its board recipe: {record.get('board')}); run the ELF on the board")
     platform = installed_platform({"platform": record.get("platform")})
     try:
         result = run_elf(elf, platform, timeout_s=timeout_s)

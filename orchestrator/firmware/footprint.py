@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import UserError
 from platforms.firmware_project import BUILD_DIR, MAP_NAME
+from platforms.runner_build import QemuUnavailable, find_toolchain
 
 # Output sections by what they take.
 _FLASH_CODE = (".vectors", ".text", ".ARM.extab", ".ARM.exidx", ".preinit_array", ".init_array",
@@ -42,6 +44,23 @@ _COMPONENTS = (
     ("libgcc", re.compile(r"libgcc\.a")),
     ("libstdc++", re.compile(r"libstdc\+\+(_nano)?\.a|libsupc\+\+")),
 )
+
+# Objects the link-time optimizer wrote (release builds use -flto): their input sections are
+# attributed by the symbol each is named after (-ffunction-sections at link time), looked up in
+# the project's own objects and libraries.
+_LTRANS = re.compile(r"ltrans\d*\.ltrans\.o|\.ltrans\d+\.o")
+# What the optimizer appends to a function it clones or localizes.
+_CLONE_SUFFIX = re.compile(r"\.(constprop|isra|part|lto_priv|cold|localalias)\b.*$")
+LTO_UNATTRIBUTED = "other (link-time optimized)"
+# Functions the optimizer made local (lambdas, anonymous namespaces) are named after what
+# encloses them: the namespace in their mangled name says whose they are.
+_NAME_HINTS = (("kernel registration", "kernels_to_register"),
+               ("portable kernels", "torch8executor6native"),
+               ("portable kernels", "torch8executor"),
+               ("cortex_m kernels", "cortex_m6native"),
+               ("runtime core", "executorch7runtime"),
+               ("runtime core", "21executorch_flatbuffer"),
+               ("model API", "ImageLoader"))
 
 _SECTION = re.compile(r"^(\.\S+)\s+0x([0-9a-f]+)\s+0x([0-9a-f]+)")
 _INPUT = re.compile(r"^ (?:\*fill\*|(\S+))?\s+0x([0-9a-f]+)\s+0x([0-9a-f]+)\s*(\S.*)?$")
@@ -85,7 +104,43 @@ def component_of(origin: str) -> str:
     return "other"
 
 
-def read_map(map_path: Path) -> tuple[dict[str, dict[str, int]], dict[str, int], int]:
+def symbol_owners(build_dir: Path) -> dict[str, str]:
+    """The component defining each symbol of the project's libraries and objects, read with the
+    toolchain's gcc-nm (which reads link-time-optimization objects too)."""
+    try:
+        nm = find_toolchain().gcc.parent / "arm-none-eabi-gcc-nm"
+    except QemuUnavailable:
+        return {}
+    if not nm.is_file():
+        return {}
+    owners: dict[str, str] = {}
+    inputs = sorted(build_dir.glob("*.a")) + sorted(build_dir.glob("CMakeFiles/*/**/*.obj"))
+    for path in inputs:
+        result = subprocess.run([str(nm), "--defined-only", str(path)], capture_output=True,
+                                text=True)
+        origin = str(path.relative_to(build_dir))
+        component = component_of(origin if path.suffix == ".a" else f"{origin}")
+        for line in result.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in "TtDdBbRrWwVv":
+                owners.setdefault(parts[2], component)
+    return owners
+
+
+def _owner(section: str, owners: dict[str, str]) -> str:
+    for prefix in (".text.startup.", ".text.", ".rodata.", ".data.", ".bss."):
+        if section.startswith(prefix):
+            symbol = section[len(prefix):]
+            found = owners.get(symbol) or owners.get(_CLONE_SUFFIX.sub("", symbol))
+            if found:
+                return found
+            return next((name for name, hint in _NAME_HINTS if hint in symbol),
+                        LTO_UNATTRIBUTED)
+    return LTO_UNATTRIBUTED
+
+
+def read_map(map_path: Path, owners: dict[str, str] | None = None) -> tuple[
+        dict[str, dict[str, int]], dict[str, int], int]:
     """Bytes per component and kind, the NOLOAD buffers per output section, the stack."""
     components: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     buffers: dict[str, int] = {}
@@ -135,8 +190,12 @@ def read_map(map_path: Path) -> tuple[dict[str, dict[str, int]], dict[str, int],
             kind = "bss"
         else:
             continue
-        component = ("example input (main.c)" if name.startswith(".rodata.example_input")
-                     else component_of(origin))
+        if name.startswith(".rodata.example_input"):
+            component = "example input (main.c)"
+        elif _LTRANS.search(origin):
+            component = _owner(name, owners or {})
+        else:
+            component = component_of(origin)
         components[component][kind] += size
     return ({name: dict(kinds) for name, kinds in components.items()}, buffers, stack)
 
@@ -148,17 +207,21 @@ def footprint(folder: str | Path, stack_used_bytes: int | None = None) -> Footpr
         raise UserError(f"{map_path} is missing: build the project first (cmake -S {folder} -B "
                         f"{folder / BUILD_DIR} && cmake --build {folder / BUILD_DIR}), or run "
                         "`orchestrate firmware` without --no-build")
-    components, buffers, stack = read_map(map_path)
+    owners = symbol_owners(folder / BUILD_DIR)
+    components, buffers, stack = read_map(map_path, owners)
     return Footprint(map_path, components, buffers, stack, stack_used_bytes)
 
 
 def render_text(fp: Footprint, record: dict) -> str:
-    order = [name for name, _ in _COMPONENTS] + ["example input (main.c)", "other"]
+    order = [name for name, _ in _COMPONENTS] + ["example input (main.c)", LTO_UNATTRIBUTED,
+                                                  "other"]
     rows = [(name, fp.components[name]) for name in order if name in fp.components]
     width = max(len(name) for name, _ in rows) if rows else 10
+    lto_note = ("; link-time optimized: functions attributed by name after inlining (a kernel's "
+                "inlined CMSIS-NN code counts as the kernel's)" if record.get("lto") else "")
     lines = [f"firmware {record.get('program')} ({record.get('profile')} profile, "
              f"{record.get('platform')}, {record.get('cpu')}): bytes from the linker map "
-             f"{fp.map_path}",
+             f"{fp.map_path}{lto_note}",
              f"{'component':<{width}}  {'code+rodata':>11}  {'.data':>7}  {'.bss':>7}  {'.pte':>8}"]
     for name, kinds in rows:
         lines.append(f"{name:<{width}}  {kinds.get('code', 0):>11,}  "
@@ -193,6 +256,7 @@ def render_json(fp: Footprint, record: dict) -> str:
     return json.dumps({
         "program": record.get("program"), "profile": record.get("profile"),
         "platform": record.get("platform"), "source": f"linker map {fp.map_path.name}",
+        "lto": bool(record.get("lto")),
         "components": fp.components, "code_bytes": fp.code_bytes(), "pte_bytes": fp.pte_bytes,
         "flash_bytes": fp.flash_bytes, "ram_bytes": fp.ram_bytes, "buffers": fp.regions,
         "stack_bytes": fp.stack_bytes,
