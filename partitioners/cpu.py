@@ -31,7 +31,9 @@ class CpuDecision:
 
     origin: str
     aten_op: str
-    category: str  # lowered | no-kernel | not-quantized | layout | shape-limit | dtype | condition
+    # lowered | no-kernel | not-quantized | layout | shape-limit | dtype | condition |
+    # upstream-failure | per-channel-weights
+    category: str
     message: str
     check: str  # where the decision was made: "file.py:line" of upstream code
 
@@ -97,6 +99,26 @@ def cmsis_decisions_recorded() -> Iterator[dict[str, CpuDecision]]:
         yield decisions
 
 
+@contextlib.contextmanager
+def per_channel_weights_legalized() -> Iterator[list[Workaround]]:
+    """The Ethos-U quantizer's per-channel weight zero points (all 0) in the scalar form
+    `cortex_m::quantized_linear` takes, where that is exact (upstream_cortex_m's docstring): one
+    Workaround per linear rewritten. Enter it after `cmsis_decisions_recorded`."""
+    fixes: list[Workaround] = []
+
+    def record(node, channels: int, scale: float) -> None:
+        fixes.append(Workaround(
+            node.meta.get(ORIGIN_KEY, node.name),
+            "ExecuTorch 1.5.1 AtenToCortexMPass (`weight_zp != 0` refuses per-channel zero "
+            "points even when all are 0)",
+            f"{_op_name(node.target)} weight quantized per channel ({channels} channels, zero "
+            f"points all 0, one scale {scale:.6g}) given to cortex_m::quantized_linear in the "
+            "per-tensor form it takes: the same int8 arithmetic"))
+
+    with upstream_cortex_m.per_channel_weights_legalized(record):
+        yield fixes
+
+
 def has_cmsis_substitution(target) -> bool:
     return upstream_cortex_m.has_substitution(target)
 
@@ -146,12 +168,17 @@ MAX_FLOAT_FALLBACKS = 8
 
 
 def _root_message(error: BaseException) -> str:
+    error = _root_error(error)
+    text = " ".join(str(error).split("Original traceback:")[0].split())
+    return f"{type(error).__name__}: {text}"
+
+
+def _root_error(error: BaseException) -> BaseException:
     seen = set()
     while (error.__cause__ or error.__context__) is not None and id(error) not in seen:
         seen.add(id(error))
         error = error.__cause__ or error.__context__
-    text = " ".join(str(error).split("Original traceback:")[0].split())
-    return f"{type(error).__name__}: {text}"
+    return error
 
 
 def _failed_node(error: BaseException) -> str | None:
@@ -280,6 +307,7 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
     program = edge_manager.exported_program()
     stamp_origins(program.graph_module)
     kept_float: dict[str, str] = {}  # node name -> the upstream failure
+    per_channel_refused: dict[str, str] = {}  # node name -> why its linear cannot be int8
     forced = set(forced)
     float_only = [n for n in program.graph_module.graph.nodes
                   if n.name in forced and _float_only_on_cpu(n)
@@ -287,10 +315,11 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
     while True:
         # The passes rewrite the graph in place before they fail: each attempt gets a copy.
         candidate = copy.deepcopy(program)
-        for name in [*kept_float, *(n.name for n in float_only)]:
+        for name in [*kept_float, *per_channel_refused, *(n.name for n in float_only)]:
             _keep_float(candidate, name)
         try:
-            with cmsis_decisions_recorded() as decisions:
+            with cmsis_decisions_recorded() as decisions, \
+                    per_channel_weights_legalized() as legalized:
                 transformed = CortexMPassManager(
                     candidate, passes=with_narrowed_fusion(CortexMPassManager.legacy_pass_list),
                     target_config=CortexMTargetConfig.from_target_string(cpu)
@@ -301,10 +330,15 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
             if name is not None and not any(n.name == name
                                             for n in program.graph_module.graph.nodes):
                 name = _failed_origin(error, name) or name
-            if (name is None or name in kept_float or len(kept_float) >= MAX_FLOAT_FALLBACKS
+            if (name is None or name in kept_float or name in per_channel_refused
+                    or len(kept_float) >= MAX_FLOAT_FALLBACKS
                     or not _keep_float(copy.deepcopy(program), name)):
                 raise
-            kept_float[name] = _root_message(error)[:300]
+            root = _root_error(error)
+            if isinstance(root, upstream_cortex_m.PerChannelWeightScales):
+                per_channel_refused[name] = str(root)
+            else:
+                kept_float[name] = _root_message(error)[:300]
     decisions = dict(decisions)
     fallbacks = []
     for name, failure in kept_float.items():
@@ -319,6 +353,17 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
             f"{_op_name(node.target)} kept in float on the portable kernel, between its "
             f"dequantize and quantize, because the Cortex-M passes fail on it quantized: "
             f"{failure}"))
+    for name, refusal in per_channel_refused.items():
+        node = next(n for n in program.graph_module.graph.nodes if n.name == name)
+        origin = node.meta.get(ORIGIN_KEY, name)
+        decisions[origin] = CpuDecision(
+            origin, _op_name(node.target), "per-channel-weights",
+            f"kept in float on the portable kernel: {refusal}",
+            "partitioners/upstream_cortex_m.py (per_channel_weights_legalized)")
+        fallbacks.append(Workaround(
+            origin, "ExecuTorch 1.5.1 cortex_m::quantized_linear (one requantization multiplier)",
+            f"{_op_name(node.target)} kept in float on the portable kernel, between its "
+            f"dequantize and quantize: {refusal}"))
     for node in float_only:
         fallbacks.append(Workaround(
             node.meta.get(ORIGIN_KEY, node.name),
@@ -342,7 +387,7 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
                 "quantization range)",
                 f"{activation} fused into {_op_name(node.target)} with output bounds [{qmin}, "
                 f"{qmax}]; upstream left the op computing on raw int8 values in float"))
-    workarounds = (fallbacks + requantize_comparison_scalars(transformed)
+    workarounds = (fallbacks + legalized + requantize_comparison_scalars(transformed)
                    + requantize_fill_values(transformed))
     if legalize:
         workarounds += legalize_for_device(transformed)

@@ -14,6 +14,16 @@ a version guard.
   keeps its qparams, so `input_qparams is None or <flag>` would otherwise read as "not
   quantized"), the check's `check_pattern` is replayed on the node under a line tracer and its
   own condition is named.
+- `_get_linear_replacement` reads the weight's zero point and scale as one number each
+  (ExecuTorch 1.5.1, aten_to_cortex_m_pass.py:398 `if weight_zp != 0: raise
+  NotImplementedError`, :405 one multiplier from `input_scale * weight_scale`), and its kernel
+  requantizes with `requantize_multipliers[0]` only (ops/operators.py:585,
+  op_quantized_linear.cpp:54). The Ethos-U quantizer quantizes a linear's weight per channel:
+  symmetric, so its zero points are a list of zeros, which the `!= 0` test refuses.
+  `per_channel_weights_legalized` gives upstream the scalar form where that is exact (zero
+  points all 0 and one scale for every channel) and otherwise refuses with the real reason (one
+  multiplier cannot honour several scales); a non-zero zero point reaches upstream's refusal.
+  The convolution substitutions read per-channel scales as a list and no weight zero point.
 
 This leans on upstream's source layout: every `return None` of a substitution sits under an
 `if` a few lines above it, and the checker sets its flag under an `if`. `contract()` reports
@@ -24,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib
 import inspect
 import linecache
@@ -42,6 +53,8 @@ FLAG_SETTERS = {
     "skip_quantized_max_pool2d": ("executorch.backends.cortex_m.quantizer.pattern_checkers",
                                   "CortexMMaxPool2DCheck"),
 }
+# Substitutions that read a weight's scale and zero point as one number each.
+SCALAR_WEIGHT_QPARAMS = ("_get_linear_replacement",)
 # How far above a `return None` its guarding `if` may start (the longest upstream condition
 # spans a few lines).
 _GUARD_SEARCH_LINES = 12
@@ -130,6 +143,53 @@ class SubstitutionFailed(RuntimeError):
         self.node_name = node_name
 
 
+class PerChannelWeightScales(NotImplementedError):
+    """A per-channel weight reached a substitution that takes one scale (see the module
+    docstring): the message says what upstream lacks."""
+
+
+@contextlib.contextmanager
+def per_channel_weights_legalized(record: Callable[[object, int, float], None]) -> Iterator[None]:
+    """Meanwhile, before a SCALAR_WEIGHT_QPARAMS substitution runs on a node whose weight is
+    quantized per channel with zero points all 0: when every channel has the same scale, put
+    the scalar form in `node.meta["input_qparams"][1]` (the same int8 arithmetic) and call
+    `record(node, channels, scale)`; when the scales differ, raise SubstitutionFailed for the
+    node with a PerChannelWeightScales. Enter it after `substitutions_observed`, so the observer
+    still profiles upstream's own code."""
+    with substitutions_wrapped(_legalizing(record)):
+        yield
+
+
+def _legalizing(record):
+    def wrap(substitution):
+        if inspect.unwrap(substitution).__name__ not in SCALAR_WEIGHT_QPARAMS:
+            return substitution
+
+        @functools.wraps(substitution)
+        def legalized_substitution(node, dialect_pass):
+            qparams = node.meta.get("input_qparams") or {}
+            weight = qparams.get(1)
+            zero_points = getattr(weight, "zp", 0)
+            if isinstance(zero_points, (list, tuple)) and all(int(z) == 0 for z in zero_points):
+                scales = (list(weight.scale) if isinstance(weight.scale, (list, tuple))
+                          else [weight.scale] * len(zero_points))
+                if len({float(s) for s in scales}) > 1:
+                    refusal = PerChannelWeightScales(
+                        f"cortex_m::quantized_linear requantizes all {len(scales)} output "
+                        f"channels with one multiplier (ExecuTorch 1.5.1), but the weight is "
+                        f"quantized per channel with {len({float(s) for s in scales})} "
+                        f"different scales ({min(scales):.4g} to {max(scales):.4g}; zero points "
+                        "all 0): one scale would change the int8 results")
+                    raise SubstitutionFailed(node.name, refusal) from refusal
+                qparams[1] = weight._replace(scale=float(scales[0]), zp=0, per_channel=False)
+                record(node, len(zero_points), float(scales[0]))
+            return substitution(node, dialect_pass)
+
+        return legalized_substitution
+
+    return wrap
+
+
 @contextlib.contextmanager
 def substitutions_observed(observe: Callable[[object, Lowered | Declined], None]) -> Iterator[None]:
     """Call `observe(node, outcome)` after every substitution AtenToCortexMPass runs meanwhile.
@@ -145,6 +205,7 @@ def _observing(observe):
         filename = inspect.getsourcefile(substitution) or code.co_filename
         short_file = filename.rsplit("/", 1)[-1]
 
+        @functools.wraps(substitution)  # keeps the upstream name for per_channel_weights_legalized
         def observed_substitution(node, dialect_pass):
             returned_at: list[tuple[int, tuple[dict, dict]]] = []
 
@@ -346,4 +407,8 @@ def contract() -> dict[str, object]:
         "plain functions": all(inspect.isfunction(f) for f in table.values()),
         "return None guards": returns,
         "flag setters": setters,
+        # per_channel_weights_legalized: the substitutions it wraps, and the check each makes
+        "scalar weight qparams": {
+            name: "if weight_zp != 0:" in inspect.getsource(functions[name])
+            if name in functions else None for name in SCALAR_WEIGHT_QPARAMS},
     }

@@ -69,11 +69,11 @@ def test_a_forced_op_leaves_the_npu_partition_in_the_pte(tmp_path, compiles):
     assert report.passed, report.verdict
 
 
-def test_a_forced_linear_upstream_refuses_runs_in_float_with_the_reason(tmp_path):
-    """ExecuTorch 1.5.1: `_get_linear_replacement` compares the per-channel weight zero points
-    (a list, as the Ethos-U quantizer makes them) with 0, and its kernel takes one multiplier,
-    so a linear quantized for the NPU cannot be moved to CMSIS-NN. It was an internal error; the
-    linear now runs in float on the portable kernel, and the plan quotes upstream's refusal."""
+def test_a_forced_per_channel_linear_runs_in_float_saying_why(tmp_path):
+    """ExecuTorch 1.5.1's `cortex_m::quantized_linear` takes one requantization multiplier, and
+    the Ethos-U quantizer gives the linear one scale per output channel, so the linear runs in
+    float on the portable kernel and the plan says why (tests/test_weight_zp.py has the
+    upstream refusal itself and the exact case, one scale for every channel)."""
     import orchestrator
 
     policy = tmp_path / "policy.yaml"
@@ -82,9 +82,9 @@ def test_a_forced_linear_upstream_refuses_runs_in_float_with_the_reason(tmp_path
     (linear,) = [r for r in plan.rows if "linear" in r.op]
     assert linear.placement == "portable"
     decision = plan.compiled.cpu_decisions[linear.name]
-    assert decision.category == "upstream-failure"
-    assert "quantized_linear assumes symmetric weight quantization (weight_zp == 0); got " \
-           "weight_zp=[0" in decision.message
+    assert decision.category == "per-channel-weights"
+    assert "cortex_m::quantized_linear requantizes all " in decision.message
+    assert "output channels with one multiplier" in decision.message
 
 
 @pytest.fixture(scope="module")

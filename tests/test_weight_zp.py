@@ -1,0 +1,188 @@
+"""A linear the Ethos-U quantizer quantized per channel, routed to the CPU.
+
+The quantizer makes the weight symmetric per channel: zero points [0, 0, ...] and one scale per
+output channel. ExecuTorch 1.5.1's `_get_linear_replacement` refuses the zero-point list
+(`weight_zp != 0`) and computes one requantization multiplier; its kernel reads one. Where
+every channel has the same scale the scalar form is the same arithmetic and the linear lowers to
+`cortex_m::quantized_linear`; otherwise it runs in float and the plan says why (one multiplier
+cannot honour several scales)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.device_tools import host_runtime_or_missing
+
+U55 = dict(npu="ethos-u55-128")
+
+
+class Head(torch.nn.Module):
+    """conv -> pool -> linear: the linear alone is forced to the CPU by a policy."""
+
+    def __init__(self, equal_scales: bool):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+        self.head = torch.nn.Linear(8, 4)
+        with torch.no_grad():
+            weight = torch.rand(4, 8, generator=torch.Generator().manual_seed(0)) - 0.5
+            if equal_scales:
+                weight[:, 0] = 0.75  # every row's largest magnitude: one scale for all channels
+            self.head.weight.copy_(weight)
+
+    def forward(self, x):
+        return self.head(torch.flatten(self.pool(torch.relu(self.conv(x))), 1))
+
+
+def equal_scale_head():
+    torch.manual_seed(0)
+    return Head(equal_scales=True).eval(), (torch.rand(1, 3, 8, 8) * 2 - 1,)
+
+
+def _linear_edge(equal_scales: bool):
+    """A lone Linear(8, 4) quantized by the Ethos-U quantizer, as an edge program for the CPU."""
+    from executorch.backends.arm.ethosu import EthosUCompileSpec
+    from executorch.backends.arm.quantizer import (EthosUQuantizer,
+                                                   get_symmetric_quantization_config)
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.exir import to_edge_transform_and_lower
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    linear = Head(equal_scales).head.eval()
+    generator = torch.Generator().manual_seed(1)
+    x = (torch.rand(1, 8, generator=generator) * 2 - 1,)
+    quantizer = EthosUQuantizer(EthosUCompileSpec(
+        "ethos-u55-128", system_config="Ethos_U55_High_End_Embedded", memory_mode="Shared_Sram"))
+    quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(torch.export.export(linear, x, strict=True).module(), quantizer)
+    for _ in range(4):
+        prepared(torch.rand(1, 8, generator=generator) * 2 - 1)
+    program = torch.export.export(convert_pt2e(prepared), x, strict=True)
+    return to_edge_transform_and_lower(program, compile_config=cortex_m_edge_compile_config())
+
+
+def _root(error: BaseException) -> BaseException:
+    while error.__cause__ or error.__context__:
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def test_upstream_refuses_all_zero_per_channel_weight_zero_points():
+    """Documents ExecuTorch 1.5.1 (aten_to_cortex_m_pass.py:398): fails once upstream accepts
+    the list form, and then per_channel_weights_legalized can go."""
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
+
+    with pytest.raises(Exception) as raised:
+        CortexMPassManager(_linear_edge(equal_scales=True).exported_program(),
+                           target_config=CortexMTargetConfig.from_target_string("cortex-m55")
+                           ).transform()
+    root = _root(raised.value)
+    assert isinstance(root, NotImplementedError)
+    assert str(root) == ("cortex_m::quantized_linear assumes symmetric weight quantization "
+                         "(weight_zp == 0); got weight_zp=[0, 0, 0, 0]")
+
+
+def test_one_scale_per_channel_linear_lowers_to_quantized_linear():
+    from partitioners.cpu import route_to_cpu
+
+    _, decisions, workarounds = route_to_cpu(_linear_edge(equal_scales=True), "cortex-m55")
+    (decision,) = decisions.values()
+    assert (decision.category, decision.message) == (
+        "lowered", "lowered to cortex_m.quantized_linear.default")
+    (fix,) = [w for w in workarounds if "per-channel zero points" in w.upstream]
+    assert "4 channels, zero points all 0, one scale" in fix.message
+    # The arithmetic is judged end to end: test_the_forced_linear_programs_verify_*.
+
+
+def test_several_scales_per_channel_linear_runs_in_float_with_the_reason():
+    from partitioners.cpu import route_to_cpu
+
+    program, decisions, _ = route_to_cpu(_linear_edge(equal_scales=False), "cortex-m55")
+    (decision,) = decisions.values()
+    assert decision.category == "per-channel-weights"
+    assert decision.message.startswith(
+        "kept in float on the portable kernel: cortex_m::quantized_linear requantizes all 4 "
+        "output channels with one multiplier (ExecuTorch 1.5.1), but the weight is quantized "
+        "per channel with 4 different scales (")
+    assert not any("quantized_linear" in str(n.target) for n in program.graph_module.graph.nodes)
+
+
+def test_a_non_zero_weight_zero_point_keeps_upstreams_refusal():
+    """Only an all-zero list is legalized: a zero point of 3 reaches upstream's own check."""
+    from executorch.backends.arm._passes.quant_args import QuantArgs
+    from executorch.backends.cortex_m.passes.aten_to_cortex_m_pass import AtenToCortexMPass
+    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    from partitioners import upstream_cortex_m
+
+    program = _linear_edge(equal_scales=True).exported_program()
+    (node,) = [n for n in program.graph.nodes if "linear" in str(n.target)]
+    activation = QuantArgs(0.01, 0, -128, 127, torch.int8)
+    node.meta["input_qparams"] = {
+        0: activation, 1: QuantArgs([0.005] * 4, [0, 0, 3, 0], -127, 127, torch.int8, 0, True)}
+    node.meta["output_qparams"] = {0: activation}
+    dialect_pass = AtenToCortexMPass(program, CortexMTargetConfig.from_target_string("cortex-m55"))
+    recorded = []
+    with upstream_cortex_m.per_channel_weights_legalized(lambda *args: recorded.append(args)):
+        substitution = upstream_cortex_m.substitutions()[exir_ops.edge.aten.linear.default]
+        with pytest.raises(NotImplementedError, match=r"got weight_zp=\[0, 0, 3, 0\]"):
+            substitution(node, dialect_pass)
+    assert recorded == []
+
+
+@pytest.fixture(scope="module")
+def forced_heads(tmp_path_factory):
+    """DS-CNN with its final linear forced to the CPU, and a conv -> pool -> linear model whose
+    linear has one scale for every channel, forced likewise; both on ethos-u55-128."""
+    import orchestrator
+
+    folder = tmp_path_factory.mktemp("weight_zp")
+    policy = folder / "policy.yaml"
+    policy.write_text("force_cpu:\n  modules: [classifier, head]\n")
+    return {name: orchestrator.compile(model, folder / f"{name}.pte", policy=str(policy), **U55)
+            for name, model in (("ds-cnn", "ds-cnn"),
+                                ("equal", f"{__file__}:equal_scale_head"))}
+
+
+def test_ds_cnn_forced_linear_runs_in_float_saying_one_multiplier_cannot_take_its_scales(
+        forced_heads):
+    compiled = forced_heads["ds-cnn"]
+    (linear,) = [r for r in compiled.plan.rows if r.name == "aten_linear_default"]
+    assert linear.placement == "portable"
+    assert linear.reasons[0].key == "policy-forced-cpu"
+    (why,) = [r for r in linear.reasons if r.key == "cmsis-condition"]
+    assert "requantizes all 12 output channels with one multiplier" in why.message
+    assert "zero points all 0" in why.message
+
+
+def test_equal_scale_forced_linear_is_on_cmsis_nn(forced_heads):
+    compiled = forced_heads["equal"]
+    (linear,) = [r for r in compiled.plan.rows if r.name == "aten_linear_default"]
+    assert linear.placement == "cmsis-nn" and linear.kernel.startswith("arm_fully_connected")
+    assert any("given to cortex_m::quantized_linear in the per-tensor form" in w.message
+               for w in compiled.compiled.workarounds)
+
+
+@pytest.mark.parametrize("name", ["ds-cnn", "equal"])
+def test_the_forced_linear_programs_verify_on_the_twin(forced_heads, name):
+    import orchestrator
+
+    report = orchestrator.verify(forced_heads[name].pte, samples=4)
+    assert report.passed, report.verdict
+
+
+@pytest.mark.parametrize("name", [pytest.param("ds-cnn", marks=pytest.mark.xfail(
+    strict=True, reason="the float linear's weight is dequantized per channel at run time: the "
+    "runtime has no quantized_decomposed::dequantize_per_channel.out kernel")), "equal"])
+def test_the_forced_linear_programs_verify_on_the_host_runtime(forced_heads, name):
+    from orchestrator.device_runs.runtime_verify import verify_runtime
+
+    runtime = host_runtime_or_missing()
+    try:
+        report = verify_runtime(forced_heads[name].pte, samples=2, runtime=runtime)
+    finally:
+        runtime.close()
+    assert report.runtime_error is None and report.outcome == "passed", report.verdict
