@@ -288,6 +288,11 @@ def build_parser() -> argparse.ArgumentParser:
                           help="write the project only (default: build it with CMake)")
     firmware.add_argument("--run", action="store_true", help="run the built firmware's example "
                           "on QEMU and compare its outputs with the host twin's (default: off)")
+    firmware.add_argument("--npu-device", default="hardware", choices=("hardware", "qemu-bridge"),
+                          help="for programs with NPU partitions, the Ethos-U driver's device "
+                          "layer: hardware (default: the NPU's registers and interrupt, for the "
+                          "board or an FVP) or qemu-bridge (the host's functional model over "
+                          "semihosting, so --run works on QEMU)")
     firmware.add_argument("--no-lto", action="store_true", help="release without link-time "
                           "optimization: more code, but size --firmware attributes every byte "
                           "to the object it came from (default: LTO in release, off in check)")
@@ -797,7 +802,7 @@ def cmd_firmware(args) -> int:
     result = make_firmware(args.pte, args.output, profile=args.profile, platform=args.platform,
                            third_party=args.third_party, build=not args.no_build,
                            method_pool=args.method_pool_bytes,
-                           lto=False if args.no_lto else None)
+                           lto=False if args.no_lto else None, npu_device=args.npu_device)
     record = result.record
     print(f"wrote {result.folder}: {record['profile']} firmware project for {record['program']} "
           f"on {record['platform']} ({record['cpu']}), {len(record['operators'])} operators "

@@ -33,7 +33,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernels.dtypes import ELEMENT_BYTES
@@ -116,6 +116,16 @@ class FirmwareSpec:
     # Link-time optimization (release default): about a fifth less code; the footprint then
     # attributes each function by its name, after inlining.
     lto: bool = False
+    # NPU partitions: the Ethos-U family the program delegates to ("ethos-u55"), where the
+    # driver's device layer goes ("hardware": the NPU's registers and interrupt; "qemu-bridge":
+    # the runner's semihosting bridge to the host's functional model), the fast scratch, and the
+    # region of the temp pool, which holds the NPU scratch (the plan's npu scratch region).
+    npu_partitions: int = 0
+    npu_accelerator: str | None = None  # "ethos-u55-128"
+    npu_product: str | None = None
+    npu_device: str = "hardware"
+    fast_scratch_bytes: int = 0
+    temp_region: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,9 +144,27 @@ class BoardRecipe:
     sources_dir: Path  # the board support files (_BOARD_FILES)
     source: str  # where this recipe comes from, for firmware.json and the docs
     qemu_runs_it: bool  # the platform's QEMU machine runs this build (run_on_qemu)
+    npu_products: dict[str, str] = field(default_factory=dict)  # family -> driver define
+    npu_base_address: int = 0
+    npu_irq: int | None = None  # the NPU's external interrupt number
 
 
 _RUNNER_BOARD = Path(__file__).resolve().parent / "corstone300" / "runner"
+NPU_DEVICES = ("hardware", "qemu-bridge")
+# Bytes of npu_new.cpp's pool per NPU partition: EthosUBackend's ExecutionHandle (its VelaHandles
+# and a platform state pointer, well under this on a 32-bit core).
+_NPU_HANDLE_BYTES = 256
+_ETHOS_U_BACKEND = ("EthosUBackend.cpp", "EthosUBackend_Cortex_M.cpp",
+                    "EthosUBackend_IoMemcpy.cpp", "VelaBinStream.cpp")
+_DEVICE_LAYER = {"ethos-u55": "ethosu_device_u55_u65.c", "ethos-u65": "ethosu_device_u55_u65.c",
+                 "ethos-u85": "ethosu_device_u85.c"}
+
+
+def _npu_irq(runner_dir: Path) -> int | None:
+    """firmware.yaml's npu.irq: the NPU's external interrupt on the platform."""
+    data = load_yaml(runner_dir / "firmware.yaml")
+    irq = (data.get("npu") or {}).get("irq")
+    return int(irq) if irq is not None else None
 _GENERIC_STACK_BYTES = 16384
 
 
@@ -153,7 +181,9 @@ def board_recipe(platform: Platform) -> BoardRecipe:
         return BoardRecipe(config.cpu, tuple(config.cpu_flags), config.optimization,
                            tuple(config.code_regions), config.boot_region, config.data_region,
                            config.runtime_region, config.stack_bytes, config.sources_dir,
-                           f"{config.runner_dir.name}/firmware.yaml of {platform.name}", True)
+                           f"{config.runner_dir.name}/firmware.yaml of {platform.name}", True,
+                           dict(config.npu_products), config.npu_base_address,
+                           _npu_irq(config.runner_dir))
     cores = load_yaml(TEMPLATES / "cores.yaml")
     cpu = platform.cpu_default
     if cpu not in cores:
@@ -238,7 +268,14 @@ def model_io_header(spec: FirmwareSpec) -> str:
         f"#define MODEL_WEIGHTS_COPY_BYTES {spec.weights_bytes if spec.weights_region else 0} "
         f"/* {'copied to ' + spec.weights_region + ' at model_init' if spec.weights_region else 'read in place from the image'} */",
         f"#define MODEL_METHOD_POOL_BYTES {spec.method_pool_bytes}",
-        f"#define MODEL_TEMP_POOL_BYTES {spec.temp_pool_bytes} /* kernels' scratch (CMSIS-NN) */",
+        f"#define MODEL_NPU_PARTITIONS {spec.npu_partitions}"
+        + (f" /* {spec.npu_product}, driver device layer: {spec.npu_device} */"
+           if spec.npu_partitions else ""),
+        f"#define MODEL_NPU_FAST_SCRATCH_BYTES {spec.fast_scratch_bytes}",
+        f"#define MODEL_NPU_HANDLE_POOL_BYTES {_NPU_HANDLE_BYTES * max(spec.npu_partitions, 1)} "
+        "/* EthosUBackend's ExecutionHandle per partition */",
+        f"#define MODEL_TEMP_POOL_BYTES {spec.temp_pool_bytes} /* kernels' scratch (CMSIS-NN) "
+        f"and the NPU scratch, reused by each instruction */",
         "",
         "#endif /* ORCHESTRATE_MODEL_IO_H */",
         "",
@@ -263,13 +300,20 @@ def model_memory_source(spec: FirmwareSpec, runtime_region: str) -> str:
               f"const size_t model_planned_buffer_bytes[] = {{{sizes}}};", "",
               buffer("model_method_pool", runtime_region, spec.method_pool_bytes),
               f"const size_t model_method_pool_bytes = {spec.method_pool_bytes};",
-              buffer("model_temp_pool", runtime_region, spec.temp_pool_bytes),
+              buffer("model_temp_pool", spec.temp_region or runtime_region,
+                     spec.temp_pool_bytes),
               f"const size_t model_temp_pool_bytes = {spec.temp_pool_bytes};"]
     if spec.weights_region:
         lines += [buffer("model_weights_pool", spec.weights_region, spec.weights_bytes),
                   f"const size_t model_weights_pool_bytes = {spec.weights_bytes};"]
     else:
         lines += ["uint8_t model_weights_pool[1];", "const size_t model_weights_pool_bytes = 0;"]
+    if spec.fast_scratch_bytes:
+        lines += [buffer("model_npu_fast_scratch", runtime_region, spec.fast_scratch_bytes),
+                  f"const size_t model_npu_fast_scratch_bytes = {spec.fast_scratch_bytes};"]
+    else:
+        lines += ["uint8_t model_npu_fast_scratch[1];",
+                  "const size_t model_npu_fast_scratch_bytes = 0;"]
     return "\n".join(lines) + "\n"
 
 
@@ -319,16 +363,17 @@ def linker_script(spec: FirmwareSpec, platform: Platform, config: BoardRecipe,
     regions = platform.memories
     code, data, boot = _symbol(code_region), _symbol(config.data_region), _symbol(config.boot_region)
     image = _symbol(spec.image_region)
-    used = {spec.image_region, config.runtime_region, *(p.region for p in spec.planned),
+    used = {spec.image_region, config.runtime_region, spec.temp_region or config.runtime_region,
+            *(p.region for p in spec.planned),
             *((spec.weights_region,) if spec.weights_region else ())}
     memory = "\n".join(
         f"  {_symbol(r.name)} (rwx) : ORIGIN = {r.base_address:#010x}, LENGTH = {r.size_bytes:#x}"
         for r in regions)
     vectors_apart = boot != code
-    boot_section = (f"  .vectors : {{ KEEP(*(.vectors)) }} > {boot} :boot\n"
+    boot_section = (f"  .vectors : {{ KEEP(*(.vectors)) KEEP(*(.vectors.irq)) }} > {boot} :boot\n"
                     if vectors_apart else "")
     boot_phdr = "  boot PT_LOAD;\n" if vectors_apart else ""
-    vectors_in_text = "" if vectors_apart else "    KEEP(*(.vectors))\n"
+    vectors_in_text = "" if vectors_apart else "    KEEP(*(.vectors))\n    KEEP(*(.vectors.irq))\n"
     image_in_code = image == code
     image_phdr = "" if image_in_code else "  image PT_LOAD;\n"
     image_section = (f"  .model_pte : ALIGN({_IMAGE_ALIGNMENT}) {{ KEEP(*(.model_pte)) }} > "
@@ -442,6 +487,46 @@ set(CMAKE_RANLIB "${{ARM_TOOLCHAIN_DIR}}/arm-none-eabi-gcc-ranlib")
 """
 
 
+def _npu_cmake(spec: FirmwareSpec, config: BoardRecipe, third_party: ThirdParty,
+               optimization: str) -> str:
+    """ExecuTorch's EthosUBackend and the Ethos-U core driver, compiled in place, with the
+    device layer `spec.npu_device` names (object files: the backend registers itself)."""
+    tp = third_party.root
+    backend = third_party.executorch / "backends/arm/runtime"
+    driver = third_party.ethos_u_driver
+    define = config.npu_products[spec.npu_product]
+    # The driver's own CMake derives these from its ETHOSU_TARGET_NPU_CONFIG ("ethos-u55-128").
+    _, arch, macs = (spec.npu_accelerator or "ethos-u55-128").split("-")
+    if spec.npu_device == "hardware":
+        device = [f"${{ORCHESTRATE_THIRD_PARTY}}/{(driver / 'src' / _DEVICE_LAYER[spec.npu_product]).relative_to(tp)}",
+                  "board/npu_hardware.c"]
+    else:
+        device = ["board/npu/ethosu_bridge.c", "board/npu_qemu_bridge.c"]
+    # board/npu/ also holds the two CMSIS-Core intrinsics the driver includes.
+    extra_include = "\n  ${CMAKE_CURRENT_LIST_DIR}/board/npu"
+    sources = "\n".join(
+        [f"  ${{ORCHESTRATE_THIRD_PARTY}}/{(backend / name).relative_to(tp)}"
+         for name in _ETHOS_U_BACKEND]
+        + [f"  ${{ORCHESTRATE_THIRD_PARTY}}/{(driver / 'src' / 'ethosu_driver.c').relative_to(tp)}"]
+        + [f"  {path}" for path in (*device, "board/npu_semaphore.c", "board/npu_new.cpp")])
+    return f"""
+# The NPU: ExecuTorch's EthosUBackend and the Ethos-U core driver ({define}), device layer:
+# {spec.npu_device}.
+add_library(ethos_u OBJECT
+{sources}
+)
+target_include_directories(ethos_u PRIVATE
+  ${{ORCHESTRATE_THIRD_PARTY}}/{(driver / 'include').relative_to(tp)}
+  ${{ORCHESTRATE_THIRD_PARTY}}/{(driver / 'src').relative_to(tp)}{extra_include})
+target_compile_definitions(ethos_u PRIVATE {define} ETHOSU_ARCH={arch} ETHOSU_MACS={macs}
+  ETHOSU_LOG_SEVERITY=0
+  RUNNER_NPU_BASE_ADDRESS={config.npu_base_address:#x}u
+  MODEL_NPU_BASE_ADDRESS={config.npu_base_address:#x}u MODEL_NPU_IRQ={config.npu_irq if config.npu_irq is not None else 0})
+target_compile_options(ethos_u PRIVATE {optimization})
+target_link_libraries(ethos_u PUBLIC executorch_headers)
+"""
+
+
 def _cmake_paths(paths: Sequence[Path], root: Path, variable: str) -> str:
     return "\n".join(f"  ${{{variable}}}/{p.relative_to(root)}" for p in paths)
 
@@ -473,6 +558,8 @@ add_library({name}_kernels STATIC
 target_compile_options({name}_kernels PRIVATE {portable_opt if name == 'portable' else kernel_opt})
 target_link_libraries({name}_kernels PUBLIC executorch_headers)""")
     kernel_targets = " ".join(f"{name}_kernels" for name, s in kernel_sources.items() if s)
+    npu = _npu_cmake(spec, config, third_party, runtime_opt) if spec.npu_partitions else ""
+    npu_objects = " $<TARGET_OBJECTS:ethos_u>" if spec.npu_partitions else ""
     board_c = " ".join(f"board/{name}" for name in _BOARD_FILES if name.endswith(".c"))
     pal = ("board/pal_release.cpp board/snprintf_min.c" if release
            else "board/pal.cpp board/printf_c99.c")
@@ -481,8 +568,10 @@ target_link_libraries({name}_kernels PUBLIC executorch_headers)""")
     lto = "-flto" if spec.lto else ""
     # GCC resolves --wrap after link-time optimization has dropped the wrapper, so the files
     # defining wrapped or libc-replacing symbols stay out of it.
+    # (and so do the newlib system calls semihosting.c defines).
     no_lto = ("\nset_source_files_properties(board/snprintf_min.c board/pal_release.cpp "
-              "PROPERTIES COMPILE_OPTIONS -fno-lto)" if spec.lto and release else "")
+              "board/semihosting.c PROPERTIES COMPILE_OPTIONS -fno-lto)"
+              if spec.lto and release else "")
     return f"""# Generated by `orchestrate firmware` ({spec.profile} profile) for {spec.program_name}.pte on
 # {platform.name}. One command builds it:
 #   cmake -S . -B build && cmake --build build
@@ -573,7 +662,8 @@ set_source_files_properties(model/model_pte.S PROPERTIES
 target_link_libraries(model PUBLIC executorch_headers)
 
 # The board: reset, console, counters, ExecuTorch's platform layer, and the example main.
-add_executable({ELF_NAME} main.c {board_c} {pal} $<TARGET_OBJECTS:model>)
+{npu}
+add_executable({ELF_NAME} main.c {board_c} {pal} $<TARGET_OBJECTS:model>{npu_objects})
 target_compile_options({ELF_NAME} PRIVATE {runtime_opt} -DRUNNER_CPU_HZ={platform.cpu_hz})
 target_link_libraries({ELF_NAME} PRIVATE executorch_headers
   -Wl,--start-group {kernel_targets} portable_util prim_ops executorch_core cmsis_nn
@@ -598,6 +688,8 @@ def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_pa
     if spec.profile not in PROFILES:
         raise ValueError(f"unknown profile {spec.profile!r}")
     config = board_recipe(platform)
+    if spec.npu_partitions:
+        check_npu(spec, platform, config, third_party)
     selection = select_operators(spec.operators, third_party)
     libraries = kernel_libraries(third_party)
     tree = source_tree_digest(third_party)
@@ -633,6 +725,15 @@ def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_pa
     else:
         for name in ("pal.cpp", "printf_c99.c"):
             _copy(config.sources_dir / name, folder / "board" / name)
+    if spec.npu_partitions:
+        for name in ("npu_semaphore.c", "npu_new.cpp"):
+            _copy(TEMPLATES / name, folder / "board" / name)
+        bridge = spec.npu_device == "qemu-bridge"
+        name = "npu_qemu_bridge.c" if bridge else "npu_hardware.c"
+        _copy(TEMPLATES / name, folder / "board" / name)
+        for path in sorted((config.sources_dir / "npu").iterdir()):
+            if path.suffix == ".h" or (bridge and path.suffix == ".c"):
+                _copy(path, folder / "board" / "npu" / path.name)
     _copy(TEMPLATES / "main.c", folder / "main.c")
     (folder / "example_io.h").write_text(example_io_header(spec))
     code_region = _code_region(spec, platform, config)
@@ -655,6 +756,9 @@ def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_pa
         "qemu_runs_it": config.qemu_runs_it,
         "profile": spec.profile,
         "lto": spec.lto,
+        "npu": ({"partitions": spec.npu_partitions, "product": spec.npu_product,
+                 "device": spec.npu_device, "fast_scratch_bytes": spec.fast_scratch_bytes}
+                if spec.npu_partitions else None),
         "operators": list(spec.operators),
         "kernel_libraries": {name: list(ops) for name, ops in selection.by_library.items() if ops},
         "memory": {
@@ -669,6 +773,7 @@ def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_pa
             "weights_bytes": spec.weights_bytes if spec.weights_region else 0,
             "method_pool_bytes": spec.method_pool_bytes,
             "temp_pool_bytes": spec.temp_pool_bytes,
+            "temp_region": spec.temp_region or config.runtime_region,
             "stack_bytes": config.stack_bytes,
         },
         "example_inputs": spec.example_source,
@@ -677,6 +782,24 @@ def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_pa
     }
     (folder / RECORD_NAME).write_text(json.dumps(record, indent=1) + "\n")
     return record
+
+
+def check_npu(spec: FirmwareSpec, platform: Platform, config: BoardRecipe,
+              third_party: ThirdParty) -> None:
+    """Raise NoRunnerForPlatform when this platform's recipe cannot build the program's NPU."""
+    if spec.npu_product not in config.npu_products:
+        raise NoRunnerForPlatform(
+            f"the program delegates to {spec.npu_product or 'an NPU'}; the {platform.name} board "
+            f"recipe ({config.source}) builds {', '.join(config.npu_products) or 'no NPU'}")
+    if spec.npu_device not in NPU_DEVICES:
+        raise ValueError(f"unknown NPU device layer {spec.npu_device!r}")
+    if spec.npu_device == "hardware" and (config.npu_irq is None or not config.npu_base_address):
+        raise NoRunnerForPlatform(
+            f"the {platform.name} recipe ({config.source}) names no NPU register address and "
+            "interrupt (npu: base_address, irq) for a hardware build; --npu-device qemu-bridge "
+            "builds for QEMU")
+    if not (third_party.ethos_u_driver / "src" / "ethosu_driver.c").is_file():
+        raise NoRunnerForPlatform(f"no Ethos-U core driver in {third_party.ethos_u_driver}")
 
 
 def _tensor_record(tensor: IoTensor) -> dict:

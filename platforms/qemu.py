@@ -387,10 +387,11 @@ class ElfRun:
 
 
 def run_elf(elf: str | Path, platform: Platform | str = "corstone300", *,
-            timeout_s: int = DEFAULT_TIMEOUT_S) -> ElfRun:
+            timeout_s: int = DEFAULT_TIMEOUT_S, npu_handler=None) -> ElfRun:
     """Run an ELF that needs nothing loaded beside it on the platform's QEMU machine (the
-    machine and arguments of its runner/firmware.yaml). Raises QemuUnavailable when QEMU or the
-    platform's recipe is missing."""
+    machine and arguments of its runner/firmware.yaml); with `npu_handler`, the NPU bridge
+    serves its Ethos-U invocations (platforms/qemu_npu_bridge.py). Raises QemuUnavailable when
+    QEMU or the platform's recipe is missing."""
     platform = load_platform(platform) if isinstance(platform, str) else platform
     config = load_firmware_config(platform)
     qemu = find_qemu()
@@ -398,6 +399,11 @@ def run_elf(elf: str | Path, platform: Platform | str = "corstone300", *,
     errors: list[str] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
+        bridge = None
+        if npu_handler is not None:
+            from platforms.qemu_npu_bridge import BridgeServer
+
+            bridge = BridgeServer(folder, npu_handler).__enter__()
         try:
             completed = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False,
                                        cwd=folder)
@@ -405,6 +411,11 @@ def run_elf(elf: str | Path, platform: Platform | str = "corstone300", *,
         except subprocess.TimeoutExpired as expired:
             output, stderr, exit_code = expired.stdout or b"", expired.stderr or b"", None
             errors.append(f"QEMU still running after {timeout_s} s; killed")
+        finally:
+            if bridge is not None:
+                bridge.stop()
+        if bridge is not None:
+            errors += [f"NPU bridge: {line}" for line in bridge.log.errors]
     qemu_errors = stderr.decode("utf-8", errors="replace").strip()
     errors += [f"qemu: {line}" for line in qemu_errors.splitlines()] if qemu_errors else []
     return ElfRun(exit_code, output.decode("utf-8", errors="replace"), tuple(errors),

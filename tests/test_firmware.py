@@ -12,7 +12,7 @@ import pytest
 
 from kernels.program_view import ProgramView
 from orchestrator.cli import main
-from orchestrator.errors import UserError
+from orchestrator.errors import NotRun, UserError
 from orchestrator.firmware import load_record, make_firmware, run_on_qemu
 from orchestrator.firmware.footprint import footprint
 from orchestrator.verification.twin import run_twin
@@ -116,12 +116,40 @@ def test_size_firmware_components_add_up_to_the_elf_sections(project, capsys):
     assert "runtime core" in text and "(map)" in text
 
 
-def test_firmware_refuses_a_hybrid_program_and_writes_nothing(compiles, tmp_path, capsys):
+def test_hybrid_release_firmware_on_qemu_over_the_npu_bridge_gives_the_twins_bytes(
+        compiles, tmp_path, capsys):
+    """DS-CNN on ethos-u55-128: EthosUBackend and the real Ethos-U core driver linked, its device
+    layer the runner's semihosting bridge; each invocation computed by the host's functional
+    model; the outputs equal the host twin's."""
+    qemu_or_missing()
     _, pte = compiles.get("ds-cnn", npu="ethos-u55-128", write=True)
     out = tmp_path / "fw"
-    assert main(["firmware", str(pte), "-o", str(out)]) == 5
-    assert "NPU partition" in capsys.readouterr().err
-    assert not out.exists() and list(tmp_path.iterdir()) == []
+    assert main(["firmware", str(pte), "-o", str(out), "--npu-device", "qemu-bridge",
+                 "--run"]) == 0
+    printed = capsys.readouterr().out
+    assert "output 0: 48 B, byte-identical to the host twin's" in printed
+    record = load_record(out)
+    assert record["npu"] == {"partitions": 2, "product": "ethos-u55", "device": "qemu-bridge",
+                             "fast_scratch_bytes": 0}
+    # the NPU scratch rides in the temp pool, in the region the plan chose for it
+    assert record["memory"]["temp_region"] == "sram"
+    assert record["memory"]["temp_pool_bytes"] >= 22080
+
+
+def test_hybrid_hardware_project_wires_the_npu_interrupt(compiles, tmp_path):
+    """--npu-device hardware (the default): the driver's own U55/U65 device layer, the NPU's
+    register address and interrupt from the Corstone-300 recipe (ETHOS_U55_IRQn 56)."""
+    _, pte = compiles.get("ds-cnn", npu="ethos-u55-128", write=True)
+    made = make_firmware(pte, tmp_path / "fw", build=False)
+    cmake = (made.folder / "CMakeLists.txt").read_text()
+    assert "ethos-u-core-driver/src/ethosu_device_u55_u65.c" in cmake
+    assert "ethosu_bridge.c" not in cmake
+    assert "MODEL_NPU_BASE_ADDRESS=0x58102000u MODEL_NPU_IRQ=56" in cmake
+    assert "ETHOSU_ARCH=u55 ETHOSU_MACS=128" in cmake
+    assert "KEEP(*(.vectors.irq))" in (made.folder / "memory.ld").read_text()
+    assert main(["firmware", str(pte), "-o", str(tmp_path / "fw2"), "--no-build"]) == 0
+    with pytest.raises(NotRun, match="QEMU does not model"):
+        run_on_qemu(made.folder, pte_path=pte)
 
 
 def test_firmware_refuses_a_folder_it_did_not_write(program, tmp_path, capsys):

@@ -26,12 +26,13 @@ from kernels.dtypes import SCALAR_TYPE_NAMES
 from kernels.program_view import ProgramView, Value
 from kernels.safe_files import DataFileError, load_json
 from orchestrator.artifacts.manifest import Manifest
-from orchestrator.device_runs.qemu import installed_platform
+from orchestrator.device_runs.qemu import fast_scratch_bytes, installed_platform
+from orchestrator.device_runs.qemu_npu import QemuNpuHandler
 from orchestrator.errors import NotRun, UserError
-from orchestrator.verification.twin import run_twin
-from platforms.firmware_project import (BUILD_DIR, ELF_NAME, PROFILES, RECORD_NAME,
-                                        FirmwareSpec, IoTensor, PlannedBuffer, board_recipe,
-                                        build_project, write_project)
+from orchestrator.verification.twin import load_twin, run_twin
+from platforms.firmware_project import (BUILD_DIR, ELF_NAME, NPU_DEVICES, PROFILES,
+                                        RECORD_NAME, FirmwareSpec, IoTensor, PlannedBuffer,
+                                        board_recipe, build_project, write_project)
 from platforms.qemu import run_elf
 from platforms.runner_build import (FirmwareBuildError, QemuUnavailable, find_third_party,
                                     find_toolchain)
@@ -124,14 +125,14 @@ def method_pool_bytes(view: ProgramView) -> int:
 
 
 def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None,
-                  lto: bool) -> FirmwareSpec:
+                  lto: bool, platform, npu_device: str) -> FirmwareSpec:
     pte = manifest.pte_path.read_bytes()
     view = ProgramView.read(pte)
-    if view.delegates:
-        raise NotRun(
-            f"{manifest.pte_path.name} has {len(view.delegates)} NPU partition(s); `orchestrate "
-            "firmware` builds CPU-only programs so far (compile with --npu none); nothing was "
-            "written")
+    backends = {delegate.backend for delegate in view.delegates}
+    if backends - {"EthosUBackend"}:
+        raise NotRun(f"{manifest.pte_path.name} delegates to {', '.join(sorted(backends))}; "
+                     "`orchestrate firmware` links the EthosUBackend only; nothing was written")
+    npu = str(manifest.target.get("npu") or "") if view.delegates else ""
     try:
         plan = load_json(manifest.file("plan.json"))
     except (DataFileError, ValueError) as error:
@@ -154,12 +155,23 @@ def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None,
     operators = tuple(line.strip() for line in manifest.read("operators.txt").decode().splitlines()
                       if line.strip() and not line.startswith("#"))
     name = re.sub(r"\W", "_", manifest.pte_path.stem) or "model"
+    # The temp pool holds each instruction's scratch in turn: CMSIS-NN's buffers and the NPU
+    # scratch EthosUBackend takes for a delegate call (Vela's, plus its 16-byte alignment).
+    npu_scratch = int(memory.get("npu_scratch_bytes") or 0)
+    temp_bytes = max(int(memory.get("cmsis_scratch_bytes") or 0),
+                     npu_scratch + 16 if npu_scratch else 0, 1024)
+    temp_region = next((str(item["region"]) for item in memory.get("items", ())
+                        if str(item.get("item", "")).startswith("npu scratch")
+                        and item.get("region")), None)
     return FirmwareSpec(
         program_name=name, pte=pte, pte_sha256=hashlib.sha256(pte).hexdigest(), method=view.name,
         operators=operators, inputs=inputs, outputs=outputs,
         image_region=str(placement.get("image_region")),
         planned=planned, weights_region=weights_region, weights_bytes=weights_bytes,
-        temp_pool_bytes=max(int(memory.get("cmsis_scratch_bytes") or 0), 1024),
+        temp_pool_bytes=temp_bytes, temp_region=temp_region,
+        npu_partitions=len(view.delegates), npu_accelerator=npu or None,
+        npu_product=("-".join(npu.split("-")[:2]) if npu else None), npu_device=npu_device,
+        fast_scratch_bytes=fast_scratch_bytes(platform, npu) if npu else 0,
         method_pool_bytes=method_pool or method_pool_bytes(view),
         example_inputs=examples, example_source=example_source, profile=profile,
         plan_source="plan.json memory placement of the compile", lto=lto,
@@ -169,16 +181,19 @@ def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None,
 def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "release",
                   platform: str | None = None, third_party: str | Path | None = None,
                   build: bool = True, method_pool: int | None = None,
-                  lto: bool | None = None) -> FirmwareResult:
+                  lto: bool | None = None, npu_device: str = "hardware") -> FirmwareResult:
     """Write the firmware project of a compiled `.pte` into `out_dir` (new, or one this command
     wrote before), and build it unless `build` is False. Nothing is left half-written: the
     project is made in a sibling temporary folder and renamed into place."""
     if profile not in PROFILES:
         raise UserError(f"unknown --profile {profile!r}; choose {' or '.join(PROFILES)}")
+    if npu_device not in NPU_DEVICES:
+        raise UserError(f"unknown --npu-device {npu_device!r}; choose {' or '.join(NPU_DEVICES)}")
     manifest = Manifest.load(pte_path)
     target_platform = installed_platform(dict(manifest.target), platform)
     spec = firmware_spec(manifest, profile, method_pool,
-                         lto if lto is not None else profile == "release")
+                         lto if lto is not None else profile == "release", target_platform,
+                         npu_device)
     out = Path(out_dir)
     if out.exists() and not (out / RECORD_NAME).is_file():
         raise UserError(f"refusing to write into {out}: it exists and is not a folder "
@@ -248,10 +263,14 @@ class FirmwareRun:
     errors: tuple[str, ...]
 
 
-def run_on_qemu(folder: str | Path, timeout_s: int = 300) -> FirmwareRun:
-    """Run a built project's example main on QEMU: its outputs' bytes and measured figures."""
+def run_on_qemu(folder: str | Path, timeout_s: int = 300,
+                pte_path: str | Path | None = None) -> FirmwareRun:
+    """Run a built project's example main on QEMU: its outputs' bytes and measured figures. A
+    program with NPU partitions needs its checked `.pte` (`pte_path`, the one the project was
+    made from): the host computes each invocation the firmware's bridge hands over."""
     folder = Path(folder)
     record = load_record(folder)
+    handler = _npu_handler(record, pte_path) if record.get("npu") else None
     elf = folder / BUILD_DIR / ELF_NAME
     if not elf.is_file():
         raise UserError(f"{elf} is missing: build the project first "
@@ -262,7 +281,7 @@ def run_on_qemu(folder: str | Path, timeout_s: int = 300) -> FirmwareRun:
                      f"(its board recipe: {record.get('board')}); run the ELF on the board")
     platform = installed_platform({"platform": record.get("platform")})
     try:
-        result = run_elf(elf, platform, timeout_s=timeout_s)
+        result = run_elf(elf, platform, timeout_s=timeout_s, npu_handler=handler)
     except QemuUnavailable as error:
         raise NotRun(str(error)) from None
     outputs, figures = [], {}
@@ -277,6 +296,22 @@ def run_on_qemu(folder: str | Path, timeout_s: int = 300) -> FirmwareRun:
     return FirmwareRun(result.exit_code, tuple(outputs), figures.get("stack_used_bytes"),
                        figures.get("method_pool_used_bytes"),
                        figures.get("inference_systick_ticks"), result.log, tuple(result.errors))
+
+
+def _npu_handler(record: dict, pte_path: str | Path | None) -> QemuNpuHandler:
+    npu = record["npu"]
+    if npu.get("device") != "qemu-bridge":
+        raise NotRun("not run: the firmware drives the NPU's registers (--npu-device hardware), "
+                     "which QEMU does not model; make it with --npu-device qemu-bridge to run it "
+                     "on QEMU, or run it on an FVP or the board")
+    if pte_path is None:
+        raise NotRun("not run: a program with NPU partitions runs on QEMU with its .pte beside "
+                     "(`orchestrate firmware PROGRAM.pte ... --run`)")
+    manifest = Manifest.load(pte_path)
+    if hashlib.sha256(manifest.pte_path.read_bytes()).hexdigest() != record.get("pte_sha256"):
+        raise UserError(f"{pte_path} is not the program the firmware embeds (SHA-256 differs "
+                        "from firmware.json)")
+    return QemuNpuHandler(load_twin(manifest.pte_path), str(manifest.target.get("npu")))
 
 
 def example_input_bytes(folder: str | Path) -> tuple[bytes, ...]:
@@ -306,7 +341,7 @@ def firmware_run_lines(folder: Path, pte_path: Path) -> tuple[list[str], bool]:
     """Run the built firmware's example on QEMU and the host twin on the same input; report
     lines and whether every output's bytes are equal."""
     record = load_record(folder)
-    run = run_on_qemu(folder)
+    run = run_on_qemu(folder, pte_path=pte_path)
     if run.exit_code != 0 or len(run.outputs) != len(record["outputs"]):
         detail = "; ".join(run.errors) or run.log.strip().splitlines()[-1:] or ["no output"]
         raise NotRun(f"the firmware's run on QEMU ended with exit code {run.exit_code} before "

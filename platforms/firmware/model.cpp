@@ -89,6 +89,11 @@ const size_t output_bytes[] = MODEL_OUTPUT_BYTES_LIST;
 
 extern "C" model_status_t model_init(void) {
   executorch::runtime::runtime_init();
+#if MODEL_NPU_PARTITIONS > 0
+  if (model_npu_setup() != 0) {
+    return MODEL_ERROR_NPU;
+  }
+#endif
   auto* loader = new (loader_storage) ImageLoader(model_pte, model_pte_bytes);
   auto* program =
       new (program_storage) Result<Program>(Program::load(loader, MODEL_PROGRAM_VERIFICATION));

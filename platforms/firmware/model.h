@@ -27,6 +27,7 @@ typedef enum {
   MODEL_ERROR_IO = 3,        /* an input or output does not match model_io.h */
   MODEL_ERROR_RUN = 4,       /* a kernel failed during the inference */
   MODEL_ERROR_NOT_INIT = 5,  /* model_run before a successful model_init */
+  MODEL_ERROR_NPU = 6,       /* the Ethos-U driver did not initialise */
 } model_status_t;
 
 /* Load the program and its method. Call once before model_run. */

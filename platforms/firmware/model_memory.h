@@ -23,6 +23,12 @@ extern uint8_t model_temp_pool[];
 extern const size_t model_temp_pool_bytes;
 extern uint8_t model_weights_pool[];
 extern const size_t model_weights_pool_bytes;  /* 0: the weights are read in place */
+extern uint8_t model_npu_fast_scratch[];      /* the Ethos-U fast scratch (base address 2) */
+extern const size_t model_npu_fast_scratch_bytes;
+
+/* Programs with NPU partitions: set up the Ethos-U driver (npu_hardware.c on silicon,
+ * npu_qemu_bridge.c on QEMU); 0 on success. */
+int model_npu_setup(void);
 
 #ifdef __cplusplus
 }
