@@ -315,8 +315,8 @@ def _npu_handler(record: dict, pte_path: str | Path | None) -> QemuNpuHandler:
 
 
 def example_input_bytes(folder: str | Path) -> tuple[bytes, ...]:
-    """The example inputs a project embeds (example_io.h), as bytes."""
-    text = (Path(folder) / "example_io.h").read_text()
+    """The example inputs a project embeds (example_io.c), as bytes."""
+    text = (Path(folder) / "example_io.c").read_text()
     found = re.findall(r"example_input\d+\[\d+\][^=]*= \{([0-9,]*)\};", text)
     return tuple(bytes(int(v) for v in body.split(",") if v) for body in found)
 

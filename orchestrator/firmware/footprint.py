@@ -77,7 +77,7 @@ class Footprint:
     stack_used_bytes: int | None = None  # measured on QEMU (stack painting)
 
     def code_bytes(self, exclude: tuple[str, ...] = ("program (.pte)",
-                                                     "example input (main.c)")) -> int:
+                                                     "example input (example_io.c)")) -> int:
         return sum(kinds.get("code", 0) + kinds.get("data init", 0)
                    for name, kinds in self.components.items() if name not in exclude)
 
@@ -191,7 +191,7 @@ def read_map(map_path: Path, owners: dict[str, str] | None = None) -> tuple[
         else:
             continue
         if name.startswith(".rodata.example_input"):
-            component = "example input (main.c)"
+            component = "example input (example_io.c)"
         elif _LTRANS.search(origin):
             component = _owner(name, owners or {})
         else:
@@ -213,7 +213,7 @@ def footprint(folder: str | Path, stack_used_bytes: int | None = None) -> Footpr
 
 
 def render_text(fp: Footprint, record: dict) -> str:
-    order = [name for name, _ in _COMPONENTS] + ["example input (main.c)", LTO_UNATTRIBUTED,
+    order = [name for name, _ in _COMPONENTS] + ["example input (example_io.c)", LTO_UNATTRIBUTED,
                                                   "other"]
     rows = [(name, fp.components[name]) for name in order if name in fp.components]
     width = max(len(name) for name, _ in rows) if rows else 10
