@@ -41,7 +41,7 @@ from kernels.native_build import build_jobs
 from platforms.platform import MemoryRegion, Platform
 from kernels.safe_files import load_yaml
 from platforms.runner_build import (FirmwareBuildError, NoRunnerForPlatform, ThirdParty,
-                                    Toolchain, cmsis_nn_sources, kernel_libraries,
+                                    Toolchain, cmsis_nn_sources, code_sections, kernel_libraries,
                                     kernel_registration, load_firmware_config, runtime_sources,
                                     schema_headers, select_operators, source_tree_digest)
 
@@ -408,41 +408,7 @@ PHDRS
 
 SECTIONS
 {{
-{boot_section}  .text :
-  {{
-{vectors_in_text}    *(.text .text.*)
-    KEEP(*(.init))
-    KEEP(*(.fini))
-    *(.rodata .rodata.*)
-    . = ALIGN(8);
-  }} > {code} :text
-  .ARM.extab : {{ *(.ARM.extab* .gnu.linkonce.armextab.*) }} > {code}
-  .ARM.exidx :
-  {{
-    __exidx_start = .;
-    *(.ARM.exidx* .gnu.linkonce.armexidx.*)
-    __exidx_end = .;
-  }} > {code}
-  .preinit_array : ALIGN(4)
-  {{
-    PROVIDE_HIDDEN(__preinit_array_start = .);
-    KEEP(*(.preinit_array))
-    PROVIDE_HIDDEN(__preinit_array_end = .);
-  }} > {code}
-  .init_array : ALIGN(4)
-  {{
-    PROVIDE_HIDDEN(__init_array_start = .);
-    KEEP(*(SORT(.init_array.*)))
-    KEEP(*(.init_array))
-    PROVIDE_HIDDEN(__init_array_end = .);
-  }} > {code}
-  .fini_array : ALIGN(4)
-  {{
-    PROVIDE_HIDDEN(__fini_array_start = .);
-    KEEP(*(.fini_array))
-    PROVIDE_HIDDEN(__fini_array_end = .);
-  }} > {code}
-{image_section}
+{boot_section}{code_sections(code, vectors_in_text)}{image_section}
   .data : ALIGN(8)
   {{
     __data_start = .;

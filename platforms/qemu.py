@@ -28,6 +28,7 @@ from types import MappingProxyType
 
 from platforms.fvp import parse_runner_log
 from platforms.platform import MemoryRegion, Platform, load_platform
+from platforms.qemu_npu_bridge import BridgeServer
 from platforms.runner_build import (Firmware, FirmwareConfig, NoEthosUInQemu, NoRunnerForPlatform,
                                     QemuUnavailable, build_firmware, core_name, find_qemu,
                                     load_firmware_config, platform_title, ram_regions,
@@ -219,31 +220,9 @@ def run_bpte_on_qemu(
         argv = [str(qemu), *(arg.format(elf=firmware.elf) for arg in config.qemu_args),
                 "-device", _loader(mailbox_path, firmware.mailbox_address),
                 "-device", _loader(bpte_path.resolve(), image_address)]
-        started = time.monotonic()
-        errors: list[str] = []
-        bridge = None
-        if npu_product:
-            from platforms.qemu_npu_bridge import BridgeServer
-
-            bridge = BridgeServer(folder, npu_handler).__enter__()
-        try:
-            # QEMU's semihosting opens host files relative to its working folder: the bridge's.
-            completed = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False,
-                                       cwd=folder)
-            output, stderr, exit_code = completed.stdout, completed.stderr, completed.returncode
-        except subprocess.TimeoutExpired as expired:
-            output, stderr, exit_code = expired.stdout or b"", expired.stderr or b"", None
-            errors.append(f"QEMU still running after {timeout_s} s; killed")
-        finally:
-            if bridge is not None:
-                bridge.stop()
-        run_seconds = time.monotonic() - started
-        if bridge is not None:
-            errors += [f"NPU bridge: {line}" for line in bridge.log.errors]
-    log = output.decode("utf-8", errors="replace")
-    qemu_errors = stderr.decode("utf-8", errors="replace").strip()
-    if qemu_errors:
-        errors += [f"qemu: {line}" for line in qemu_errors.splitlines()]
+        run = _run_qemu(argv, folder, timeout_s, npu_handler if npu_product else None)
+    log, errors, exit_code, run_seconds, bridge = (run.log, list(run.errors), run.exit_code,
+                                                  run.run_seconds, run.bridge)
     result = _result(log, exit_code, errors, firmware, run_seconds, config.method(platform.name),
                      (config.core_text, config.cpu_note),
                      {"image": image_region.name, "planned": ",".join(planned),
@@ -384,6 +363,7 @@ class ElfRun:
     log: str = field(repr=False)
     errors: tuple[str, ...]
     run_seconds: float
+    bridge: BridgeServer | None = field(default=None, repr=False)  # its log: what the NPU ran
 
 
 def run_elf(elf: str | Path, platform: Platform | str = "corstone300", *,
@@ -396,27 +376,32 @@ def run_elf(elf: str | Path, platform: Platform | str = "corstone300", *,
     config = load_firmware_config(platform)
     qemu = find_qemu()
     argv = [str(qemu), *(arg.format(elf=Path(elf).resolve()) for arg in config.qemu_args)]
+    with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
+        return _run_qemu(argv, folder, timeout_s, npu_handler)
+
+
+def _run_qemu(argv: list[str], folder: str, timeout_s: int, npu_handler) -> ElfRun:
+    """QEMU in `folder` (semihosting opens host files relative to it: the NPU bridge's FIFOs),
+    with the bridge serving `npu_handler` when given; a timeout kills it and says so."""
     errors: list[str] = []
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
-        bridge = None
-        if npu_handler is not None:
-            from platforms.qemu_npu_bridge import BridgeServer
-
-            bridge = BridgeServer(folder, npu_handler).__enter__()
-        try:
-            completed = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False,
-                                       cwd=folder)
-            output, stderr, exit_code = completed.stdout, completed.stderr, completed.returncode
-        except subprocess.TimeoutExpired as expired:
-            output, stderr, exit_code = expired.stdout or b"", expired.stderr or b"", None
-            errors.append(f"QEMU still running after {timeout_s} s; killed")
-        finally:
-            if bridge is not None:
-                bridge.stop()
+    bridge = None
+    if npu_handler is not None:
+        bridge = BridgeServer(folder, npu_handler).__enter__()
+    try:
+        completed = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False,
+                                   cwd=folder)
+        output, stderr, exit_code = completed.stdout, completed.stderr, completed.returncode
+    except subprocess.TimeoutExpired as expired:
+        output, stderr, exit_code = expired.stdout or b"", expired.stderr or b"", None
+        errors.append(f"QEMU still running after {timeout_s} s; killed")
+    finally:
         if bridge is not None:
-            errors += [f"NPU bridge: {line}" for line in bridge.log.errors]
+            bridge.stop()
+    run_seconds = time.monotonic() - started
+    if bridge is not None:
+        errors += [f"NPU bridge: {line}" for line in bridge.log.errors]
     qemu_errors = stderr.decode("utf-8", errors="replace").strip()
     errors += [f"qemu: {line}" for line in qemu_errors.splitlines()] if qemu_errors else []
-    return ElfRun(exit_code, output.decode("utf-8", errors="replace"), tuple(errors),
-                  time.monotonic() - started)
+    return ElfRun(exit_code, output.decode("utf-8", errors="replace"), tuple(errors), run_seconds,
+                  bridge)

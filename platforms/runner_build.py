@@ -711,44 +711,7 @@ PHDRS
 
 SECTIONS
 {{
-{boot_section}  .text :
-  {{
-{vectors_in_text}    *(.text .text.*)
-    KEEP(*(.init))
-    KEEP(*(.fini))
-    *(.rodata .rodata.*)
-    . = ALIGN(8);
-  }} > {code} :text
-  .ARM.extab : {{ *(.ARM.extab* .gnu.linkonce.armextab.*) }} > {code}
-  /* Bounds of the unwind index: the NPU build (EthosUBackend) pulls libgcc's unwinder in from
-   * libstdc++, and it names them. */
-  .ARM.exidx :
-  {{
-    __exidx_start = .;
-    *(.ARM.exidx* .gnu.linkonce.armexidx.*)
-    __exidx_end = .;
-  }} > {code}
-  .preinit_array : ALIGN(4)
-  {{
-    PROVIDE_HIDDEN(__preinit_array_start = .);
-    KEEP(*(.preinit_array))
-    PROVIDE_HIDDEN(__preinit_array_end = .);
-  }} > {code}
-  .init_array : ALIGN(4)
-  {{
-    PROVIDE_HIDDEN(__init_array_start = .);
-    KEEP(*(SORT(.init_array.*)))
-    KEEP(*(.init_array))
-    PROVIDE_HIDDEN(__init_array_end = .);
-  }} > {code}
-  .fini_array : ALIGN(4)
-  {{
-    PROVIDE_HIDDEN(__fini_array_start = .);
-    KEEP(*(SORT(.fini_array.*)))
-    KEEP(*(.fini_array))
-    PROVIDE_HIDDEN(__fini_array_end = .);
-  }} > {code}
-
+{boot_section}{code_sections(code, vectors_in_text)}
   /* First in its region, so the harness finds it at a fixed address; not loaded, not zeroed:
    * the harness writes it before reset. */
   .mailbox (NOLOAD) : ALIGN(16)
@@ -929,6 +892,50 @@ SECTIONS
     def _ensure(path: Path) -> Path:
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+def code_sections(code: str, vectors_in_text: str) -> str:
+    """The linker script's loaded, read-only sections in region `code`: text with the vector
+    table (`vectors_in_text`, empty when it lies apart), read-only data, the unwind tables and
+    the constructor arrays. One text for the runner and `orchestrate firmware`'s projects."""
+    return f"""  .text :
+  {{
+{vectors_in_text}    *(.text .text.*)
+    KEEP(*(.init))
+    KEEP(*(.fini))
+    *(.rodata .rodata.*)
+    . = ALIGN(8);
+  }} > {code} :text
+  .ARM.extab : {{ *(.ARM.extab* .gnu.linkonce.armextab.*) }} > {code}
+  /* Bounds of the unwind index: the NPU build (EthosUBackend) pulls libgcc's unwinder in from
+   * libstdc++, and it names them. */
+  .ARM.exidx :
+  {{
+    __exidx_start = .;
+    *(.ARM.exidx* .gnu.linkonce.armexidx.*)
+    __exidx_end = .;
+  }} > {code}
+  .preinit_array : ALIGN(4)
+  {{
+    PROVIDE_HIDDEN(__preinit_array_start = .);
+    KEEP(*(.preinit_array))
+    PROVIDE_HIDDEN(__preinit_array_end = .);
+  }} > {code}
+  .init_array : ALIGN(4)
+  {{
+    PROVIDE_HIDDEN(__init_array_start = .);
+    KEEP(*(SORT(.init_array.*)))
+    KEEP(*(.init_array))
+    PROVIDE_HIDDEN(__init_array_end = .);
+  }} > {code}
+  .fini_array : ALIGN(4)
+  {{
+    PROVIDE_HIDDEN(__fini_array_start = .);
+    KEEP(*(SORT(.fini_array.*)))
+    KEEP(*(.fini_array))
+    PROVIDE_HIDDEN(__fini_array_end = .);
+  }} > {code}
+"""
 
 
 def _symbol(name: str) -> str:
