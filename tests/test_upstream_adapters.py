@@ -27,6 +27,8 @@ def test_exir_adapter_contract():
     assert contract["EdgeProgramManager.__init__"][:4] == ["self", "edge_programs",
                                                            "constant_methods", "compile_config"]
     assert contract["_config_methods"] is True
+    # share_values writes the rewritten program with the emitter's own serializer
+    assert contract["serialize_pte_binary"][:2] == ["pte_file", "extract_delegate_segments"]
 
 
 def test_tag_module_wrapper_forwards_the_tag_iterator():

@@ -40,6 +40,7 @@ from orchestrator.sources.loader import Calibration, LoadedModel
 from orchestrator.target import Target, compile_spec
 from orchestrator.planning.placement import place, snapshot_pre_cpu
 from orchestrator.compilation.prune import prune_unused_constants
+from orchestrator.compilation import share_values as sharing
 from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary_tensors,
                                    check_boundaries)
 from partitioners.cpu import CpuDecision, route_to_cpu
@@ -256,10 +257,11 @@ def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:
     return replace(lowered, edge=edge), upstream_exir.config_methods(edge)
 
 
-def serialize(edge, slots=None) -> tuple[bytes, object, tuple]:
+def serialize(edge, slots=None, share: bool = True) -> tuple[bytes, object, tuple]:
     """ExecuTorch's memory planning and emitter. `slots` (platforms.arena_planning.ArenaSlot):
     the regions the activations may use, fastest first; each becomes one planned buffer. Returns
-    the .pte bytes, the schema Program and the ArenaRecord of the planning."""
+    the .pte bytes, the schema Program and the ArenaRecord of the planning. With `share`, equal
+    read-only scalar and list values are emitted once (orchestrator/compilation/share_values.py)."""
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
@@ -272,14 +274,18 @@ def serialize(edge, slots=None) -> tuple[bytes, object, tuple]:
             extract_delegate_segments=False,
             memory_planning_pass=MemoryPlanningPass(planning_algorithm(slots, record)))
     program = edge.to_executorch(config)
-    return bytes(program.buffer), program.executorch_program, record
+    if not share:
+        return bytes(program.buffer), program.executorch_program, record
+    pte_bytes, shared, _ = upstream_exir.rewrite_pte(bytes(program.buffer), sharing.share_values)
+    return pte_bytes, shared, record
 
 
 @dataclass(frozen=True)
 class CompileOptions:
     """`channels_last`/`check_boundary_layouts` off reproduce upstream's NCHW flow; `legalize`
     off keeps the ops the device's portable kernels cannot run as upstream leaves them;
-    `prune_constants` off keeps the dead constants upstream serializes."""
+    `prune_constants` off keeps the dead constants upstream serializes; `share_values` off keeps
+    one value per argument as the emitter writes them."""
 
     channels_last: bool = True
     check_boundary_layouts: bool = True
@@ -288,6 +294,7 @@ class CompileOptions:
     policy: Policy | None = None  # nodes forced to the CPU
     memory_policy: MemoryPolicy | None = None  # None: auto
     io_auto: bool = False  # --io auto: compile both I/O types, keep the smaller arena (choose_io)
+    share_values: bool = True
 
 
 @dataclass(frozen=True)
@@ -428,7 +435,8 @@ def _run_on_device_stage(state: CompileState) -> CompileState:
     slots = _arena_slots(state)
 
     def serialize_copy(program):
-        return serialize(upstream_exir.with_forward(state.lowered.edge, program), slots)
+        return serialize(upstream_exir.with_forward(state.lowered.edge, program), slots,
+                         state.options.share_values)
 
     sample = state.calibration.samples[0] if state.calibration.samples else \
         tuple(state.model.example_inputs)
@@ -454,7 +462,8 @@ def _serialize_stage(state: CompileState) -> CompileState:
     run_on_device when the real runtime ran it)."""
     if state.pte_bytes:
         return state
-    pte_bytes, program, record = serialize(state.routed_edge, _arena_slots(state))
+    pte_bytes, program, record = serialize(state.routed_edge, _arena_slots(state),
+                                           state.options.share_values)
     return replace(state, pte_bytes=pte_bytes, executorch_program=program, arena_record=record)
 
 
@@ -589,7 +598,8 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
                   work_dir: Path | None = None, channels_last: bool = True,
                   check_boundary_layouts: bool = True, legalize: bool = True,
                   prune_constants: bool = True, policy=None, memory_policy=None,
-                  io_auto: bool = False, progress: Callable[[str, str, float], None] | None = None) -> Compiled:
+                  io_auto: bool = False, share_values: bool = True,
+                  progress: Callable[[str, str, float], None] | None = None) -> Compiled:
     """Run COMPILE_STAGES (see CompileOptions for the switches)."""
     if work_dir is None:
         # Vela's per-partition outputs live here until `write_outputs` copies them; a plan
@@ -600,7 +610,7 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
     state = run_stages(COMPILE_STAGES, CompileState(
         model, calibration, target,
         CompileOptions(channels_last, check_boundary_layouts, legalize, prune_constants, policy,
-                       memory_policy, io_auto),
+                       memory_policy, io_auto, share_values),
         Path(work_dir)),
         seconds, progress)
     return Compiled(model, state.target, calibration, state.captured, state.quantized, state.lowered,

@@ -2,6 +2,10 @@
 
 - `EdgeProgramManager._config_methods`: the constant methods (`input0_scale`, ...) that
   QuantizeInputs/QuantizeOutputs record; there is no public getter.
+- `executorch.exir._serialize._program.serialize_pte_binary` (with the reader
+  `deserialize_pte_binary`): a `.pte` written again after its Program was rewritten
+  (orchestrator/compilation/share_values.py), with the emitter's defaults (no delegate
+  segments, 128-byte segment alignment, default constant alignment).
 - A new EdgeProgramManager around the CPU-routed program (public constructor), instead of
   writing `EdgeProgramManager._edge_programs`, so the manager the lower stage returned stays as
   it was.
@@ -40,10 +44,28 @@ def with_forward(edge_manager, program):
         compile_config=EdgeCompileConfig(_check_ir_validity=False))
 
 
+def rewrite_pte(pte_bytes: bytes, rewrite):
+    """The `.pte` written again with its Program replaced by `rewrite(program)` (which returns
+    the new Program and a record); returns (bytes, new Program, record)."""
+    check_version()
+    import dataclasses
+
+    from executorch.exir._serialize._program import (deserialize_pte_binary,
+                                                     serialize_pte_binary)
+
+    pte = deserialize_pte_binary(pte_bytes)
+    program, record = rewrite(pte.program)
+    out = serialize_pte_binary(dataclasses.replace(pte, program=program),
+                               extract_delegate_segments=False)
+    return bytes(out), program, record
+
+
 def contract() -> dict[str, object]:
     from executorch.exir import EdgeProgramManager
+    from executorch.exir._serialize import _program
 
     return {
+        "serialize_pte_binary": list(inspect.signature(_program.serialize_pte_binary).parameters),
         "EdgeProgramManager.__init__": list(inspect.signature(EdgeProgramManager.__init__).parameters),
         # set in __init__ as an attribute: it appears among the names the code stores
         "_config_methods": "_config_methods" in EdgeProgramManager.__init__.__code__.co_names,

@@ -1,0 +1,147 @@
+"""Shared values: a smaller `.pte` with the same program.
+
+ExecuTorch's emitter writes one EValue per argument: DS-CNN CPU-only on the Cortex-M55 carries
+244 values, 178 of them scalars and int lists of which 55 are distinct (52 copies of the Int 1,
+23 of -128, 21 of 0 ...), each its own flatbuffer table. The runtime resolves every argument by
+its value index, so arguments with equal values may name one value: this rewrite keeps the first
+of each set of equal read-only values, points every reference at it, and drops values nothing
+references.
+
+What is shared: Null, Int, Double, Bool, IntList, DoubleList and BoolList values that no
+instruction writes. A kernel call writes its last argument, a move writes its destination, and
+the plan's inputs and outputs are set from outside; those values, every tensor and tensor list
+(the runtime builds a list's own storage), strings and anything else keep their own values. An
+IntList's items are value indices (symbolic sizes), so lists are compared after their items are
+remapped.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from executorch.exir import schema
+
+_SHAREABLE = (schema.Null, schema.Int, schema.Double, schema.Bool, schema.IntList,
+              schema.DoubleList, schema.BoolList)
+
+
+@dataclass(frozen=True)
+class SharedValues:
+    """What the rewrite did to one execution plan."""
+
+    plan: str
+    values_before: int
+    values_after: int
+
+
+def _written(plan) -> set[int]:
+    written = set(plan.inputs) | set(plan.outputs)
+    for chain in plan.chains:
+        written |= set(chain.inputs) | set(chain.outputs)
+        for instruction in chain.instructions:
+            call = instruction.instr_args
+            if isinstance(call, schema.KernelCall) and call.args:
+                written.add(call.args[-1])
+            elif isinstance(call, schema.DelegateCall):
+                written |= set(call.args)  # its outputs are among them
+            elif isinstance(call, schema.MoveCall):
+                written.add(call.move_to)
+            elif isinstance(call, schema.FreeCall):
+                written.add(call.value_index)
+    return written
+
+
+def _key(value, remap: dict[int, int]):
+    val = value.val
+    if isinstance(val, schema.IntList):
+        return ("IntList", tuple(remap.get(i, i) for i in val.items))
+    if isinstance(val, (schema.DoubleList, schema.BoolList)):
+        return (type(val).__name__, tuple(repr(item) for item in val.items))
+    if isinstance(val, schema.Null):
+        return ("Null",)
+    # Int, Double, Bool: the type matters (Bool True is not Int 1), and repr keeps -0.0 apart
+    # from 0.0
+    return (type(val).__name__,) + tuple(repr(v) for v in val.__dict__.values())
+
+
+def _referenced(plan) -> set[int]:
+    used = set(plan.inputs) | set(plan.outputs)
+    for chain in plan.chains:
+        used |= set(chain.inputs) | set(chain.outputs)
+        for instruction in chain.instructions:
+            call = instruction.instr_args
+            if isinstance(call, (schema.KernelCall, schema.DelegateCall)):
+                used |= set(call.args)
+            elif isinstance(call, schema.MoveCall):
+                used |= {call.move_from, call.move_to}
+            elif isinstance(call, schema.JumpFalseCall):
+                used.add(call.cond_value_index)
+            elif isinstance(call, schema.FreeCall):
+                used.add(call.value_index)
+    # list items are references too, transitively (a list kept keeps its items)
+    pending = list(used)
+    while pending:
+        val = plan.values[pending.pop()].val
+        if isinstance(val, (schema.IntList, schema.TensorList, schema.OptionalTensorList)):
+            for item in val.items:
+                if item >= 0 and item not in used:
+                    used.add(item)
+                    pending.append(item)
+    return used
+
+
+def _renumber(plan, mapping: dict[int, int]) -> None:
+    """Point every reference of `plan` through `mapping` (old index -> new index)."""
+    def new(index: int) -> int:
+        return mapping[index]
+
+    plan.inputs = [new(i) for i in plan.inputs]
+    plan.outputs = [new(i) for i in plan.outputs]
+    for chain in plan.chains:
+        chain.inputs = [new(i) for i in chain.inputs]
+        chain.outputs = [new(i) for i in chain.outputs]
+        for instruction in chain.instructions:
+            call = instruction.instr_args
+            if isinstance(call, (schema.KernelCall, schema.DelegateCall)):
+                call.args = [new(i) for i in call.args]
+            elif isinstance(call, schema.MoveCall):
+                call.move_from, call.move_to = new(call.move_from), new(call.move_to)
+            elif isinstance(call, schema.JumpFalseCall):
+                call.cond_value_index = new(call.cond_value_index)
+            elif isinstance(call, schema.FreeCall):
+                call.value_index = new(call.value_index)
+    for value in plan.values:
+        val = value.val
+        if isinstance(val, (schema.IntList, schema.TensorList)):
+            val.items = [new(i) for i in val.items]
+        elif isinstance(val, schema.OptionalTensorList):
+            val.items = [new(i) if i >= 0 else i for i in val.items]
+
+
+def share_plan_values(plan) -> SharedValues:
+    """Rewrite one execution plan in place; what it did."""
+    before = len(plan.values)
+    written = _written(plan)
+    first: dict = {}
+    remap: dict[int, int] = {}  # a duplicate -> the value it now names
+    for index, value in enumerate(plan.values):
+        if index in written or not isinstance(value.val, _SHAREABLE):
+            continue
+        key = _key(value, remap)
+        if key in first:
+            remap[index] = first[key]
+        else:
+            first[key] = index
+    _renumber(plan, {i: remap.get(i, i) for i in range(before)})
+    kept = sorted(_referenced(plan))
+    compact = {old: new for new, old in enumerate(kept)}
+    plan.values = [plan.values[old] for old in kept]
+    _renumber(plan, compact)
+    return SharedValues(plan.name, before, len(plan.values))
+
+
+def share_values(program) -> tuple[object, tuple[SharedValues, ...]]:
+    """A copy of the schema Program with every execution plan's values shared."""
+    shared = copy.deepcopy(program)
+    return shared, tuple(share_plan_values(plan) for plan in shared.execution_plan)
