@@ -162,3 +162,19 @@ def test_a_kernel_writing_the_evalue_it_reads_is_not_checked_against_its_own_out
     checks = _check(reference, [(0, "cortex_m::transpose.out", 5,
                                  torch.zeros(1, 7, dtype=torch.int8), (5,))])
     assert checks[0].passed is None and checks[0].reference_node is None
+
+
+def test_a_value_with_size_1_dims_added_is_checked_against_the_node_without_them(reference):
+    """A linear computed as a 1x1 convolution writes [N, M, 1, 1] where the reference has
+    [N, M]: with no reference node of its own shape, it is checked against the one whose shape
+    is the same once size-1 dims are dropped (and a wrong value fails there)."""
+    _, _, values = reference
+    written = _program(values, mid_error=0, out_error=0)
+    as_conv = (1, "cortex_m::quantized_conv2d.out", 11, written[1][3].reshape(1, 32, 1, 1))
+    checks = _check(reference, [written[0], as_conv, *written[2:]])
+    assert checks[1].reference_node == "quantize_per_tensor_1" and checks[1].max_steps == 0
+    assert all(c.passed for c in checks)
+    wrong = as_conv[3].to(torch.int32)
+    wrong[0, 0] += 5
+    bad = (1, "cortex_m::quantized_conv2d.out", 11, wrong.clamp(-128, 127).to(torch.int8))
+    assert _check(reference, [written[0], bad])[1].passed is False

@@ -20,7 +20,9 @@ partition has as many stages as its longest chain of requantizations. A real def
 mismatch, a wrong weight, a wrong kernel) is named at the op that makes it, because everything
 before it was forced to what the program really computed.
 
-Matching a program value to its reference node: same shape and dtype, the same scale and zero
+Matching a program value to its reference node: same shape and dtype (when no reference node
+has its shape, the same shape once size-1 dims are dropped: a linear the compile computes as a
+1x1 convolution writes [N, M, 1, 1]), the same scale and zero
 point where the program states them, after the previous match in topological order; among
 those, the one within its bound with the smallest difference. When none is within its bound,
 the value fails against the earliest (a wrong value matches nothing, and the earliest unmatched
@@ -205,6 +207,12 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
                 continue
         candidates = [c for c in checkpoints if _shape_and_dtype(c) == (tuple(tensor.shape),
                                                                            tensor.dtype)]
+        if not candidates:
+            # the same elements in the same order with size-1 dims added or dropped (a linear
+            # computed as a 1x1 convolution writes [N, M, 1, 1] where the reference has [N, M])
+            candidates = [c for c in checkpoints
+                          if _without_unit_dims(_shape_and_dtype(c)) ==
+                          _without_unit_dims((tuple(tensor.shape), tensor.dtype))]
         if value in qparams:
             scale, zero_point = qparams[value]
             candidates = [c for c in candidates if not _is_quantize(c) or (
@@ -339,6 +347,13 @@ def _is_block_of(part: torch.Tensor, whole: torch.Tensor) -> bool:
                    for index in range(whole.shape[dim])):
                 return True
     return False
+
+
+def _without_unit_dims(shape_and_dtype):
+    if shape_and_dtype is None:
+        return None
+    shape, dtype = shape_and_dtype
+    return tuple(d for d in shape if d != 1), dtype
 
 
 def _shape_and_dtype(node) -> tuple[tuple[int, ...], torch.dtype] | None:
