@@ -304,6 +304,8 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
     from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
     from executorch.backends.cortex_m.target_config import CortexMTargetConfig
 
+    from partitioners.legalize import per_channel_linear_as_conv2d
+
     program = edge_manager.exported_program()
     stamp_origins(program.graph_module)
     kept_float: dict[str, str] = {}  # node name -> the upstream failure
@@ -317,6 +319,7 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
         candidate = copy.deepcopy(program)
         for name in [*kept_float, *per_channel_refused, *(n.name for n in float_only)]:
             _keep_float(candidate, name)
+        as_conv = per_channel_linear_as_conv2d(candidate, skip=set(kept_float))
         try:
             with cmsis_decisions_recorded() as decisions, \
                     per_channel_weights_legalized() as legalized:
@@ -387,7 +390,7 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
                 "quantization range)",
                 f"{activation} fused into {_op_name(node.target)} with output bounds [{qmin}, "
                 f"{qmax}]; upstream left the op computing on raw int8 values in float"))
-    workarounds = (fallbacks + legalized + requantize_comparison_scalars(transformed)
+    workarounds = (fallbacks + as_conv + legalized + requantize_comparison_scalars(transformed)
                    + requantize_fill_values(transformed))
     if legalize:
         workarounds += legalize_for_device(transformed)

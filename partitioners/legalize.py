@@ -536,3 +536,115 @@ def legalize_for_device(program) -> list[Workaround]:
         program.graph_module.graph.eliminate_dead_code()
         program.graph_module.recompile()
     return fixes
+
+
+def _dequantize_per_tensor(node) -> bool:
+    return isinstance(node, torch.fx.Node) and _target_parts(node)[:2] == [
+        "quantized_decomposed", "dequantize_per_tensor"]
+
+
+def _per_channel_weight(program, linear):
+    """(weight dequantize, int8 weight, scales) of a linear whose constant weight is quantized
+    per output channel (axis 0) with zero points all 0 and more than one distinct scale, else
+    None."""
+    from executorch.backends.transforms.utils import get_param_tensor, is_param_node
+
+    weight = linear.args[1] if len(linear.args) > 1 else None
+    if not isinstance(weight, torch.fx.Node) or _target_parts(weight)[:2] != [
+            "quantized_decomposed", "dequantize_per_channel"]:
+        return None
+    codes, scales, zero_points = weight.args[0], weight.args[1], weight.args[2]
+    axis = weight.args[3] if len(weight.args) > 3 else 0
+    if axis != 0 or not all(isinstance(n, torch.fx.Node) and is_param_node(program, n)
+                            for n in (codes, scales, zero_points)):
+        return None
+    codes_t, scales_t, zps_t = (get_param_tensor(program, n)
+                                for n in (codes, scales, zero_points))
+    if codes_t is None or codes_t.dim() != 2 or scales_t is None or zps_t is None \
+            or bool((zps_t != 0).any()) or len({float(s) for s in scales_t.flatten()}) < 2:
+        return None
+    return weight, codes_t, scales_t
+
+
+def per_channel_linear_as_conv2d(program, skip=()) -> list[Workaround]:
+    """Every quantized `linear` (not in `skip`) whose weight has several per-channel scales
+    (see the module docstring), as `view -> conv2d 1x1 -> view` on the int8 side of its
+    quantize/dequantize, in place, before the Cortex-M passes. One Workaround per linear."""
+    from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
+    from executorch.backends.transforms.utils import create_constant_placeholder
+    from executorch.exir.dialects._ops import ops as exir_ops
+    from torch.export.graph_signature import InputKind
+
+    graph = program.graph_module.graph
+    fixes = []
+    for node in list(graph.nodes):
+        if node.op != "call_function" or _target_parts(node)[:2] != ["aten", "linear"] \
+                or node.name in skip or ArmAnnotationInfo.CUSTOM_META_KEY not in \
+                node.meta.get("custom", {}):
+            continue
+        weight = _per_channel_weight(program, node)
+        x = node.args[0]
+        users = list(node.users)
+        if weight is None or not _dequantize_per_tensor(x) or len(users) != 1 or \
+                _target_parts(users[0])[:2] != ["quantized_decomposed", "quantize_per_tensor"]:
+            continue
+        dequantize_weight, codes, scales = weight
+        quantize = users[0]
+        bias = node.args[2] if len(node.args) > 2 else None
+        x_val, out_val, q_val = _val(x.args[0]), _val(node), _val(quantize)
+        if x_val is None or out_val is None or q_val is None:
+            continue
+        channels, k = (int(d) for d in codes.shape)
+        rows = int(x_val.numel() // k)
+        origin = node.meta.get(ORIGIN_KEY, node.name)
+
+        def derived(new, val, suffix=None, annotated=False):
+            new.meta.update({key: value for key, value in node.meta.items()
+                             if key in ("nn_module_stack", "stack_trace", "source_fn_stack")})
+            if annotated:
+                new.meta["custom"] = dict(node.meta["custom"])
+            new.meta["val"] = val
+            new.meta[ORIGIN_KEY] = f"{origin}:{suffix}" if suffix else origin
+            return new
+
+        with graph.inserting_after(dequantize_weight.args[0]):
+            codes_1x1 = create_constant_placeholder(
+                program, graph, f"{node.name}_weight_1x1", InputKind.PARAMETER,
+                codes.reshape(channels, k, 1, 1).contiguous())
+        with graph.inserting_before(node):
+            view_in = derived(graph.call_function(
+                exir_ops.edge.aten.view_copy.default, (x.args[0], [rows, k, 1, 1])),
+                x_val.contiguous().reshape(rows, k, 1, 1), "as_1x1_input")
+            x_1x1 = derived(graph.call_function(x.target, (view_in, *x.args[1:]), x.kwargs),
+                            _val(x).contiguous().reshape(rows, k, 1, 1), "as_1x1_input")
+            w_1x1 = derived(graph.call_function(
+                dequantize_weight.target, (codes_1x1, *dequantize_weight.args[1:]),
+                dequantize_weight.kwargs),
+                _val(dequantize_weight).reshape(channels, k, 1, 1), "weight_1x1")
+            conv = derived(graph.call_function(
+                exir_ops.edge.aten.convolution.default,
+                (x_1x1, w_1x1, bias, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)),
+                out_val.contiguous().reshape(rows, channels, 1, 1), annotated=True)
+        with graph.inserting_after(quantize):
+            view_out = derived(graph.call_function(
+                exir_ops.edge.aten.view_copy.default, (quantize, list(q_val.shape))),
+                q_val, "from_1x1_output")
+        quantize.replace_all_uses_with(view_out)
+        view_out.args = (quantize, list(q_val.shape))
+        quantize.args = (conv, *quantize.args[1:])
+        quantize.meta["val"] = q_val.contiguous().reshape(rows, channels, 1, 1)
+        graph.erase_node(node)
+        for dead in (x, dequantize_weight):
+            if not dead.users:
+                graph.erase_node(dead)
+        distinct = len({float(s) for s in scales.flatten()})
+        fixes.append(Workaround(
+            origin, "ExecuTorch 1.5.1 cortex_m::quantized_linear (one requantization multiplier)",
+            f"int8 linear {tuple(x_val.shape)} x {tuple(codes.shape)}^T with {distinct} different "
+            f"per-channel weight scales rewritten to a 1x1 convolution over view_copy "
+            f"[{rows}, {k}, 1, 1] -> [{rows}, {channels}, 1, 1] and back: "
+            "cortex_m::quantized_conv2d requantizes each output channel with its own multiplier, "
+            "the same int8 weights, scales and arithmetic"))
+    if fixes:
+        program.graph_module.recompile()
+    return fixes

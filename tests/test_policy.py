@@ -69,22 +69,26 @@ def test_a_forced_op_leaves_the_npu_partition_in_the_pte(tmp_path, compiles):
     assert report.passed, report.verdict
 
 
-def test_a_forced_per_channel_linear_runs_in_float_saying_why(tmp_path):
+def test_a_forced_per_channel_linear_is_a_cmsis_nn_convolution_saying_why(tmp_path):
     """ExecuTorch 1.5.1's `cortex_m::quantized_linear` takes one requantization multiplier, and
-    the Ethos-U quantizer gives the linear one scale per output channel, so the linear runs in
-    float on the portable kernel and the plan says why (tests/test_weight_zp.py has the
-    upstream refusal itself and the exact case, one scale for every channel)."""
+    the Ethos-U quantizer gives the linear one scale per output channel, so the linear is
+    computed as a 1x1 convolution (one multiplier per output channel) and the plan says why
+    (tests/test_weight_zp.py has the upstream refusal itself, the exact one-scale case and the
+    verification)."""
     import orchestrator
 
     policy = tmp_path / "policy.yaml"
     policy.write_text("force_cpu:\n  modules: [head]\n")
     plan = orchestrator.plan("mixed", npu="ethos-u55-128", policy=str(policy))
     (linear,) = [r for r in plan.rows if "linear" in r.op]
-    assert linear.placement == "portable"
+    assert linear.placement == "cmsis-nn" and linear.kernel.startswith("arm_convolve")
     decision = plan.compiled.cpu_decisions[linear.name]
-    assert decision.category == "per-channel-weights"
-    assert "cortex_m::quantized_linear requantizes all " in decision.message
-    assert "output channels with one multiplier" in decision.message
+    assert decision.category == "lowered"
+    assert decision.message == "lowered to cortex_m.quantized_conv2d.default"
+    (fix,) = [w for w in plan.compiled.workarounds if w.node == linear.name]
+    assert "per-channel weight scales rewritten to a 1x1 convolution" in fix.message
+    assert fix.upstream == ("ExecuTorch 1.5.1 cortex_m::quantized_linear (one requantization "
+                            "multiplier)")
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +102,13 @@ def island_cost(tmp_path_factory):
 def test_cost_placement_moves_an_island_not_worth_its_invocation(island_cost):
     placement = island_cost.plan.cost_placement
     assert placement.chosen_seconds < placement.greedy_seconds
-    (moved,) = [d for d in placement.decisions if d.moved]
-    assert moved.nodes == ("aten_add_tensor",) and moved.cpu_seconds < moved.npu_seconds
-    assert island_cost.plan.summary.npu_partitions == placement.greedy.summary.npu_partitions - 1
+    # the addition, and the final linear (per-channel weights: on CMSIS-NN as a 1x1 convolution)
+    moved_add, moved_linear = [d for d in placement.decisions if d.moved]
+    assert moved_add.nodes == ("aten_add_tensor",)
+    assert moved_add.cpu_seconds < moved_add.npu_seconds
+    assert moved_linear.nodes == ("aten_linear_default",)
+    assert moved_linear.cpu_seconds < moved_linear.npu_seconds
+    assert island_cost.plan.summary.npu_partitions == placement.greedy.summary.npu_partitions - 2
     (add,) = [r for r in island_cost.plan.rows if r.name == "aten_add_tensor"]
     assert add.placement == "cmsis-nn" and "--placement cost" in add.reasons[0].message
     lines = placement.report_lines()

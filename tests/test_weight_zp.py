@@ -4,8 +4,9 @@ The quantizer makes the weight symmetric per channel: zero points [0, 0, ...] an
 output channel. ExecuTorch 1.5.1's `_get_linear_replacement` refuses the zero-point list
 (`weight_zp != 0`) and computes one requantization multiplier; its kernel reads one. Where
 every channel has the same scale the scalar form is the same arithmetic and the linear lowers to
-`cortex_m::quantized_linear`; otherwise it runs in float and the plan says why (one multiplier
-cannot honour several scales)."""
+`cortex_m::quantized_linear`; otherwise (several scales, which one multiplier cannot honour) it is
+computed as a 1x1 convolution, whose `cortex_m::quantized_conv2d` takes one multiplier per output
+channel (partitioners/legalize.py `per_channel_linear_as_conv2d`)."""
 
 from __future__ import annotations
 
@@ -96,17 +97,52 @@ def test_one_scale_per_channel_linear_lowers_to_quantized_linear():
     # The arithmetic is judged end to end: test_the_forced_linear_programs_verify_*.
 
 
-def test_several_scales_per_channel_linear_runs_in_float_with_the_reason():
+def test_several_scales_per_channel_linear_becomes_a_1x1_convolution():
     from partitioners.cpu import route_to_cpu
 
-    program, decisions, _ = route_to_cpu(_linear_edge(equal_scales=False), "cortex-m55")
+    program, decisions, workarounds = route_to_cpu(_linear_edge(equal_scales=False),
+                                                   "cortex-m55")
     (decision,) = decisions.values()
-    assert decision.category == "per-channel-weights"
-    assert decision.message.startswith(
-        "kept in float on the portable kernel: cortex_m::quantized_linear requantizes all 4 "
-        "output channels with one multiplier (ExecuTorch 1.5.1), but the weight is quantized "
-        "per channel with 4 different scales (")
-    assert not any("quantized_linear" in str(n.target) for n in program.graph_module.graph.nodes)
+    assert (decision.category, decision.message) == (
+        "lowered", "lowered to cortex_m.quantized_conv2d.default")
+    targets = [str(n.target) for n in program.graph_module.graph.nodes if n.op == "call_function"]
+    assert not any("linear" in t for t in targets)
+    assert sum("quantized_conv2d" in t for t in targets) == 1
+    (fix,) = [w for w in workarounds if "1x1 convolution" in w.message]
+    assert fix.message.startswith(
+        "int8 linear (1, 8) x (4, 8)^T with 4 different per-channel weight scales rewritten to a "
+        "1x1 convolution over view_copy [1, 8, 1, 1] -> [1, 4, 1, 1] and back")
+    # The arithmetic is judged end to end: test_the_forced_linear_programs_verify_*.
+
+
+def test_the_1x1_convolution_has_the_linears_weights_and_one_multiplier_per_channel():
+    """The conv's int8 weight is the linear's, and its multipliers are those of each channel's
+    scale (input scale x weight scale / output scale), as upstream computes them for a conv."""
+    from executorch.backends.cortex_m.passes.passes_utils import quantize_multiplier_aot
+    from executorch.backends.transforms.utils import get_param_tensor
+
+    from partitioners.cpu import route_to_cpu
+
+    edge = _linear_edge(equal_scales=False)
+    before = edge.exported_program()
+    (dq_weight,) = [n for n in before.graph.nodes if "dequantize_per_channel" in str(n.target)
+                    and n.args[6] == torch.int8]
+    codes = get_param_tensor(before, dq_weight.args[0])
+    scales = get_param_tensor(before, dq_weight.args[1])
+    (linear,) = [n for n in before.graph.nodes if "linear" in str(n.target)]
+    input_scale = float(linear.args[0].args[1])
+    output_scale = float(next(iter(linear.users)).args[1])
+    program, _, _ = route_to_cpu(edge, "cortex-m55")
+    (conv,) = [n for n in program.graph_module.graph.nodes
+               if "quantized_conv2d" in str(n.target)]
+    weight = get_param_tensor(program, conv.args[1])
+    assert torch.equal(weight.reshape(codes.shape), codes)
+    # x, weight, bias, stride, padding, dilation, -input zp, output zp, multipliers, shifts, ...
+    multipliers = get_param_tensor(program, conv.args[8]).tolist()
+    shifts = get_param_tensor(program, conv.args[9]).tolist()
+    expected = [quantize_multiplier_aot(input_scale * float(s) / output_scale) for s in scales]
+    assert list(zip(multipliers, shifts)) == [tuple(int(v) for v in e) for e in expected]
+    assert len(set(multipliers)) > 1
 
 
 def test_a_non_zero_weight_zero_point_keeps_upstreams_refusal():
@@ -147,15 +183,33 @@ def forced_heads(tmp_path_factory):
                                 ("equal", f"{__file__}:equal_scale_head"))}
 
 
-def test_ds_cnn_forced_linear_runs_in_float_saying_one_multiplier_cannot_take_its_scales(
-        forced_heads):
+def test_ds_cnn_forced_linear_is_a_cmsis_nn_convolution(forced_heads):
     compiled = forced_heads["ds-cnn"]
     (linear,) = [r for r in compiled.plan.rows if r.name == "aten_linear_default"]
-    assert linear.placement == "portable"
+    assert linear.placement == "cmsis-nn"
+    assert linear.kernel.startswith("arm_convolve")
+    assert linear.op == "aten.linear.default" and linear.macs == 64 * 12
     assert linear.reasons[0].key == "policy-forced-cpu"
-    (why,) = [r for r in linear.reasons if r.key == "cmsis-condition"]
-    assert "requantizes all 12 output channels with one multiplier" in why.message
-    assert "zero points all 0" in why.message
+    assert not any(r.key == "cmsis-condition" for r in linear.reasons)
+    # the view_copy nodes around it are memory-planned views: no rows of their own
+    (fix,) = [w for w in compiled.compiled.workarounds if w.node == "aten_linear_default"]
+    assert "with 12 different per-channel weight scales rewritten to a 1x1 convolution" \
+        in fix.message
+    assert not any("dequantize_per_channel" in op
+                   for op in compiled.compiled.program_view.operator_names)
+
+
+def test_ds_cnn_forced_linear_is_reported_in_plan_json(forced_heads):
+    import json
+
+    from orchestrator.reports.coverage import render_json
+
+    plan = forced_heads["ds-cnn"].plan
+    document = json.loads(render_json(plan.compiled, plan.rows, plan.summary))
+    (row,) = [r for r in document["ops"] if r["name"] == "aten_linear_default"]
+    assert row["placement"] == "cmsis-nn" and row["kernel"].startswith("arm_convolve")
+    assert any("rewritten to a 1x1 convolution" in w["message"]
+               for w in document["summary"]["workarounds"] if w["node"] == "aten_linear_default")
 
 
 def test_equal_scale_forced_linear_is_on_cmsis_nn(forced_heads):
@@ -174,9 +228,7 @@ def test_the_forced_linear_programs_verify_on_the_twin(forced_heads, name):
     assert report.passed, report.verdict
 
 
-@pytest.mark.parametrize("name", [pytest.param("ds-cnn", marks=pytest.mark.xfail(
-    strict=True, reason="the float linear's weight is dequantized per channel at run time: the "
-    "runtime has no quantized_decomposed::dequantize_per_channel.out kernel")), "equal"])
+@pytest.mark.parametrize("name", ["ds-cnn", "equal"])
 def test_the_forced_linear_programs_verify_on_the_host_runtime(forced_heads, name):
     from orchestrator.device_runs.runtime_verify import verify_runtime
 
