@@ -228,11 +228,13 @@ def render_text(fp: Footprint, record: dict) -> str:
                      f"{kinds.get('data init', 0):>7,}  {kinds.get('bss', 0):>7,}  "
                      f"{kinds.get('.pte', 0):>8,}")
     runtime = fp.components.get("runtime core", {})
+    example = fp.components.get("example input (example_io.c)", {}).get("code", 0)
     lines += [
         "",
         f"flash: {fp.flash_bytes:,} B = code {fp.code_bytes():,} B (runtime core "
         f"{runtime.get('code', 0) + runtime.get('data init', 0):,} B, kernels, libraries, board)"
-        f" + the .pte {fp.pte_bytes:,} B (map)",
+        + (f" + the example's input {example:,} B" if example else "")
+        + f" + the .pte {fp.pte_bytes:,} B (map)",
         "RAM:   " + ", ".join(
             [f"{name.replace('_', ' ')} {size:,} B" for name, size in sorted(fp.regions.items())]
             + [f".data+.bss {sum(k.get('data init', 0) + k.get('bss', 0) for k in fp.components.values()):,} B",
