@@ -7,7 +7,8 @@
     flatten, linear (->10)     NPU
 
 Greedy puts the addition on the NPU: an invocation (driver, cache maintenance) around 1,024
-additions. `--placement cost` moves it to CMSIS-NN (tests/test_policy.py).
+additions. `--placement cost` moves it to CMSIS-NN (tests/test_policy.py), and the final linear
+too (per-channel weights: on CMSIS-NN as a 1x1 convolution, partitioners/legalize.py).
 """
 
 import torch

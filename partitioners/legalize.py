@@ -28,6 +28,18 @@ reported in the plan (as a `Workaround`) so the user sees what changed and why:
   convolution as a 1xK `nn.Conv2d` over an unsqueezed input (`conv1d_as_conv2d`), which the
   quantizer annotates and the Cortex-M passes route to CMSIS-NN; stride, padding, dilation and
   groups carry over, so depthwise, dilated and strided 1-D convolutions keep their meaning.
+- ExecuTorch 1.5.1's `cortex_m::quantized_linear` requantizes with one multiplier
+  (op_quantized_linear.cpp reads `.at(0)`), so a linear the Ethos-U quantizer quantized per
+  output channel with several scales cannot run int8 on CMSIS-NN (a policy forcing DS-CNN's
+  classifier to the CPU left it in float, and the runtime has no `dequantize_per_channel.out`
+  for its weight). Upstream's convolution substitution takes one multiplier per output channel,
+  so before the Cortex-M passes such a linear becomes the same arithmetic as a 1x1 convolution
+  (`per_channel_linear_as_conv2d`): its [N, K] int8 input viewed as [N, K, 1, 1], the same
+  int8 weight as [M, K, 1, 1] with the same per-channel scales and int32 bias, and the int8
+  [N, M, 1, 1] result viewed back; the views sit on the int8 side of the quantize/dequantize, so
+  they move codes. Only linears the CPU runs (route_to_cpu) with zero points all 0 and more
+  than one distinct scale are rewritten; one scale for every channel keeps the per-tensor
+  `quantized_linear` (upstream_cortex_m.per_channel_weights_legalized).
 - A CPU kernel that assumes a layout does not check it (kernels/layout_checks.py lists the
   rules). Where a tensor reaches such a kernel in another layout (a CMSIS-NN conv fed by a
   contiguous view, a cortex_m add walking a channels-last and a contiguous operand in lockstep,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.device_tools import host_runtime_or_missing
+from tests.device_tools import host_runtime_or_missing, qemu_or_missing, verify_qemu_passes
 
 U55 = dict(npu="ethos-u55-128")
 
@@ -238,3 +238,47 @@ def test_the_forced_linear_programs_verify_on_the_host_runtime(forced_heads, nam
     finally:
         runtime.close()
     assert report.runtime_error is None and report.outcome == "passed", report.verdict
+
+
+@pytest.fixture(scope="module")
+def ds_cnn_cost(tmp_path_factory):
+    import orchestrator
+
+    out = tmp_path_factory.mktemp("weight_zp_cost") / "ds-cnn.pte"
+    return orchestrator.compile("ds-cnn", out, placement="cost", **U55)
+
+
+def test_cost_placement_moves_ds_cnns_final_linear_to_cmsis_nn(ds_cnn_cost):
+    """With the linear on CMSIS-NN (a 1x1 convolution), the model prices it below its NPU
+    invocation: the move is kept. The figures are estimates (docs/tuning.md quotes them)."""
+    placement = ds_cnn_cost.plan.cost_placement
+    (moved,) = [d for d in placement.decisions if d.moved]
+    assert moved.nodes == ("aten_linear_default",) and moved.cpu_seconds < moved.npu_seconds
+    assert placement.chosen_seconds < placement.greedy_seconds
+    (linear,) = [r for r in ds_cnn_cost.plan.rows if r.name == "aten_linear_default"]
+    assert linear.placement == "cmsis-nn" and linear.kernel.startswith("arm_convolve")
+    assert "--placement cost" in linear.reasons[0].message
+
+
+def test_the_cost_placed_ds_cnn_verifies_on_the_twin_and_the_host_runtime(ds_cnn_cost):
+    import orchestrator
+    from orchestrator.device_runs.runtime_verify import verify_runtime
+
+    report = orchestrator.verify(ds_cnn_cost.pte, samples=4)
+    assert report.passed, report.verdict
+    runtime = host_runtime_or_missing()
+    try:
+        on_runtime = verify_runtime(ds_cnn_cost.pte, samples=2, runtime=runtime)
+    finally:
+        runtime.close()
+    assert on_runtime.runtime_error is None and on_runtime.outcome == "passed", on_runtime.verdict
+
+
+@pytest.mark.parametrize("placed", ["forced", "cost"])
+def test_ds_cnns_linear_as_a_convolution_passes_verify_qemu(forced_heads, ds_cnn_cost, placed,
+                                                            capsys):
+    """The MVE form of the 1x1 convolution (the host runtime runs CMSIS-NN's C path): every
+    BundleIO case byte-exact on the M55 with the NPU functional model."""
+    qemu_or_missing()
+    pte = forced_heads["ds-cnn"].pte if placed == "forced" else ds_cnn_cost.pte
+    verify_qemu_passes(pte, capsys)
