@@ -789,21 +789,44 @@ def _copy(source: Path, target: Path) -> None:
 
 
 def _code_region(spec: FirmwareSpec, platform: Platform, config: BoardRecipe) -> str:
-    """The first of the recipe's code regions: the linker says when the code does not fit."""
+    """The first of the recipe's code regions; `build_project` moves the code to the next one
+    when the linker says it does not fit."""
     del spec, platform
     return config.code_regions[0]
 
 
-def build_project(folder: Path, jobs: int | None = None) -> Path:
-    """Configure and build with CMake; the ELF. FirmwareBuildError carries the tool's last lines."""
+def build_project(folder: Path, spec: FirmwareSpec, platform: Platform,
+                  jobs: int | None = None) -> Path:
+    """Configure and build with CMake; the ELF. The code goes to the first of the recipe's code
+    regions it fits in (the linker decides; memory.ld and firmware.json are rewritten for the
+    next region and only the link runs again). FirmwareBuildError carries the tool's last
+    lines."""
     cmake = shutil.which("cmake")
     if cmake is None:
         raise FirmwareBuildError("no cmake on PATH (apt-get install cmake)")
+    config = board_recipe(platform)
     build = folder / BUILD_DIR
-    for argv in ([cmake, "-S", str(folder), "-B", str(build), "-DCMAKE_BUILD_TYPE=None"],
-                 [cmake, "--build", str(build), "-j", str(jobs or build_jobs())]):
-        result = subprocess.run(argv, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise FirmwareBuildError(f"{' '.join(argv[:2])} failed:\n"
-                                     f"{(result.stdout + result.stderr)[-4000:]}")
-    return build / ELF_NAME
+    _run_tool([cmake, "-S", str(folder), "-B", str(build), "-DCMAKE_BUILD_TYPE=None"])
+    tried = []
+    for region in config.code_regions:
+        if tried:
+            (folder / "memory.ld").write_text(linker_script(spec, platform, config, region))
+            record = json.loads((folder / RECORD_NAME).read_text())
+            record["memory"]["code_region"] = region
+            (folder / RECORD_NAME).write_text(json.dumps(record, indent=1) + "\n")
+        try:
+            _run_tool([cmake, "--build", str(build), "-j", str(jobs or build_jobs())])
+            return build / ELF_NAME
+        except FirmwareBuildError as error:
+            if "will not fit in region" not in str(error) and "overflowed by" not in str(error):
+                raise
+            tried.append(f"{region}: " + next((line.strip() for line in str(error).splitlines()
+                                               if "overflowed by" in line), "does not fit"))
+    raise FirmwareBuildError("the firmware fits in none of the code regions: " + "; ".join(tried))
+
+
+def _run_tool(argv: list[str]) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise FirmwareBuildError(f"{' '.join(Path(a).name if i == 0 else a for i, a in enumerate(argv[:2]))} "
+                                 f"failed:\n{(result.stdout + result.stderr)[-4000:]}")

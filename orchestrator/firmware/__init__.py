@@ -211,7 +211,8 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
         record = write_project(spec, target_platform, staging, sources, toolchain, cache_root())
         elf = None
         if build:
-            build_project(staging)
+            build_project(staging, spec, target_platform)
+            record = load_record(staging)
             elf = staging / BUILD_DIR / ELF_NAME
         if out.exists():
             shutil.rmtree(out)
@@ -352,9 +353,8 @@ def firmware_run_lines(folder: Path, pte_path: Path) -> tuple[list[str], bool]:
     twin = run_twin(pte_path, inputs)
     lines = [f"ran {folder / BUILD_DIR / ELF_NAME} on QEMU ({record['platform']} machine of its "
              f"runner/firmware.yaml): model_init and model_run returned 0, "
-             f"{run.inference_ticks:,} SysTick ticks per inference (on QEMU -icount a tick is "
-             f"1e9/{record['cpu_hz']:,} instructions, about "
-             f"{round(run.inference_ticks * 1e9 / record['cpu_hz']):,} instructions; not cycles), "
+             f"{run.inference_ticks:,} SysTick ticks per inference (QEMU's virtual time under "
+             f"-icount, which advances with instructions: not cycles), "
              f"stack high-water {run.stack_used_bytes:,} B (stack "
              f"painting), method pool used {run.method_pool_used_bytes:,} of "
              f"{record['memory']['method_pool_bytes']:,} B"]
