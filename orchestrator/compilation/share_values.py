@@ -4,8 +4,8 @@ ExecuTorch's emitter writes one EValue per argument: DS-CNN CPU-only on the Cort
 244 values, 178 of them scalars and int lists of which 55 are distinct (52 copies of the Int 1,
 23 of -128, 21 of 0 ...), each its own flatbuffer table. The runtime resolves every argument by
 its value index, so arguments with equal values may name one value: this rewrite keeps the first
-of each set of equal read-only values, points every reference at it, and drops values nothing
-references.
+of each set of equal read-only values, points every reference at it, and drops the shareable
+values nothing references.
 
 What is shared: Null, Int, Double, Bool, IntList, DoubleList and BoolList values that no
 instruction writes. A kernel call writes its last argument, a move writes its destination, and
@@ -134,7 +134,12 @@ def share_plan_values(plan) -> SharedValues:
         else:
             first[key] = index
     _renumber(plan, {i: remap.get(i, i) for i in range(before)})
-    kept = sorted(_referenced(plan))
+    # Only shareable values go when nothing references them: a tensor no instruction reads is a
+    # dead constant, which orchestrator/compilation/prune.py removes with its bytes (or, with
+    # pruning off, `orchestrate size` reports as such).
+    referenced = _referenced(plan)
+    kept = [index for index, value in enumerate(plan.values)
+            if index in referenced or not isinstance(value.val, _SHAREABLE)]
     compact = {old: new for new, old in enumerate(kept)}
     plan.values = [plan.values[old] for old in kept]
     _renumber(plan, compact)
