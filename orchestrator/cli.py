@@ -799,6 +799,9 @@ def _firmware_size(folder: Path, run: bool, output_format: str) -> int:
 def cmd_firmware(args) -> int:
     from orchestrator.firmware import firmware_run_lines, make_firmware
 
+    if args.run and args.no_build:
+        raise UserError("--run needs the build: drop --no-build, or build the project and run "
+                        "it yourself")
     result = make_firmware(args.pte, args.output, profile=args.profile, platform=args.platform,
                            third_party=args.third_party, build=not args.no_build,
                            method_pool=args.method_pool_bytes,

@@ -158,6 +158,10 @@ def test_firmware_refuses_a_folder_it_did_not_write(program, tmp_path, capsys):
     assert main(["firmware", str(program), "-o", str(tmp_path / "mine"), "--no-build"]) == 2
     assert "not a folder `orchestrate firmware` wrote" in capsys.readouterr().err
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    assert main(["firmware", str(program), "-o", str(tmp_path / "new"), "--no-build",
+                 "--run"]) == 2
+    assert "--run needs the build" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_platform_without_runner_gets_the_generic_recipe_and_its_plans_regions(tmp_path):
