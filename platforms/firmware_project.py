@@ -158,13 +158,6 @@ _ETHOS_U_BACKEND = ("EthosUBackend.cpp", "EthosUBackend_Cortex_M.cpp",
                     "EthosUBackend_IoMemcpy.cpp", "VelaBinStream.cpp")
 _DEVICE_LAYER = {"ethos-u55": "ethosu_device_u55_u65.c", "ethos-u65": "ethosu_device_u55_u65.c",
                  "ethos-u85": "ethosu_device_u85.c"}
-
-
-def _npu_irq(runner_dir: Path) -> int | None:
-    """firmware.yaml's npu.irq: the NPU's external interrupt on the platform."""
-    data = load_yaml(runner_dir / "firmware.yaml")
-    irq = (data.get("npu") or {}).get("irq")
-    return int(irq) if irq is not None else None
 _GENERIC_STACK_BYTES = 16384
 
 
@@ -183,7 +176,7 @@ def board_recipe(platform: Platform) -> BoardRecipe:
                            config.runtime_region, config.stack_bytes, config.sources_dir,
                            f"{config.runner_dir.name}/firmware.yaml of {platform.name}", True,
                            dict(config.npu_products), config.npu_base_address,
-                           _npu_irq(config.runner_dir))
+                           config.npu_irq)
     cores = load_yaml(TEMPLATES / "cores.yaml")
     cpu = platform.cpu_default
     if cpu not in cores:

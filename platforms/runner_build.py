@@ -236,6 +236,7 @@ class FirmwareConfig:
     qemu_memory: tuple[QemuMemory, ...]
     qemu_args: tuple[str, ...]
     text: str  # the file, hashed into the build key
+    npu_irq: int | None = None  # the NPU's external interrupt (npu.irq), for firmware on silicon
 
     @property
     def core_text(self) -> str:
@@ -320,6 +321,7 @@ def load_firmware_config(platform: Platform) -> FirmwareConfig:
         ),
         qemu_args=tuple(str(a) for a in qemu["args"]),
         text=text,
+        npu_irq=int(npu["irq"]) if npu.get("irq") is not None else None,
     )
     for name in (*config.code_regions, config.boot_region, config.data_region, config.heap_region, config.runtime_region,
                  config.default_program_region, config.default_planned_region):
