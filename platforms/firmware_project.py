@@ -29,6 +29,7 @@ verifies the program's internal consistency when it loads (-O2 throughout).
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -38,12 +39,13 @@ from pathlib import Path
 
 from kernels.dtypes import ELEMENT_BYTES
 from kernels.native_build import build_jobs
-from platforms.platform import MemoryRegion, Platform
 from kernels.safe_files import load_yaml
+from platforms.platform import Platform
 from platforms.runner_build import (FirmwareBuildError, NoRunnerForPlatform, ThirdParty,
-                                    Toolchain, cmsis_nn_sources, code_sections, kernel_libraries,
-                                    kernel_registration, load_firmware_config, runtime_sources,
-                                    schema_headers, select_operators, source_tree_digest)
+                                    Toolchain, cmsis_nn_sources, code_sections, data_sections,
+                                    kernel_libraries, kernel_registration, load_firmware_config,
+                                    runtime_sources, schema_headers, select_operators,
+                                    source_tree_digest)
 
 PROFILES = ("release", "check")
 TEMPLATES = Path(__file__).resolve().parent / "firmware"
@@ -75,10 +77,7 @@ class IoTensor:
 
     @property
     def elements(self) -> int:
-        count = 1
-        for size in self.sizes:
-            count *= size
-        return count
+        return math.prod(self.sizes)
 
     @property
     def nbytes(self) -> int:
@@ -402,30 +401,7 @@ PHDRS
 SECTIONS
 {{
 {boot_section}{code_sections(code, vectors_in_text)}{image_section}
-  .data : ALIGN(8)
-  {{
-    __data_start = .;
-    *(.data .data.*)
-    . = ALIGN(8);
-    __data_end = .;
-  }} > {data} AT > {code} :data
-  __data_load = LOADADDR(.data);
-  .bss (NOLOAD) : ALIGN(8)
-  {{
-    __bss_start = .;
-    *(.bss .bss.*)
-    *(COMMON)
-    . = ALIGN(8);
-    __bss_end = .;
-  }} > {data} :none
-  .stack (NOLOAD) : ALIGN(8)
-  {{
-    __stack_limit = .;
-    . += {config.stack_bytes:#x};
-    . = ALIGN(8);
-    __stack_top = .;
-  }} > {data} :none
-  /* No heap: nothing in the firmware allocates. */
+{data_sections(code, data, config.stack_bytes)}  /* No heap: nothing in the firmware allocates. */
   __heap_start = .;
   __heap_end = .;
 
@@ -704,7 +680,8 @@ def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_pa
     _copy(TEMPLATES / "main.c", folder / "main.c")
     (folder / "example_io.h").write_text(example_io_header(spec))
     (folder / "example_io.c").write_text(example_io_source(spec))
-    code_region = _code_region(spec, platform, config)
+    # The first code region; build_project moves the code on when the linker says it does not fit.
+    code_region = config.code_regions[0]
     (folder / "memory.ld").write_text(linker_script(spec, platform, config, code_region))
     (folder / "cmake").mkdir()
     (folder / "cmake" / "arm-none-eabi-gcc.cmake").write_text(toolchain_file(toolchain))
@@ -779,13 +756,6 @@ def _tensor_record(tensor: IoTensor) -> dict:
 def _copy(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(source, target)
-
-
-def _code_region(spec: FirmwareSpec, platform: Platform, config: BoardRecipe) -> str:
-    """The first of the recipe's code regions; `build_project` moves the code to the next one
-    when the linker says it does not fit."""
-    del spec, platform
-    return config.code_regions[0]
 
 
 def build_project(folder: Path, spec: FirmwareSpec, platform: Platform,

@@ -722,30 +722,7 @@ SECTIONS
     . += {MAILBOX.size};
     . = ALIGN(16);
   }} > {data} :none
-  .data : ALIGN(8)
-  {{
-    __data_start = .;
-    *(.data .data.*)
-    . = ALIGN(8);
-    __data_end = .;
-  }} > {data} AT > {code} :data
-  __data_load = LOADADDR(.data);
-  .bss (NOLOAD) : ALIGN(8)
-  {{
-    __bss_start = .;
-    *(.bss .bss.*)
-    *(COMMON)
-    . = ALIGN(8);
-    __bss_end = .;
-  }} > {data} :none
-  .stack (NOLOAD) : ALIGN(8)
-  {{
-    __stack_limit = .;
-    . += {config.stack_bytes:#x};
-    . = ALIGN(8);
-    __stack_top = .;
-  }} > {data} :none
-  .heap (NOLOAD) : ALIGN(8)
+{data_sections(code, data, config.stack_bytes)}  .heap (NOLOAD) : ALIGN(8)
   {{
     __heap_start = .;
     . += {config.heap_bytes:#x};
@@ -937,6 +914,36 @@ def code_sections(code: str, vectors_in_text: str) -> str:
     KEEP(*(.fini_array))
     PROVIDE_HIDDEN(__fini_array_end = .);
   }} > {code}
+"""
+
+
+def data_sections(code: str, data: str, stack_bytes: int) -> str:
+    """The linker script's RAM sections in region `data`: .data (its initial values loaded in
+    region `code`), .bss and the stack (MSPLIM at its bottom), neither loaded. One text for the
+    runner and `orchestrate firmware`'s projects."""
+    return f"""  .data : ALIGN(8)
+  {{
+    __data_start = .;
+    *(.data .data.*)
+    . = ALIGN(8);
+    __data_end = .;
+  }} > {data} AT > {code} :data
+  __data_load = LOADADDR(.data);
+  .bss (NOLOAD) : ALIGN(8)
+  {{
+    __bss_start = .;
+    *(.bss .bss.*)
+    *(COMMON)
+    . = ALIGN(8);
+    __bss_end = .;
+  }} > {data} :none
+  .stack (NOLOAD) : ALIGN(8)
+  {{
+    __stack_limit = .;
+    . += {stack_bytes:#x};
+    . = ALIGN(8);
+    __stack_top = .;
+  }} > {data} :none
 """
 
 

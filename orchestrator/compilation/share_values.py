@@ -35,21 +35,33 @@ class SharedValues:
     values_after: int
 
 
-def _written(plan) -> set[int]:
-    written = set(plan.inputs) | set(plan.outputs)
+def _direct_references(plan) -> tuple[set[int], set[int]]:
+    """The values the plan's instructions, chains, inputs and outputs name, and of those the
+    ones something writes: a kernel call's last argument, a delegate call's arguments (its
+    outputs are among them), a move's destination, a freed value, the inputs and outputs."""
+    named = set(plan.inputs) | set(plan.outputs)
+    written = set(named)
     for chain in plan.chains:
-        written |= set(chain.inputs) | set(chain.outputs)
+        ends = set(chain.inputs) | set(chain.outputs)
+        named |= ends
+        written |= ends
         for instruction in chain.instructions:
             call = instruction.instr_args
-            if isinstance(call, schema.KernelCall) and call.args:
-                written.add(call.args[-1])
+            if isinstance(call, schema.KernelCall):
+                named |= set(call.args)
+                written |= set(call.args[-1:])
             elif isinstance(call, schema.DelegateCall):
-                written |= set(call.args)  # its outputs are among them
+                named |= set(call.args)
+                written |= set(call.args)
             elif isinstance(call, schema.MoveCall):
+                named |= {call.move_from, call.move_to}
                 written.add(call.move_to)
+            elif isinstance(call, schema.JumpFalseCall):
+                named.add(call.cond_value_index)
             elif isinstance(call, schema.FreeCall):
+                named.add(call.value_index)
                 written.add(call.value_index)
-    return written
+    return named, written
 
 
 def _key(value, remap: dict[int, int]):
@@ -66,19 +78,7 @@ def _key(value, remap: dict[int, int]):
 
 
 def _referenced(plan) -> set[int]:
-    used = set(plan.inputs) | set(plan.outputs)
-    for chain in plan.chains:
-        used |= set(chain.inputs) | set(chain.outputs)
-        for instruction in chain.instructions:
-            call = instruction.instr_args
-            if isinstance(call, (schema.KernelCall, schema.DelegateCall)):
-                used |= set(call.args)
-            elif isinstance(call, schema.MoveCall):
-                used |= {call.move_from, call.move_to}
-            elif isinstance(call, schema.JumpFalseCall):
-                used.add(call.cond_value_index)
-            elif isinstance(call, schema.FreeCall):
-                used.add(call.value_index)
+    used, _ = _direct_references(plan)
     # list items are references too, transitively (a list kept keeps its items)
     pending = list(used)
     while pending:
@@ -122,7 +122,7 @@ def _renumber(plan, mapping: dict[int, int]) -> None:
 def share_plan_values(plan) -> SharedValues:
     """Rewrite one execution plan in place; what it did."""
     before = len(plan.values)
-    written = _written(plan)
+    _, written = _direct_references(plan)
     first: dict = {}
     remap: dict[int, int] = {}  # a duplicate -> the value it now names
     for index, value in enumerate(plan.values):
