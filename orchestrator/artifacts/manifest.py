@@ -69,12 +69,12 @@ def manifest_json(compiled, partitions) -> dict:
     }
 
 
-def inside(folder: Path, relative: str) -> Path:
+def inside(folder: Path, relative: str, action: str = "verify") -> Path:
     """`folder / relative`, refusing a path that leaves the folder (absolute, `..`, a link out)."""
     candidate = (folder / relative)
     if Path(relative).is_absolute() or ".." in Path(relative).parts or \
             not candidate.resolve().is_relative_to(folder.resolve()):
-        raise UserError(f"refusing to verify: {folder / MANIFEST_NAME} names {relative!r}, "
+        raise UserError(f"refusing to {action}: {folder / MANIFEST_NAME} names {relative!r}, "
                         "which is outside its artifacts folder")
     return candidate
 
@@ -159,15 +159,16 @@ class Manifest:
         return next((p for p in self.partitions if p.payload_sha256 == payload_sha256), None)
 
     @classmethod
-    def load(cls, pte_path) -> "Manifest":
+    def load(cls, pte_path, action: str = "verify") -> "Manifest":
         """The manifest beside `pte_path`, after checking the `.pte` and every file the
-        manifest lists against their SHA-256; a UserError names the first that differs."""
+        manifest lists against their SHA-256; a UserError names the first that differs and
+        says what it refuses to do (`action`)."""
         pte_path = Path(pte_path)
         folder = artifacts_dir_for(pte_path)
         manifest_path = folder / MANIFEST_NAME
         if not pte_path.is_file() or not manifest_path.is_file():
             missing = pte_path if not pte_path.is_file() else manifest_path
-            raise UserError(f"refusing to verify: {missing} is missing; re-run `orchestrate "
+            raise UserError(f"refusing to {action}: {missing} is missing; re-run `orchestrate "
                             "compile` to write the .pte and its artifacts folder")
         try:
             written = load_json(manifest_path)
@@ -186,23 +187,23 @@ class Manifest:
                               bool(b.get("consistent", True)))
                 for b in written.get("boundaries", []))
         except (DataFileError, KeyError, TypeError, ValueError, AttributeError) as error:
-            raise UserError(f"refusing to verify: {manifest_path} is not a manifest written by "
+            raise UserError(f"refusing to {action}: {manifest_path} is not a manifest written by "
                             f"`orchestrate compile` ({error}); re-run `orchestrate compile`") \
                 from None
         expected = written["pte"]["sha256"]
         actual = hashlib.sha256(pte_path.read_bytes()).hexdigest()
         if actual != expected:
-            raise UserError(f"refusing to verify: {pte_path} does not match its artifacts (its "
+            raise UserError(f"refusing to {action}: {pte_path} does not match its artifacts (its "
                             f"SHA-256 is {actual[:12]}..., {manifest_path} records "
                             f"{str(expected)[:12]}...); re-run `orchestrate compile` to write "
                             "both")
         for relative, digest in written["files"].items():
-            path = inside(folder, str(relative))
+            path = inside(folder, str(relative), action)
             if not path.is_file():
-                raise UserError(f"refusing to verify: {path} is missing from the artifacts; "
+                raise UserError(f"refusing to {action}: {path} is missing from the artifacts; "
                                 "re-run `orchestrate compile`")
             if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
-                raise UserError(f"refusing to verify: {path} was changed after compiling (its "
+                raise UserError(f"refusing to {action}: {path} was changed after compiling (its "
                                 f"SHA-256 differs from {manifest_path}); re-run `orchestrate "
                                 "compile`")
         return cls(pte_path, folder, MappingProxyType(written), partitions, boundaries)

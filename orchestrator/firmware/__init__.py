@@ -189,7 +189,7 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
         raise UserError(f"unknown --profile {profile!r}; choose {' or '.join(PROFILES)}")
     if npu_device not in NPU_DEVICES:
         raise UserError(f"unknown --npu-device {npu_device!r}; choose {' or '.join(NPU_DEVICES)}")
-    manifest = Manifest.load(pte_path)
+    manifest = Manifest.load(pte_path, action="make firmware")
     target_platform = installed_platform(dict(manifest.target), platform)
     spec = firmware_spec(manifest, profile, method_pool,
                          lto if lto is not None else profile == "release", target_platform,
@@ -308,7 +308,7 @@ def _npu_handler(record: dict, pte_path: str | Path | None) -> QemuNpuHandler:
     if pte_path is None:
         raise NotRun("not run: a program with NPU partitions runs on QEMU with its .pte beside "
                      "(`orchestrate firmware PROGRAM.pte ... --run`)")
-    manifest = Manifest.load(pte_path)
+    manifest = Manifest.load(pte_path, action="run the firmware")
     if hashlib.sha256(manifest.pte_path.read_bytes()).hexdigest() != record.get("pte_sha256"):
         raise UserError(f"{pte_path} is not the program the firmware embeds (SHA-256 differs "
                         "from firmware.json)")
