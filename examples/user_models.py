@@ -14,7 +14,8 @@ split and shuffle), and the families of issue 23: a segmentation head returning 
 their argmax, a softmax classifier, a layer-norm MLP, a U-Net-style encoder-decoder (upsampling,
 skip concat), a depthwise-separable 1-D TCN, a detection head (sigmoid, concat), a two-input
 two-output model, a ResNet of basic blocks (identity adds), a transposed-conv decoder, and
-index/selection ops (argmin, index_select, gather, where, zeros_like, cat, amax, a bool mask).
+index/selection ops (argmin, index_select, gather, where, zeros_like, cat, amax, a bool mask),
+and a CRNN (a conv front end whose channels-last output is permuted into a GRU's time axis).
 torchvision is not a dependency and no weights are downloaded: the blocks
 are written here, at small inputs, with seeded random weights and non-trivial BatchNorm
 statistics (folding a default BatchNorm is an identity and would hide a folding bug).
@@ -531,6 +532,24 @@ class IndexOps(nn.Module):
         return torch.amax(joined, dim=(2, 3)), classes, z > 0.0
 
 
+class Crnn(nn.Module):
+    """A CRNN keyword spotter: conv-BN-ReLU and max-pool over a [1, 1, 8, 16] spectrogram, the
+    channels and frequency of each frame flattened into a GRU step, a linear head on the last
+    step. The permute reads the convolution's channels-last output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.front = nn.Sequential(_conv_bn(1, 8), nn.MaxPool2d(2))
+        self.gru = nn.GRU(8 * 4, 16, batch_first=True)
+        self.head = nn.Linear(16, 6)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.front(x)  # [1, 8, 4, 8]: channels, frequency, time
+        frames = y.permute(0, 3, 1, 2).reshape(1, 8, 32)
+        out, _ = self.gru(frames)
+        return self.head(out[:, -1])
+
+
 conv1d_audio = _seeded(Conv1dAudio, (1, 10, 40))
 attention_block = _seeded(AttentionBlock, (1, 16, 32))
 argmax_head = _seeded(ArgmaxSegmentation, (1, 3, 16, 16))
@@ -555,6 +574,7 @@ two_tower = _seeded(TwoTower, (1, 1, 16, 16), (1, 12))
 resnet_basic = _seeded(ResNetBasic, (1, 3, 16, 16))
 transposed_decoder = _seeded(TransposedDecoder, (1, 1, 16, 16))
 index_ops = _seeded(IndexOps, (1, 3, 8, 8))
+crnn = _seeded(Crnn, (1, 1, 8, 16))
 
 USER_MODELS: dict[str, Factory] = {
     "conv1d_audio": conv1d_audio,
@@ -581,6 +601,7 @@ USER_MODELS: dict[str, Factory] = {
     "resnet_basic": resnet_basic,
     "transposed_decoder": transposed_decoder,
     "index_ops": index_ops,
+    "crnn": crnn,
 }
 
 

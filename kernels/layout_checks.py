@@ -9,6 +9,10 @@ CPU/NPU boundaries:
   input channels-last;
 - the raw-byte cortex_m kernels (add, mul, minimum, linear, ...) walk every operand in lockstep
   with the output: operands of the output's shape need its dim_order;
+- cortex_m::transpose (op_transpose.cpp) hands `arm_transpose_s8` the input's and the output's
+  sizes and never their dim_order: it reads the input's bytes as the row-major layout of its
+  sizes and writes the output's likewise, so both must be contiguous (a CRNN's permute of a
+  channels-last convolution's output moved the wrong elements);
 - `view_copy` is a memcpy that reinterprets the bytes as the new shape's contiguous layout: its
   input must be contiguous;
 - the portable `cat`, `split_with_sizes_copy` and `unbind_copy` walk raw bytes by the sizes
@@ -87,7 +91,7 @@ def layout_findings(node: torch.fx.Node) -> list[tuple[str, dict]]:
             if t.dim() == 4 and layouts_differ(tuple(t.shape), _order(t), CHANNELS_LAST):
                 findings.append(("layout-nhwc-read", {
                     "op": f"cortex_m::{op}", "tensor": arg.name, "order": _order(t)}))
-    if namespace == "cortex_m" and op in RAW_CMSIS and out is not None:
+    if namespace == "cortex_m" and op in RAW_CMSIS and op != "transpose" and out is not None:
         for arg, t in _tensor_inputs(node):
             if tuple(t.shape) == tuple(out.shape) and layouts_differ(tuple(t.shape), _order(t),
                                                                      _order(out)):
@@ -96,6 +100,13 @@ def layout_findings(node: torch.fx.Node) -> list[tuple[str, dict]]:
                     "out_order": _order(out)}))
     if namespace == "cortex_m" and op == "transpose":
         inputs = list(_tensor_inputs(node))
+        walked = inputs[:1] + ([(node, out)] if out is not None else [])
+        for arg, t in walked:
+            if layouts_differ(tuple(t.shape), _order(t), tuple(range(t.dim()))):
+                findings.append(("layout-raw-walk", {"op": "cortex_m::transpose",
+                                                     "tensor": inputs[0][0].name,
+                                                     "order": _order(t)}))
+                break
         if inputs and not transpose_rank_supported(inputs[0][1].dim()):
             findings.append(("transpose-rank", {"op": "cortex_m::transpose",
                                                 "rank": inputs[0][1].dim(),

@@ -410,7 +410,15 @@ def _cmsis(name: str, key: str, schema, args, tier: str | None = None) -> Kernel
         else:
             result = op_overload(name, "default")(*values)
     (argument, out), = _outs(schema, args)
-    if elementwise and not channel_broadcast:
+    if op == "transpose":
+        # arm_transpose_s8 gets the sizes only: the input's bytes are read, and the output's
+        # written, as the row-major layout of their sizes whatever their dim_order.
+        (operand_argument, operand), *_ = _tensor_args(schema, args)
+        for name, value, access in ((operand_argument.name, operand, "read"),
+                                    (argument.name, out, "write")):
+            if layouts_differ(value.sizes, value.dim_order, tuple(range(len(value.sizes)))):
+                reads.append(LayoutRead(name, value.dim_order, "row-major by the sizes", access))
+    elif elementwise and not channel_broadcast:
         # Walked in lockstep with the output's bytes: an operand laid out otherwise is
         # reinterpreted (the device kernel checks no dim_order).
         for operand_argument, operand in _tensor_args(schema, args):

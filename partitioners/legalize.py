@@ -43,8 +43,9 @@ reported in the plan (as a `Workaround`) so the user sees what changed and why:
 - A CPU kernel that assumes a layout does not check it (kernels/layout_checks.py lists the
   rules). Where a tensor reaches such a kernel in another layout (a CMSIS-NN conv fed by a
   contiguous view, a cortex_m add walking a channels-last and a contiguous operand in lockstep,
-  a portable `cat`/`split` over channels-last bytes), a `_to_dim_order_copy` gives the kernel the
-  layout it reads, and raw-walking outputs are copied back to the layout their users expect.
+  a portable `cat`/`split` over channels-last bytes, a `cortex_m::transpose` of a channels-last
+  convolution output), a `_to_dim_order_copy` gives the kernel the layout it reads, and
+  raw-walking outputs are copied back to the layout their users expect.
 """
 
 
@@ -343,40 +344,41 @@ def copy_to_kernel_layouts(program) -> list[Workaround]:
                 copy = _layout_copy(graph, graph.inserting_before(node), source, order,
                                     f"{origin}:to_kernel_layout", cache)
                 _replace_input(node, source, copy)
-            if check == "layout-raw-walk":
+            copied_back = check == "layout-raw-walk" and \
                 _restore_raw_walk_outputs(graph, node, origin)
             fixes.append(Workaround(
                 origin, "ExecuTorch 1.5.1 CPU kernels (layout assumed, not checked)",
                 f"{fields['op']} reads {fields['tensor']} as dim_order {order} but it is laid out "
                 f"{tuple(fields['order'])}; a copy into the kernel's layout was inserted"
-                + (" and its outputs copied back" if check == "layout-raw-walk" else "")))
+                + (" and its outputs copied back" if copied_back else "")))
     return fixes
 
 
-def _restore_raw_walk_outputs(graph, node, origin: str) -> None:
-    """A raw-walking kernel now writes contiguous bytes: declare them so, and copy back."""
+def _restore_raw_walk_outputs(graph, node, origin: str) -> bool:
+    """A raw-walking kernel now writes contiguous bytes: declare them so, and copy back.
+    Whether any output needed its copy back."""
     outs = node.meta["val"]
     if isinstance(outs, torch.Tensor):
-        _declare_contiguous(graph, node, outs, origin)
-        return
+        return _declare_contiguous(graph, node, outs, origin)
     node.meta["val"] = type(outs)(v.contiguous() for v in outs)
-    for user in list(node.users):
-        if user.target is operator.getitem:
-            _declare_contiguous(graph, user, outs[user.args[1]], origin)
+    copied = [_declare_contiguous(graph, user, outs[user.args[1]], origin)
+              for user in list(node.users) if user.target is operator.getitem]
+    return any(copied)
 
 
-def _declare_contiguous(graph, producer, val, origin: str) -> None:
+def _declare_contiguous(graph, producer, val, origin: str) -> bool:
     """`producer` holds `val`'s elements contiguous: say so, and give its readers a copy in
-    `val`'s layout."""
+    `val`'s layout. Whether that copy was needed."""
     producer.meta["val"] = val.contiguous()
     order = tuple(int(d) for d in val.dim_order())
     readers = list(producer.users)
     if order == tuple(range(val.dim())) or not readers:
-        return
+        return False
     copy = _layout_copy(graph, graph.inserting_after(producer), producer, order,
                         f"{origin}:restore_dim_order", {})
     for reader in readers:
         _replace_input(reader, producer, copy)
+    return True
 
 
 def _conv2d_of(conv: torch.nn.Conv1d) -> torch.nn.Conv2d:

@@ -261,3 +261,56 @@ def test_a_runtime_that_aborts_is_refused_naming_the_kernel_check_that_aborted_i
     assert _first_line(text) == ("the runtime process ended (exit status -6); its log ends "
                                  + check)
     assert _first_line("a kernel refused it\nmore detail") == "a kernel refused it"
+
+
+def _crnn(compiles):
+    return compiles.get(model_spec("crnn"), *CPU_ONLY, write=True)
+
+
+def test_a_crnn_permute_of_a_channels_last_conv_output_is_legalized(compiles):
+    """A CRNN permutes its conv front end's output into the GRU's time axis. Upstream routes the
+    int8 permute to cortex_m::transpose, whose kernel reads the channels-last bytes as row-major
+    by the sizes: the program ran on every device method and computed wrong numbers (the twin's
+    old check of moved values compared sorted elements and passed the transpose itself). The
+    compile now copies its input to contiguous first, and the twin checks each move exactly."""
+    from orchestrator.verification.twin_verify import verify
+
+    compiled, pte = _crnn(compiles)
+    layout = [w for w in compiled.workarounds if w.message.startswith("cortex_m::transpose reads")]
+    assert layout and "(0, 2, 3, 1)" in layout[0].message, \
+        [w.message for w in compiled.workarounds]
+    report = verify(pte, samples=2, per_op=True)
+    assert report.passed, report.verdict
+    transposes = [c for c in report.per_op if c.op.startswith("cortex_m::transpose")]
+    assert transposes and all(c.passed for c in transposes)
+
+
+def test_upstream_routes_a_channels_last_permute_to_a_transpose_that_reads_row_major(compiles):
+    """Upstream's own pass list on the CRNN's edge program leaves a cortex_m::transpose reading a
+    channels-last tensor (op_transpose.cpp passes only the sizes to arm_transpose_s8); the layout
+    rule finds it."""
+    import copy
+
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
+
+    from kernels.layout_checks import layout_findings
+
+    compiled, _ = _crnn(compiles)
+    program = copy.deepcopy(compiled.lowered.edge.exported_program())
+    upstream = CortexMPassManager(
+        program, target_config=CortexMTargetConfig.from_target_string("cortex-m55")).transform()
+    found = [finding for n in upstream.graph.nodes if "cortex_m.transpose" in str(n.target)
+             for finding in layout_findings(n)]
+    assert ("layout-raw-walk", "cortex_m::transpose") in [(c, f["op"]) for c, f in found], found
+
+
+def test_a_crnn_passes_every_device_method(compiles):
+    from orchestrator.device_runs.combined import verify_all
+
+    qemu_or_missing()
+    _, pte = _crnn(compiles)
+    verdict = verify_all(pte, samples=2)
+    assert verdict.outcome == "passed", verdict.render_text()
+    assert {r.name for r in verdict.results if r.outcome == "passed"} == {
+        "twin", "host runtime", "QEMU Cortex-M55"}

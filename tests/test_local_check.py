@@ -178,3 +178,33 @@ def test_a_value_with_size_1_dims_added_is_checked_against_the_node_without_them
     wrong[0, 0] += 5
     bad = (1, "cortex_m::quantized_conv2d.out", 11, wrong.clamp(-128, 127).to(torch.int8))
     assert _check(reference, [written[0], bad])[1].passed is False
+
+
+def test_movement_relations_are_exact_not_the_same_multiset():
+    """A permute, view or layout copy is checked as exactly its input moved: a transpose that
+    read channels-last bytes as row-major (the CRNN's front end) holds the same elements in
+    another order, and the old sorted-elements check passed it."""
+    from orchestrator.verification.local_check import _relation
+
+    x = torch.arange(2 * 3 * 4, dtype=torch.int8).reshape(1, 2, 3, 4)
+    _, permuted = _relation("transpose")
+    assert permuted(x.permute(0, 3, 1, 2), x)
+    row_major_misread = x.permute(0, 2, 3, 1).contiguous().reshape(1, 2, 3, 4).permute(0, 3, 1, 2)
+    assert not permuted(row_major_misread, x)
+    assert sorted(row_major_misread.flatten().tolist()) == sorted(x.flatten().tolist())
+    _, viewed = _relation("view_copy")
+    assert viewed(x.reshape(6, 4), x) and not viewed(x.permute(0, 1, 3, 2).reshape(6, 4), x)
+    _, copied = _relation("_clone_dim_order")
+    assert copied(x.clone(), x) and not copied(x.flip(-1), x)
+
+
+def test_a_movement_that_is_not_its_input_moved_fails_even_without_a_reference_node(reference):
+    """With no reference node of its shape, a permute whose output is not its input permuted is
+    a failure naming its source, not an unmatched value (PARTIAL) or a pass."""
+    source = torch.arange(-12, 12, dtype=torch.int8).reshape(1, 2, 3, 4)
+    first = (0, "cortex_m::quantize_per_tensor.out", 3, source)
+    good = (1, "cortex_m::transpose.out", 4, source.permute(0, 3, 1, 2), (3,))
+    bad = (1, "cortex_m::transpose.out", 4, source.flatten().reshape(1, 4, 2, 3), (3,))
+    assert _check(reference, [first, good])[1].passed is True
+    failed = _check(reference, [first, bad])[1]
+    assert failed.passed is False and failed.reference_node == "not a move of EValue 3"

@@ -50,6 +50,7 @@ the hardswish output meets its reference.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 
 import torch
@@ -221,9 +222,18 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
         candidates = later or candidates
         if not candidates:
             moved = _moved_from(op, tensor, sources, known)
-            checks.append(_as_moved(instruction, op, value, kind, moved) if moved else
-                          LocalCheck(instruction, op, value, kind, None, None, None, None, None,
-                                     None))
+            source = None if moved else _movement_source(op, sources, known)
+            if moved:
+                checks.append(_as_moved(instruction, op, value, kind, moved))
+            elif source is not None:
+                # a data-movement kernel whose output is not its input's elements moved: wrong,
+                # whether or not the reference has a node of that shape
+                checks.append(LocalCheck(instruction, op, value, kind,
+                                         f"not a move of EValue {source}", None, None, 0, 0.0,
+                                         False))
+            else:
+                checks.append(LocalCheck(instruction, op, value, kind, None, None, None, None,
+                                         None, None))
             continue
         scored = []
         for candidate in candidates:
@@ -259,8 +269,12 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
     return tuple(checks)
 
 
-_MOVING_KERNELS = ("view_copy", "squeeze_copy", "unsqueeze_copy", "permute_copy",
-                   "_to_dim_order_copy", "_clone_dim_order", "clone", "et_view", "transpose")
+# Kernels whose output is their input's elements, checked exactly: a view (same row-major
+# order, another shape), a layout copy (same logical tensor), a permutation of the dims.
+_VIEW_KERNELS = ("view_copy", "squeeze_copy", "unsqueeze_copy", "et_view")
+_COPY_KERNELS = ("_to_dim_order_copy", "_clone_dim_order", "clone")
+_PERMUTE_KERNELS = ("permute_copy", "transpose")
+_MOVING_KERNELS = _VIEW_KERNELS + _COPY_KERNELS + _PERMUTE_KERNELS
 # Kernels that copy one block of their input: the output is that input narrowed along one dim
 # (slice, split) or indexed at one position of it (select, unbind).
 _SELECTING_KERNELS = ("slice_copy", "split_with_sizes_copy", "split_copy", "select_copy",
@@ -277,15 +291,35 @@ def _kernel_name(op: str) -> str:
     return op.split("::")[-1].split(".")[0]
 
 
-def _holds_the_elements_of(tensor: torch.Tensor, before: torch.Tensor) -> bool:
-    return before.numel() == tensor.numel() and \
-        torch.equal(before.flatten().sort().values, tensor.flatten().sort().values)
+def _is_view_of(tensor: torch.Tensor, before: torch.Tensor) -> bool:
+    """The same elements in the same row-major order (another shape)."""
+    return before.numel() == tensor.numel() and before.dtype == tensor.dtype and \
+        torch.equal(before.flatten(), tensor.flatten())
+
+
+def _is_copy_of(tensor: torch.Tensor, before: torch.Tensor) -> bool:
+    return tuple(tensor.shape) == tuple(before.shape) and torch.equal(tensor, before)
+
+
+def _is_permutation_of(tensor: torch.Tensor, before: torch.Tensor) -> bool:
+    """`before` with its dims permuted (any permutation giving `tensor`'s shape): a transpose
+    that moved the wrong elements (a kernel reading channels-last bytes as row-major) is none."""
+    if before.dim() != tensor.dim() or before.dtype != tensor.dtype or \
+            sorted(before.shape) != sorted(tensor.shape):
+        return False
+    return any(tuple(before.shape[d] for d in order) == tuple(tensor.shape) and
+               torch.equal(before.permute(*order), tensor)
+               for order in itertools.permutations(range(before.dim())))
 
 
 def _relation(name: str):
     """(label, test(tensor, source)) of a data-movement kernel's output to its source, or None."""
-    if name in _MOVING_KERNELS:
-        return "moved", _holds_the_elements_of
+    if name in _VIEW_KERNELS:
+        return "moved", _is_view_of
+    if name in _COPY_KERNELS:
+        return "moved", _is_copy_of
+    if name in _PERMUTE_KERNELS:
+        return "moved", _is_permutation_of
     if name in ("minimum", "maximum"):
         return "clamped", lambda tensor, before: _is_clamp_of(tensor, before, name == "minimum")
     if name in _SELECTING_KERNELS:
@@ -306,6 +340,13 @@ def _moved_from(op: str, tensor: torch.Tensor, sources, seen) -> str | None:
         if before is not None and holds(tensor, before):
             return f"{label} from EValue {source}"
     return None
+
+
+def _movement_source(op: str, sources, seen) -> int | None:
+    """The source a pure data-movement kernel (view, layout copy, permute) reads, if known."""
+    if _kernel_name(op) not in _MOVING_KERNELS:
+        return None
+    return next((source for source in sources if seen.get(source) is not None), None)
 
 
 def _is_clamp_of(out: torch.Tensor, source: torch.Tensor, upper: bool) -> bool:
