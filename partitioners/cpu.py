@@ -20,6 +20,7 @@ import torch
 
 from partitioners import upstream_cortex_m
 from partitioners.activation_narrowing import NARROWED_KEY, with_narrowed_fusion
+from partitioners.early_batch_matmul import EARLY_BMM_KEY, with_early_batch_matmul
 # stamp_origins is re-exported for callers that import it from here.
 from partitioners.records import (ORIGIN_KEY, Workaround, quantize_scalar,  # noqa: F401
                                   stamp_origins)
@@ -289,10 +290,11 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
     Returns the transformed ExportedProgram, the per-node CMSIS-NN decisions and the upstream
     defects worked around on the way.
 
-    When an upstream pass fails on a node (e.g. ExecuTorch 1.5.1's ReplaceScalarWithTensorArg
-    retrace of an int8 `bmm` in an attention block: "expected scalar type torch.int8 but found
-    torch.int32"), that node is kept in float on its portable kernel, with its quantize and
-    dequantize, and the passes run again on a fresh copy; the plan names the failure.
+    When an upstream pass fails on a node (e.g. a kernel substitution that raises), that node is
+    kept in float on its portable kernel, with its quantize and dequantize, and the passes run
+    again on a fresh copy; the plan names the failure. (The attention block's second `bmm`, which
+    ReplaceScalarWithTensorArgPass's retrace failed on, is lowered early instead:
+    partitioners/early_batch_matmul.py.)
 
     `forced`: nodes a placement policy moved off the NPU. They carry the Ethos-U quantizer's
     mark, so upstream's FoldAndAnnotateQParamsPass would fold their quantize/dequantize into them
@@ -324,7 +326,8 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
             with cmsis_decisions_recorded() as decisions, \
                     per_channel_weights_legalized() as legalized:
                 transformed = CortexMPassManager(
-                    candidate, passes=with_narrowed_fusion(CortexMPassManager.legacy_pass_list),
+                    candidate, passes=with_early_batch_matmul(
+                        with_narrowed_fusion(CortexMPassManager.legacy_pass_list)),
                     target_config=CortexMTargetConfig.from_target_string(cpu)
                 ).transform()
             break
@@ -382,6 +385,15 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
     # Order matters: requantize first, so legalization's new int8 `.Scalar` nodes are not
     # requantized twice.
     for node in transformed.graph_module.graph.nodes:
+        if EARLY_BMM_KEY in node.meta:
+            fallbacks.append(Workaround(
+                node.meta.get(ORIGIN_KEY, node.name),
+                "ExecuTorch 1.5.1 ReplaceScalarWithTensorArgPass (its retrace fails on a bmm whose "
+                "operands retrace to two dtypes)",
+                f"aten.bmm lowered to {_op_name(node.target)} right after "
+                f"FoldAndAnnotateQParamsPass by upstream's own substitution: its operands "
+                f"retrace as {' and '.join(node.meta[EARLY_BMM_KEY])} (a folded linear's output "
+                f"and a requantized value), which upstream's later retrace refuses"))
         if NARROWED_KEY in node.meta:
             activation, qmin, qmax = node.meta[NARROWED_KEY]
             fallbacks.append(Workaround(

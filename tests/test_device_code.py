@@ -4,7 +4,7 @@ users bring reach CMSIS-NN.
 Each case below failed before its fix (the upstream behaviour is shown beside it where the
 fix works around upstream): a segmentation head whose argmax the real runtime refused while the
 twin passed it, 1-D convolutions left in float on the portable kernel, an attention block that
-did not compile CPU-only, an MVE program the host runtime could only judge in part, and a
+did not compile CPU-only (then kept one matmul in float), an MVE program the host runtime could only judge in part, and a
 float output compared byte for byte across kernels that sum in another order.
 """
 
@@ -109,15 +109,41 @@ def test_upstream_quantizer_leaves_conv1d_in_float():
     assert "dequantize" not in str(getattr(conv1d.args[1], "target", "")), conv1d.args[1]
 
 
-def test_attention_compiles_cpu_only_with_the_failing_bmm_kept_in_float(compiles):
+def test_attention_runs_both_matmuls_on_cmsis_nn_cpu_only(compiles):
+    """The second bmm (attention x v) used to be kept in float on the portable kernel (5.6% of
+    the block's MACs) because upstream's pass list failed on it; it is lowered early now."""
     compiled, _ = compiles.get(model_spec("attention_block"), *CPU_ONLY)
     bmms = [row for row in compiled.placements if "bmm" in row.op]
-    assert sorted(row.placement for row in bmms) == ["cmsis-nn", "portable"], \
+    assert [row.placement for row in bmms] == ["cmsis-nn", "cmsis-nn"], \
         [(row.name, row.placement) for row in bmms]
-    kept = next(row for row in bmms if row.placement == "portable")
-    decision = compiled.cpu_decisions[kept.name]
-    assert decision.category == "upstream-failure"
-    assert "expected scalar type" in decision.message  # upstream's own error, named
+    early = [w for w in compiled.workarounds if "ReplaceScalarWithTensorArgPass" in w.upstream]
+    assert len(early) == 1 and "int8 and int32" in early[0].message, \
+        [w.message for w in compiled.workarounds]
+    macs = {"cmsis-nn": 0, "portable": 0}
+    for row in compiled.placements:
+        macs[row.placement] = macs.get(row.placement, 0) + row.macs
+    assert macs["portable"] == 0, macs
+
+
+def test_upstream_pass_list_fails_on_the_attention_blocks_second_bmm(compiles):
+    """Upstream's own pass list on the same edge program: the folded qkv linear retraces to int32,
+    the requantized softmax output is int8, and the bmm meta kernel refuses the pair."""
+    import copy
+
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
+
+    compiled, _ = compiles.get(model_spec("attention_block"), *CPU_ONLY)
+    program = copy.deepcopy(compiled.lowered.edge.exported_program())
+    with pytest.raises(Exception) as failed:
+        CortexMPassManager(program, target_config=CortexMTargetConfig.from_target_string(
+            "cortex-m55")).transform()
+    chain, error = [], failed.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__ or error.__context__
+    assert any("expected scalar type torch.int8 but found torch.int32" in text for text in chain)
+    assert any("ReplaceScalarWithTensorArgPass" in text for text in chain)
 
 
 def test_an_mve_program_is_compared_on_every_instruction_by_the_host_runtime(compiles, runtime):
