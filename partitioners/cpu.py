@@ -219,7 +219,14 @@ def _keep_float(program, name: str) -> bool:
     for node in program.graph_module.graph.nodes:
         if node.name == name:
             custom = node.meta.get("custom", {})
-            return custom.pop(ArmAnnotationInfo.CUSTOM_META_KEY, None) is not None
+            if ArmAnnotationInfo.CUSTOM_META_KEY not in custom:
+                return False
+            # A new dict: a deep copy of a GraphModule copies each node's meta shallowly, so the
+            # `custom` dict is shared with the program copied from (measured: taking the mark off
+            # a copy took it off the compile's edge program too).
+            node.meta["custom"] = {key: value for key, value in custom.items()
+                                   if key != ArmAnnotationInfo.CUSTOM_META_KEY}
+            return True
     return False
 
 

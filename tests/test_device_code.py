@@ -340,3 +340,27 @@ def test_a_crnn_passes_every_device_method(compiles):
     assert verdict.outcome == "passed", verdict.render_text()
     assert {r.name for r in verdict.results if r.outcome == "passed"} == {
         "twin", "host runtime", "QEMU Cortex-M55"}
+
+
+def test_keeping_a_node_float_in_a_copy_leaves_the_original_marked():
+    """A deep copy of a GraphModule shares each node's `custom` meta dict with the original, so
+    taking the quantizer's mark off a node in a trial copy took it off the compile's own edge
+    program (a second routing of the same program then saw the node already in float)."""
+    import copy
+
+    from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
+
+    from partitioners.cpu import _keep_float
+
+    class Add(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    program = torch.export.export(Add(), (torch.randn(2),))
+    (add,) = [n for n in program.graph_module.graph.nodes if n.op == "call_function"]
+    add.meta["custom"] = {ArmAnnotationInfo.CUSTOM_META_KEY: {"quantized": True}, "other": 1}
+    trial = copy.deepcopy(program)
+    assert _keep_float(trial, add.name)
+    assert ArmAnnotationInfo.CUSTOM_META_KEY in add.meta["custom"]
+    (copied,) = [n for n in trial.graph_module.graph.nodes if n.op == "call_function"]
+    assert copied.meta["custom"] == {"other": 1}
