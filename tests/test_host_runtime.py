@@ -70,7 +70,9 @@ def test_mve_tier_linear_is_compared_in_its_c_path_form(compiles, host_runtime):
     assert report.bytes_equal and report.outcome == "passed", report.verdict
     assert report.per_op and all(row.equal for row in report.per_op)
     linear = [name for name in report.c_path_only if "quantized_linear" in name]
-    assert len(linear) == 1 and linear[0] in report.verdict
+    assert len(linear) == 1
+    index, op = linear[0].split(" ", 1)
+    assert f"{op} x1 (instruction {index})" in report.verdict, report.verdict
     assert report.host_limits == ()
 
 

@@ -459,6 +459,21 @@ def _outcome(error, bytes_equal, rows, divergence, limits) -> str:
 SHORT_METHOD = "the ExecuTorch runtime with host-built cortex_m kernels, CMSIS-NN and EthosUBackend"
 
 
+def _grouped(instructions: tuple[str, ...], listed: int = 4) -> str:
+    """`12 op.out, 30 op.out, ...` as one entry per operator: `op.out x N (instructions 12, 30,
+    ...)`, at most `listed` instruction numbers each, so a long program's verdict stays one line."""
+    by_op: dict[str, list[str]] = {}
+    for entry in instructions:
+        index, op = entry.split(" ", 1)
+        by_op.setdefault(op, []).append(index)
+    parts = []
+    for op, indices in by_op.items():
+        shown = ", ".join(indices[:listed]) + (", ..." if len(indices) > listed else "")
+        parts.append(f"{op} x{len(indices)} (instruction{'s' if len(indices) > 1 else ''} "
+                     f"{shown})")
+    return "; ".join(parts)
+
+
 def _verdict(report: RuntimeReport) -> str:
     if report.outcome == "error":
         return (f"FAILED by {SHORT_METHOD}: the runtime did not run the program: "
@@ -468,7 +483,7 @@ def _verdict(report: RuntimeReport) -> str:
         if report.c_path_only:
             c_path = (f"; {len(report.c_path_only)} instruction(s) compared in CMSIS-NN's C-path "
                       "form, their MVE form is judged on an MVE core (verify --qemu): "
-                      + ", ".join(report.c_path_only))
+                      + _grouped(report.c_path_only))
         floats = ("" if not any(o.within_float_bound for o in report.outputs) else
                   f" (float outputs within {FLOAT_ULPS_PER_TERM} ulps per summed term)")
         return (f"PASSED by {SHORT_METHOD}: every output agrees with the twin's{floats} on "
