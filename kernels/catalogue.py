@@ -82,15 +82,23 @@ def specialised_function(op: str, node: torch.fx.Node, tier: str = "mve") -> str
     """
     kernel = CPU_KERNELS[op]
     if op.startswith("quantized_conv2d"):
-        weight = _tensor(node.args[1])
+        # arm_convolve_wrapper_s8 (CMSIS-NN): 1x1 (no padding, no dilation, ungrouped) -> the
+        # 1x1 paths, fast at unit stride; a 1xN kernel over a one-row input whose
+        # stride.w x channels is a multiple of 4 -> arm_convolve_1_x_n_s8; else arm_convolve_s8.
+        # The Cortex-M pass stores the weight as contiguous OHWI (aten_to_cortex_m_pass.py:
+        # `permute(0, 2, 3, 1).contiguous()`), so its kernel H and W are dims 1 and 2.
+        weight, inp = _tensor(node.args[1]), _tensor(node.args[0])
         stride, padding, dilation = node.args[3], node.args[4], node.args[5]
-        if weight is not None:
-            kh, kw = (weight.shape[1], weight.shape[2]) if op.endswith("nhwc") or weight.dim_order() == CHANNELS_LAST else (weight.shape[2], weight.shape[3])
-            kh, kw = int(kh), int(kw)
-            if (kh, kw) == (1, 1) and list(padding) == [0, 0] and list(dilation) == [1, 1]:
+        if weight is not None and inp is not None and weight.dim() == 4 and inp.dim() == 4:
+            kh, kw, filter_c = int(weight.shape[1]), int(weight.shape[2]), int(weight.shape[3])
+            in_h, in_c = ((int(inp.shape[1]), int(inp.shape[3])) if op.endswith("nhwc")
+                          else (int(inp.shape[2]), int(inp.shape[1])))
+            ungrouped = in_c == filter_c
+            if (kh, kw) == (1, 1) and list(padding) == [0, 0] and list(dilation) == [1, 1] \
+                    and ungrouped:
                 return "arm_convolve_1x1_s8_fast" if list(stride) == [1, 1] else "arm_convolve_1x1_s8"
-            inp = _tensor(node.args[0])
-            if inp is not None and inp.shape[2] == 1 and kh == 1 and list(dilation) == [1, 1]:
+            if in_h == 1 and kh == 1 and int(dilation[1]) == 1 and ungrouped \
+                    and (int(stride[1]) * in_c) % 4 == 0:
                 return "arm_convolve_1_x_n_s8"
         return "arm_convolve_s8"
     if op.startswith("quantized_depthwise_conv2d"):
