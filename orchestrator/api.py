@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from orchestrator.request import Request, Resolved, resolve
 
 if TYPE_CHECKING:  # the compile stack imports torch and ExecuTorch (seconds): imported on use
+    from orchestrator.planning.measured import MeasuredPlan
     from orchestrator.planning.planner import Plan
     from orchestrator.sources.loader import Calibration, LoadedModel
 
@@ -107,3 +108,36 @@ def verify(pte, samples: int = 16, calibration: str | None = None, per_op: bool 
 
     return run_verify(pte, samples=samples, calibration=calibration, per_op=per_op,
                       max_steps=max_steps, npu_model=npu_model)
+
+
+def measure(program: "Plan | str | Path", profile: str | Path) -> "MeasuredPlan":
+    """A profile (`.etdp`: `orchestrate verify --qemu --profile`, or ExecuTorch's ETDumpGen on
+    any device) beside the plan of the program it profiled: each instruction's measured figure
+    on the plan rows it runs (`.to_text()`, `.to_json()`: plan.json with `measured` blocks).
+
+    `program` is a Plan (`plan(...)`) or a `.pte` written by `compile`, whose plan is read from
+    its checked artifacts folder. Raises UserError when the profile is missing, unreadable, has
+    no operator events or is of another program."""
+    import hashlib
+
+    from orchestrator.artifacts.profile import read_profile
+    from orchestrator.planning.measured import measure as measure_plan
+
+    if isinstance(program, (str, Path)):
+        from kernels.program_view import ProgramView
+        from kernels.safe_files import DataFileError, load_json
+        from orchestrator.artifacts.manifest import Manifest
+        from orchestrator.errors import UserError
+
+        manifest = Manifest.load(program, action="compare a profile with its plan")
+        pte = manifest.pte_path.read_bytes()
+        try:
+            plan_json = load_json(manifest.file("plan.json"))
+        except (DataFileError, ValueError) as error:
+            raise UserError(f"{manifest.folder}/plan.json is unreadable ({error}); re-run "
+                            "`orchestrate compile`") from None
+        view = ProgramView.read(pte)
+    else:
+        plan_json, view, pte = program.to_json(), program.compiled.program_view, \
+            program.compiled.pte_bytes
+    return measure_plan(view, plan_json, read_profile(profile), hashlib.sha256(pte).hexdigest())

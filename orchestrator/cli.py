@@ -181,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
                       "not fit the platform's memories (default: report only)")
     plan.add_argument("--require-runnable", action="store_true",
                       help="fail if an op has no device kernel or breaks a kernel's layout rule")
+    plan.add_argument("--measured", metavar="FILE.etdp",
+                      help="show a profile's measured figures beside the plan's model, per op "
+                      "and in total: an ETDump from `verify --qemu --profile` or ExecuTorch's "
+                      "ETDumpGen on a device; MODEL may then be the profiled .pte (its plan is "
+                      "read from its artifacts folder); a profile of another program is "
+                      "refused; --format table or json (default: no profile)")
 
     comp = sub.add_parser("compile", help="compile to one .pte plus an artifacts folder")
     _add_target_options(comp)
@@ -251,6 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
                      "Ethos-U functional model on the host; not the Ethos-U85)")
     ver.add_argument("--atol", type=float, default=0.0,
                      help="--qemu: BundleIO absolute tolerance (default 0: byte-exact)")
+    ver.add_argument("--profile", action="store_true",
+                     help="--qemu: also run the runner's trace build and write an ETDump "
+                     "profile (.etdp, one run per inference, times in instructions retired "
+                     "under QEMU -icount, never cycles); `plan PROGRAM.pte --measured FILE` "
+                     "shows it beside the plan (default: off)")
+    ver.add_argument("--profile-out", metavar="FILE",
+                     help="--profile: where to write the profile (default: PROGRAM.etdp beside "
+                     "the .pte)")
     ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF for --fvp (or "
                      "ORCHESTRATE_RUNNER_ELF; default: none, and --fvp says how to build one)")
     ver.add_argument("--timeout", type=_positive, default=600,
@@ -450,6 +464,12 @@ def cmd_plan(args) -> int:
     from orchestrator.reports.coverage import read_runner_ops, render_json, render_markdown
 
     args.format = _plan_format(args.format, args.output)
+    if args.measured:
+        return _plan_measured(args)
+    if args.model.endswith(".pte"):
+        raise UserError(f"'{args.model}' is a compiled program: its plan is in its artifacts "
+                        "folder (plan.json, report.html); give the model to plan it again, or "
+                        "--measured FILE.etdp to see a profile beside its plan")
     _check_outputs(args, report=args.output, pte=args.pte, pte_option="--pte")
     _policy_first(args)
     runner_ops = read_runner_ops(args.runner_ops) if args.runner_ops else None
@@ -479,6 +499,53 @@ def cmd_plan(args) -> int:
         write_outputs(compiled, Path(args.pte), plan.artifact_files())
     check_gates(plan, Gates(args.fail_under_npu_coverage, args.max_partitions, args.require_fit,
                             runner_ops is not None, args.require_runnable))
+    return 0
+
+
+# Options that describe a compile: with a compiled .pte and --measured, its plan is the one
+# compile wrote, so they would change nothing (name: the value that means "not given").
+_COMPILE_OPTIONS = {"npu": None, "cpu": None, "calibration": None, "cpu_hz": None,
+                    "npu_hz": None, "policy": None, "placement": None, "pte": None,
+                    "runner_ops": None, "fail_under_npu_coverage": None, "max_partitions": None,
+                    "require_fit": False, "require_runnable": False, "io": "float",
+                    "memory_policy": "auto", "platform": "corstone300", "all_rows": False}
+
+
+def _plan_measured(args) -> int:
+    """`plan MODEL_OR_PTE --measured FILE.etdp`: the profile beside the plan, as a table or
+    plan.json with `measured` blocks."""
+    if args.format not in ("table", "json"):
+        raise UserError(f"--measured shows a table or JSON, not {args.format}; use --format "
+                        "table or json (or an -o ending in .json)")
+    _check_outputs(args, report=args.output)
+    if args.output and same_path(Path(args.output), Path(args.measured)):
+        raise UserError(f"-o '{args.output}' is the --measured profile; writing there would "
+                        "overwrite it; choose another -o")
+    if args.model.endswith(".pte"):
+        given = [f"--{name.replace('_', '-')}" for name, unset in _COMPILE_OPTIONS.items()
+                 if getattr(args, name) != unset]
+        if given:
+            raise UserError(f"{', '.join(given)} {'describe' if len(given) > 1 else 'describes'}"
+                            " a compile; with a compiled .pte the plan is the one `compile` "
+                            "wrote: drop them, or give the model")
+        measured = api.measure(args.model, args.measured)
+    else:
+        from orchestrator.artifacts.profile import read_profile
+
+        read_profile(args.measured)  # an unreadable profile is refused before compiling
+        _policy_first(args)
+        measured = api.measure(_plan(args), args.measured)
+    if args.format == "json":
+        import json
+
+        text = json.dumps(measured.to_json(), indent=2)
+    else:
+        text = measured.to_text()
+    if args.output:
+        atomic_write_bytes(Path(args.output), (text + "\n").encode())
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        print(text)
     return 0
 
 
@@ -644,6 +711,10 @@ def cmd_verify(args) -> int:
     pte = Path(args.pte)
     if not pte.is_file():
         raise UserError(f"'{args.pte}' not found; give a .pte written by `orchestrate compile`")
+    if (args.profile or args.profile_out) and not args.qemu:
+        raise UserError("--profile runs the runner's trace build on QEMU: add --qemu")
+    if args.profile_out and not args.profile:
+        raise UserError("--profile-out names where --profile writes: add --profile")
     if args.fvp:
         return _verify_fvp(args, pte)
     if args.qemu:
@@ -716,6 +787,11 @@ def _verify_qemu(args, pte: Path) -> int:
                                                qemu_on_checked_pte, qemu_unavailable_reason)
 
     target = Manifest.load(pte).target
+    profile_path = Path(args.profile_out) if args.profile_out else pte.with_suffix(".etdp")
+    if args.profile:  # refused before anything runs
+        check_output_file(profile_path, "--profile-out")
+        if same_path(profile_path, pte):
+            raise UserError(f"--profile-out '{profile_path}' is the program; choose another")
     platform = installed_platform(target, args.platform)
     reason = qemu_unavailable_reason(target, bool(target["npu"]), platform)
     if target["npu"] and reason is not None:
@@ -726,7 +802,25 @@ def _verify_qemu(args, pte: Path) -> int:
     print("\n".join(qemu_lines(result)))
     if result.passed is not True:
         raise VerificationFailure("QEMU run did not report PASS")
+    if args.profile:
+        _profile_on_qemu(args, pte, platform, profile_path, result.instructions)
     return 0
+
+
+def _profile_on_qemu(args, pte: Path, platform, path: Path, untraced: int | None) -> None:
+    """The trace build's run, written as an ETDump and read back with ExecuTorch's reader."""
+    from orchestrator.artifacts.profile import read_profile
+    from orchestrator.device_runs.qemu import profile_lines, qemu_profile
+
+    profiled = qemu_profile(pte, platform, args.timeout, atol=args.atol,
+                            npu_model=args.npu_model)
+    # Its per-case totals include the tracer's own work (output CRCs): only the profile's
+    # figures, which have it removed, are printed.
+    print(f"profile: the runner's trace build on QEMU ({profiled.result.method}): PASS "
+          f"({len(profiled.result.cases)} cases); the tracer's own work is removed from every "
+          "figure below")
+    atomic_write_bytes(path, profiled.etdump)
+    print("\n".join(profile_lines(read_profile(path), path, untraced, pte)))
 
 
 def _verify_fvp(args, pte: Path) -> int:

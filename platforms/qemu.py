@@ -34,9 +34,10 @@ from platforms.runner_build import (Firmware, FirmwareConfig, NoEthosUInQemu, No
                                     load_firmware_config, platform_title, ram_regions,
                                     read_operators)
 from platforms.runner_protocol import (CALIBRATION, CASE_RESULT, CASE_TICKS, CONSTANT_SEGMENT,
-                                       ET_LOG_PREFIX, EXIT_MEANING, MAILBOX, MAILBOX_MAGIC,
-                                       MAILBOX_PLANNED, MAILBOX_VERSION, PLANNED_BUFFER,
-                                       TRACE_TENSOR, TRACE_TICKS, QemuCase, QemuTraceEntry)
+                                       ET_LOG_PREFIX, EXECUTE, EXIT_MEANING, MAILBOX,
+                                       MAILBOX_MAGIC, MAILBOX_PLANNED, MAILBOX_VERSION,
+                                       PLANNED_BUFFER, TRACE_CLOCK, TRACE_EXECUTE, TRACE_TENSOR,
+                                       TRACE_TICKS, QemuCase, QemuTraceEntry)
 
 METHOD = "Corstone-300 CPU in QEMU: real kernels, no timing"
 METHOD_DETAIL = (
@@ -71,6 +72,9 @@ class QemuResult:
     instructions_per_tick: float | None = None
     firmware: Firmware | None = field(default=None, repr=False)
     trace: tuple[QemuTraceEntry, ...] = field(default=(), repr=False)
+    # The trace build's clock as the runner named it: "SysTick ticks" (QEMU: the trace's
+    # instructions are these ticks calibrated) or "DWT cycles"; None without a trace.
+    trace_clock: str | None = None
     method: str = METHOD
     placement: Mapping[str, str] = field(default_factory=dict)  # image/planned/runtime -> region
     # Where the runner read the program's constant segment (the CPU weights) from, as it logged
@@ -155,7 +159,9 @@ def run_bpte_on_qemu(
     """Build or reuse the runner for the program's operators and run the .bpte on QEMU.
 
     With `trace`, the result also holds each instruction's instructions and its outputs' CRC-32
-    (`QemuResult.trace`), to find the first operator whose bytes differ from the host twin's.
+    (`QemuResult.trace`), to find the first operator whose bytes differ from the host twin's,
+    and each inference's whole Method::execute, with starts on the trace clock's timeline
+    (`QemuResult.trace_clock`; the tracer's own work removed): what a profile is made of.
     The .bpte goes where the plan put the .pte (plan.json beside operators.txt), the planned
     buffers where it put the arena, and the program's constant segment (the CPU weights) is copied
     at boot to where it put the CPU weights when that is not the image's region
@@ -307,13 +313,24 @@ def _result(log: str, exit_code: int | None, errors: list[str], firmware: Firmwa
     else:
         passed = None
     trace: list[QemuTraceEntry] = []
+    clock = TRACE_CLOCK.search(log)
+    # Instructions from SysTick ticks only: DWT cycles are cycles.
+    per_tick = ratio if clock is not None and clock[1] == "SysTick ticks" else None
     for line in log.splitlines():
         if ticks_match := TRACE_TICKS.search(line):
-            case, instruction, kind, kernel, ticks, kernel_ticks = ticks_match.groups()
+            case, instruction, kind, kernel, ticks, start, kernel_ticks, kernel_start = (
+                ticks_match.groups())
             trace.append(QemuTraceEntry(
                 int(case), int(instruction), kind, "" if kernel == "-" else kernel, int(ticks),
-                round(int(ticks) * ratio) if ratio else None,
-                round(int(kernel_ticks) * ratio) if ratio else None, ()))
+                round(int(ticks) * per_tick) if per_tick else None,
+                round(int(kernel_ticks) * per_tick) if per_tick else None, (),
+                start_ticks=int(start), kernel_ticks=int(kernel_ticks),
+                kernel_start_ticks=int(kernel_start)))
+        elif execute := TRACE_EXECUTE.search(line):
+            case, ticks, start = (int(group) for group in execute.groups())
+            trace.append(QemuTraceEntry(case, -1, EXECUTE, "", ticks,
+                                        round(ticks * per_tick) if per_tick else None, None, (),
+                                        start_ticks=start))
         elif (tensor := TRACE_TENSOR.search(line)) and trace:
             last = trace[-1]
             trace[-1] = dataclasses.replace(
@@ -331,6 +348,7 @@ def _result(log: str, exit_code: int | None, errors: list[str], firmware: Firmwa
         instructions_per_tick=ratio,
         firmware=firmware,
         trace=tuple(trace),
+        trace_clock=clock[1] if clock is not None else None,
         method=method,
         runner=platform_title(platform.name) if platform is not None else "Corstone-300",
         core=core[0],

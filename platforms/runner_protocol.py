@@ -29,8 +29,15 @@ CONSTANT_SEGMENT = re.compile(
     r"constant segment: (\d+) bytes (?:copied to (\S+)|read in place) at (0x[0-9a-fA-F]+)")
 PLANNED_BUFFER = re.compile(
     r"planned buffer \d+ \(mem_id (\d+)\): (\d+) bytes in (\S+) at (0x[0-9a-fA-F]+|\(nil\))")
+# The trace build's clock (DWT cycles where the core counts them, else SysTick ticks), each
+# instruction's scope (OPERATOR_CALL, DELEGATE_CALL, or a backend's own scope such as
+# EthosUBackend::execute()) with its kernel, and the whole inference; ticks and starts on the
+# clock's timeline with the tracer's own ticks removed.
+TRACE_CLOCK = re.compile(r"Trace clock: (DWT cycles|SysTick ticks)")
 TRACE_TICKS = re.compile(
-    r"Trace\[(\d+)\] instruction (\d+) (\w+) (\S+): (\d+) SysTick ticks \(kernel (\d+)\)")
+    r"Trace\[(\d+)\] instruction (\d+) (\S+) (\S+): (\d+) ticks from (\d+) "
+    r"\(kernel (\d+) from (\d+)\)")
+TRACE_EXECUTE = re.compile(r"Trace\[(\d+)\] Method::execute: (\d+) ticks from (\d+)")
 TRACE_TENSOR = re.compile(
     r"Trace\[(\d+)\] instruction (\d+) tensor \d+: (\d+) bytes crc32 ([0-9a-f]{8})")
 # runner_exit_code in runner/board.h.
@@ -49,13 +56,21 @@ class QemuCase:
 
 @dataclass(frozen=True)
 class QemuTraceEntry:
-    """One instruction of one inference in a trace build."""
+    """One instruction of one inference in a trace build, or the whole inference (kind
+    EXECUTE, instruction -1). Ticks are the trace clock's (QemuResult.trace_clock); starts are on
+    its timeline with the tracer's own ticks removed."""
 
     case: int
     instruction: int  # index in the method's chain, as the twin's op trace counts them
-    kind: str  # OPERATOR_CALL, DELEGATE_CALL, MOVE_CALL, ...
+    kind: str  # OPERATOR_CALL, DELEGATE_CALL, a backend's scope (EthosUBackend::execute()), EXECUTE
     kernel: str  # the operator the kernel registered, e.g. quantized_conv2d.out; "" for no kernel
     ticks: int
     instructions: int | None  # the whole instruction: argument unboxing, kernel, dispatch
     kernel_instructions: int | None  # the kernel call alone
     tensors: tuple[tuple[int, int], ...]  # (bytes, crc32) of each tensor it logged: its outputs
+    start_ticks: int = 0
+    kernel_ticks: int = 0
+    kernel_start_ticks: int = 0
+
+
+EXECUTE = "Method::execute"  # QemuTraceEntry.kind of the whole inference

@@ -14,10 +14,17 @@ folder names: the manifest's platform is looked up by name among the installed p
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.artifacts.manifest import Manifest
+from orchestrator.artifacts.profile import (DWT_CYCLES, METHOD_EXECUTE, QEMU_ICOUNT, Clock,
+                                            Profile, TraceEvent, etdump_bytes)
 from orchestrator.verification.methods import QEMU, MethodResult
+
+if TYPE_CHECKING:  # types only: platforms.qemu is imported where a run needs it
+    from platforms.qemu import QemuResult
 
 
 def qemu_unavailable_reason(target: dict, has_npu: bool, platform) -> str | None:
@@ -68,9 +75,10 @@ def installed_platform(target: dict, override=None):
 
 
 def qemu_on_checked_pte(pte: Path, platform, timeout_s: int = 600, atol: float = 0.0,
-                        samples: int = 4, npu_model: str = "auto"):
+                        samples: int = 4, npu_model: str = "auto", trace: bool = False):
     """Run a fresh BundleIO of `pte` (the caller has checked it against its manifest: a .bpte
-    lying beside it is covered by no hash) on the platform's runner in QEMU."""
+    lying beside it is covered by no hash) on the platform's runner in QEMU; `trace`: the
+    runner's trace build (per-instruction scopes, platforms/qemu.py)."""
     from orchestrator.verification.bundle import write_bundle
     from platforms.qemu import run_bpte_on_qemu
 
@@ -92,7 +100,76 @@ def qemu_on_checked_pte(pte: Path, platform, timeout_s: int = 600, atol: float =
         bpte = write_bundle(pte, Path(folder) / "program.bpte", samples=samples,
                             npu_model="tosa" if npu else "auto")
         return run_bpte_on_qemu(bpte, Manifest.load(pte).file("operators.txt"), platform,
-                                timeout_s=timeout_s, atol=atol, **npu)
+                                timeout_s=timeout_s, atol=atol, trace=trace, **npu)
+
+
+@dataclass(frozen=True)
+class QemuProfile:
+    """A profiling run: the trace build's run on QEMU and the ETDump made of its trace."""
+
+    result: QemuResult = field(repr=False)
+    etdump: bytes = field(repr=False)
+    clock: Clock
+
+
+def qemu_profile(pte: Path, platform, timeout_s: int = 600, atol: float = 0.0,
+                 samples: int = 4, npu_model: str = "auto") -> QemuProfile:
+    """Run the checked `pte` on the runner's trace build in QEMU and make the ETDump of its
+    trace (orchestrator/artifacts/profile.py): one run per inference, its times in instructions
+    retired (the SysTick ticks calibrated against QEMU's -icount) or in DWT cycles where the
+    core counts them. Raises VerificationFailure when the traced run does not pass."""
+    import hashlib
+
+    from orchestrator.errors import VerificationFailure
+    from platforms.runner_protocol import EXECUTE
+
+    result = qemu_on_checked_pte(pte, platform, timeout_s, atol=atol, samples=samples,
+                                 npu_model=npu_model, trace=True)
+    if result.passed is not True:
+        raise VerificationFailure(f"the profiling run (trace build) on QEMU did not report "
+                                  f"PASS: {result.summary()}; no profile written")
+    if result.trace_clock == "DWT cycles":
+        clock, per_tick = DWT_CYCLES, 1.0
+    elif result.trace_clock == "SysTick ticks" and result.instructions_per_tick:
+        clock, per_tick = QEMU_ICOUNT, result.instructions_per_tick
+    else:
+        raise VerificationFailure("the trace build named no clock it can be read in "
+                                  f"({result.trace_clock!r}); no profile written")
+    events = [TraceEvent(e.case, e.instruction, METHOD_EXECUTE if e.kind == EXECUTE else e.kind,
+                         e.kernel, e.start_ticks, e.ticks, e.kernel_start_ticks, e.kernel_ticks)
+              for e in result.trace]
+    details = {"runner": f"{result.runner} runner firmware, trace build",
+               "core": result.core, "method": result.method,
+               "tracer": "its own ticks (output CRCs, bookkeeping) removed from every scope"}
+    etdump = etdump_bytes(events, clock, per_tick, hashlib.sha256(pte.read_bytes()).hexdigest(),
+                          details)
+    return QemuProfile(result, etdump, clock)
+
+
+def profile_lines(profile: Profile, written: Path, untraced: int | None, pte: Path) -> list[str]:
+    """What `verify --qemu --profile` prints: where the profile went and, read back from it,
+    each instruction's median figure with its unit."""
+    clock = profile.clock.text
+    calls = profile.medians()
+    lines = [f"profile: wrote {written}: ETDump (ExecuTorch devtools' format), "
+             f"{len(profile.runs)} run(s), one per inference, {len(calls)} instruction(s) each; "
+             f"times in {clock}"]
+    total = profile.total()
+    in_calls = sum(call.duration for call in calls)
+    if total:
+        versus = (f" (the untraced run: {untraced:,}, {total / untraced - 1:+.2%})"
+                  if untraced else "")
+        lines.append(f"profile: per inference (median): Method::execute {total:,} {clock}"
+                     f"{versus}; its kernel and delegate calls {in_calls:,} "
+                     f"({in_calls / total:.1%} of it)")
+    width = max([len(c.kernel or "-") for c in calls] + [6])
+    lines.append(f"  instr  call           {'kernel':<{width}}  {clock}  [kernel alone]")
+    for call in calls:
+        alone = f"  [{call.kernel_duration:,}]" if call.kernel_duration is not None else ""
+        lines.append(f"  {call.instruction:>5}  {call.kind:<13}  {call.kernel or '-':<{width}}  "
+                     f"{call.duration:>14,}{alone}")
+    lines.append(f"profile: beside the plan's model: orchestrate plan {pte} --measured {written}")
+    return lines
 
 
 def fast_scratch_bytes(platform, npu: str) -> int:

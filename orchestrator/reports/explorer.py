@@ -13,30 +13,20 @@ from __future__ import annotations
 
 import json
 
+from orchestrator.planning.instructions import InstructionMapError, instruction_positions
+
 COLOURS = {"npu": "#2e7d32", "cmsis-nn": "#1565c0", "portable": "#ef6c00"}
 
-
-class OverlayError(RuntimeError):
-    """The plan's rows and the program's instructions do not line up."""
+# The plan's rows and the program's instructions do not line up (no overlay rather than a
+# wrong one).
+OverlayError = InstructionMapError
 
 
 def instruction_rows(plan) -> tuple[str, dict[int, list]]:
     """(execution plan name, instruction index -> the plan rows it runs)."""
     view = plan.compiled.program_view
-    kernels = [call.index for call in view.kernel_calls()]
-    delegates = {call.delegate_index: call.index for call in view.delegate_calls()}
-    cpu_rows = [r for r in plan.rows if r.placement != "npu"]
-    if len(cpu_rows) != len(kernels):
-        raise OverlayError(f"{len(cpu_rows)} CPU rows but {len(kernels)} kernel calls in the "
-                           "program")
-    mapping: dict[int, list] = {}
-    for index, row in zip(kernels, cpu_rows):
-        mapping.setdefault(index, []).append(row)
-    for row in plan.rows:
-        if row.placement == "npu":
-            if row.partition not in delegates:
-                raise OverlayError(f"NPU partition {row.partition} has no delegate call")
-            mapping.setdefault(delegates[row.partition], []).append(row)
+    positions = instruction_positions(view, [(r.placement, r.partition) for r in plan.rows])
+    mapping = {index: [plan.rows[p] for p in rows] for index, rows in positions.items()}
     return view.name or "ExecutionPlan_0", mapping
 
 

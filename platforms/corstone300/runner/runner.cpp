@@ -240,10 +240,34 @@ void report_mismatch(Method& method, const bundled_program_flatbuffer::BundledMe
 
 #if defined(ET_EVENT_TRACER_ENABLED)
 // The trace build (platforms/runner_build.py, trace=True): for every instruction of the method, its
-// SysTick ticks and a CRC-32 of each tensor its kernel logged (the outputs), so a mismatch can be
-// traced to the first operator whose bytes differ from the host twin's. Records are printed after
+// clock ticks and a CRC-32 of each tensor its kernel logged (the outputs), so a mismatch can be
+// traced to the first operator whose bytes differ from the host twin's, and the whole inference
+// (Method::execute); `verify --qemu --profile` writes these as an ETDump. Records are printed after
 // the inference; the CRCs must be taken when the kernel returns (planned memory is reused), and
-// the ticks they take are subtracted from every enclosing scope.
+// the ticks they take are subtracted from every enclosing scope. Each start is on that same
+// timeline: the clock minus the tracer's own ticks so far.
+//
+// The clock: the DWT cycle counter where it counts (silicon, FVP), else SysTick ticks (under QEMU,
+// which has no DWT, they are calibrated to instructions on the host: counters.c). The DWT's 32
+// bits are extended to 64: the tracer reads it at every scope, far more often than it wraps.
+bool trace_clock_is_dwt() {
+  return counters_have_cycle_counter() != 0;
+}
+
+uint64_t trace_clock() {
+  if (!trace_clock_is_dwt()) {
+    return counters_ticks();
+  }
+  static uint32_t last = 0;
+  static uint64_t wraps = 0;
+  const uint32_t now = counters_cycles();
+  if (now < last) {
+    wraps += 1ull << 32;
+  }
+  last = now;
+  return wraps | now;
+}
+
 uint32_t crc32(const uint8_t* data, size_t bytes) {
   uint32_t crc = 0xFFFFFFFFu;
   for (size_t i = 0; i < bytes; i++) {
@@ -265,31 +289,42 @@ class InstructionTracer final : public executorch::runtime::EventTracer {
   void create_event_block(const char*) override {}
   executorch::runtime::EventTracerEntry start_profiling(
       const char* name, executorch::runtime::ChainID, executorch::runtime::DebugHandle) override {
+    // The bookkeeping here is the tracer's own work too: the enclosing scopes do not keep it.
+    const uint64_t entered = trace_clock();
     executorch::runtime::EventTracerEntry entry{};
-    if (depth_ < kMaxDepth) {
-      frames_[depth_] = {name, current_chain_id(), current_debug_handle(), overhead_ticks_};
-    }
     entry.event_id = static_cast<int64_t>(depth_++);
     if (std::strncmp(name, kKernelScopePrefix, sizeof(kKernelScopePrefix) - 1) == 0) {
       logged_count_ = 0;
     }
-    entry.start_time = counters_ticks();
+    entry.start_time = trace_clock();
+    overhead_ticks_ += entry.start_time - entered;
+    if (entry.event_id < static_cast<int64_t>(kMaxDepth)) {
+      frames_[entry.event_id] = {name, current_chain_id(), current_debug_handle(), overhead_ticks_};
+    }
     return entry;
   }
   void end_profiling(executorch::runtime::EventTracerEntry entry) override {
-    const uint64_t now = counters_ticks();
+    const uint64_t now = trace_clock();
     depth_ = static_cast<size_t>(entry.event_id);
     if (depth_ >= kMaxDepth) {
       return;
     }
     const Frame& frame = frames_[depth_];
     const uint64_t ticks = now - entry.start_time - (overhead_ticks_ - frame.overhead_at_start);
+    const uint64_t start = entry.start_time - frame.overhead_at_start;
     if (frame.chain_id == executorch::runtime::kUnsetChainId) {
-      return;  // Method::init / Method::execute: the runner reports the whole inference itself
+      // Method::init has no instruction; Method::execute is the whole inference.
+      if (std::strcmp(frame.name, "Method::execute") == 0) {
+        execute_ticks_ = ticks;
+        execute_start_ = start;
+        execute_seen_ = true;
+      }
+      return;
     }
     if (std::strncmp(frame.name, kKernelScopePrefix, sizeof(kKernelScopePrefix) - 1) == 0) {
       pending_.kernel = frame.name + sizeof(kKernelScopePrefix) - 1;
       pending_.kernel_ticks = ticks;
+      pending_.kernel_start = start;
       pending_.tensors = 0;
       for (size_t i = 0; i < logged_count_; i++) {
         pending_.bytes[i] = static_cast<uint32_t>(logged_[i].bytes);
@@ -303,17 +338,19 @@ class InstructionTracer final : public executorch::runtime::EventTracer {
       record.kind = frame.name;
       record.instruction = frame.debug_handle;
       record.ticks = ticks;
+      record.start = start;
       pending_ = Record{};
     }
-    overhead_ticks_ += counters_ticks() - now;
+    overhead_ticks_ += trace_clock() - now;
   }
-  // Prints the records of one inference and forgets them.
+  // Prints the records of one inference and forgets them; the whole inference last.
   void flush(size_t index) {
     for (size_t r = 0; r < records_count_; r++) {
       const Record& record = records_[r];
-      ET_LOG(Info, "Trace[%zu] instruction %" PRIu32 " %s %s: %" PRIu64 " SysTick ticks (kernel %" PRIu64 ")",
+      ET_LOG(Info, "Trace[%zu] instruction %" PRIu32 " %s %s: %" PRIu64 " ticks from %" PRIu64
+             " (kernel %" PRIu64 " from %" PRIu64 ")",
              index, record.instruction, record.kind, record.kernel ? record.kernel : "-",
-             record.ticks, record.kernel_ticks);
+             record.ticks, record.start, record.kernel_ticks, record.kernel_start);
       for (size_t i = 0; i < record.tensors; i++) {
         ET_LOG(Info, "Trace[%zu] instruction %" PRIu32 " tensor %zu: %" PRIu32 " bytes crc32 %08" PRIx32,
                index, record.instruction, i, record.bytes[i], record.crc[i]);
@@ -322,7 +359,12 @@ class InstructionTracer final : public executorch::runtime::EventTracer {
     if (records_count_ == kMaxRecords) {
       ET_LOG(Error, "Trace[%zu]: only the first %zu instructions were recorded", index, kMaxRecords);
     }
+    if (execute_seen_) {
+      ET_LOG(Info, "Trace[%zu] Method::execute: %" PRIu64 " ticks from %" PRIu64, index,
+             execute_ticks_, execute_start_);
+    }
     records_count_ = 0;
+    execute_seen_ = false;
   }
   executorch::runtime::EventTracerEntry start_profiling_delegate(
       const char* name, executorch::runtime::DelegateDebugIntId) override {
@@ -388,7 +430,9 @@ class InstructionTracer final : public executorch::runtime::EventTracer {
     const char* kind = nullptr;
     const char* kernel = nullptr;
     uint64_t ticks = 0;
+    uint64_t start = 0;
     uint64_t kernel_ticks = 0;
+    uint64_t kernel_start = 0;
     size_t tensors = 0;
     uint32_t bytes[kMaxTensors] = {};
     uint32_t crc[kMaxTensors] = {};
@@ -401,6 +445,9 @@ class InstructionTracer final : public executorch::runtime::EventTracer {
   Record pending_;
   Record records_[kMaxRecords];
   size_t records_count_ = 0;
+  uint64_t execute_ticks_ = 0;
+  uint64_t execute_start_ = 0;
+  bool execute_seen_ = false;
 };
 
 InstructionTracer tracer;
@@ -427,6 +474,9 @@ int main(void) {
   counters_calibrate(&calibration_instructions, &calibration_ticks);
   ET_LOG(Info, "Calibration: %" PRIu32 " instructions in %" PRIu64 " SysTick ticks",
          calibration_instructions, calibration_ticks);
+#if defined(ET_EVENT_TRACER_ENABLED)
+  ET_LOG(Info, "Trace clock: %s", trace_clock_is_dwt() ? "DWT cycles" : "SysTick ticks");
+#endif
 
   const volatile runner_mailbox_t& mailbox = __runner_mailbox;
   if (mailbox.magic != RUNNER_MAILBOX_MAGIC || mailbox.version != RUNNER_MAILBOX_VERSION) {

@@ -1,0 +1,202 @@
+"""`plan --measured`: the plan's modelled figures and a profile's measured ones side by side.
+
+Two sources, each named on every figure: the model (the plan's cost models: CPU cycles at the
+plan's CPU clock, Vela's estimate for NPU rows) and the measurement (the profile's clock:
+"instructions retired, QEMU -icount" for a QEMU profile, never called cycles; cycles where the
+device says so). Where the units differ they are compared only as a ratio per kernel.
+"""
+
+from __future__ import annotations
+
+import copy
+import textwrap
+from typing import TYPE_CHECKING
+
+from tabulate import tabulate
+
+from orchestrator.artifacts.profile import DELEGATE_CALL, OPERATOR_CALL
+
+if TYPE_CHECKING:  # the value this module renders (planning/measured.py renders through it)
+    from orchestrator.planning.measured import MeasuredPlan
+
+_SOURCE = {"vela": "V", "model:transition": "T", "model:portable": "P", "model:scalar": "S",
+           "model:dsp": "D", "model:mve": "M", "model:memory": "R"}
+SOURCE_LEGEND = ("model sources: M/D/S = orchestrate's CMSIS-NN cost model for the MVE/DSP/"
+                 "scalar tier; P = portable-kernel model; T = transition model "
+                 "(cost_models/data/cpu_cost.yaml); R = reads at the placed region's speed; "
+                 "V = Vela's estimate (NPU cycles)")
+_HIDDEN = {"boundary-quantize": "quantize (edge)", "boundary-dequantize": "dequantize (edge)",
+           "layout": "layout copy", "npu-invocation": "NPU invocation"}
+
+
+def _short_source(source: str) -> str:
+    return "+".join(_SOURCE.get(part, part) for part in source.split("+"))
+
+
+def _op(op: dict) -> str:
+    if op.get("kind") in _HIDDEN:
+        return _HIDDEN[op["kind"]]
+    parts = str(op.get("op", "")).split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _where(op: dict) -> str:
+    if op["placement"] == "npu":
+        return f"NPU p{op.get('partition')}"
+    if op["placement"] == "cmsis-nn":
+        return f"CMSIS/{op.get('isa_tier') or '-'}"
+    return "portable"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "~"
+
+
+def _cycles(op: dict) -> int | None:
+    cost = op.get("cost")
+    return int(cost["cycles"]) if cost else None
+
+
+def model_text(measured: MeasuredPlan) -> str:
+    platform = measured.plan["platform"]
+    npu = (f"; NPU rows: Vela's NPU cycles at {platform['npu_hz'] / 1e6:g} MHz"
+           if platform.get("npu") and platform.get("npu_hz") else "")
+    return (f"the plan's cost models: CPU rows in CPU cycles at {platform['cpu_hz'] / 1e6:g} MHz"
+            f"{npu} (estimates)")
+
+
+def measured_text(measured: MeasuredPlan) -> str:
+    profile = measured.profile
+    runs = len(profile.runs)
+    who = f"written by {profile.writer}" if profile.writer else "ETDump from a device"
+    program = (f"for this program (SHA-256 {measured.program_sha256[:12]}...)"
+               if profile.program_sha256 else "matched to this program by its instructions")
+    return (f"{profile.clock.text}; profile {profile.path}: {runs} inference(s), each "
+            f"instruction's median; {who}, {program}")
+
+
+def _ratio(modelled: int | None, measured: int | None) -> str:
+    return f"{modelled / measured:.2f}" if modelled and measured else "-"
+
+
+def _delegate_note(measured: MeasuredPlan) -> str:
+    if measured.profile.clock.unit == "instructions":
+        return ("the CPU's side of the call only: QEMU has no NPU, the NPU's commands ran on the "
+                "host over semihosting, so no NPU time is in it")
+    return "the call as the CPU waited for it: the NPU's time and the CPU's work around it"
+
+
+def render_text(measured: MeasuredPlan, width: int = 100) -> str:
+    plan, ops, unit = measured.plan, measured.ops, measured.profile.clock.unit
+    platform = plan["platform"]
+    call_of = measured.call_of_row()
+    rows = []
+    for position, op in enumerate(ops):
+        call = call_of.get(position)
+        cycles = _cycles(op)
+        source = _short_source(op["cost"]["source"]) if op.get("cost") else ""
+        value = call.value if call is not None and call.kind == OPERATOR_CALL else None
+        rows.append([position, call.instruction if call is not None else "-", _cut(_op(op), 17),
+                     _where(op), _cut(str(op.get("kernel") or "-"), 20),
+                     f"{cycles:,} {source}" if cycles is not None else "-",
+                     f"{value:,}" if value is not None else
+                     (f"p{call.partition} below" if call is not None else "-"),
+                     _ratio(cycles, value)])
+    table = tabulate(rows, ["#", "instr", "op", "where", "kernel", "model cycles", "measured",
+                            "ratio"],
+                     tablefmt="simple", disable_numparse=True,
+                     colalign=("right", "right", "left", "left", "left", "right", "right",
+                               "right"))
+
+    def wrap(line: str) -> str:
+        indent = " " * (len(line) - len(line.lstrip()) + 4)
+        return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False)
+
+    header = (f"orchestrate plan --measured: {plan['model']['name']} ({plan['model']['source']}) "
+              f"on {platform['platform']}: {platform['cpu']} ({platform['isa_tier']}) + "
+              f"{platform.get('npu') or 'no NPU'}, io {platform['io']}")
+    clock = measured.profile.clock.text
+    out = [wrap(header), wrap(f"model: {model_text(measured)}"),
+           wrap(f"measured: {measured_text(measured)}"),
+           wrap(f"columns: instr = the program's instruction; model cycles with their source "
+                f"(legend below); measured = {clock}; ratio = model cycles / measured"),
+           table, ""]
+    kernel_calls = [c for c in measured.calls if c.kind == OPERATOR_CALL]
+    in_calls = measured.kernel_calls_total()
+    modelled = measured.cpu_modelled_cycles()
+    seconds = modelled / platform["cpu_hz"]
+    out.append(wrap(f"total, {len(kernel_calls)} CPU rows (one kernel call each): model "
+                    f"{modelled:,} cycles ({seconds * 1e3:.3f} ms at "
+                    f"{platform['cpu_hz'] / 1e6:g} MHz); measured {in_calls:,} {clock}; "
+                    f"model/measured {_ratio(modelled, in_calls)}"))
+    if measured.total is not None:
+        share = f"; the kernel calls are {in_calls / measured.total:.1%} of it" \
+            if measured.total else ""
+        out.append(wrap(f"whole inference (Method::execute): measured {measured.total:,} "
+                        f"{clock}{share}"))
+    for call in measured.calls:
+        if call.kind != DELEGATE_CALL:
+            continue
+        seconds = sum(float((ops[row].get("cost") or {}).get("seconds") or 0) for row in call.rows)
+        out.append(wrap(
+            f"NPU partition {call.partition} (instruction {call.instruction}, {call.operator}, "
+            f"{len(call.rows)} rows): model {seconds * 1e3:.3f} ms (Vela's estimate and the "
+            f"invocation model); measured {call.value:,} {clock}: {_delegate_note(measured)}"))
+    classes = measured.by_kernel()
+    if classes:
+        same = unit == "cycles"
+        out.append(wrap(
+            "by kernel, model cycles / measured " + (
+                "cycles (1.00 = the model is exact):" if same else
+                f"{unit} ({clock}: another unit than the model's cycles, so compare kernels "
+                "with each other, not with 1.00):")))
+        for group in classes:
+            out.append(wrap(f"  {group.kernel}: {group.calls} call(s), {group.modelled_cycles:,} "
+                            f"cycles / {group.measured:,} {unit} = "
+                            f"{_ratio(group.modelled_cycles, group.measured)}"))
+    out.append(wrap(SOURCE_LEGEND))
+    return "\n".join(out)
+
+
+def measured_json(measured: MeasuredPlan) -> dict:
+    """plan.json with a `measured` block on every op an instruction runs and in the summary."""
+    plan = copy.deepcopy(dict(measured.plan))
+    profile = measured.profile
+    clock = {"clock": profile.clock.text, "unit": profile.clock.unit}
+    for call in measured.calls:
+        for row in call.rows:
+            block = {"instruction": call.instruction, "call": call.kind, **clock}
+            if call.kind == OPERATOR_CALL:
+                cycles = _cycles(plan["ops"][row])
+                block.update(value=call.value, kernel_value=call.kernel_value,
+                             model_cycles_per_measured=(round(cycles / call.value, 4)
+                                                        if cycles and call.value else None))
+            else:
+                block.update(partition=call.partition, value=None,
+                             note="measured per partition: summary.measured.partitions")
+            plan["ops"][row]["measured"] = block
+    platform = plan["platform"]
+    in_calls = measured.kernel_calls_total()
+    modelled = measured.cpu_modelled_cycles()
+    plan["summary"]["measured"] = {
+        "profile": profile.path, **clock, "writer": profile.writer,
+        "program_sha256": measured.program_sha256,
+        "profile_names_program": profile.program_sha256 is not None,
+        "runs": len(profile.runs), "statistic": "median over runs, per instruction",
+        "model": model_text(measured),
+        "method_execute": measured.total,
+        "kernel_calls": {"count": sum(1 for c in measured.calls if c.kind == OPERATOR_CALL),
+                         "measured": in_calls, "model_cycles": modelled,
+                         "model_seconds": modelled / platform["cpu_hz"]},
+        "partitions": [{"partition": c.partition, "instruction": c.instruction,
+                        "backend": c.operator, "measured": c.value,
+                        "model_seconds": sum(float((plan["ops"][r].get("cost") or {})
+                                                   .get("seconds") or 0) for r in c.rows),
+                        "note": _delegate_note(measured)}
+                       for c in measured.calls if c.kind == DELEGATE_CALL],
+        "by_kernel": [{"kernel": g.kernel, "calls": g.calls, "model_cycles": g.modelled_cycles,
+                       "measured": g.measured,
+                       "model_cycles_per_measured": round(g.ratio, 4) if g.ratio else None}
+                      for g in measured.by_kernel()],
+    }
+    return plan
