@@ -265,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--profile-out", metavar="FILE",
                      help="--profile: where to write the profile (default: PROGRAM.etdp beside "
                      "the .pte)")
-    ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF for --fvp (or "
+    ver.add_argument("--runner-elf", help="ExecuTorch arm_executor_runner ELF for the FVP method "
+                     "(--fvp, and the default verify where an FVP is installed; or "
                      "ORCHESTRATE_RUNNER_ELF; default: none, and --fvp says how to build one)")
     ver.add_argument("--timeout", type=_positive, default=600,
                      help="seconds a QEMU or FVP run may take (default 600)")
@@ -726,7 +727,7 @@ def cmd_verify(args) -> int:
                              per_op=args.per_op, max_steps=args.max_steps,
                              executorch_src=args.executorch_src, cmsis_nn_src=args.cmsis_nn_src,
                              platform=args.platform, timeout_s=args.timeout,
-                             npu_model=args.npu_model)
+                             npu_model=args.npu_model, runner_elf=args.runner_elf)
         _print_report(args, verdict.to_json(), verdict.render_text())
         if verdict.outcome == "failed":
             raise VerificationFailure(verdict.verdict)
@@ -824,31 +825,16 @@ def _profile_on_qemu(args, pte: Path, platform, path: Path, untraced: int | None
 
 
 def _verify_fvp(args, pte: Path) -> int:
-    from orchestrator.device_runs.qemu import installed_platform
-    from platforms.fvp import run_bpte
+    from orchestrator.device_runs.combined import FvpMethod
+    from orchestrator.errors import VerificationFailure
+    from orchestrator.verification.methods import VerifyInputs
 
-    import tempfile
-
-    from orchestrator.artifacts.manifest import Manifest
-    from orchestrator.verification.bundle import write_bundle
-
-    target = Manifest.load(pte).target
-    platform = installed_platform(target, args.platform)
-    # A CPU-only program runs on the platform's FVP too; its NPU simply stays idle.
-    npu = target["npu"] or platform.npu_default
-    with tempfile.TemporaryDirectory(prefix="orchestrate-fvp-") as folder:
-        bpte = write_bundle(pte, Path(folder) / "program.bpte")
-        try:
-            result = run_bpte(platform, npu, bpte, runner_elf=args.runner_elf,
-                              timeout_s=args.timeout)
-        except FileNotFoundError as error:
-            raise UserError(f"{error}; pass --runner-elf or set ORCHESTRATE_RUNNER_ELF to a built "
-                            "arm_executor_runner") from None
-    print(f"method: Corstone FVP ({target['platform']}, {npu}), BundleIO self-check on target")
-    print(result.summary())
-    if result.passed is not True:
-        from orchestrator.errors import VerificationFailure
-
+    result = FvpMethod().run(pte, VerifyInputs(platform=args.platform, timeout_s=args.timeout,
+                                               runner_elf=args.runner_elf))
+    if result.outcome == "not-run":
+        raise NotRun(f"not run: {result.detail}")
+    print(result.text)
+    if result.outcome != "passed":
         raise VerificationFailure("FVP run did not report PASS")
     return 0
 

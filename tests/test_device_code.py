@@ -178,9 +178,37 @@ def test_verify_lets_the_device_code_decide(compiles):
     verdict = verify_all(pte, samples=2)
     outcomes = {r.name: r.outcome for r in verdict.results}
     assert outcomes == {"twin": "passed", "host runtime": "passed",
-                        "QEMU Cortex-M55": "passed"}, verdict.render_text()
+                        "QEMU Cortex-M55": "passed", "Corstone FVP": "not-run"}, \
+        verdict.render_text()
     assert verdict.outcome == "passed" and verdict.exit_code == 0
-    assert "device code" in verdict.verdict
+    assert "device code" in verdict.verdict and "Corstone FVP not run" in verdict.verdict
+    exercised = {r.name: r.exercised for r in verdict.results}
+    assert "reference kernels" in exercised["twin"]
+    assert "ExecuTorch runtime" in exercised["host runtime"]
+
+
+def test_a_new_verifier_is_one_class_and_the_verdict_weighs_it(compiles, monkeypatch):
+    """Every method is a Verifier (`run(program, inputs) -> MethodResult`); a board method
+    added to the registry runs with the others, and a device-code failure it reports fails the
+    verdict even when the twin passed."""
+    from orchestrator.device_runs import combined
+    from orchestrator.verification.methods import MethodResult, VerifyInputs
+
+    class Board:
+        name, device_code = "board", True
+
+        def run(self, program, inputs: VerifyInputs) -> MethodResult:
+            assert program.suffix == ".pte" and inputs.samples == 2
+            return MethodResult("board", "failed", "output 0 differs on the board", True,
+                                exercised="a board over a debug probe")
+
+    monkeypatch.setattr(combined, "VERIFIERS", (combined.TwinMethod(), Board()))
+    _, pte = compiles.get(model_spec("conv1d_audio"), *CPU_ONLY, write=True)
+    verdict = combined.verify_all(pte, samples=2, methods=("twin", "board"))
+    assert [r.name for r in verdict.results] == ["twin", "board"]
+    assert verdict.results[0].outcome == "passed"
+    assert verdict.outcome == "failed" and verdict.exit_code == 4
+    assert verdict.verdict.startswith("FAILED by board")
 
 
 def test_a_twin_pass_never_hides_a_device_failure():

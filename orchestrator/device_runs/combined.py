@@ -1,6 +1,7 @@
 """`verify` by every method this machine has: the device code judges, the twin explains.
 
-Three methods, asked in order, each saying what it exercised or why it could not run:
+Four methods (`VERIFIERS`, each a `Verifier`: orchestrator/verification/methods.py), asked in
+order, each saying what it exercised or why it could not run:
 
 - **twin**: the `.pte` executed instruction by instruction on the host, each value checked
   against the quantized reference fed the program's own inputs (orchestrator/verification/twin_verify.py).
@@ -19,6 +20,9 @@ Three methods, asked in order, each saying what it exercised or why it could not
   to the host (orchestrator/device_runs/qemu_npu.py), with the real EthosUBackend and core
   driver in the firmware: the Ethos-U55/U65 functional model executes the command stream, an
   Ethos-U85 partition is computed from its TOSA graph. Other cores are "not run".
+- **FVP**: a Corstone FVP with an arm_executor_runner the user built (`--runner-elf` or
+  `ORCHESTRATE_RUNNER_ELF`), BundleIO self-check on the modelled target; "not run" where either
+  is missing (no FVP is installed on the machines this project is tested on).
 
 The verdict is theirs together: FAILED when any method that ran found a failure (exit 4);
 PASSED when no method failed and a device-code method (host runtime or QEMU) passed for what
@@ -36,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.device_runs.qemu import run_qemu
-from orchestrator.verification.methods import QEMU, RUNTIME, TWIN, MethodResult
+from orchestrator.verification.methods import (FVP, QEMU, RUNTIME, TWIN, MethodResult,
+                                                Verifier, VerifyInputs)
 from orchestrator.verification.npu import NpuModelCannotRun, NpuModelFault
 
 
@@ -69,39 +74,116 @@ class CombinedVerdict:
         return "\n".join(lines)
 
 
-def run_twin(pte: Path, samples: int, calibration, per_op: bool, max_steps: int,
-             npu_model: str = "auto") -> MethodResult:
-    from orchestrator.verification.twin import TwinCannotRun
-    from orchestrator.verification.twin_verify import render_text, report_json, verify
+class TwinMethod:
+    """The twin: our re-statement of the kernels, with the local check (explains, never judges
+    alone)."""
 
-    try:
-        report = verify(pte, samples=samples, calibration=calibration, per_op=per_op,
-                        max_steps=max_steps, npu_model=npu_model)
-    except (TwinCannotRun, NpuModelCannotRun) as error:
-        return MethodResult(TWIN, "not-run", str(error).removeprefix("not run: "), False)
-    except NpuModelFault as error:
-        return MethodResult(TWIN, "failed", f"FAILED by the twin: {error}", False)
-    outcome = ("inconclusive" if report.inconclusive else "partial" if report.partial else
-               "passed" if report.passed else "failed")
-    return MethodResult(TWIN, outcome, report.verdict, False, render_text(report),
-                        report_json(report))
+    name, device_code = TWIN, False
+
+    def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
+        from orchestrator.verification.twin import TwinCannotRun
+        from orchestrator.verification.twin_verify import render_text, report_json, verify
+
+        try:
+            report = verify(program, samples=inputs.samples, calibration=inputs.calibration,
+                            per_op=inputs.per_op, max_steps=inputs.max_steps,
+                            npu_model=inputs.npu_model)
+        except (TwinCannotRun, NpuModelCannotRun) as error:
+            return MethodResult(TWIN, "not-run", str(error).removeprefix("not run: "), False)
+        except NpuModelFault as error:
+            return MethodResult(TWIN, "failed", f"FAILED by the twin: {error}", False)
+        outcome = ("inconclusive" if report.inconclusive else "partial" if report.partial else
+                   "passed" if report.passed else "failed")
+        return MethodResult(TWIN, outcome, report.verdict, False, render_text(report),
+                            report_json(report), exercised=report.method)
 
 
-def run_host_runtime(pte: Path, samples: int, calibration, per_op: bool,
-                     executorch_src=None, cmsis_nn_src=None,
-                     npu_model: str = "auto") -> MethodResult:
-    from orchestrator.errors import NotRun
-    from orchestrator.device_runs.runtime_verify import render_text, report_json, verify_runtime
+class HostRuntimeMethod:
+    """The real ExecuTorch runtime with the device kernels and EthosUBackend built for the host."""
 
-    try:
-        report = verify_runtime(pte, samples=samples, calibration=calibration, per_op=per_op,
-                                executorch_src=executorch_src, cmsis_nn_src=cmsis_nn_src,
-                                npu_model=npu_model)
-    except NotRun as error:
-        return MethodResult(RUNTIME, "not-run", str(error).removeprefix("not run: "), True)
-    outcome = {"passed": "passed", "partial": "partial"}.get(report.outcome, "failed")
-    return MethodResult(RUNTIME, outcome, report.verdict, True, render_text(report),
-                        report_json(report))
+    name, device_code = RUNTIME, True
+
+    def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
+        from orchestrator.errors import NotRun
+        from orchestrator.device_runs.runtime_verify import (render_text, report_json,
+                                                             verify_runtime)
+
+        try:
+            report = verify_runtime(program, samples=inputs.samples,
+                                    calibration=inputs.calibration, per_op=inputs.per_op,
+                                    executorch_src=inputs.executorch_src,
+                                    cmsis_nn_src=inputs.cmsis_nn_src,
+                                    npu_model=inputs.npu_model)
+        except NotRun as error:
+            return MethodResult(RUNTIME, "not-run", str(error).removeprefix("not run: "), True)
+        outcome = {"passed": "passed", "partial": "partial"}.get(report.outcome, "failed")
+        return MethodResult(RUNTIME, outcome, report.verdict, True, render_text(report),
+                            report_json(report), exercised=report.method)
+
+
+class QemuMethod:
+    """The platform's runner firmware on QEMU (BundleIO, byte-exact against the twin)."""
+
+    name, device_code = QEMU, True
+
+    def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
+        return run_qemu(program, inputs.platform, inputs.timeout_s, npu_model=inputs.npu_model)
+
+
+class FvpMethod:
+    """A Corstone FVP running a user-built arm_executor_runner (BundleIO self-check on target),
+    where the FVP and a runner are installed; "not run" elsewhere."""
+
+    name, device_code = FVP, True
+
+    def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
+        import tempfile
+
+        from orchestrator.artifacts.manifest import Manifest
+        from orchestrator.device_runs.qemu import installed_platform
+        from orchestrator.errors import UserError
+        from orchestrator.verification.bundle import write_bundle
+        from platforms.fvp import FvpUnavailable, find_fvp, find_runner_elf, run_bpte
+
+        target = Manifest.load(program).target
+        try:
+            platform = installed_platform(target, inputs.platform)
+        except UserError as error:
+            return MethodResult(FVP, "not-run", str(error), True)
+        # A CPU-only program runs on the platform's FVP too; its NPU simply stays idle.
+        npu = target["npu"] or platform.npu_default
+        if not platform.fvp or not npu:
+            return MethodResult(FVP, "not-run", f"the {platform.name} platform YAML names no FVP",
+                                True)
+        try:
+            if find_fvp(platform, npu) is None or find_runner_elf(inputs.runner_elf) is None:
+                # Said the harness's way (which binary, which variable), before any bundle.
+                run_bpte(platform, npu, program, runner_elf=inputs.runner_elf, timeout_s=1)
+            with tempfile.TemporaryDirectory(prefix="orchestrate-fvp-") as folder:
+                bpte = write_bundle(program, Path(folder) / "program.bpte")
+                result = run_bpte(platform, npu, bpte, runner_elf=inputs.runner_elf,
+                                  timeout_s=inputs.timeout_s)
+        except FvpUnavailable as error:
+            return MethodResult(FVP, "not-run", str(error).removeprefix("not run: "), True)
+        except FileNotFoundError as error:  # a runner the user named is not there
+            raise UserError(f"{error}; pass --runner-elf or set ORCHESTRATE_RUNNER_ELF to a "
+                            "built arm_executor_runner") from None
+        exercised = f"Corstone FVP ({target['platform']}, {npu}), BundleIO self-check on target"
+        text = f"method: {exercised}\n{result.summary()}"
+        outcome = "passed" if result.passed is True else "failed"
+        detail = (f"PASSED on the FVP: {result.summary()}" if result.passed is True else
+                  f"FAILED on the FVP: {result.summary()}")
+        return MethodResult(FVP, outcome, detail, True, text,
+                            {"passed": result.passed, "npu_cycles": result.cycles,
+                             "summary": result.summary()}, exercised=exercised)
+
+
+# Every method `verify` knows, in the order they run and report.
+VERIFIERS: tuple[Verifier, ...] = (TwinMethod(), HostRuntimeMethod(), QemuMethod(), FvpMethod())
+
+
+def verifier(name: str) -> Verifier:
+    return next(v for v in VERIFIERS if v.name == name)
 
 
 NPU_BY_TOSA = ("the NPU partitions ran as their TOSA graphs in the TOSA reference model, not as "
@@ -164,8 +246,8 @@ def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False,
 
 def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
                max_steps: int = 1, executorch_src=None, cmsis_nn_src=None,
-               platform=None, timeout_s: int = 600, methods=(TWIN, RUNTIME, QEMU),
-               npu_model: str = "auto") -> CombinedVerdict:
+               platform=None, timeout_s: int = 600, methods=(TWIN, RUNTIME, QEMU, FVP),
+               npu_model: str = "auto", runner_elf=None) -> CombinedVerdict:
     """Every method in `methods` that this machine has, and their verdict together; the NPU
     partitions computed as `npu_model` chooses (orchestrator/verification/npu.py)."""
     from orchestrator.verification.twin import load_twin
@@ -173,13 +255,7 @@ def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
     pte = Path(pte)
     twin = load_twin(pte)
     choice = twin.npu_executor(npu_model).choice  # a choice that cannot apply is refused first
-    results = []
-    if TWIN in methods:
-        results.append(run_twin(pte, samples, calibration, per_op, max_steps, npu_model))
-    if RUNTIME in methods:
-        results.append(run_host_runtime(pte, samples, calibration, per_op, executorch_src,
-                                        cmsis_nn_src, npu_model))
-    if QEMU in methods:
-        results.append(run_qemu(pte, platform, timeout_s, npu_model=npu_model))
-    return combine(pte, tuple(results), has_npu=bool(twin.partitions),
-                   npu_stream=choice != "tosa")
+    inputs = VerifyInputs(samples, calibration, per_op, max_steps, npu_model, platform,
+                          timeout_s, executorch_src, cmsis_nn_src, runner_elf)
+    results = tuple(method.run(pte, inputs) for method in VERIFIERS if method.name in methods)
+    return combine(pte, results, has_npu=bool(twin.partitions), npu_stream=choice != "tosa")

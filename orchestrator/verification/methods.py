@@ -1,12 +1,20 @@
-"""The verification methods' names and what each reports (`MethodResult`): shared by the twin's
-method here and the device-code methods and the verdict in orchestrator/device_runs/.
+"""The one interface every verification method has, its inputs and what it reports.
+
+A method is a `Verifier`: `run(program, inputs) -> MethodResult`, the result saying what the
+method concluded, what it exercised (which runtime, kernels and NPU computation ran) and, for
+every method that compares outputs, its full report. The methods themselves are registered in
+orchestrator/device_runs/combined.py (`VERIFIERS`: twin, host runtime, QEMU, FVP); adding one
+(e.g. a board over a debug probe) is one class there and one name here, and `verify` runs it
+with the others and lets the verdict rule (`combine`) weigh it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
-TWIN, RUNTIME, QEMU = "twin", "host runtime", "QEMU Cortex-M55"
+TWIN, RUNTIME, QEMU, FVP = "twin", "host runtime", "QEMU Cortex-M55", "Corstone FVP"
 
 
 @dataclass(frozen=True)
@@ -17,3 +25,33 @@ class MethodResult:
     device_code: bool  # the method executes the device's own runtime and kernels
     text: str = ""  # the method's full report (text)
     report: dict | None = None  # the method's JSON report
+    exercised: str = ""  # what ran: runtime, kernels, how the NPU partitions were computed
+
+
+@dataclass(frozen=True)
+class VerifyInputs:
+    """What every method is asked with. A method uses the fields it has a use for (QEMU and the
+    FVP run their own BundleIO cases; the twin and the host runtime run `samples`)."""
+
+    samples: int = 16
+    calibration: str | Path | None = None  # inputs to verify with (default: generated)
+    per_op: bool = False
+    max_steps: float = 1  # int8 steps per rounding stage (the twin's local check)
+    npu_model: str = "auto"  # how NPU partitions are computed (orchestrator/verification/npu.py)
+    platform: str | None = None  # QEMU/FVP: the installed platform (default: the program's)
+    timeout_s: int = 600
+    executorch_src: str | Path | None = None  # host runtime: the third-party source trees
+    cmsis_nn_src: str | Path | None = None
+    runner_elf: str | Path | None = None  # FVP: the arm_executor_runner to run
+
+
+class Verifier(Protocol):
+    """One verification method."""
+
+    name: str  # TWIN, RUNTIME, QEMU, FVP, ...
+    device_code: bool  # it executes the device's own runtime and kernels
+
+    def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
+        """Verify `program` (a `.pte` with its artifacts folder); never raises for a machine
+        that lacks what the method needs: that is a "not-run" result saying why."""
+        ...
