@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 internal error, 2 user error (one clear line), 3 gate failed
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -187,6 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
                       "ETDumpGen on a device; MODEL may then be the profiled .pte (its plan is "
                       "read from its artifacts folder); a profile of another program is "
                       "refused; --format table or json (default: no profile)")
+
+    plan.add_argument("--firmware", metavar="DIR",
+                      help="show the flash and RAM of a firmware built for this program "
+                      "(`orchestrate firmware PROGRAM.pte -o DIR`) beside the plan's estimates, "
+                      "from the build's linker map; MODEL may then be that .pte; a build of "
+                      "another program is refused (default: none)")
 
     comp = sub.add_parser("compile", help="compile to one .pte plus an artifacts folder")
     _add_target_options(comp)
@@ -467,6 +474,8 @@ def cmd_plan(args) -> int:
     args.format = _plan_format(args.format, args.output)
     if args.measured:
         return _plan_measured(args)
+    if args.firmware and args.model.endswith(".pte"):
+        return _plan_firmware_of_pte(args)
     if args.model.endswith(".pte"):
         raise UserError(f"'{args.model}' is a compiled program: its plan is in its artifacts "
                         "folder (plan.json, report.html); give the model to plan it again, or "
@@ -474,8 +483,14 @@ def cmd_plan(args) -> int:
     _check_outputs(args, report=args.output, pte=args.pte, pte_option="--pte")
     _policy_first(args)
     runner_ops = read_runner_ops(args.runner_ops) if args.runner_ops else None
+    if args.firmware:
+        if args.format not in ("table", "json"):
+            raise UserError(f"--firmware shows a table or JSON, not {args.format}; use --format "
+                            "table or json")
+        _firmware_of(args.firmware)  # an unreadable build is refused before compiling
     plan = _plan(args, runner_ops)
     compiled = plan.compiled
+    firmware = _firmware_of(args.firmware, compiled.pte_bytes) if args.firmware else None
     if args.format == "html":
         text = plan.to_html()
     elif args.format == "model-explorer":
@@ -484,9 +499,15 @@ def cmd_plan(args) -> int:
         text = render_node_data(plan)
     elif args.format == "table":
         text = plan.to_text(all_rows=args.all_rows)
+        if firmware is not None:
+            text += "\n" + "\n".join(firmware[0])
     else:
         render = {"json": render_json, "markdown": render_markdown}[args.format]
         text = render(compiled, plan.rows, plan.summary)
+        if firmware is not None:
+            as_json = json.loads(text)
+            as_json["summary"]["firmware"] = firmware[1]
+            text = json.dumps(as_json, indent=2)
     if args.output:
         atomic_write_bytes(Path(args.output),
                            (text + ("\n" if not text.endswith("\n") else "")).encode())
@@ -500,6 +521,37 @@ def cmd_plan(args) -> int:
         write_outputs(compiled, Path(args.pte), plan.artifact_files())
     check_gates(plan, Gates(args.fail_under_npu_coverage, args.max_partitions, args.require_fit,
                             runner_ops is not None, args.require_runnable))
+    return 0
+
+
+def _firmware_of(folder: str, pte_bytes: bytes | None = None) -> tuple[list[str], dict]:
+    """The plan's firmware section (text lines, JSON) of the build in `folder`; with
+    `pte_bytes`, refused unless the build embeds exactly that program."""
+    import hashlib
+
+    from orchestrator.firmware import load_record
+    from orchestrator.firmware.footprint import footprint, plan_json, plan_section
+
+    record = load_record(folder)
+    if pte_bytes is not None:
+        digest = hashlib.sha256(pte_bytes).hexdigest()
+        if record.get("pte_sha256") != digest:
+            raise UserError(f"the firmware in {folder} was built from another program (SHA-256 "
+                            f"{str(record.get('pte_sha256'))[:12]}..., this plan's program is "
+                            f"{digest[:12]}...); build this one with `orchestrate firmware "
+                            "PROGRAM.pte -o DIR`")
+    measured = footprint(folder)
+    return plan_section(folder, record, measured), plan_json(folder, record, measured)
+
+
+def _plan_firmware_of_pte(args) -> int:
+    """`plan PROGRAM.pte --firmware DIR`: the build's figures, checked against that program."""
+    pte = Path(args.model)
+    if not pte.is_file():
+        raise UserError(f"'{args.model}' not found; give a .pte written by `orchestrate compile`")
+    lines, as_json = _firmware_of(args.firmware, pte.read_bytes())
+    print(json.dumps({"firmware": as_json}, indent=2) if args.format == "json"
+          else "\n".join(lines))
     return 0
 
 
@@ -537,8 +589,6 @@ def _plan_measured(args) -> int:
         _policy_first(args)
         measured = api.measure(_plan(args), args.measured)
     if args.format == "json":
-        import json
-
         text = json.dumps(measured.to_json(), indent=2)
     else:
         text = measured.to_text()
@@ -638,8 +688,6 @@ def _sweep_models(args) -> list[str]:
 
 
 def cmd_sweep(args) -> int:
-    import json
-
     from orchestrator.sources.loader import load_model
     from orchestrator.sweeps.local import Executor, render_text, sweep_jobs, to_json
     from platforms import PlatformError, load_platform
@@ -774,8 +822,6 @@ def cmd_verify(args) -> int:
 
 def _print_report(args, as_json: dict, as_text: str) -> None:
     if args.format == "json":
-        import json
-
         print(json.dumps(as_json, indent=2))
     else:
         print(as_text)
@@ -986,8 +1032,6 @@ def cmd_sources(args) -> int:
 
 
 def cmd_list(args) -> int:
-    import json
-
     data = known()
     if args.format == "json":
         print(json.dumps(data, indent=2))

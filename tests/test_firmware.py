@@ -187,3 +187,26 @@ def test_a_platform_without_runner_gets_the_generic_recipe_and_its_plans_regions
     cmake = (made.folder / "CMakeLists.txt").read_text()
     assert "set(CPU_FLAGS -mcpu=cortex-m55 -mfloat-abi=hard -mthumb)" in cmake
     assert main(["size", "--firmware", str(made.folder)]) == 2  # not built: one line, exit 2
+
+
+def test_plan_shows_the_firmware_figures_of_this_program_and_refuses_another(
+        program, project, compiles, capsys):
+    """`plan PROGRAM.pte --firmware DIR` prints the build's flash and RAM from its map (the same
+    figures `size --firmware` ends with); JSON carries them in the summary; a build of another
+    program is refused in one line."""
+    import json
+
+    measured = footprint(project.folder)
+    assert main(["plan", str(program), "--firmware", str(project.folder)]) == 0
+    text = capsys.readouterr().out
+    assert f"flash: {measured.flash_bytes:,} B = code {measured.code_bytes():,} B" in text
+    assert "bytes from the linker map" in text and f".pte {measured.pte_bytes:,} B (map)" in text
+    assert main(["plan", str(program), "--firmware", str(project.folder), "--format",
+                 "json"]) == 0
+    figures = json.loads(capsys.readouterr().out)["firmware"]
+    assert (figures["flash_bytes"], figures["code_bytes"], figures["pte_bytes"]) == (
+        measured.flash_bytes, measured.code_bytes(), measured.pte_bytes)
+    _, other = compiles.get("ds-cnn", npu="none", cpu="cortex-m55", write=True)  # float I/O
+    assert main(["plan", str(other), "--firmware", str(project.folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "was built from another program" in err[0], err

@@ -227,19 +227,7 @@ def render_text(fp: Footprint, record: dict) -> str:
         lines.append(f"{name:<{width}}  {kinds.get('code', 0):>11,}  "
                      f"{kinds.get('data init', 0):>7,}  {kinds.get('bss', 0):>7,}  "
                      f"{kinds.get('.pte', 0):>8,}")
-    runtime = fp.components.get("runtime core", {})
-    example = fp.components.get("example input (example_io.c)", {}).get("code", 0)
-    lines += [
-        "",
-        f"flash: {fp.flash_bytes:,} B = code {fp.code_bytes():,} B (runtime core "
-        f"{runtime.get('code', 0) + runtime.get('data init', 0):,} B, kernels, libraries, board)"
-        + (f" + the example's input {example:,} B" if example else "")
-        + f" + the .pte {fp.pte_bytes:,} B (map)",
-        "RAM:   " + ", ".join(
-            [f"{name.replace('_', ' ')} {size:,} B" for name, size in sorted(fp.regions.items())]
-            + [f".data+.bss {sum(k.get('data init', 0) + k.get('bss', 0) for k in fp.components.values()):,} B",
-               f"stack {fp.stack_bytes:,} B reserved"]) + " (map)",
-    ]
+    lines += ["", *_totals(fp)]
     memory = record.get("memory", {})
     if memory:
         arenas = ", ".join(f"mem_id {p['mem_id']} {p['bytes']:,} B in {p['region']}"
@@ -252,6 +240,39 @@ def render_text(fp: Footprint, record: dict) -> str:
         lines.append(f"stack high-water: {fp.stack_used_bytes:,} B of {fp.stack_bytes:,} B "
                      "(measured on QEMU, stack painting)")
     return "\n".join(lines)
+
+
+def _totals(fp: Footprint) -> list[str]:
+    """The flash and RAM lines: what `size --firmware` ends with and `plan --firmware` shows."""
+    runtime = fp.components.get("runtime core", {})
+    example = fp.components.get("example input (example_io.c)", {}).get("code", 0)
+    return [
+        f"flash: {fp.flash_bytes:,} B = code {fp.code_bytes():,} B (runtime core "
+        f"{runtime.get('code', 0) + runtime.get('data init', 0):,} B, kernels, libraries, board)"
+        + (f" + the example's input {example:,} B" if example else "")
+        + f" + the .pte {fp.pte_bytes:,} B (map)",
+        "RAM:   " + ", ".join(
+            [f"{name.replace('_', ' ')} {size:,} B" for name, size in sorted(fp.regions.items())]
+            + [f".data+.bss {sum(k.get('data init', 0) + k.get('bss', 0) for k in fp.components.values()):,} B",
+               f"stack {fp.stack_bytes:,} B reserved"]) + " (map)",
+    ]
+
+
+def plan_section(folder: str | Path, record: dict, fp: Footprint) -> list[str]:
+    """The firmware figures a plan shows beside its own estimates: the build's flash and RAM
+    from its linker map."""
+    return ([f"firmware {folder} ({record.get('profile')} profile, {record.get('platform')}, "
+             f"{record.get('cpu')}; bytes from the linker map {fp.map_path}; `orchestrate size "
+             f"--firmware {folder}` has every component, --run the measured stack):"]
+            + [f"  {line}" for line in _totals(fp)])
+
+
+def plan_json(folder: str | Path, record: dict, fp: Footprint) -> dict:
+    """The same figures for plan.json's summary (`firmware`)."""
+    return {"folder": str(folder), "profile": record.get("profile"),
+            "source": f"linker map {fp.map_path.name}", "code_bytes": fp.code_bytes(),
+            "pte_bytes": fp.pte_bytes, "flash_bytes": fp.flash_bytes, "ram_bytes": fp.ram_bytes,
+            "stack_bytes": fp.stack_bytes, "components": fp.components}
 
 
 def render_json(fp: Footprint, record: dict) -> str:
