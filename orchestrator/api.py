@@ -55,7 +55,9 @@ def plan(model: str | Request, progress=None, **options) -> "Plan":
 
     Options are Request's fields: platform, npu, cpu, io, calibration, cpu_hz, npu_hz, policy (a
     placement policy YAML path or Policy), placement ("greedy" or "cost"; with "cost" the Plan
-    carries the decisions in `plan.cost_placement`), memory_policy, runner_ops.
+    carries the decisions in `plan.cost_placement`), memory_policy, runner_ops,
+    calibration_costs (a file from `calibrate`: CPU rows' figures scaled by it, its name in
+    their sources).
     `progress(stage, event, seconds)` hears each stage start and finish."""
     from orchestrator.planning.cost_placement import place_by_cost
     from orchestrator.sources.loader import load_calibration, load_model
@@ -79,7 +81,8 @@ def _plan_under(loaded: "LoadedModel", samples: "Calibration", resolved: Resolve
     compiled = compile_model(loaded, samples, resolved.target, policy=policy,
                              memory_policy=resolved.memory, io_auto=resolved.io_auto,
                              progress=progress)
-    return make_plan(compiled, resolved.request.runner_ops, progress, resolved.memory)
+    return make_plan(compiled, resolved.request.runner_ops, progress, resolved.memory,
+                     resolved.costs)
 
 
 def compile(model: str | Request, output, bundle: bool = False, progress=None,  # noqa: A001
@@ -110,14 +113,60 @@ def verify(pte, samples: int = 16, calibration: str | None = None, per_op: bool 
                       max_steps=max_steps, npu_model=npu_model)
 
 
-def measure(program: "Plan | str | Path", profile: str | Path) -> "MeasuredPlan":
+def calibrate(profiles, cpu: str, output=None, validate=(), bound: float = 0.15):
+    """Fit the CPU cost model's per-op-class factors of `cpu` to measured profiles and return
+    an orchestrator.planning.calibrate.Calibrated (`.calibration`, `.to_text()`); with `output`,
+    write the calibration file (atomically) that a platform YAML (`cpu: calibration_costs:`) or
+    `calibration_costs=` names.
+
+    `profiles`: `X.etdp` (its program X.pte beside it) or `PROGRAM.pte=PROFILE.etdp`, each
+    refused in one line (UserError) when missing or of another program or core; `validate`:
+    more profiles, never fitted to, whose per-class figures the file records (within `bound`:
+    |estimate / measured - 1|)."""
+    from cost_models.profile_calibration import check_name, to_yaml
+    from orchestrator.artifacts.files import atomic_write_bytes, check_output_file, same_path
+    from orchestrator.errors import UserError
+    from orchestrator.planning.calibrate import calibrate as fit_profiles
+    from orchestrator.planning.calibrate import checked_pair, pair, profiled
+    from platforms import PlatformError, normalize_cpu
+
+    try:
+        cpu = normalize_cpu(cpu)
+    except PlatformError as error:
+        raise UserError(str(error)) from None
+    name = Path(output).name if output else f"{cpu}-calibration.yaml"
+    check_name(name)  # the name every calibrated cost source will cite: refused before reading
+    if output:
+        check_output_file(Path(output), "-o")
+        for argument in (*profiles, *validate):
+            if any(same_path(Path(output), path) for path in pair(argument)):
+                raise UserError(f"-o '{output}' is an input ({argument}); writing there would "
+                                "overwrite it; choose another -o")
+
+    def read(arguments):
+        programs = []
+        for argument in arguments:
+            program, profile = checked_pair(argument)
+            programs.append(profiled(measure(program, profile), program, profile, cpu))
+        return programs
+
+    result = fit_profiles(read(profiles), read(validate), cpu, name, bound)
+    if output:
+        atomic_write_bytes(Path(output), to_yaml(result.calibration, bound).encode())
+    return result
+
+
+def measure(program: "Plan | str | Path", profile: str | Path,
+            calibration_costs: str | None = None) -> "MeasuredPlan":
     """A profile (`.etdp`: `orchestrate verify --qemu --profile`, or ExecuTorch's ETDumpGen on
     any device) beside the plan of the program it profiled: each instruction's measured figure
     on the plan rows it runs (`.to_text()`, `.to_json()`: plan.json with `measured` blocks).
 
     `program` is a Plan (`plan(...)`) or a `.pte` written by `compile`, whose plan is read from
-    its checked artifacts folder. Raises UserError when the profile is missing, unreadable, has
-    no operator events or is of another program."""
+    its checked artifacts folder; `calibration_costs` (a file from `calibrate`) calibrates
+    that stored plan's CPU rows as a plan made with it would be (a Plan brings its own). Raises
+    UserError when the profile is missing, unreadable, has no operator events or is of another
+    program."""
     import hashlib
 
     from orchestrator.artifacts.profile import read_profile
@@ -137,7 +186,14 @@ def measure(program: "Plan | str | Path", profile: str | Path) -> "MeasuredPlan"
             raise UserError(f"{manifest.folder}/plan.json is unreadable ({error}); re-run "
                             "`orchestrate compile`") from None
         view = ProgramView.read(pte)
+        if calibration_costs is not None:
+            from cost_models.profile_calibration import calibrate_plan_json, load_calibration
+
+            plan_json = calibrate_plan_json(plan_json, load_calibration(calibration_costs))
     else:
+        if calibration_costs is not None:
+            raise TypeError("a Plan carries its own calibration: plan it with "
+                            "calibration_costs=")
         plan_json, view, pte = program.to_json(), program.compiled.program_view, \
             program.compiled.pte_bytes
     return measure_plan(view, plan_json, read_profile(profile), hashlib.sha256(pte).hexdigest())

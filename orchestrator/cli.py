@@ -112,6 +112,11 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--placement", choices=("greedy", "cost"),
                    help="greedy: every op the NPU accepts goes there (default); cost: move NPU "
                    "islands to the CPU when the cost model says the program gets faster")
+    p.add_argument("--calibration-costs", metavar="FILE",
+                   help="a CPU calibration written by `orchestrate calibrate` (or a shipped "
+                   "one: cortex-m55-qemu): CPU rows get its instruction estimate and/or "
+                   "calibrated cycles, each naming it as the source (default: the platform "
+                   "YAML's cpu: calibration_costs, else the cost model's own figures)")
     _add_output_options(p)
 
 
@@ -221,6 +226,24 @@ def build_parser() -> argparse.ArgumentParser:
                      "configuration)")
     swp.add_argument("-o", "--output", help="write the table to this file (default: standard "
                      "output)")
+
+    cal = sub.add_parser(
+        "calibrate", help="fit the CPU cost model's per-op-class factors to measured profiles "
+        "and write a calibration file for plan/compile --calibration-costs")
+    cal.add_argument("profiles", nargs="+", metavar="PROFILE",
+                     help="PROFILE.etdp (from `verify --qemu --profile`: instructions; or a "
+                     "device's, in cycles) with its PROFILE.pte beside it, or "
+                     "PROGRAM.pte=PROFILE.etdp; the program's SHA-256 must be the profile's")
+    cal.add_argument("--cpu", required=True, help="the core the programs were compiled for, "
+                     "e.g. cortex-m55")
+    cal.add_argument("-o", "--output", required=True, metavar="FILE.yaml",
+                     help="the calibration file to write (atomically)")
+    cal.add_argument("--validate", nargs="+", default=[], metavar="PROFILE",
+                     help="more profiles (same forms), never fitted to: the file records their "
+                     "per-class figures before and after (default: none)")
+    cal.add_argument("--bound", type=_percent, default=15.0, metavar="PCT",
+                     help="--validate: the per-class error called within (default 15)")
+    _add_output_options(cal)
 
     ver = sub.add_parser("verify", help="check the .pte: host twin, real ExecuTorch runtime, QEMU Corstone-300 or an FVP")
     ver.add_argument("pte", help="a .pte written by `orchestrate compile` (artifacts beside it)")
@@ -388,7 +411,8 @@ def _request(args, npu: str | None = None, model: str | None = None,
                    npu_hz=args.npu_hz, policy=args.policy,
                    placement=getattr(args, "placement", None),
                    memory_policy=args.memory_policy,
-                   runner_ops=frozenset(runner_ops) if runner_ops is not None else None)
+                   runner_ops=frozenset(runner_ops) if runner_ops is not None else None,
+                   calibration_costs=args.calibration_costs)
 
 
 def _plan(args, runner_ops=None):
@@ -424,6 +448,7 @@ def _inputs(args) -> list[tuple[str, Path]]:
     found += [(what, Path(value)) for what, value in (
         ("the calibration data", getattr(args, "calibration", None)),
         ("the --runner-ops file", getattr(args, "runner_ops", None)),
+        ("the --calibration-costs file", getattr(args, "calibration_costs", None)),
         ("the platform YAML", getattr(args, "platform", None))) if value]
     return [(what, path) for what, path in found if path.exists()]
 
@@ -581,7 +606,8 @@ def _plan_measured(args) -> int:
             raise UserError(f"{', '.join(given)} {'describe' if len(given) > 1 else 'describes'}"
                             " a compile; with a compiled .pte the plan is the one `compile` "
                             "wrote: drop them, or give the model")
-        measured = api.measure(args.model, args.measured)
+        measured = api.measure(args.model, args.measured,
+                               calibration_costs=args.calibration_costs)
     else:
         from orchestrator.artifacts.profile import read_profile
 
@@ -952,6 +978,15 @@ def cmd_firmware(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    result = api.calibrate(args.profiles, args.cpu, args.output, validate=args.validate,
+                           bound=args.bound / 100)
+    print(result.to_text())
+    print(f"wrote {args.output}: use it with `orchestrate plan MODEL --calibration-costs "
+          f"{args.output}` or a platform YAML's cpu: calibration_costs")
+    return 0
+
+
 def cmd_reasons(args) -> int:
     from partitioners.reasons import markdown
 
@@ -1088,7 +1123,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["ORCHESTRATE_DEBUG"] = "1"
     handler = {"plan": cmd_plan, "compile": cmd_compile, "sweep": cmd_sweep,
                "verify": cmd_verify, "size": cmd_size, "firmware": cmd_firmware, "reasons": cmd_reasons,
-               "list": cmd_list, "cache": cmd_cache, "sources": cmd_sources}[args.command]
+               "calibrate": cmd_calibrate, "list": cmd_list, "cache": cmd_cache,
+               "sources": cmd_sources}[args.command]
     try:
         try:
             return handler(args)

@@ -45,8 +45,10 @@ def lower_errors() -> dict[type, type[OrchestrateError]]:
     from npu_driver.tosa_twin import TosaTwinError
     from platforms.fvp import FvpUnavailable
     from platforms.platform import PlatformError
+    from cost_models.profile_calibration import CalibrationError
 
-    return {PlatformError: UserError, PayloadError: UserError, TosaTwinError: UserError,
+    return {PlatformError: UserError, CalibrationError: UserError, PayloadError: UserError,
+            TosaTwinError: UserError,
             FvpUnavailable: NotRun, RuntimeUnavailable: NotRun, QemuUnavailable: NotRun,
             RuntimeFailure: VerificationFailure}
 

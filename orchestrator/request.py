@@ -23,6 +23,7 @@ from platforms import PlatformError
 from platforms.memory_placement import MemoryPolicy, check_policy, load_memory_policy
 
 if TYPE_CHECKING:  # partitioners.policy imports torch (a second): imported where a policy is read
+    from cost_models.profile_calibration import CpuCalibration
     from partitioners.policy import Policy
 
 
@@ -42,6 +43,9 @@ class Request:
     placement: str | None = None  # greedy | cost; None: the policy's, else greedy
     memory_policy: str | MemoryPolicy | None = None  # auto | in-place | a YAML path
     runner_ops: frozenset[str] | None = None  # operators the runner firmware registers
+    # A CPU calibration file (`orchestrate calibrate`) or a shipped one's name; None: the
+    # platform YAML's `cpu: calibration_costs:`, else the cost model's own figures.
+    calibration_costs: str | None = None
 
     def with_npu(self, npu: str | None) -> "Request":
         return replace(self, npu=npu)
@@ -57,6 +61,7 @@ class Resolved:
     placement: str  # greedy | cost
     io_auto: bool  # `--io auto`: compile float first and keep int8 when it pays
     memory: MemoryPolicy | None  # None: auto
+    costs: "CpuCalibration | None" = None  # the CPU calibration the plan's costs use
 
 
 def load_policy_arg(policy: "str | Policy | None") -> "Policy | None":
@@ -105,4 +110,27 @@ def resolve(request: Request) -> Resolved:
         target = replace(target, system_config=policy.system_config or target.system_config,
                          memory_mode=policy.memory_mode or target.memory_mode)
     return Resolved(request, target, policy, mode, io_request(request.io)[1],
-                    memory_policy(request.memory_policy, target.platform))
+                    memory_policy(request.memory_policy, target.platform),
+                    cpu_calibration(request.calibration_costs, target))
+
+
+def cpu_calibration(given: str | None, target: Target) -> "CpuCalibration | None":
+    """The CPU calibration a plan for `target` uses: `given` (a file or a shipped name; one of
+    another core is refused), else the platform YAML's when it is of the target's core (a
+    platform calibrates its default core; `--cpu` another core plans uncalibrated)."""
+    from pathlib import Path
+
+    from cost_models.profile_calibration import CalibrationError, check_core, load_calibration
+
+    try:
+        if given is not None:
+            calibration = load_calibration(given)
+            check_core(calibration, target.cpu)
+            return calibration
+        named = target.platform.cpu_calibration
+        if named is None:
+            return None
+        calibration = load_calibration(named, shipped_only=not Path(named).is_absolute())
+    except CalibrationError as error:
+        raise UserError(str(error)) from None
+    return calibration if calibration.core == target.cpu else None

@@ -125,6 +125,10 @@ class Platform:
     # The program I/O types its firmware accepts (`--io auto` chooses among them) and the source.
     firmware_io: tuple[str, ...] = ("float",)
     firmware_io_source: str = "not declared in the platform YAML: float only"
+    # `cpu: calibration_costs:` the CPU calibration its plans use (cost_models/
+    # profile_calibration.py): the absolute path of a file inside the platform file's folder,
+    # or a shipped calibration's name; None: the cost model's own figures.
+    cpu_calibration: str | None = None
 
     def validate_npu(self, npu_name: str) -> str:
         """Return the NPU name in upstream spelling if this platform offers it, else raise."""
@@ -348,7 +352,28 @@ def _read_platform_file(path: Path) -> Platform:
         reserved=MappingProxyType(reserved),
         firmware_io=firmware_io,
         firmware_io_source=firmware_io_source,
+        cpu_calibration=_read_cpu_calibration(reader, cpu),
     )
+
+
+def _read_cpu_calibration(reader: _Reader, cpu: dict) -> str | None:
+    """`cpu: calibration_costs:` a file in the platform file's folder (its absolute path: a
+    path the YAML names stays inside that folder), else the name of a shipped calibration
+    (cost_models/data), which the plan loads and checks."""
+    if "calibration_costs" not in cpu:
+        return None
+    given = reader.get(cpu, "calibration_costs", str, "cpu")
+    folder = reader.path.parent.resolve()
+    path = (folder / given).resolve()
+    if folder not in path.parents:
+        raise reader.fail("cpu.calibration_costs", f"{given!r} leaves the platform file's "
+                          "folder; put the calibration beside the platform YAML")
+    if path.is_file():
+        return str(path)
+    if "/" in given:
+        raise reader.fail("cpu.calibration_costs", f"{given!r} not found (looked at {path}); "
+                          "write it with `orchestrate calibrate`")
+    return given
 
 
 def _read_reserved(reader: _Reader, document: dict, memories) -> dict[str, tuple[int, str]]:

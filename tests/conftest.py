@@ -66,6 +66,31 @@ def compiles(tmp_path_factory) -> CompileCache:
     return CompileCache(tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def ds_cnn_cpu(compiles):
+    """DS-CNN compiled CPU-only for the Cortex-M55, written: its .pte path."""
+    return compiles.get("ds-cnn", "corstone300", "none", "cortex-m55", write=True)[1]
+
+
+@pytest.fixture(scope="session")
+def ds_cnn_profile(ds_cnn_cpu, tmp_path_factory):
+    """(the .etdp of ds_cnn_cpu, what `verify --qemu --profile` printed): one QEMU profile per
+    session (tests/test_profile.py, tests/test_calibrate.py)."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from orchestrator.cli import main
+    from tests.device_tools import qemu_or_missing
+
+    qemu_or_missing()
+    etdp = tmp_path_factory.mktemp("profile") / "ds_cnn.etdp"
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(["verify", str(ds_cnn_cpu), "--qemu", "--profile", "--profile-out", str(etdp)])
+    assert code == 0, out.getvalue() + err.getvalue()
+    return etdp, out.getvalue()
+
+
 # Run order and worker groups. pytest-xdist runs with `--dist loadfile --no-loadscope-reorder`
 # (a file per worker, in the order below rather than by test count), and
 # the scheduler below makes one unit of the files in SHARED_COMPILES, so they run on one worker

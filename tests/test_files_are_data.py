@@ -44,7 +44,7 @@ def _laughs(levels: int = 9, width: int = 10) -> str:
     return text
 
 
-@pytest.mark.parametrize("option", ["--platform", "--policy"])
+@pytest.mark.parametrize("option", ["--platform", "--policy", "--calibration-costs"])
 def test_a_billion_laughs_yaml_is_refused_at_once(tmp_path, option):
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(_laughs())

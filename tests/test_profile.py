@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.device_tools import qemu_or_missing
 
 
 def _cli(*argv: str) -> tuple[int, str, str]:
@@ -33,22 +32,6 @@ def _etdump(path: Path):
     from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
 
     return deserialize_from_etdump_flatcc(path.read_bytes())  # size-prefixed, as ETDumpGen's
-
-
-@pytest.fixture(scope="session")
-def ds_cnn_cpu(compiles) -> Path:
-    return compiles.get("ds-cnn", "corstone300", "none", "cortex-m55", write=True)[1]
-
-
-@pytest.fixture(scope="session")
-def ds_cnn_profile(ds_cnn_cpu, tmp_path_factory) -> tuple[Path, str]:
-    """(the .etdp, what `verify --qemu --profile` printed)."""
-    qemu_or_missing()
-    etdp = tmp_path_factory.mktemp("profile") / "ds_cnn.etdp"
-    code, out, err = _cli("verify", str(ds_cnn_cpu), "--qemu", "--profile",
-                          "--profile-out", str(etdp))
-    assert code == 0, out + err
-    return etdp, out
 
 
 def _kernel_calls(pte: Path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cost_models.profile_calibration import MeasuredRow, op_class
 from kernels.program_view import DelegateCall, KernelCall, ProgramView
 from orchestrator.artifacts.profile import DELEGATE_CALL, OPERATOR_CALL, Profile
 from orchestrator.errors import OrchestrateError, UserError
@@ -88,6 +89,28 @@ class MeasuredPlan:
                 groups[name] = (calls + 1, cycles + _cycles(op), measured + call.value)
         classes = [KernelClass(name, *figures) for name, figures in groups.items()]
         return tuple(sorted(classes, key=lambda c: -c.measured))
+
+    def cpu_rows(self, program: str) -> tuple[MeasuredRow, ...]:
+        """Each kernel call of a CPU row: the model's cycles (before any cycles calibration: a
+        fit to scaled figures would calibrate twice) beside the call's measured figure, with
+        the row's op class and kernel; the instruction estimate when the plan has one."""
+        rows = []
+        for call in self.calls:
+            if call.kind != OPERATOR_CALL or not call.rows:
+                continue
+            ops = [self.ops[row] for row in call.rows]
+            first = ops[0]
+            row_class = op_class(first["placement"], first["kind"], first.get("kernel"))
+            costs = [op.get("cost") for op in ops]
+            if row_class is None or any(cost is None for cost in costs):
+                continue
+            estimates = [cost.get("instructions") for cost in costs]
+            rows.append(MeasuredRow(
+                program, row_class, str(first.get("kernel") or first.get("op")),
+                sum(int(cost.get("model_cycles", cost["cycles"])) for cost in costs),
+                int(call.value), self.profile.clock.unit,
+                None if None in estimates else sum(estimates)))
+        return tuple(rows)
 
     def to_json(self) -> dict:
         """plan.json with a `measured` block per op and in the summary (plan.schema.json)."""

@@ -16,6 +16,7 @@ from orchestrator.planning.placement import missing_kernel_faults
 from orchestrator.reports.coverage import Summary, summarize
 
 if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
+    from cost_models.profile_calibration import CpuCalibration
     from orchestrator.compilation.pipeline import Compiled
     from orchestrator.planning.cost_placement import CostPlacement
     from platforms.memory_placement import MemoryPlacement, MemoryPolicy
@@ -105,6 +106,7 @@ class PlanState:
     summary: Summary | None = None
     memory_policy: MemoryPolicy | None = None  # None: auto
     memory: MemoryPlacement | None = None
+    calibration: CpuCalibration | None = None  # cost_models/profile_calibration.py
 
 
 def _vela_stage(state: PlanState) -> PlanState:
@@ -210,6 +212,22 @@ def _costs_stage(state: PlanState) -> PlanState:
     return replace(state, rows=rows, memory=memory)
 
 
+def _calibration_stage(state: PlanState) -> PlanState:
+    """CPU rows' costs under the CPU calibration, when the request names one: cycles scaled
+    by its cycles factors (their source names it), instructions estimated by its instruction
+    factors; without one the rows are as the cost models made them."""
+    from cost_models.profile_calibration import calibrate_cost
+
+    calibration = state.calibration
+    if calibration is None:
+        return state
+    target = state.compiled.target
+    return replace(state, rows=tuple(
+        replace(row, cost=calibrate_cost(row.cost, row.placement, row.kind, row.kernel,
+                                         calibration, target.cpu_hz))
+        for row in state.rows))
+
+
 def _summary_stage(state: PlanState) -> PlanState:
     """Coverage, partitions, latency, memory fit and runnability."""
     runner_ops = set(state.runner_ops) if state.runner_ops is not None else None
@@ -231,18 +249,20 @@ PLAN_STAGES = (
     Stage("device_faults", _device_faults_stage),
     Stage("memory", _memory_stage),
     Stage("costs", _costs_stage),
+    Stage("calibration", _calibration_stage),
     Stage("summary", _summary_stage),
     Stage("structure", _structure_stage),
 )
 
 
 def make_plan(compiled, runner_ops: set[str] | None = None, progress=None,
-              memory_policy=None) -> Plan:
+              memory_policy=None, calibration=None) -> Plan:
     """Run PLAN_STAGES on a compile (COMPILE_STAGES ran before). `memory_policy`: a
-    platforms.memory_placement.MemoryPolicy (default auto)."""
+    platforms.memory_placement.MemoryPolicy (default auto); `calibration`: a
+    cost_models.profile_calibration.CpuCalibration of the target's CPU (default none)."""
     state = run_stages(PLAN_STAGES, PlanState(
         compiled, frozenset(runner_ops) if runner_ops is not None else None,
-        memory_policy=memory_policy), {}, progress)
+        memory_policy=memory_policy, calibration=calibration), {}, progress)
     return Plan(compiled, state.rows, state.estimates, state.summary)
 
 

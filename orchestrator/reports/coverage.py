@@ -60,6 +60,10 @@ class Summary:
     modules: tuple = ()  # orchestrator.planning.structure.ModuleGroup, rows by source module
     recurrences: tuple = ()  # orchestrator.planning.structure.Recurrence, unrolled recurrent layers
     hidden_by_engine: dict | None = None  # placement (npu | cmsis-nn | portable) -> {kind: count}
+    # With an instructions calibration: the CPU rows' estimated instructions retired and the
+    # calibration files they came from; None without one.
+    instructions: int | None = None
+    instructions_source: str | None = None
 
 
 def constant_tensor_bytes(view: ProgramView) -> int:
@@ -152,7 +156,11 @@ def summarize(compiled, rows, estimates: dict, runner_ops: set[str] | None,
         for part in c.source.split("+"):
             if part not in sources:
                 sources.append(part)
+    estimated = [c for c in costs if c.instructions is not None]
+    calibrations = list(dict.fromkeys(c.instructions_source.split(" (")[0] for c in estimated))
     return Summary(
+        instructions=sum(c.instructions for c in estimated) if estimated else None,
+        instructions_source="; ".join(calibrations) if calibrations else None,
         ops=ops, macs=macs,
         npu_mac_coverage_pct=(100.0 * macs["npu"] / total_macs) if total_macs else 0.0,
         npu_partitions=len(estimates) if target.npu else 0,
@@ -244,7 +252,22 @@ SOURCE_LEGEND = ("cost source: V = Vela estimate; M/D/S = orchestrate CMSIS-NN c
 
 
 def _short_source(source: str) -> str:
-    return "+".join(_SOURCE_ABBREVIATION.get(p, p) for p in source.split("+"))
+    """The table's letters; a part a calibration scaled ends in '*' (calibration_legend)."""
+    parts = []
+    for part in source.split("+"):
+        base, calibrated, _ = part.partition(" (calibrated: ")
+        parts.append(_SOURCE_ABBREVIATION.get(base, base) + ("*" if calibrated else ""))
+    return "+".join(parts)
+
+
+def calibration_legend(sources) -> str | None:
+    """'* = ...' for the calibration files the given cost sources name, or None."""
+    names = list(dict.fromkeys(m.group(1) for source in sources
+                               for m in re.finditer(r"\(calibrated: ([^)]+)\)", source or "")))
+    if not names:
+        return None
+    return ("* = the cost model's cycles scaled by the calibration " + ", ".join(names)
+            + " (fitted to measured profiles: `orchestrate calibrate`)")
 
 
 def _ellipsize(text: str, width: int) -> str:
@@ -380,6 +403,10 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
             f"{s.per_placement_seconds['cmsis-nn'] * 1e3:.3f} ms, portable "
             f"{s.per_placement_seconds['portable'] * 1e3:.3f} ms) at CPU {t.cpu_hz / 1e6:g} MHz"
             + (f", NPU {t.npu_hz / 1e6:g} MHz" if t.npu_hz else "") + f"; source {s.latency_source}")
+    if s.instructions is not None:
+        lines.append(f"estimated instructions retired by the CPU rows: {s.instructions:,} per "
+                     f"inference (the model's cycles x instructions per cycle, "
+                     f"{s.instructions_source}; the unit of a QEMU profile, not cycles)")
     scratch = (f", its largest CMSIS-NN scratch buffer {s.cmsis_scratch_bytes:,} B"
                if s.cmsis_scratch_bytes else "")
     lines.append(f".pte: {s.pte_bytes:,} B, weights {s.weight_bytes:,} B "
@@ -524,6 +551,9 @@ def render_text(compiled, rows, summary: Summary, width: int = 100,
     if hint:
         out.append(wrap(f"hint: {hint}"))
     out.append(wrap(SOURCE_LEGEND))
+    legend = calibration_legend(r.cost.source for r in rows if r.cost is not None)
+    if legend:
+        out.append(wrap(legend))
     out.append(wrap(TABLE_LEGEND))
     return "\n".join(out)
 
@@ -585,12 +615,19 @@ def render_markdown(compiled, rows, summary: Summary) -> str:
 
 
 def _cost_json(cost):
-    if cost is None:
-        return None
-    return {"cycles": cost.cycles, "seconds": cost.seconds, "source": cost.source}
+    return None if cost is None else cost.to_json()
 
 
 def to_json(compiled, rows, summary: Summary) -> dict:
+    document = _document(compiled, rows, summary)
+    if summary.instructions is not None:  # only with a calibration: default plans unchanged
+        document["summary"]["instructions"] = {
+            "estimate": summary.instructions, "source": summary.instructions_source,
+            "unit": "instructions retired (the unit of a QEMU profile), CPU rows only"}
+    return document
+
+
+def _document(compiled, rows, summary: Summary) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "model": {"name": compiled.model.name, "source": compiled.model.source,

@@ -30,7 +30,24 @@ _HIDDEN = {"boundary-quantize": "quantize (edge)", "boundary-dequantize": "dequa
 
 
 def _short_source(source: str) -> str:
-    return "+".join(_SOURCE.get(part, part) for part in source.split("+"))
+    """The letters of the legend; a part a calibration scaled ends in '*'."""
+    parts = []
+    for part in source.split("+"):
+        base, calibrated, _ = part.partition(" (calibrated: ")
+        parts.append(_SOURCE.get(base, base) + ("*" if calibrated else ""))
+    return "+".join(parts)
+
+
+def _estimate(op: dict) -> int | None:
+    """The plan's instruction estimate of a row (a plan made with a calibration), or None."""
+    cost = op.get("cost") or {}
+    return cost.get("instructions")
+
+
+def _estimates_instructions(measured: MeasuredPlan) -> bool:
+    """The plan estimates instructions and the profile counts them: compared as one unit."""
+    return measured.profile.clock.unit == "instructions" and any(
+        _estimate(op) is not None for op in measured.ops)
 
 
 def _op(op: dict) -> str:
@@ -90,23 +107,26 @@ def render_text(measured: MeasuredPlan, width: int = 100) -> str:
     plan, ops, unit = measured.plan, measured.ops, measured.profile.clock.unit
     platform = plan["platform"]
     call_of = measured.call_of_row()
+    estimates = _estimates_instructions(measured)
     rows = []
     for position, op in enumerate(ops):
         call = call_of.get(position)
         cycles = _cycles(op)
         source = _short_source(op["cost"]["source"]) if op.get("cost") else ""
         value = call.value if call is not None and call.kind == OPERATOR_CALL else None
+        estimate = _estimate(op)
         rows.append([position, call.instruction if call is not None else "-", _cut(_op(op), 17),
                      _where(op), _cut(str(op.get("kernel") or "-"), 20),
                      f"{cycles:,} {source}" if cycles is not None else "-",
+                     *([f"{estimate:,}" if estimate is not None else "-"] if estimates else []),
                      f"{value:,}" if value is not None else
                      (f"p{call.partition} below" if call is not None else "-"),
-                     _ratio(cycles, value)])
-    table = tabulate(rows, ["#", "instr", "op", "where", "kernel", "model cycles", "measured",
-                            "ratio"],
+                     _ratio(estimate if estimates else cycles, value)])
+    table = tabulate(rows, ["#", "instr", "op", "where", "kernel", "model cycles",
+                            *(["model instr"] if estimates else []), "measured", "ratio"],
                      tablefmt="simple", disable_numparse=True,
-                     colalign=("right", "right", "left", "left", "left", "right", "right",
-                               "right"))
+                     colalign=("right", "right", "left", "left", "left", "right",
+                               *(["right"] if estimates else []), "right", "right"))
 
     def wrap(line: str) -> str:
         indent = " " * (len(line) - len(line.lstrip()) + 4)
@@ -116,19 +136,33 @@ def render_text(measured: MeasuredPlan, width: int = 100) -> str:
               f"on {platform['platform']}: {platform['cpu']} ({platform['isa_tier']}) + "
               f"{platform.get('npu') or 'no NPU'}, io {platform['io']}")
     clock = measured.profile.clock.text
+    columns = (f"columns: instr = the program's instruction; model cycles with their source "
+               f"(legend below); measured = {clock}; ratio = model cycles / measured")
+    if estimates:
+        columns = (f"columns: instr = the program's instruction; model cycles with their source "
+                   f"(legend below); model instr = the model's instruction estimate (its cycles "
+                   f"x the calibration's instructions per cycle); measured = {clock}; ratio = "
+                   "model instr / measured (1.00 = exact)")
     out = [wrap(header), wrap(f"model: {model_text(measured)}"),
-           wrap(f"measured: {measured_text(measured)}"),
-           wrap(f"columns: instr = the program's instruction; model cycles with their source "
-                f"(legend below); measured = {clock}; ratio = model cycles / measured"),
-           table, ""]
+           wrap(f"measured: {measured_text(measured)}"), wrap(columns), table, ""]
     kernel_calls = [c for c in measured.calls if c.kind == OPERATOR_CALL]
     in_calls = measured.kernel_calls_total()
     modelled = measured.cpu_modelled_cycles()
     seconds = modelled / platform["cpu_hz"]
-    out.append(wrap(f"total, {len(kernel_calls)} CPU rows (one kernel call each): model "
-                    f"{modelled:,} cycles ({seconds * 1e3:.3f} ms at "
+    unplanned = [c for c in kernel_calls if not c.rows]
+    out.append(wrap(f"total, {len(kernel_calls) - len(unplanned)} CPU rows (one kernel call "
+                    f"each): model {modelled:,} cycles ({seconds * 1e3:.3f} ms at "
                     f"{platform['cpu_hz'] / 1e6:g} MHz); measured {in_calls:,} {clock}; "
                     f"model/measured {_ratio(modelled, in_calls)}"))
+    if unplanned:
+        names = ", ".join(sorted({c.operator for c in unplanned}))
+        out.append(wrap(f"of which {len(unplanned)} kernel call(s) the plan has no row for "
+                        f"(view copies it takes as free: {names}): "
+                        f"{sum(c.value for c in unplanned):,} {clock}"))
+    if estimates:
+        estimate = sum(row.estimated or 0 for row in measured.cpu_rows(""))
+        out.append(wrap(f"the model's instruction estimate over those rows: {estimate:,} "
+                        f"instructions; estimate/measured {_ratio(estimate, in_calls)}"))
     if measured.total is not None:
         share = f"; the kernel calls are {in_calls / measured.total:.1%} of it" \
             if measured.total else ""
@@ -154,8 +188,39 @@ def render_text(measured: MeasuredPlan, width: int = 100) -> str:
             out.append(wrap(f"  {group.kernel}: {group.calls} call(s), {group.modelled_cycles:,} "
                             f"cycles / {group.measured:,} {unit} = "
                             f"{_ratio(group.modelled_cycles, group.measured)}"))
+    if estimates:
+        out.extend(wrap(line) for line in class_lines(measured))
     out.append(wrap(SOURCE_LEGEND))
+    sources = [str((op.get("cost") or {}).get(key) or "") for op in ops
+               for key in ("source", "instructions_source")]
+    names = sorted({s.split("calibrated: ")[1].split(")")[0].split(" (")[0]
+                    for s in sources if "calibrated: " in s})
+    if names:
+        out.append(wrap(f"calibrated by {', '.join(names)} (`orchestrate calibrate`): * = cycles "
+                        "it scaled; model instr = its instruction estimate"))
     return "\n".join(out)
+
+
+def class_lines(measured: MeasuredPlan) -> list[str]:
+    """Per op class, the plan's instruction estimate over the measured instructions."""
+    from cost_models.profile_calibration import OP_CLASSES
+
+    sums: dict[str, list[int]] = {}
+    for row in measured.cpu_rows(""):
+        if row.estimated is None:
+            continue
+        entry = sums.setdefault(row.op_class, [0, 0, 0])
+        entry[0] += 1
+        entry[1] += row.estimated
+        entry[2] += row.measured
+    lines = ["by op class, model instructions (calibrated estimate) / measured instructions "
+             "(1.00 = exact):"]
+    for name in OP_CLASSES:
+        if name in sums:
+            calls, estimate, value = sums[name]
+            lines.append(f"  {name}: {calls} call(s), {estimate:,} / {value:,} = "
+                         f"{_ratio(estimate, value)}")
+    return lines
 
 
 def measured_json(measured: MeasuredPlan) -> dict:

@@ -1,0 +1,329 @@
+"""`orchestrate calibrate`: the CPU model's per-op-class factors fitted to measured profiles, the
+instruction term they give the plan, and the shipped Cortex-M55 calibration checked on programs
+it was never fitted to.
+
+The fit and the shipped figures are checked on saved data (tests/data/calibration_m55_rows.json,
+the kernel calls of every profiled program summed per op class and kernel), so no QEMU runs for
+them; one test profiles DS-CNN on QEMU (the session's profile fixture) and calibrates with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from cost_models.profile_calibration import (
+    MeasuredRow,
+    class_totals,
+    fit,
+    load_calibration,
+    op_class,
+    to_yaml,
+)
+
+ROWS = Path(__file__).parent / "data" / "calibration_m55_rows.json"
+SHIPPED = "cortex-m55-qemu.yaml"
+BOUND = 0.15  # the issue's bound: |calibrated estimate / measured - 1| per op class
+# docs/tuning.md#calibrating-the-cpu-cost-model: on the programs never fitted to, these classes
+# are within the bound and these are not (said there, with the reasons).
+WITHIN = {"conv", "depthwise", "elementwise"}
+OUTSIDE = {"linear", "pooling", "softmax", "portable"}
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    from orchestrator.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def _saved() -> dict:
+    return json.loads(ROWS.read_text())
+
+
+def _rows(saved: dict, names) -> list[MeasuredRow]:
+    return [MeasuredRow(name, g["class"], g["kernel"], g["model_cycles"], g["measured"],
+                        "instructions", calls=g["calls"])
+            for name in names if name in saved["programs"] for g in saved["programs"][name]]
+
+
+def test_op_classes_follow_the_kernel_that_runs():
+    assert op_class("cmsis-nn", "op", "arm_convolve_1x1_s8_fast") == "conv"
+    assert op_class("cmsis-nn", "op", "arm_convolve_1_x_n_s8") == "conv"
+    assert op_class("cmsis-nn", "op", "arm_depthwise_conv_3x3_s8") == "depthwise"
+    assert op_class("cmsis-nn", "op", "arm_batch_matmul_s8") == "linear"
+    assert op_class("cmsis-nn", "op", "arm_max_pool_s8") == "pooling"
+    assert op_class("cmsis-nn", "op", "arm_softmax_s8") == "softmax"
+    assert op_class("cmsis-nn", "boundary-quantize",
+                    "executorch cortex_m quantize (MVE/scalar)") == "elementwise"
+    assert op_class("portable", "layout", "dim_order_ops._clone_dim_order.default") == "portable"
+    assert op_class("npu", "op", "partition 0") is None
+    assert op_class("cmsis-nn", "npu-invocation", None) is None
+
+
+def test_the_fit_recovers_known_factors_from_synthetic_rows():
+    import random
+
+    known = {("conv", "arm_convolve_s8"): 0.93, ("conv", "arm_convolve_1x1_s8_fast"): 0.71,
+             ("elementwise", "arm_elementwise_add_s8"): 8.4, ("portable", "aten.sort"): 1.3}
+    draw = random.Random(0)
+    rows = [MeasuredRow(f"p{i % 3}", cls, kernel, cycles, round(cycles * factor), "instructions")
+            for i, ((cls, kernel), factor) in enumerate(list(known.items()) * 5)
+            for cycles in [draw.randrange(1_000, 2_000_000)]]
+    factors = fit(rows, "cortex-m55", "synthetic.yaml").factors["instructions"]
+    for key, factor in known.items():
+        assert factors.kernels[key].value == pytest.approx(factor, abs=1e-3)
+        assert factors.kernels[key].source.startswith("calibrated: ratio of sums over 5 call(s)")
+    conv = [r for r in rows if r.op_class == "conv"]
+    assert factors.classes["conv"].value == pytest.approx(
+        sum(r.measured for r in conv) / sum(r.modelled_cycles for r in conv), abs=1e-4)
+    # A kernel the fit never saw takes its class's factor; a class it never saw, all rows'.
+    assert factors.lookup("conv", "arm_convolve_1_x_n_s8") == (factors.classes["conv"].value,
+                                                                "class conv")
+    assert factors.lookup("softmax", "arm_softmax_s8")[1] == "all classes"
+
+
+def test_a_calibration_file_reads_back_as_written(tmp_path):
+    rows = [MeasuredRow("p", "conv", "arm_convolve_s8", 1000, 930, "instructions"),
+            MeasuredRow("p", "linear", "arm_fully_connected_s8", 400, 500, "cycles")]
+    made = fit(rows, "cortex-m55", "back.yaml")
+    path = tmp_path / "back.yaml"
+    path.write_text(to_yaml(made))
+    read = load_calibration(path)
+    assert read.core == "cortex-m55" and set(read.factors) == {"instructions", "cycles"}
+    assert read.factors["instructions"].lookup("conv", "arm_convolve_s8") == (0.93,
+                                                                              "arm_convolve_s8")
+    assert read.factors["cycles"].lookup("linear", "arm_fully_connected_s8")[0] == 1.25
+
+
+def test_the_shipped_calibration_is_the_fit_of_its_fit_programs():
+    """Reproducible: the saved rows of the fit programs give the shipped figures."""
+    saved = _saved()
+    shipped = load_calibration(SHIPPED)
+    assert shipped.core == "cortex-m55"
+    assert [r.program.removesuffix(".pte") for r in shipped.fitted] == [
+        n for n in saved["fit"] if n in saved["programs"]]
+    assert not {r.program for r in shipped.fitted} & {r.program for r in shipped.validated}
+    refit = fit(_rows(saved, saved["fit"]), "cortex-m55", SHIPPED).factors["instructions"]
+    factors = shipped.factors["instructions"]
+    assert set(refit.kernels) == set(factors.kernels)
+    for key, figure in refit.kernels.items():
+        assert factors.kernels[key].value == figure.value, key
+    for name, figure in refit.classes.items():
+        assert factors.classes[name].value == figure.value, name
+
+
+def test_the_shipped_calibrations_validation_is_what_the_docs_claim_per_op_class():
+    """On the 15 programs never fitted to: the classes the docs call within +-15% are, the
+    ones they say miss do, and the file records exactly these figures."""
+    saved = _saved()
+    shipped = load_calibration(SHIPPED)
+    assert [r.program.removesuffix(".pte") for r in shipped.validated] == saved["validate"]
+    validation = _rows(saved, saved["validate"])
+    totals = class_totals(validation, shipped.factors["instructions"])
+    ratios = {t.op_class: round(t.ratio, 4) for t in totals}
+    recorded = shipped.validation["instructions"]
+    assert ratios == {name: figures["ratio"] for name, figures in recorded.items()}
+    assert {name for name, ratio in ratios.items() if abs(ratio - 1) <= BOUND} == WITHIN
+    assert {name for name, ratio in ratios.items() if abs(ratio - 1) > BOUND} == OUTSIDE
+    # The instruction term brings five classes nearer to the measured count than the model's
+    # cycles taken as instructions; linear and softmax (no softmax in the fit set) move away.
+    before = {t.op_class: t.ratio for t in class_totals(validation, None)}
+    closer = {name for name in ratios if abs(ratios[name] - 1) < abs(before[name] - 1)}
+    assert closer == set(ratios) - {"linear", "softmax"}
+
+
+def test_the_cycles_side_keeps_the_public_ek_ra8d1_anchors():
+    """The instruction calibration leaves the cycle model alone: it still lands on MLPerf Tiny
+    v1.2 on the Renesas EK-RA8D1 (Cortex-M85 @ 480 MHz, CPU only) within +-25%."""
+    from cost_models.calibration import predict_mlperf
+    from cost_models.cpu import load_cpu_cost_data
+
+    anchors_ms = {"ds_cnn": 3.465, "mobilenet_v1_025": 13.393, "resnet8": 8.478,
+                  "deep_autoencoder": 0.531}
+    points = {p.model: p for p in load_cpu_cost_data().calibration
+              if p.core == "cortex-m85" and "EK-RA8D1" in p.board}
+    assert {m: p.latency_s * 1e3 for m, p in points.items()} == pytest.approx(anchors_ms)
+    predicted = predict_mlperf("cortex-m85", 480_000_000)
+    for model, latency_ms in anchors_ms.items():
+        assert predicted[model] * 1e3 / latency_ms == pytest.approx(1.0, abs=0.25), model
+
+
+@pytest.fixture(scope="module")
+def ds_cnn_plans(compiles):
+    """DS-CNN CPU-only on the M55: its plan without a calibration, with the shipped one, and
+    with a cycles calibration."""
+    from orchestrator.planning.planner import make_plan
+
+    compiled, _ = compiles.get("ds-cnn", "corstone300", "none", "cortex-m55")
+    cycles = fit([MeasuredRow("board", "conv", "arm_convolve_1x1_s8_fast", 1000, 1500, "cycles")],
+                 "cortex-m55", "board-m55.yaml")
+    return (make_plan(compiled), make_plan(compiled, calibration=load_calibration(SHIPPED)),
+            make_plan(compiled, calibration=cycles))
+
+
+def test_an_instruction_calibration_adds_estimates_naming_itself_and_keeps_the_cycles(
+        ds_cnn_plans):
+    plain, calibrated, _ = ds_cnn_plans
+    for before, after in zip(plain.rows, calibrated.rows):
+        assert after.cost.cycles == before.cost.cycles
+        assert after.cost.source == before.cost.source
+        assert after.cost.instructions_source.startswith(f"calibrated: {SHIPPED} (")
+    conv = next(r for r in calibrated.rows if r.kernel == "arm_convolve_1x1_s8_fast")
+    factor = load_calibration(SHIPPED).factors["instructions"].kernels[
+        ("conv", "arm_convolve_1x1_s8_fast")].value
+    assert conv.cost.instructions == round(conv.cost.cycles * factor)
+    assert conv.cost.instructions_source == f"calibrated: {SHIPPED} (arm_convolve_1x1_s8_fast)"
+    summary = calibrated.to_json()["summary"]["instructions"]
+    assert summary["estimate"] == sum(r.cost.instructions for r in calibrated.rows)
+    assert "estimated instructions retired by the CPU rows" in " ".join(
+        calibrated.to_text().split())
+
+
+def test_a_cycles_calibration_scales_its_rows_and_names_itself_as_their_source(ds_cnn_plans):
+    plain, _, scaled = ds_cnn_plans
+    for before, after in zip(plain.rows, scaled.rows):
+        if before.kernel == "arm_convolve_1x1_s8_fast":
+            assert after.cost.cycles == pytest.approx(before.cost.cycles * 1.5, abs=1)
+            assert after.cost.source == "model:mve (calibrated: board-m55.yaml)"
+            assert after.cost.model_cycles == before.cost.cycles
+    assert scaled.summary.latency_seconds > plain.summary.latency_seconds
+    text = " ".join(scaled.to_text().split())
+    assert "M*" in text and "* = the cost model's cycles scaled by the calibration " \
+        "board-m55.yaml" in text
+
+
+def test_without_a_calibration_the_plan_has_no_calibrated_figure(ds_cnn_plans):
+    from orchestrator.reports.coverage import SCHEMA_PATH
+
+    import jsonschema
+
+    plain, calibrated, scaled = ds_cnn_plans
+    as_json = plain.to_json()
+    assert "instructions" not in as_json["summary"]
+    for op in as_json["ops"]:
+        assert set(op["cost"]) == {"cycles", "seconds", "source"}
+        assert "calibrated" not in op["cost"]["source"]
+    text = plain.to_text()
+    assert "(calibrated" not in text and "estimated instructions" not in text
+    schema = json.loads(SCHEMA_PATH.read_text())
+    for plan in ds_cnn_plans:
+        jsonschema.validate(plan.to_json(), schema)
+
+
+def test_calibrate_refuses_a_missing_profile_in_one_line(tmp_path):
+    code, out, err = _cli("calibrate", str(tmp_path / "gone.etdp"), "--cpu", "cortex-m55",
+                          "-o", str(tmp_path / "calib.yaml"))
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert "profile" in err and "gone.etdp' not found" in err
+    assert not (tmp_path / "calib.yaml").exists()
+
+
+def test_calibrate_refuses_a_profile_of_another_program_in_one_line(compiles, tmp_path):
+    from orchestrator.artifacts.profile import (METHOD_EXECUTE, OPERATOR_CALL, QEMU_ICOUNT,
+                                                TraceEvent, etdump_bytes)
+
+    _, pte = compiles.get("ds-cnn", "corstone300", "none", "cortex-m55", write=True)
+    etdp = tmp_path / "other.etdp"
+    etdp.write_bytes(etdump_bytes(
+        [TraceEvent(0, 0, OPERATOR_CALL, "quantize_per_tensor.out", 0, 100),
+         TraceEvent(0, -1, METHOD_EXECUTE, "", 0, 200)], QEMU_ICOUNT, 1.0, "ab" * 32))
+    code, out, err = _cli("calibrate", f"{pte}={etdp}", "--cpu", "cortex-m55",
+                          "-o", str(tmp_path / "calib.yaml"))
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert "is of another program" in err
+    assert not (tmp_path / "calib.yaml").exists()
+
+
+def test_a_calibration_of_another_core_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "m85.yaml"
+    path.write_text(to_yaml(fit([MeasuredRow("p", "conv", "arm_convolve_s8", 10, 9,
+                                             "instructions")], "cortex-m85", "m85.yaml")))
+    code, out, err = _cli("plan", "ds-cnn", "--npu", "none", "--calibration-costs", str(path))
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert "m85.yaml is for cortex-m85; this plan's CPU is cortex-m55" in err
+
+
+def test_a_platform_yaml_names_its_calibration_inside_its_folder(tmp_path):
+    from platforms import PlatformError, load_platform
+    from orchestrator.request import cpu_calibration
+    from orchestrator.target import resolve_target
+
+    source = Path(load_platform("corstone300").source_file).read_text()
+
+    def platform_with(value: str) -> Path:
+        path = tmp_path / "soc" / "platform.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(source.replace("  cpu_hz: 32_000_000\n",
+                                       f"  cpu_hz: 32_000_000\n  calibration_costs: {value}\n"))
+        return path
+
+    target = resolve_target(str(platform_with("cortex-m55-qemu")), npu="none")
+    assert cpu_calibration(None, target).name == SHIPPED
+    (tmp_path / "soc" / "mine.yaml").write_text(_shipped_path().read_text())
+    target = resolve_target(str(platform_with("mine.yaml")), npu="none")
+    assert cpu_calibration(None, target).name == "mine.yaml"
+    # Another core on the same platform plans uncalibrated; a given file of it is refused.
+    other = resolve_target(str(platform_with("mine.yaml")), npu="none", cpu="cortex-m33")
+    assert cpu_calibration(None, other) is None
+    with pytest.raises(PlatformError, match="leaves the platform file's folder"):
+        load_platform(platform_with("../outside.yaml"))
+
+
+def _shipped_path():
+    from cost_models.profile_calibration import shipped_path
+
+    return shipped_path(SHIPPED)
+
+
+def test_calibrating_with_a_qemu_profile_makes_the_plan_estimate_its_instructions(
+        ds_cnn_cpu, ds_cnn_profile, tmp_path):
+    """On QEMU: the program's own profile fitted, its stored plan calibrated by the file, and
+    the measured view compares instructions with instructions: every class at 1.00."""
+    etdp, _ = ds_cnn_profile
+    out_file = tmp_path / "ds.yaml"
+    code, out, err = _cli("calibrate", f"{ds_cnn_cpu}={etdp}", "--cpu", "cortex-m55",
+                          "-o", str(out_file))
+    assert code == 0, err
+    assert "fitted to 1 profile(s)" in out and f"wrote {out_file}" in out
+    calibration = load_calibration(out_file)
+    assert calibration.fitted[0].sha256 == hashlib.sha256(ds_cnn_cpu.read_bytes()).hexdigest()
+    code, out, err = _cli("plan", str(ds_cnn_cpu), "--measured", str(etdp),
+                          "--calibration-costs", str(out_file))
+    assert code == 0, err
+    lines = " ".join(out.split()).split("by op class, model instructions")[1]
+    ratios = dict(re.findall(r"(\w+): \d+ call\(s\), [\d,]+ / [\d,]+ = ([\d.]+)", lines))
+    assert ratios == {name: "1.00" for name in ("conv", "depthwise", "linear", "pooling",
+                                                "elementwise", "portable")}
+
+
+def test_view_copies_the_plan_takes_as_free_map_to_no_row():
+    """A 1-D conv's program squeezes and unsqueezes through portable copies the plan has no row
+    for: its kernel calls still line up with the plan's CPU rows (and are measured), so its
+    profile can be calibrated with."""
+    from types import SimpleNamespace
+
+    from orchestrator.planning.instructions import InstructionMapError, instruction_positions
+
+    def call(index, name):
+        return SimpleNamespace(index=index, operator=SimpleNamespace(name=name))
+
+    names = ["cortex_m::quantize_per_tensor", "aten::unsqueeze_copy", "cortex_m::quantized_conv2d",
+             "aten::squeeze_copy", "cortex_m::quantized_linear"]
+    view = SimpleNamespace(kernel_calls=lambda: [call(i, n) for i, n in enumerate(names)],
+                           delegate_calls=lambda: [])
+    rows = [("cmsis-nn", None)] * 3
+    assert instruction_positions(view, rows) == {0: [0], 2: [1], 4: [2]}
+    with pytest.raises(InstructionMapError, match="2 CPU rows but 5 kernel calls"):
+        instruction_positions(view, rows[:2])
