@@ -27,7 +27,7 @@ def test_exir_adapter_contract():
     assert contract["EdgeProgramManager.__init__"][:4] == ["self", "edge_programs",
                                                            "constant_methods", "compile_config"]
     assert contract["_config_methods"] is True
-    # share_values writes the rewritten program with the emitter's own serializer
+    # share_values' program is written with the emitter's own serializer when share_tables is off
     assert contract["serialize_pte_binary"][:2] == ["pte_file", "extract_delegate_segments"]
 
 
@@ -207,6 +207,7 @@ def test_runtime_adapter_contract():
     assert contract["_load_for_executorch_from_buffer"][:4] == [
         "buffer", "data_map_buffer", "enable_etdump", "debug_buffer_size"]
     assert contract["deserialize_pte_binary"] == ["program_data"]
+    assert contract["Runtime.load_program"][:3] == ["self", "data", "verification"]
     assert contract["PTEFile.program"] is True
     # the twin refuses a program with data segments it does not load (orchestrator/verification/twin.py)
     assert {"program", "mutable_data", "named_data"} <= set(contract["PTEFile fields"])

@@ -40,6 +40,7 @@ from orchestrator.sources.loader import Calibration, LoadedModel
 from orchestrator.target import Target, compile_spec
 from orchestrator.planning.placement import place, snapshot_pre_cpu
 from orchestrator.compilation.prune import prune_unused_constants
+from orchestrator.compilation import share_tables as tables
 from orchestrator.compilation import share_values as sharing
 from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary_tensors,
                                    check_boundaries)
@@ -257,11 +258,14 @@ def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:
     return replace(lowered, edge=edge), upstream_exir.config_methods(edge)
 
 
-def serialize(edge, slots=None, share: bool = True) -> tuple[bytes, object, tuple]:
+def serialize(edge, slots=None, share: bool = True,
+              share_tables: bool = True) -> tuple[bytes, object, tuple]:
     """ExecuTorch's memory planning and emitter. `slots` (platforms.arena_planning.ArenaSlot):
     the regions the activations may use, fastest first; each becomes one planned buffer. Returns
     the .pte bytes, the schema Program and the ArenaRecord of the planning. With `share`, equal
-    read-only scalar and list values are emitted once (orchestrator/compilation/share_values.py)."""
+    read-only scalar and list values are emitted once (orchestrator/compilation/share_values.py);
+    with `share_tables`, equal flatbuffer tables, vectors and strings are written once
+    (orchestrator/compilation/share_tables.py)."""
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
@@ -274,10 +278,13 @@ def serialize(edge, slots=None, share: bool = True) -> tuple[bytes, object, tupl
             extract_delegate_segments=False,
             memory_planning_pass=MemoryPlanningPass(planning_algorithm(slots, record)))
     program = edge.to_executorch(config)
-    if not share:
+    if not share and not share_tables:
         return bytes(program.buffer), program.executorch_program, record
-    pte_bytes, shared, _ = upstream_exir.rewrite_pte(bytes(program.buffer), sharing.share_values)
-    return pte_bytes, shared, record
+    pte = upstream_exir.read_pte(bytes(program.buffer))
+    if share:
+        pte = replace(pte, program=sharing.share_values(pte.program)[0])
+    pte_bytes = tables.write_pte(pte) if share_tables else upstream_exir.write_pte(pte)
+    return pte_bytes, pte.program, record
 
 
 @dataclass(frozen=True)
@@ -285,7 +292,9 @@ class CompileOptions:
     """`channels_last`/`check_boundary_layouts` off reproduce upstream's NCHW flow; `legalize`
     off keeps the ops the device's portable kernels cannot run as upstream leaves them;
     `prune_constants` off keeps the dead constants upstream serializes; `share_values` off keeps
-    one value per argument as the emitter writes them."""
+    one value per argument as the emitter writes them; `share_tables` off writes the `.pte` with
+    ExecuTorch's serializer (one flatbuffer object per schema object, 128-byte segment
+    alignment)."""
 
     channels_last: bool = True
     check_boundary_layouts: bool = True
@@ -295,6 +304,7 @@ class CompileOptions:
     memory_policy: MemoryPolicy | None = None  # None: auto
     io_auto: bool = False  # --io auto: compile both I/O types, keep the smaller arena (choose_io)
     share_values: bool = True
+    share_tables: bool = True
 
 
 @dataclass(frozen=True)
@@ -436,7 +446,7 @@ def _run_on_device_stage(state: CompileState) -> CompileState:
 
     def serialize_copy(program):
         return serialize(upstream_exir.with_forward(state.lowered.edge, program), slots,
-                         state.options.share_values)
+                         state.options.share_values, state.options.share_tables)
 
     sample = state.calibration.samples[0] if state.calibration.samples else \
         tuple(state.model.example_inputs)
@@ -463,7 +473,8 @@ def _serialize_stage(state: CompileState) -> CompileState:
     if state.pte_bytes:
         return state
     pte_bytes, program, record = serialize(state.routed_edge, _arena_slots(state),
-                                           state.options.share_values)
+                                           state.options.share_values,
+                                           state.options.share_tables)
     return replace(state, pte_bytes=pte_bytes, executorch_program=program, arena_record=record)
 
 
@@ -598,7 +609,7 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
                   work_dir: Path | None = None, channels_last: bool = True,
                   check_boundary_layouts: bool = True, legalize: bool = True,
                   prune_constants: bool = True, policy=None, memory_policy=None,
-                  io_auto: bool = False, share_values: bool = True,
+                  io_auto: bool = False, share_values: bool = True, share_tables: bool = True,
                   progress: Callable[[str, str, float], None] | None = None) -> Compiled:
     """Run COMPILE_STAGES (see CompileOptions for the switches)."""
     if work_dir is None:
@@ -610,7 +621,7 @@ def compile_model(model: LoadedModel, calibration: Calibration, target: Target, 
     state = run_stages(COMPILE_STAGES, CompileState(
         model, calibration, target,
         CompileOptions(channels_last, check_boundary_layouts, legalize, prune_constants, policy,
-                       memory_policy, io_auto, share_values),
+                       memory_policy, io_auto, share_values, share_tables),
         Path(work_dir)),
         seconds, progress)
     return Compiled(model, state.target, calibration, state.captured, state.quantized, state.lowered,

@@ -2,10 +2,11 @@
 
 - `EdgeProgramManager._config_methods`: the constant methods (`input0_scale`, ...) that
   QuantizeInputs/QuantizeOutputs record; there is no public getter.
-- `executorch.exir._serialize._program.serialize_pte_binary` (with the reader
-  `deserialize_pte_binary`): a `.pte` written again after its Program was rewritten
-  (orchestrator/compilation/share_values.py), with the emitter's defaults (no delegate
-  segments, 128-byte segment alignment, default constant alignment).
+- `executorch.exir._serialize._program.deserialize_pte_binary` and `serialize_pte_binary`: a
+  `.pte` read back into its PTEFile (the Program with its constants) and written again after
+  its Program was rewritten (orchestrator/compilation/share_values.py), with the emitter's
+  defaults (no delegate segments, 128-byte segment alignment, default constant alignment);
+  orchestrator/compilation/share_tables.py writes the PTEFile itself instead when asked.
 - A new EdgeProgramManager around the CPU-routed program (public constructor), instead of
   writing `EdgeProgramManager._edge_programs`, so the manager the lower stage returned stays as
   it was.
@@ -44,20 +45,21 @@ def with_forward(edge_manager, program):
         compile_config=EdgeCompileConfig(_check_ir_validity=False))
 
 
-def rewrite_pte(pte_bytes: bytes, rewrite):
-    """The `.pte` written again with its Program replaced by `rewrite(program)` (which returns
-    the new Program and a record); returns (bytes, new Program, record)."""
+def read_pte(pte_bytes: bytes):
+    """The PTEFile of a `.pte`: its Program (constants back in `constant_buffer`, delegate
+    payloads inline) and its mutable/named data segments."""
     check_version()
-    import dataclasses
+    from executorch.exir._serialize._program import deserialize_pte_binary
 
-    from executorch.exir._serialize._program import (deserialize_pte_binary,
-                                                     serialize_pte_binary)
+    return deserialize_pte_binary(pte_bytes)
 
-    pte = deserialize_pte_binary(pte_bytes)
-    program, record = rewrite(pte.program)
-    out = serialize_pte_binary(dataclasses.replace(pte, program=program),
-                               extract_delegate_segments=False)
-    return bytes(out), program, record
+
+def write_pte(pte_file) -> bytes:
+    """A PTEFile written by ExecuTorch's serializer as the emitter writes it."""
+    check_version()
+    from executorch.exir._serialize._program import serialize_pte_binary
+
+    return bytes(serialize_pte_binary(pte_file, extract_delegate_segments=False))
 
 
 def contract() -> dict[str, object]:
