@@ -897,10 +897,15 @@ def _profile_on_qemu(args, pte: Path, platform, path: Path, untraced: int | None
 
 
 def _verify_fvp(args, pte: Path) -> int:
+    from orchestrator.artifacts.manifest import Manifest
     from orchestrator.device_runs.combined import FvpMethod
+    from orchestrator.device_runs.qemu import installed_platform
     from orchestrator.errors import VerificationFailure
     from orchestrator.verification.methods import VerifyInputs
 
+    # Asked for by name, a platform the manifest names that is not installed is the user's
+    # error (exit 2), as for --qemu; inside the default verify it is that method's "not run".
+    installed_platform(Manifest.load(pte).target, args.platform)
     result = FvpMethod().run(pte, VerifyInputs(platform=args.platform, timeout_s=args.timeout,
                                                runner_elf=args.runner_elf))
     if result.outcome == "not-run":
