@@ -26,6 +26,19 @@ def runtime():
     runtime.close()
 
 
+def _upstream_passes(compiled):
+    """Upstream's own Cortex-M pass list (legacy, cortex-m55) on a copy of the compile's edge
+    program: what the compile's legalizations work around."""
+    import copy
+
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
+
+    program = copy.deepcopy(compiled.lowered.edge.exported_program())
+    return CortexMPassManager(
+        program, target_config=CortexMTargetConfig.from_target_string("cortex-m55")).transform()
+
+
 def _segmentation(compiles):
     return compiles.get(model_spec("segmentation_logits_argmax"), *CPU_ONLY, write=True)
 
@@ -128,16 +141,9 @@ def test_attention_runs_both_matmuls_on_cmsis_nn_cpu_only(compiles):
 def test_upstream_pass_list_fails_on_the_attention_blocks_second_bmm(compiles):
     """Upstream's own pass list on the same edge program: the folded qkv linear retraces to int32,
     the requantized softmax output is int8, and the bmm meta kernel refuses the pair."""
-    import copy
-
-    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
-    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
-
     compiled, _ = compiles.get(model_spec("attention_block"), *CPU_ONLY)
-    program = copy.deepcopy(compiled.lowered.edge.exported_program())
     with pytest.raises(Exception) as failed:
-        CortexMPassManager(program, target_config=CortexMTargetConfig.from_target_string(
-            "cortex-m55")).transform()
+        _upstream_passes(compiled)
     chain, error = [], failed.value
     while error is not None:
         chain.append(str(error))
@@ -261,30 +267,27 @@ def test_index_ops_legalize_what_the_device_kernels_check_or_miscompute(compiles
 def test_upstream_leaves_a_conv_on_raw_int8_when_it_declines_the_relu_fusion(compiles):
     """Upstream's own pass list on the same edge program: the conv keeps int8 inputs, gets no
     output qparams and stays an aten op (the portable float kernel over int8 values)."""
-    import copy
-
-    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
-    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
-
     compiled, _ = _index_ops(compiles)
-    program = copy.deepcopy(compiled.lowered.edge.exported_program())
-    upstream = CortexMPassManager(
-        program, target_config=CortexMTargetConfig.from_target_string("cortex-m55")).transform()
+    upstream = _upstream_passes(compiled)
     convs = [n for n in upstream.graph.nodes if "aten.convolution" in str(n.target)]
     assert convs, "upstream lowered every conv: the workaround is no longer needed"
     (conv,) = convs
     assert conv.meta.get("input_qparams") and not conv.meta.get("output_qparams")
 
 
-def test_index_ops_pass_every_device_method(compiles):
+def _passes_every_device_method(pte) -> None:
+    """The default verify on a CPU-only M55 program: the twin, the host runtime and QEMU pass."""
     from orchestrator.device_runs.combined import verify_all
 
     qemu_or_missing()
-    _, pte = _index_ops(compiles)
     verdict = verify_all(pte, samples=2)
     assert verdict.outcome == "passed", verdict.render_text()
     assert {r.name for r in verdict.results if r.outcome == "passed"} == {
         "twin", "host runtime", "QEMU Cortex-M55"}
+
+
+def test_index_ops_pass_every_device_method(compiles):
+    _passes_every_device_method(_index_ops(compiles)[1])
 
 
 def test_plan_pte_refuses_what_compile_refuses(tmp_path, capsys):
@@ -343,31 +346,17 @@ def test_upstream_routes_a_channels_last_permute_to_a_transpose_that_reads_row_m
     """Upstream's own pass list on the CRNN's edge program leaves a cortex_m::transpose reading a
     channels-last tensor (op_transpose.cpp passes only the sizes to arm_transpose_s8); the layout
     rule finds it."""
-    import copy
-
-    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
-    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
-
     from kernels.layout_checks import layout_findings
 
     compiled, _ = _crnn(compiles)
-    program = copy.deepcopy(compiled.lowered.edge.exported_program())
-    upstream = CortexMPassManager(
-        program, target_config=CortexMTargetConfig.from_target_string("cortex-m55")).transform()
+    upstream = _upstream_passes(compiled)
     found = [finding for n in upstream.graph.nodes if "cortex_m.transpose" in str(n.target)
              for finding in layout_findings(n)]
     assert ("layout-raw-walk", "cortex_m::transpose") in [(c, f["op"]) for c, f in found], found
 
 
 def test_a_crnn_passes_every_device_method(compiles):
-    from orchestrator.device_runs.combined import verify_all
-
-    qemu_or_missing()
-    _, pte = _crnn(compiles)
-    verdict = verify_all(pte, samples=2)
-    assert verdict.outcome == "passed", verdict.render_text()
-    assert {r.name for r in verdict.results if r.outcome == "passed"} == {
-        "twin", "host runtime", "QEMU Cortex-M55"}
+    _passes_every_device_method(_crnn(compiles)[1])
 
 
 def test_keeping_a_node_float_in_a_copy_leaves_the_original_marked():

@@ -214,7 +214,7 @@ def _cost_cell(row, sep: str = " ", short: bool = False) -> str:
     into the layer before it) says "fused", not a zero."""
     if row.cost is None:
         return "-"
-    source = _short_source(row.cost.source) if short else row.cost.source
+    source = short_source(row.cost.source) if short else row.cost.source
     if row.placement == "npu" and row.kind != "npu-invocation" and row.cost.seconds == 0 \
             and row.cost.source == "vela":
         return f"fused{sep}{source}"
@@ -233,7 +233,7 @@ def _reasons(row) -> list[str]:
     return parts
 
 
-_HIDDEN_LABEL = {"boundary-quantize": "quantize (edge)", "boundary-dequantize": "dequantize (edge)",
+HIDDEN_LABELS = {"boundary-quantize": "quantize (edge)", "boundary-dequantize": "dequantize (edge)",
                  "layout": "layout copy", "npu-invocation": "NPU invocation"}
 _SOURCE_ABBREVIATION = {"vela": "V", "model:transition": "T", "model:portable": "P",
                         "model:scalar": "S", "model:dsp": "D", "model:mve": "M", "measured": "meas",
@@ -251,7 +251,7 @@ SOURCE_LEGEND = ("cost source: V = Vela estimate; M/D/S = orchestrate CMSIS-NN c
                  "(platform YAML cpu_read); nothing here is measured")
 
 
-def _short_source(source: str) -> str:
+def short_source(source: str) -> str:
     """The table's letters; a part a calibration scaled ends in '*' (calibration_legend)."""
     parts = []
     for part in source.split("+"):
@@ -351,7 +351,7 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
             macs = sum(x.macs for x in rows[i:last + 1])
             seconds = sum(x.cost.seconds for x in rows[i:last + 1] if x.cost is not None)
             where = sorted({_where(x).replace("CMSIS-NN/", "CMSIS/") for x in rows[i:last + 1]})
-            sources = "+".join(sorted({_short_source(x.cost.source) for x in rows[i:last + 1]
+            sources = "+".join(sorted({short_source(x.cost.source) for x in rows[i:last + 1]
                                        if x.cost is not None}))
             table.append([f"{i}-{last}", _ellipsize(f"{r.path} ({r.type})", 22),
                           _ellipsize(f"{r.steps} steps, {r.rows} ops", 16), "-", f"{macs:,}",
@@ -359,7 +359,7 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
             for line in _recurrence_why(rows, r):
                 why.append([f"{i}-{last}", textwrap.fill(line, 90)])
             continue
-        op = _short_op(r.op) if r.kind == "op" else f"{_HIDDEN_LABEL[r.kind]}"
+        op = _short_op(r.op) if r.kind == "op" else f"{HIDDEN_LABELS[r.kind]}"
         cost = _cost_cell(r, short=True)
         table.append([i, _wrap_name(r.name, 24), _wrap_name(op, 17),
                       f"{_shape(r.output_shape)} {_out_dtype(r)}", f"{r.macs:,}",

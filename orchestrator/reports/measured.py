@@ -15,27 +15,15 @@ from typing import TYPE_CHECKING
 from tabulate import tabulate
 
 from orchestrator.artifacts.profile import DELEGATE_CALL, OPERATOR_CALL
+from orchestrator.reports.coverage import HIDDEN_LABELS, short_source
 
 if TYPE_CHECKING:  # the value this module renders (planning/measured.py renders through it)
     from orchestrator.planning.measured import MeasuredPlan
 
-_SOURCE = {"vela": "V", "model:transition": "T", "model:portable": "P", "model:scalar": "S",
-           "model:dsp": "D", "model:mve": "M", "model:memory": "R"}
 SOURCE_LEGEND = ("model sources: M/D/S = orchestrate's CMSIS-NN cost model for the MVE/DSP/"
                  "scalar tier; P = portable-kernel model; T = transition model "
                  "(cost_models/data/cpu_cost.yaml); R = reads at the placed region's speed; "
                  "V = Vela's estimate (NPU cycles)")
-_HIDDEN = {"boundary-quantize": "quantize (edge)", "boundary-dequantize": "dequantize (edge)",
-           "layout": "layout copy", "npu-invocation": "NPU invocation"}
-
-
-def _short_source(source: str) -> str:
-    """The letters of the legend; a part a calibration scaled ends in '*'."""
-    parts = []
-    for part in source.split("+"):
-        base, calibrated, _ = part.partition(" (calibrated: ")
-        parts.append(_SOURCE.get(base, base) + ("*" if calibrated else ""))
-    return "+".join(parts)
 
 
 def _estimate(op: dict) -> int | None:
@@ -51,8 +39,8 @@ def _estimates_instructions(measured: MeasuredPlan) -> bool:
 
 
 def _op(op: dict) -> str:
-    if op.get("kind") in _HIDDEN:
-        return _HIDDEN[op["kind"]]
+    if op.get("kind") in HIDDEN_LABELS:
+        return HIDDEN_LABELS[op["kind"]]
     parts = str(op.get("op", "")).split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 
@@ -112,7 +100,7 @@ def render_text(measured: MeasuredPlan, width: int = 100) -> str:
     for position, op in enumerate(ops):
         call = call_of.get(position)
         cycles = _cycles(op)
-        source = _short_source(op["cost"]["source"]) if op.get("cost") else ""
+        source = short_source(op["cost"]["source"]) if op.get("cost") else ""
         value = call.value if call is not None and call.kind == OPERATOR_CALL else None
         estimate = _estimate(op)
         rows.append([position, call.instruction if call is not None else "-", _cut(_op(op), 17),
