@@ -101,8 +101,8 @@ def main() -> None:
             for key in ("twin_detail", "runtime_detail", "qemu_detail"):
                 if key in row:
                     print(f"    {key[:-7]}: {row[key]}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+            if args.json:  # after every row, so a long run interrupted keeps what it measured
+                Path(args.json).write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":
