@@ -23,7 +23,7 @@ from partitioners.activation_narrowing import NARROWED_KEY, with_narrowed_fusion
 from partitioners.early_batch_matmul import EARLY_BMM_KEY, with_early_batch_matmul
 # stamp_origins is re-exported for callers that import it from here.
 from partitioners.records import (ORIGIN_KEY, Workaround, quantize_scalar,  # noqa: F401
-                                  stamp_origins)
+                                  reassign_shared_origins, stamp_origins)
 
 
 @dataclass(frozen=True)
@@ -353,6 +353,7 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
             else:
                 kept_float[name] = _root_message(error)[:300]
     decisions = dict(decisions)
+    reassign_shared_origins(program.graph_module, transformed.graph_module)
     fallbacks = []
     for name, failure in kept_float.items():
         node = next(n for n in program.graph_module.graph.nodes if n.name == name)

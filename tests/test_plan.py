@@ -335,6 +335,30 @@ def test_a_transpose_convolution_is_an_op_with_macs_not_a_layout_copy(tmp_path):
     assert up.cost.source == "model:mve"  # the CMSIS-NN cost model, not the layout-copy model
 
 
+def test_a_hardswish_after_a_conv_counts_the_convs_macs_once(tmp_path):
+    """Upstream's `cortex_m::minimum` (half of a hardswish's clamp) carries the convolution's
+    meta; the plan listed the conv twice, MACs and cycles included (MobileNetV3's block showed
+    197,568 MACs CPU-only against 115,648 on the NPU). It is the clamp's row now."""
+    model = tmp_path / "hs.py"
+    model.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def factory():\n"
+        "    torch.manual_seed(0)\n"
+        "    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Hardswish(),\n"
+        "                      nn.Conv2d(8, 4, 1), nn.Hardswish())\n"
+        "    return m.eval(), (torch.randn(1, 3, 8, 8),)\n")
+    import orchestrator
+
+    plan = orchestrator.plan(f"{model}:factory", npu="none", cpu="cortex-m55")
+    names = [r.name for r in plan.rows]
+    assert len(names) == len(set(names)), names
+    assert plan.summary.macs["cmsis-nn"] == 64 * 3 * 8 * 9 + 64 * 8 * 4
+    minimums = [r for r in plan.rows if r.kernel == "arm_minimum_s8"]
+    assert len(minimums) == 2
+    assert all(r.op == "aten.clamp.default" and r.macs == 0 for r in minimums)
+
+
 def test_the_runnable_check_reads_the_device_libraries_not_the_host_runtime(tmp_path):
     """The host runtime registers `aten::_fft_r2c.out`; no device kernel library has it."""
     from kernels.device_ops import device_operator_names
