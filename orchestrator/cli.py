@@ -790,10 +790,24 @@ def cmd_verify(args) -> int:
         raise UserError("--profile runs the runner's trace build on QEMU: add --qemu")
     if args.profile_out and not args.profile:
         raise UserError("--profile-out names where --profile writes: add --profile")
-    if args.fvp:
-        return _verify_fvp(args, pte)
-    if args.qemu:
-        return _verify_qemu(args, pte)
+    if args.fvp or args.qemu:
+        from orchestrator.artifacts.manifest import Manifest
+        from orchestrator.device_runs.qemu import installed_platform
+
+        # Asked for by name, a platform the manifest names that is not installed is the user's
+        # error (exit 2); inside the default verify it is that method's "not run".
+        installed_platform(Manifest.load(pte).target, args.platform)
+        profile_path = Path(args.profile_out) if args.profile_out else pte.with_suffix(".etdp")
+        if args.profile:  # refused before anything runs
+            check_output_file(profile_path, "--profile-out")
+            if same_path(profile_path, pte):
+                raise UserError(f"--profile-out '{profile_path}' is the program; choose another")
+        from orchestrator.verification.methods import FVP, QEMU
+
+        (result,) = _verify_by((FVP,) if args.fvp else (QEMU,), args, pte)
+        if args.profile:
+            _profile_on_qemu(args, pte, profile_path, (result.report or {}).get("instructions"))
+        return 0
     if args.runtime == "auto":
         from orchestrator.device_runs.combined import verify_all
 
@@ -812,38 +826,46 @@ def cmd_verify(args) -> int:
                           "inconclusive": f"not run meaningfully: {verdict.verdict}"}.get(
                               verdict.outcome, verdict.verdict))
         return 0
-    failures = []
-    if args.runtime in ("twin", "both"):
-        from orchestrator.verification.twin_verify import render_text, report_json, verify
+    from orchestrator.verification.methods import RUNTIME, TWIN
 
-        report = verify(pte, samples=args.samples, calibration=args.calibration,
-                        per_op=args.per_op, max_steps=args.max_steps, npu_model=args.npu_model)
-        _print_report(args, report_json(report), render_text(report))
-        if report.inconclusive or report.partial:
-            from orchestrator.errors import NotRun
+    _verify_by({"twin": (TWIN,), "executorch": (RUNTIME,), "both": (TWIN, RUNTIME)}[args.runtime],
+               args, pte)
+    return 0
 
-            raise NotRun(f"not run meaningfully: {report.verdict}" if report.inconclusive
-                         else f"not checked in full: {report.verdict}")
-        if not report.passed:
-            failures.append(report.verdict)
-    if args.runtime in ("executorch", "both"):
-        from orchestrator.errors import NotRun
-        from orchestrator.device_runs.runtime_verify import render_text as runtime_text
-        from orchestrator.device_runs.runtime_verify import report_json as runtime_json
-        from orchestrator.device_runs.runtime_verify import verify_runtime
 
-        # Raises NotRun (exit 5) when the runtime cannot be built here.
-        runtime = verify_runtime(pte, samples=args.samples, calibration=args.calibration,
-                                 per_op=args.per_op, executorch_src=args.executorch_src,
-                                 cmsis_nn_src=args.cmsis_nn_src, npu_model=args.npu_model)
-        _print_report(args, runtime_json(runtime), runtime_text(runtime))
-        if runtime.outcome in ("failed", "error"):
-            failures.append(runtime.verdict)
-        elif runtime.outcome == "partial" and not failures:
-            raise NotRun(f"not run in full: {runtime.verdict}")
+def _verify_by(names: tuple[str, ...], args, pte: Path) -> list:
+    """`verify` by the methods named, each through its Verifier (the same objects the default
+    verify runs: orchestrator/device_runs/combined.py), in order; prints each report. Exit
+    codes: a method that cannot run here is "not run" (5), as is a partial or inconclusive one
+    when nothing has failed; any failure is 4."""
+    from orchestrator.device_runs.combined import verifier
+    from orchestrator.errors import NotRun, VerificationFailure
+    from orchestrator.verification.methods import FVP, QEMU, VerifyInputs
+
+    inputs = VerifyInputs(samples=args.samples, calibration=args.calibration,
+                          per_op=args.per_op, max_steps=args.max_steps,
+                          npu_model=args.npu_model, platform=args.platform,
+                          timeout_s=args.timeout, executorch_src=args.executorch_src,
+                          cmsis_nn_src=args.cmsis_nn_src, runner_elf=args.runner_elf,
+                          atol=args.atol)
+    results, failures = [], []
+    for name in names:
+        result = verifier(name).run(pte, inputs)
+        results.append(result)
+        if result.outcome == "not-run":
+            hint = ("; nothing was run (verify without --qemu/--fvp runs every method this "
+                    "machine has)" if name in (QEMU, FVP) else "")
+            raise NotRun(f"not run: {result.detail}{hint}")
+        _print_report(args, result.report or {"method": name, "outcome": result.outcome,
+                                               "detail": result.detail}, result.text)
+        if result.outcome == "failed":
+            failures.append(result.detail)
+        elif result.outcome in ("partial", "inconclusive") and not failures:
+            raise NotRun(f"not checked in full: {result.detail}" if result.outcome == "partial"
+                         else f"not run meaningfully: {result.detail}")
     if failures:
         raise VerificationFailure("; ".join(failures))
-    return 0
+    return results
 
 
 def _print_report(args, as_json: dict, as_text: str) -> None:
@@ -853,37 +875,13 @@ def _print_report(args, as_json: dict, as_text: str) -> None:
         print(as_text)
 
 
-def _verify_qemu(args, pte: Path) -> int:
-    from orchestrator.artifacts.manifest import Manifest
-    from orchestrator.errors import NotRun, VerificationFailure
-    from orchestrator.device_runs.qemu import (installed_platform, qemu_lines,
-                                               qemu_on_checked_pte, qemu_unavailable_reason)
-
-    target = Manifest.load(pte).target
-    profile_path = Path(args.profile_out) if args.profile_out else pte.with_suffix(".etdp")
-    if args.profile:  # refused before anything runs
-        check_output_file(profile_path, "--profile-out")
-        if same_path(profile_path, pte):
-            raise UserError(f"--profile-out '{profile_path}' is the program; choose another")
-    platform = installed_platform(target, args.platform)
-    reason = qemu_unavailable_reason(target, bool(target["npu"]), platform)
-    if target["npu"] and reason is not None:
-        raise NotRun(f"not run: {pte.name}: {reason}; nothing was run (verify without --qemu "
-                     "runs the twin and the host runtime; --fvp on a Corstone FVP)")
-    result = qemu_on_checked_pte(pte, platform, args.timeout, atol=args.atol,
-                                 npu_model=args.npu_model)
-    print("\n".join(qemu_lines(result)))
-    if result.passed is not True:
-        raise VerificationFailure("QEMU run did not report PASS")
-    if args.profile:
-        _profile_on_qemu(args, pte, platform, profile_path, result.instructions)
-    return 0
-
-
-def _profile_on_qemu(args, pte: Path, platform, path: Path, untraced: int | None) -> None:
+def _profile_on_qemu(args, pte: Path, path: Path, untraced: int | None) -> None:
     """The trace build's run, written as an ETDump and read back with ExecuTorch's reader."""
+    from orchestrator.artifacts.manifest import Manifest
     from orchestrator.artifacts.profile import read_profile
-    from orchestrator.device_runs.qemu import profile_lines, qemu_profile
+    from orchestrator.device_runs.qemu import installed_platform, profile_lines, qemu_profile
+
+    platform = installed_platform(Manifest.load(pte).target, args.platform)
 
     profiled = qemu_profile(pte, platform, args.timeout, atol=args.atol,
                             npu_model=args.npu_model)
@@ -894,26 +892,6 @@ def _profile_on_qemu(args, pte: Path, platform, path: Path, untraced: int | None
           "figure below")
     atomic_write_bytes(path, profiled.etdump)
     print("\n".join(profile_lines(read_profile(path), path, untraced, pte)))
-
-
-def _verify_fvp(args, pte: Path) -> int:
-    from orchestrator.artifacts.manifest import Manifest
-    from orchestrator.device_runs.combined import FvpMethod
-    from orchestrator.device_runs.qemu import installed_platform
-    from orchestrator.errors import VerificationFailure
-    from orchestrator.verification.methods import VerifyInputs
-
-    # Asked for by name, a platform the manifest names that is not installed is the user's
-    # error (exit 2), as for --qemu; inside the default verify it is that method's "not run".
-    installed_platform(Manifest.load(pte).target, args.platform)
-    result = FvpMethod().run(pte, VerifyInputs(platform=args.platform, timeout_s=args.timeout,
-                                               runner_elf=args.runner_elf))
-    if result.outcome == "not-run":
-        raise NotRun(f"not run: {result.detail}")
-    print(result.text)
-    if result.outcome != "passed":
-        raise VerificationFailure("FVP run did not report PASS")
-    return 0
 
 
 def cmd_size(args) -> int:

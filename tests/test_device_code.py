@@ -217,6 +217,38 @@ def test_a_new_verifier_is_one_class_and_the_verdict_weighs_it(compiles, monkeyp
     assert verdict.verdict.startswith("FAILED by board")
 
 
+@pytest.mark.parametrize("outcome, code", [("passed", 0), ("failed", 4), ("partial", 5),
+                                           ("not-run", 5)])
+def test_verify_qemu_is_the_registered_qemu_verifier(compiles, monkeypatch, capsys, outcome,
+                                                     code):
+    """`verify --qemu` (and --fvp, --runtime) run the same Verifier objects the default verify
+    runs: a stand-in registered as the QEMU method decides the exit code and its report is what
+    is printed; the CLI has no QEMU path of its own."""
+    from orchestrator.cli import main
+    from orchestrator.device_runs import combined
+    from orchestrator.verification.methods import QEMU, MethodResult, VerifyInputs
+
+    asked = []
+
+    class StandIn:
+        name, device_code = QEMU, True
+
+        def run(self, program, inputs: VerifyInputs) -> MethodResult:
+            asked.append((program, inputs.atol))
+            return MethodResult(QEMU, outcome, f"stand-in says {outcome}", True,
+                                text=f"stand-in report: {outcome}")
+
+    monkeypatch.setattr(combined, "VERIFIERS", (combined.TwinMethod(), StandIn()))
+    _, pte = compiles.get(model_spec("conv1d_audio"), *CPU_ONLY, write=True)
+    assert main(["verify", str(pte), "--qemu", "--atol", "1"]) == code
+    captured = capsys.readouterr()
+    assert asked == [(pte, 1.0)]
+    if outcome == "not-run":
+        assert "not run: stand-in says not-run" in captured.err
+    else:
+        assert f"stand-in report: {outcome}" in captured.out
+
+
 def test_a_twin_pass_never_hides_a_device_failure():
     from orchestrator.device_runs.combined import combine
     from orchestrator.verification.methods import MethodResult

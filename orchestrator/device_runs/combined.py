@@ -127,7 +127,8 @@ class QemuMethod:
     name, device_code = QEMU, True
 
     def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
-        return run_qemu(program, inputs.platform, inputs.timeout_s, npu_model=inputs.npu_model)
+        return run_qemu(program, inputs.platform, inputs.timeout_s, npu_model=inputs.npu_model,
+                        atol=inputs.atol)
 
 
 class FvpMethod:

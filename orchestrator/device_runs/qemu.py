@@ -224,7 +224,7 @@ def qemu_lines(result) -> list[str]:
 
 
 def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
-             samples: int = 4, npu_model: str = "auto") -> MethodResult:
+             samples: int = 4, npu_model: str = "auto", atol: float = 0.0) -> MethodResult:
     from orchestrator.errors import NotRun, UserError
     from orchestrator.verification.twin import load_twin
     from platforms.runner_build import QemuUnavailable
@@ -238,12 +238,12 @@ def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
     if reason is not None:
         return MethodResult(QEMU, "not-run", reason, True)
     try:
-        result = qemu_on_checked_pte(pte, platform, timeout_s, samples=samples,
+        result = qemu_on_checked_pte(pte, platform, timeout_s, atol=atol, samples=samples,
                                      npu_model=npu_model)
     except (NotRun, QemuUnavailable) as error:
         return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True)
-    text = "\n".join([f"verify --qemu {pte}: {'PASS' if result.passed else 'FAIL'}"]
-                     + [f"  {line}" for line in qemu_lines(result)])
+    text = "\n".join([f"verify --qemu {pte}: {'PASS' if result.passed else 'FAIL'}",
+                      *qemu_lines(result)])
     if result.passed:
         per = f", {result.instructions:,} instructions per inference (QEMU -icount, not cycles)" \
             if result.instructions else ""

@@ -43,6 +43,7 @@ class VerifyInputs:
     executorch_src: str | Path | None = None  # host runtime: the third-party source trees
     cmsis_nn_src: str | Path | None = None
     runner_elf: str | Path | None = None  # FVP: the arm_executor_runner to run
+    atol: float = 0.0  # QEMU: BundleIO absolute tolerance (0: byte-exact)
 
 
 class Verifier(Protocol):
