@@ -11,30 +11,41 @@ A calibration holds one set of factors per unit: `instructions` (instructions re
 modelled cycle) and `cycles` (measured cycles per modelled cycle). Each figure is
 {value, source}, as in data/cpu_cost.yaml.
 
-Why a factor on the model's cycles (and not a separate instruction model). The cycle model
-already scales each kernel with the work its inner loop repeats (MACs over lanes, outputs,
-im2col taps, elements of a kind). What the instruction count adds is how many instructions the
-kernel retires per cycle of that work: a property of its inner loop (MVE beats, loads, the
-scalar bookkeeping around them), nearly constant for one kernel across shapes. A separate
-per-class instruction model would restate the cycle model's terms (per MAC, per output, per
-tap, per element) with its own coefficients: four or five per class, more than the profiles pin
-down for the small classes (softmax is a handful of calls). So the instruction term is
+Why terms and not one factor on the model's cycles. A ratio (instructions = f x modelled
+cycles) was the first calibration (format /1); on programs it was never fitted to it missed
+linear (0.67), pooling (0.70), softmax (0.05) and portable (1.33): a small kernel call is
+mostly a fixed cost per call that a ratio cannot express, a fully connected layer's
+instructions follow its MACs and outputs while the model's cycles follow them with other
+weights (DS-CNN's 768-MAC head: 1,849 model cycles, 1,156 instructions; the deep autoencoder's
+81,920-MAC layer: 20,576 and 40,655), softmax retires ~560 instructions per element where the
+model counts ~20 cycles, and a portable layout copy costs per element, not per byte (the model
+counts bytes: a float copy came out 4x an int8 one). So each key has a small linear model
 
-    instructions = the row's modelled cycles x instructions_per_cycle[key]
+    instructions = sum over its class's TERMS of coefficient x the row's figure
 
-where key is, in this order, the kernel that runs (the CMSIS-NN function, e.g.
-arm_convolve_1x1_s8_fast, or the portable kernel), when the fit saw it; else the op class
-(OP_CLASSES); else all classes. Kernels of one class differ (a 3x3 convolution retires 0.93
-instructions per modelled cycle, a 1x1 one 0.71, in DS-CNN, MobileNet and ResNet-8 under QEMU),
-and an elementwise add and a quantize differ by 30x, so a class-wide factor would be right only
-for the mix of kernels it was fitted on. The model's own figures are per kind (element_cycles
-per op kind in cpu_cost.yaml), so a factor per kernel is the same grain.
+with TERMS per class (CLASS_TERMS): a per-call term for every class, plus the work the kernel
+repeats: the model's cycles for convolutions (the cycle model already scales them with the
+right work: MACs over lanes, im2col taps), MACs and output elements for linear, elements for
+pooling, softmax, elementwise and portable kernels. Each row's figures are the plan row's
+(its macs, input and output shapes; `row_work`), so the plan computes the same estimate.
 
-The fit is a ratio of sums per key: f = sum(measured) / sum(modelled cycles) over the fit rows
-of the key. It is the weighted least-squares solution of measured ~ f x modelled with each
-call's variance proportional to its size, it makes the fitted programs' totals per key exact
-(the figure the acceptance judges is a total per class), and it cannot go negative; an
-unweighted least squares would be decided by the largest call of each key.
+Keys, in lookup order: the kernel that runs (the CMSIS-NN function, e.g.
+arm_convolve_1x1_s8_fast, or the portable kernel) when the fit saw it; else its op class; else
+all classes (modelled cycles only, a ratio of sums). Kernels of one class differ (an int8
+dim-order copy retires ~53 instructions per element, a cat ~0.5), so a class-wide model is
+right only for the mix it was fitted on; it is the fallback for a kernel the fit never saw.
+
+The fit (fit_factors), per unit, on the fit rows only:
+  1. per class: non-negative least squares of measured on the class's terms, each row
+     weighted by 1/its modelled cycles (variance proportional to size; with the one term
+     model_cycles this is exactly the ratio of sums: large calls do not decide alone); when
+     the class's rows have one work size, without the per-call term;
+  2. per kernel: its own least squares when its fit rows span at least two work sizes (a
+     factor of two apart), which is what pins a per-call and a per-work coefficient apart;
+     else the class's per-call coefficient and the kernel's work coefficients scaled so its
+     fit rows' total is exact (one size cannot tell fixed from proportional cost; the class
+     says what a call costs, the kernel what its work costs);
+  3. all classes: the ratio of sums of measured over modelled cycles.
 
 A `cycles` calibration scales the plan's CPU cycles (the plan's cost source says which
 calibration: "model:mve (calibrated: NAME)"); an `instructions` calibration adds an instruction
@@ -44,20 +55,43 @@ rows: the CPU model at the plan's memory placement), before any calibration.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 
+import numpy as np
 import yaml
 
 OP_CLASSES = ("conv", "depthwise", "linear", "pooling", "elementwise", "softmax", "portable")
 UNITS = ("instructions", "cycles")
-FORMAT = "orchestrate-cpu-calibration/1"
+FORMAT = "orchestrate-cpu-calibration/2"
+OLD_FORMATS = {"orchestrate-cpu-calibration/1": "one ratio per key"}
 ALL_CLASSES = "all"
+
+# What each term counts, per kernel call (the row's figures; summed over a saved aggregate).
+TERMS = {
+    "calls": "kernel calls",
+    "model_cycles": "the CPU model's cycles of the row (before any cycles calibration)",
+    "macs": "multiply-accumulates of the row",
+    "outputs": "elements of the row's output",
+    "elements": "elements the row moves: the larger of its first input's and its output's",
+}
+# The terms of each op class's model: a per-call cost and the work its kernels repeat.
+CLASS_TERMS = {
+    "conv": ("calls", "model_cycles"),
+    "depthwise": ("calls", "model_cycles"),
+    "linear": ("calls", "macs", "outputs"),
+    "pooling": ("calls", "elements"),
+    "softmax": ("calls", "elements"),
+    "elementwise": ("calls", "elements"),
+    "portable": ("calls", "elements"),
+}
+ALL_TERMS = ("model_cycles",)
 
 # The CMSIS-NN function a plan row names (kernels/catalogue.py) -> its op class, by prefix:
 # the wrappers' specialisations (arm_convolve_1x1_s8_fast, arm_depthwise_conv_3x3_s8, ...)
@@ -94,8 +128,26 @@ def op_class(placement: str, kind: str, kernel: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
+class Work:
+    """A plan row's figures the terms count, per call (row_work)."""
+
+    macs: int = 0
+    outputs: int = 0
+    elements: int = 0
+
+
+def row_work(macs, input_shapes, output_shape) -> Work:
+    """The figures of a plan row (an OpPlacement's or a plan.json op's macs, input_shapes and
+    output_shape) that the calibration's terms count."""
+    outputs = math.prod(output_shape) if output_shape else 0
+    first = math.prod(input_shapes[0]) if input_shapes else 0
+    return Work(int(macs or 0), int(outputs), int(max(first, outputs)))
+
+
+@dataclass(frozen=True)
 class MeasuredRow:
-    """One CPU row of a profiled program: the model's cycles beside one kernel call's figure."""
+    """One CPU row of a profiled program: the model's cycles and the row's work beside one
+    kernel call's figure (or a saved aggregate's sums: every term is a sum)."""
 
     program: str
     op_class: str
@@ -105,34 +157,58 @@ class MeasuredRow:
     unit: str  # instructions | cycles
     estimated: int | None = None  # the plan's instruction estimate, when it was calibrated
     calls: int = 1  # kernel calls summed in this row (1, or a saved aggregate's count)
+    work: Work = Work()
+
+    def figure(self, term: str) -> float:
+        if term == "calls":
+            return self.calls
+        if term == "model_cycles":
+            return self.modelled_cycles
+        return getattr(self.work, term)
 
 
 @dataclass(frozen=True)
 class Figure:
-    value: float
+    """One key's model: a coefficient per term (measured units per unit of the term)."""
+
+    terms: Mapping[str, float]
     source: str
+
+    def estimate(self, figure: Callable[[str], float]) -> float:
+        return sum(coefficient * figure(term) for term, coefficient in self.terms.items())
+
+    @property
+    def value(self) -> float:
+        """The coefficient of the modelled cycles (0 when the model has none)."""
+        return self.terms.get("model_cycles", 0.0)
 
 
 @dataclass(frozen=True)
 class Factors:
-    """One unit's factors: measured per modelled cycle, by kernel, by class and for all rows."""
+    """One unit's models: by kernel, by class and for all rows."""
 
     unit: str
-    kernels: Mapping[tuple[str, str], Figure]  # (op class, kernel) -> figure
+    kernels: Mapping[tuple[str, str], Figure]  # (op class, kernel) -> its model
     classes: Mapping[str, Figure]
     overall: Figure | None
 
-    def lookup(self, op_class_: str, kernel: str) -> tuple[float, str] | None:
-        """(factor, what it is the factor of): the kernel's, else its class's, else all rows'."""
+    def lookup(self, op_class_: str, kernel: str) -> tuple[Figure, str] | None:
+        """(model, what it is the model of): the kernel's, else its class's, else all rows'."""
         figure = self.kernels.get((op_class_, kernel))
         if figure is not None:
-            return figure.value, kernel
+            return figure, kernel
         figure = self.classes.get(op_class_)
         if figure is not None:
-            return figure.value, f"class {op_class_}"
+            return figure, f"class {op_class_}"
         if self.overall is not None:
-            return self.overall.value, "all classes"
+            return self.overall, "all classes"
         return None
+
+    def estimate(self, row: MeasuredRow) -> float:
+        found = self.lookup(row.op_class, row.kernel)
+        if found is None:
+            raise CalibrationError(f"no {self.unit} model for {row.kernel} ({row.op_class})")
+        return found[0].estimate(row.figure)
 
 
 @dataclass(frozen=True)
@@ -161,46 +237,102 @@ class CpuCalibration:
         return f"(calibrated: {self.name})"
 
 
-def _sum_rows(rows: Iterable[MeasuredRow]) -> tuple[int, int, int, list[str]]:
-    calls = modelled = measured = 0
-    programs: list[str] = []
-    for row in rows:
-        calls += row.calls
-        modelled += row.modelled_cycles
-        measured += row.measured
-        if row.program not in programs:
-            programs.append(row.program)
-    return calls, modelled, measured, programs
+def _programs(rows: Iterable[MeasuredRow]) -> list[str]:
+    return list(dict.fromkeys(row.program for row in rows))
 
 
-def _ratio_figure(rows: Sequence[MeasuredRow], unit: str, what: str, clock: str) -> Figure | None:
-    calls, modelled, measured, programs = _sum_rows(rows)
-    if not modelled or not measured:
-        return None
-    return Figure(round(measured / modelled, 4),
-                  f"calibrated: ratio of sums over {calls} call(s) of {what} in "
+def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares by trying every set of free variables (at most 3: 8 sets)."""
+    best, best_residual = np.zeros(a.shape[1]), float(np.sum(b ** 2))
+    for free in itertools.product((True, False), repeat=a.shape[1]):
+        cols = [i for i in range(a.shape[1]) if free[i]]
+        if not cols:
+            continue
+        x = np.zeros(a.shape[1])
+        x[cols] = np.linalg.lstsq(a[:, cols], b, rcond=None)[0]
+        if (x < 0).any():
+            continue
+        residual = float(np.sum((a @ x - b) ** 2))
+        if residual < best_residual - 1e-9 * max(best_residual, 1.0):
+            best, best_residual = x, residual
+    return best
+
+
+def _least_squares(rows: Sequence[MeasuredRow], terms: Sequence[str]) -> dict[str, float]:
+    """measured ~ sum of coefficient x figure, coefficients >= 0, each row weighted by
+    1/its modelled cycles (with the one term model_cycles: the ratio of sums)."""
+    scale = [1.0 / math.sqrt(max(row.modelled_cycles, 1)) for row in rows]
+    a = np.array([[row.figure(t) * w for t in terms] for row, w in zip(rows, scale)])
+    b = np.array([row.measured * w for row, w in zip(rows, scale)])
+    return {t: float(c) for t, c in zip(terms, _nnls(a, b))}
+
+
+def _spans_sizes(rows: Sequence[MeasuredRow], term: str) -> bool:
+    """Whether the rows' work per call takes two sizes at least a factor of two apart."""
+    sizes = [row.figure(term) / row.calls for row in rows if row.calls]
+    return bool(sizes) and min(sizes) > 0 and max(sizes) >= 2 * min(sizes)
+
+
+def _kernel_terms(rows: Sequence[MeasuredRow], terms: Sequence[str],
+                  of_class: Mapping[str, float]) -> tuple[dict[str, float], str]:
+    """A kernel's coefficients and how they were fitted (fit step 2)."""
+    if _spans_sizes(rows, terms[-1]):
+        return _least_squares(rows, terms), "least squares"
+    per_call = of_class.get("calls", 0.0)
+    work = sum(of_class[t] * sum(row.figure(t) for row in rows) for t in terms[1:])
+    rest = sum(row.measured for row in rows) - per_call * sum(row.calls for row in rows)
+    if work > 0 and rest > 0:
+        return ({"calls": per_call, **{t: of_class[t] * rest / work for t in terms[1:]}},
+                "the class's per-call term, its work terms scaled to the kernel's total")
+    calls = sum(row.calls for row in rows)
+    return ({"calls": sum(row.measured for row in rows) / calls, **{t: 0.0 for t in terms[1:]}},
+            "mean per call (one work size, below the class's per-call cost)")
+
+
+def _fitted(rows: Sequence[MeasuredRow], terms: Mapping[str, float], what: str, how: str,
+            unit: str, clock: str) -> Figure:
+    measured = sum(row.measured for row in rows)
+    estimated = sum(sum(c * row.figure(t) for t, c in terms.items()) for row in rows)
+    programs = _programs(rows)
+    return Figure(MappingProxyType({t: round(c, 6) for t, c in terms.items()}),
+                  f"calibrated: {how} over {sum(r.calls for r in rows)} call(s) of {what} in "
                   f"{len(programs)} profile(s) ({clock}): {', '.join(programs)}; "
-                  f"{measured:,} {unit} / {modelled:,} model cycles")
+                  f"{round(estimated):,} estimated / {measured:,} {unit} measured")
 
 
 def fit_factors(rows: Sequence[MeasuredRow], unit: str, clock: str = "") -> Factors:
-    """The factors of one unit from the rows measured in it (ratio of sums per key)."""
+    """The models of one unit from the rows measured in it (the fit in the module docstring)."""
     if unit not in UNITS:
         raise CalibrationError(f"unit {unit!r} is not one of {', '.join(UNITS)}")
-    rows = [r for r in rows if r.unit == unit]
+    rows = [r for r in rows if r.unit == unit and r.measured > 0]
     clock = clock or unit
-    by_kernel: dict[tuple[str, str], list[MeasuredRow]] = {}
-    by_class: dict[str, list[MeasuredRow]] = {}
-    for row in rows:
-        by_kernel.setdefault((row.op_class, row.kernel), []).append(row)
-        by_class.setdefault(row.op_class, []).append(row)
-    kernels = {key: figure for key, group in sorted(by_kernel.items())
-               if (figure := _ratio_figure(group, unit, key[1], clock)) is not None}
-    classes = {name: figure for name in OP_CLASSES if name in by_class
-               and (figure := _ratio_figure(by_class[name], unit, f"class {name}", clock))
-               is not None}
-    return Factors(unit, MappingProxyType(kernels), MappingProxyType(classes),
-                   _ratio_figure(rows, unit, "every class", clock))
+    classes: dict[str, Figure] = {}
+    kernels: dict[tuple[str, str], Figure] = {}
+    for name in OP_CLASSES:
+        of_class = [r for r in rows if r.op_class == name]
+        if not of_class:
+            continue
+        terms = CLASS_TERMS[name]
+        if _spans_sizes(of_class, terms[-1]):
+            class_terms, how = _least_squares(of_class, terms), "non-negative least squares"
+        else:  # one size: no per-call term can be told apart; proportional, as format /1 was
+            class_terms = {"calls": 0.0, **_least_squares(of_class, terms[1:])}
+            how = "non-negative least squares without a per-call term (one work size)"
+            if not any(class_terms.values()):  # rows without the work: a cost per call
+                class_terms = {"calls": sum(r.measured for r in of_class)
+                               / sum(r.calls for r in of_class), **{t: 0.0 for t in terms[1:]}}
+                how = "mean per call (rows without work figures)"
+        classes[name] = _fitted(of_class, class_terms, f"class {name}", how, unit, clock)
+        for kernel in sorted({r.kernel for r in of_class}):
+            of_kernel = [r for r in of_class if r.kernel == kernel]
+            coefficients, how = _kernel_terms(of_kernel, terms, class_terms)
+            kernels[(name, kernel)] = _fitted(of_kernel, coefficients, kernel, how, unit, clock)
+    overall = None
+    modelled = sum(r.modelled_cycles for r in rows)
+    if rows and modelled:
+        overall = _fitted(rows, {"model_cycles": sum(r.measured for r in rows) / modelled},
+                          "every class", "ratio of sums", unit, clock)
+    return Factors(unit, MappingProxyType(kernels), MappingProxyType(classes), overall)
 
 
 def fit(rows: Sequence[MeasuredRow], core: str, name: str,
@@ -230,7 +362,7 @@ class ClassTotal:
     op_class: str
     calls: int
     modelled_cycles: int
-    estimated: float  # in the measured unit: modelled cycles x the calibration's factors
+    estimated: float  # in the measured unit: the calibration's model of each row
     measured: int
 
     @property
@@ -239,21 +371,15 @@ class ClassTotal:
 
 
 def class_totals(rows: Iterable[MeasuredRow], factors: Factors | None) -> tuple[ClassTotal, ...]:
-    """Per op class (OP_CLASSES order): the rows' estimate (their modelled cycles times the
-    factors; without factors, the modelled cycles themselves) and measured totals."""
+    """Per op class (OP_CLASSES order): the rows' estimate (the factors' model of each row;
+    without factors, the modelled cycles themselves) and measured totals."""
     sums: dict[str, list] = {}
     for row in rows:
-        factor = 1.0
-        if factors is not None:
-            found = factors.lookup(row.op_class, row.kernel)
-            if found is None:
-                raise CalibrationError(f"no {factors.unit} factor for {row.kernel} "
-                                       f"({row.op_class})")
-            factor = found[0]
+        estimate = row.modelled_cycles if factors is None else factors.estimate(row)
         entry = sums.setdefault(row.op_class, [0, 0, 0.0, 0])
         entry[0] += row.calls
         entry[1] += row.modelled_cycles
-        entry[2] += row.modelled_cycles * factor
+        entry[2] += estimate
         entry[3] += row.measured
     return tuple(ClassTotal(name, *sums[name]) for name in OP_CLASSES if name in sums)
 
@@ -287,19 +413,21 @@ def to_yaml(calibration: CpuCalibration, bound: float | None = None) -> str:
     `--calibration-costs` names."""
 
     def figure(f: Figure) -> dict:
-        return {"value": f.value, "source": f.source}
+        return {"terms": dict(f.terms), "source": f.source}
 
     def record(r: ProfileRecord) -> dict:
         return {"program": r.program, "profile": r.profile, "sha256": r.sha256, "unit": r.unit,
                 "clock": r.clock, "calls": r.calls}
 
     document: dict = {"format": FORMAT, "core": calibration.core,
-                      "method": "ratio of sums per key (kernel, else op class, else all classes): "
-                                "measured / modelled cycles over the fit profiles' kernel calls "
-                                "(cost_models/profile_calibration.py)"}
+                      "method": "per key (kernel, else op class, else all classes): measured = "
+                                "sum of coefficient x the row's figure per term, non-negative "
+                                "least squares over the fit profiles' kernel calls "
+                                "(cost_models/profile_calibration.py)",
+                      "terms": dict(TERMS)}
     for unit, factors in calibration.factors.items():
         document[unit] = {
-            "per": f"{unit} per modelled cycle",
+            "per": f"{unit} per unit of each term",
             "all": figure(factors.overall) if factors.overall else None,
             "classes": {name: figure(f) for name, f in factors.classes.items()},
             "kernels": [{"class": key[0], "kernel": key[1], **figure(f)}
@@ -312,22 +440,30 @@ def to_yaml(calibration: CpuCalibration, bound: float | None = None) -> str:
             "profiles": [record(r) for r in calibration.validated],
             "classes": {unit: dict(figures) for unit, figures in calibration.validation.items()}}
     header = ("# orchestrate CPU calibration (`orchestrate calibrate`; cost_models/"
-              "profile_calibration.py).\n# instructions: instructions retired per modelled "
-              "cycle (QEMU -icount profiles): the plan's instruction estimate.\n# cycles: "
-              "measured cycles per modelled cycle (board/FVP profiles): scales the plan's CPU "
-              "cycles.\n# Name it in a platform YAML (cpu: calibration_costs: FILE) or with "
+              "profile_calibration.py).\n# instructions: instructions retired per unit of each "
+              "term (QEMU -icount profiles): the plan's instruction estimate.\n# cycles: "
+              "measured cycles per unit of each term (board/FVP profiles): replaces the plan's "
+              "CPU cycles.\n# Name it in a platform YAML (cpu: calibration_costs: FILE) or with "
               "--calibration-costs FILE.\n")
     return header + yaml.safe_dump(document, sort_keys=False, width=100, allow_unicode=True)
 
 
-def _figure(node, where: str) -> Figure:
-    if not isinstance(node, dict) or "value" not in node or not str(node.get("source", "")).strip():
-        raise CalibrationError(f"{where} must be {{value: ..., source: ...}} with a source")
-    value = node["value"]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not math.isfinite(value) or value <= 0:
-        raise CalibrationError(f"{where}: value must be a positive number, got {value!r}")
-    return Figure(float(value), str(node["source"]))
+def _figure(node, where: str, allowed: Sequence[str]) -> Figure:
+    if not isinstance(node, dict) or not isinstance(node.get("terms"), dict) or \
+            not str(node.get("source", "")).strip():
+        raise CalibrationError(f"{where} must be {{terms: {{TERM: coefficient}}, source: ...}} "
+                               "with a source")
+    terms = {}
+    for term, value in node["terms"].items():
+        if term not in allowed:
+            raise CalibrationError(f"{where}.terms.{term} is not one of {', '.join(allowed)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value) or value < 0:
+            raise CalibrationError(f"{where}.terms.{term}: must be a number >= 0, got {value!r}")
+        terms[term] = float(value)
+    if not any(terms.values()):
+        raise CalibrationError(f"{where}: every coefficient is 0")
+    return Figure(MappingProxyType(terms), str(node["source"]))
 
 
 def _record(node, where: str) -> ProfileRecord:
@@ -348,6 +484,10 @@ def parse(document, name: str) -> CpuCalibration:
     where = name
     if not isinstance(document, dict):
         raise CalibrationError(f"{where}: expected a mapping of calibration keys")
+    if document.get("format") in OLD_FORMATS:
+        raise CalibrationError(f"{where}: format {document['format']!r} "
+                               f"({OLD_FORMATS[document['format']]}) is no longer read; re-run "
+                               f"`orchestrate calibrate` on its profiles to write {FORMAT!r}")
     if document.get("format") != FORMAT:
         raise CalibrationError(f"{where}: format must be {FORMAT!r}, got "
                                f"{document.get('format')!r} (write it with `orchestrate "
@@ -377,13 +517,14 @@ def parse(document, name: str) -> CpuCalibration:
                     not isinstance(entry.get("kernel"), str):
                 raise CalibrationError(f"{at} needs class (one of {', '.join(OP_CLASSES)}) and "
                                        "kernel")
-            kernels[(entry["class"], entry["kernel"])] = _figure(entry, at)
+            kernels[(entry["class"], entry["kernel"])] = _figure(
+                entry, at, CLASS_TERMS[entry["class"]])
         overall = section.get("all")
         factors[unit] = Factors(
             unit, MappingProxyType(kernels),
-            MappingProxyType({c: _figure(f, f"{where}: {unit}.classes.{c}")
+            MappingProxyType({c: _figure(f, f"{where}: {unit}.classes.{c}", CLASS_TERMS[c])
                               for c, f in classes.items()}),
-            _figure(overall, f"{where}: {unit}.all") if overall is not None else None)
+            _figure(overall, f"{where}: {unit}.all", ALL_TERMS) if overall is not None else None)
     if not factors:
         raise CalibrationError(f"{where}: no instructions or cycles section")
     fitted = tuple(_record(r, f"{where}: fitted[{i}]")
@@ -433,10 +574,10 @@ def calibrated_source(source: str, calibration: CpuCalibration) -> str:
 
 
 def calibrate_cost(cost, placement: str, kind: str, kernel: str | None,
-                   calibration: CpuCalibration, cpu_hz: int):
-    """A CPU row's Cost under `calibration`: its cycles scaled by the `cycles` factor of its
-    kernel (else class, else all classes), its instruction estimate from the `instructions`
-    factor; NPU rows and rows without a cost as they are."""
+                   calibration: CpuCalibration, cpu_hz: int, work: Work = Work()):
+    """A CPU row's Cost under `calibration`: its cycles the `cycles` model of its kernel (else
+    class, else all classes), its instruction estimate the `instructions` model's; NPU rows and
+    rows without a cost as they are. `work`: the row's figures (row_work) the terms count."""
     from cost_models.cost import Cost
 
     row_class = op_class(placement, kind, kernel)
@@ -445,19 +586,18 @@ def calibrate_cost(cost, placement: str, kind: str, kernel: str | None,
     if "(calibrated:" in cost.source or cost.instructions is not None:
         raise CalibrationError(f"a cost is already calibrated ({cost.source}): calibrate the "
                                "model's figures once")
-    kernel = kernel or ""
-    model_cycles = cost.cycles
+    row = MeasuredRow("", row_class, kernel or "", cost.cycles, 0, "", work=work)
     scaled = cost
     cycles = calibration.factors.get("cycles")
-    found = cycles.lookup(row_class, kernel) if cycles is not None else None
+    found = cycles.lookup(row_class, row.kernel) if cycles is not None else None
     if found is not None:
-        scaled = Cost.from_cycles(model_cycles * found[0], cpu_hz,
+        scaled = Cost.from_cycles(found[0].estimate(row.figure), cpu_hz,
                                   calibrated_source(cost.source, calibration))
-        scaled = replace(scaled, model_cycles=model_cycles)
+        scaled = replace(scaled, model_cycles=cost.cycles)
     instructions = calibration.factors.get("instructions")
-    found = instructions.lookup(row_class, kernel) if instructions is not None else None
+    found = instructions.lookup(row_class, row.kernel) if instructions is not None else None
     if found is not None:
-        scaled = replace(scaled, instructions=int(round(model_cycles * found[0])),
+        scaled = replace(scaled, instructions=int(round(found[0].estimate(row.figure))),
                          instructions_source=f"calibrated: {calibration.name} ({found[1]})")
     return scaled
 
@@ -483,6 +623,8 @@ def calibrate_plan_json(plan: Mapping, calibration: CpuCalibration) -> dict:
         if op.get("cost") is None:
             continue
         cost = calibrate_cost(Cost.from_json(op["cost"]), op["placement"], op["kind"],
-                              op.get("kernel"), calibration, int(platform["cpu_hz"]))
+                              op.get("kernel"), calibration, int(platform["cpu_hz"]),
+                              row_work(op.get("macs"), op.get("input_shapes"),
+                                       op.get("output_shape")))
         op["cost"] = cost.to_json()
     return calibrated

@@ -1,12 +1,13 @@
-"""`calibrate`: the CPU cost model's per-op-class factors fitted to measured profiles.
+"""`calibrate`: the CPU cost model's per-op-class instruction models fitted to measured profiles.
 
 Each profile (`.etdp`) is paired with the program it profiled: PROGRAM.pte beside it with the
 same stem, or given as PROGRAM.pte=PROFILE.etdp. orchestrator.api.measure reads both (the
 program's artifacts folder checked by its manifest, the profile refused when it names another
 program's SHA-256, or when its instructions and kernels are not this program's), and every
 kernel call of a CPU row becomes one cost_models.profile_calibration.MeasuredRow: the plan's
-modelled cycles beside the call's measured figure. The fit (ratio of sums per kernel, op class
-and overall; cost_models/profile_calibration.py says why) uses only the fit profiles; the
+modelled cycles and work beside the call's measured figure. The fit (a per-call term and the
+work each kernel repeats, per kernel, op class and overall; cost_models/profile_calibration.py
+says why) uses only the fit profiles; the
 validation profiles (`--validate`) are never fitted to, and the calibration file records their
 per-class figures before and after.
 """
@@ -14,7 +15,7 @@ per-class figures before and after.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,10 +26,14 @@ from cost_models.profile_calibration import (
     CpuCalibration,
     MeasuredRow,
     ProfileRecord,
+    Work,
     class_totals,
     fit,
+    op_class,
+    row_work,
     with_validation,
 )
+from orchestrator.artifacts.profile import OPERATOR_CALL
 from orchestrator.errors import UserError
 
 if TYPE_CHECKING:  # the value it reads (orchestrator.api.measure makes it)
@@ -70,6 +75,33 @@ def checked_pair(argument: str) -> tuple[Path, Path]:
     return program, profile
 
 
+def measured_rows(measured: MeasuredPlan, program: str) -> tuple[MeasuredRow, ...]:
+    """measured.cpu_rows(program), each with the work of its plan rows (row_work: the figures
+    the calibration's terms count), summed when one call runs several rows."""
+    rows = measured.cpu_rows(program)
+    calls = [call for call in measured.calls if _is_cpu_call(measured, call)]
+    if len(calls) != len(rows):  # the same selection as cpu_rows: a change there shows here
+        raise CalibrationError(f"{program}: {len(rows)} measured CPU rows but {len(calls)} "
+                               "kernel calls with work")
+    found = []
+    for row, call in zip(rows, calls):
+        works = [row_work(op.get("macs"), op.get("input_shapes"), op.get("output_shape"))
+                 for op in (measured.ops[index] for index in call.rows)]
+        found.append(replace(row, work=Work(sum(w.macs for w in works),
+                                            sum(w.outputs for w in works),
+                                            sum(w.elements for w in works))))
+    return tuple(found)
+
+
+def _is_cpu_call(measured: MeasuredPlan, call) -> bool:
+    """The calls MeasuredPlan.cpu_rows makes a row of: a kernel call of CPU rows with costs."""
+    if call.kind != OPERATOR_CALL or not call.rows:
+        return False
+    first = measured.ops[call.rows[0]]
+    return op_class(first["placement"], first["kind"], first.get("kernel")) is not None and \
+        all(measured.ops[row].get("cost") is not None for row in call.rows)
+
+
 def profiled(measured: MeasuredPlan, program: Path, profile: Path, cpu: str) -> ProfiledProgram:
     """The CPU rows of one program beside its profile (orchestrator.api.measure checked that
     the profile is of it); UserError (one line) when the program is of another core or the
@@ -83,7 +115,7 @@ def profiled(measured: MeasuredPlan, program: Path, profile: Path, cpu: str) -> 
     if target_cpu != cpu:
         raise UserError(f"program '{program}' was compiled for {target_cpu}, not --cpu {cpu}; "
                         "calibrate one core at a time")
-    rows = measured.cpu_rows(program.stem)
+    rows = measured_rows(measured, program.stem)
     record = ProfileRecord(program.name, profile.name, measured.program_sha256, unit,
                            measured.profile.clock.text, len(rows))
     return ProfiledProgram(record, rows)
@@ -160,6 +192,10 @@ def _table(rows: Sequence[MeasuredRow], calibration: CpuCalibration, unit: str,
     return lines
 
 
+def _terms(figure) -> str:
+    return " + ".join(f"{c:.4g} x {t}" for t, c in figure.terms.items() if c) or "0"
+
+
 def render_text(result: Calibrated) -> str:
     calibration = result.calibration
     out = [f"calibrate {calibration.core}: fitted to {len(result.fitted)} profile(s): "
@@ -170,17 +206,17 @@ def render_text(result: Calibrated) -> str:
     for unit, factors in calibration.factors.items():
         clock = next(p.record.clock for p in (*result.fitted, *result.validated)
                      if p.record.unit == unit)
-        out.append(f"{unit} per modelled cycle ({clock}), ratio of sums per kernel, else op "
-                   "class, else all classes:")
+        out.append(f"{unit} ({clock}) per unit of each term, per kernel, else op class, else "
+                   "all classes (non-negative least squares on the fit rows):")
         for name in OP_CLASSES:
             figure = factors.classes.get(name)
             if figure is None:
                 continue
-            kernels = ", ".join(f"{kernel} {f.value:.3f}" for (cls, kernel), f in
-                                factors.kernels.items() if cls == name)
-            out.append(f"  {name}: {figure.value:.3f} ({kernels})")
+            out.append(f"  {name}: {_terms(figure)}")
+            out += [f"    {kernel}: {_terms(f)}" for (cls, kernel), f in factors.kernels.items()
+                    if cls == name]
         if factors.overall is not None:
-            out.append(f"  all classes: {factors.overall.value:.3f} (a class the fit never saw)")
+            out.append(f"  all classes: {_terms(factors.overall)} (a class the fit never saw)")
         out.append(f"  fit set, per op class: before = model cycles / measured {unit}; after = "
                    f"the estimate ({unit}) / measured")
         out += _table([r for r in result.fit_rows if r.unit == unit], calibration, unit, None)

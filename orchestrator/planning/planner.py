@@ -213,10 +213,11 @@ def _costs_stage(state: PlanState) -> PlanState:
 
 
 def _calibration_stage(state: PlanState) -> PlanState:
-    """CPU rows' costs under the CPU calibration, when the request names one: cycles scaled
-    by its cycles factors (their source names it), instructions estimated by its instruction
-    factors; without one the rows are as the cost models made them."""
-    from cost_models.profile_calibration import calibrate_cost
+    """CPU rows' costs under the CPU calibration, when the request names one: cycles from its
+    cycles models (their source names it), instructions estimated by its instruction models,
+    each from the row's modelled cycles and work (row_work); without one the rows are as the
+    cost models made them."""
+    from cost_models.profile_calibration import calibrate_cost, row_work
 
     calibration = state.calibration
     if calibration is None:
@@ -224,7 +225,8 @@ def _calibration_stage(state: PlanState) -> PlanState:
     target = state.compiled.target
     return replace(state, rows=tuple(
         replace(row, cost=calibrate_cost(row.cost, row.placement, row.kind, row.kernel,
-                                         calibration, target.cpu_hz))
+                                         calibration, target.cpu_hz,
+                                         row_work(row.macs, row.input_shapes, row.output_shape)))
         for row in state.rows))
 
 
