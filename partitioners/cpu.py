@@ -21,6 +21,7 @@ import torch
 from partitioners import upstream_cortex_m
 from partitioners.activation_narrowing import NARROWED_KEY, with_narrowed_fusion
 from partitioners.early_batch_matmul import EARLY_BMM_KEY, with_early_batch_matmul
+from partitioners.fused_activation_split import folds_into_its_producer, split_fused_activations
 # stamp_origins is re-exported for callers that import it from here.
 from partitioners.records import (ORIGIN_KEY, Workaround, quantize_scalar,  # noqa: F401
                                   reassign_shared_origins, stamp_origins)
@@ -288,7 +289,7 @@ def _float_only_on_cpu(node) -> bool:
     and not exact on int8 codes."""
     name = _op_name(node.target).split(".")[-2] if "." in _op_name(node.target) else ""
     return (node.op == "call_function" and not has_cmsis_substitution(node.target)
-            and name not in _EXACT_ON_CODES)
+            and name not in _EXACT_ON_CODES and not folds_into_its_producer(node))
 
 
 def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
@@ -328,6 +329,7 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
         candidate = copy.deepcopy(program)
         for name in [*kept_float, *per_channel_refused, *(n.name for n in float_only)]:
             _keep_float(candidate, name)
+        split = split_fused_activations(candidate)
         as_conv = per_channel_linear_as_conv2d(candidate, skip=set(kept_float))
         try:
             with cmsis_decisions_recorded() as decisions, \
@@ -410,7 +412,7 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
                 "quantization range)",
                 f"{activation} fused into {_op_name(node.target)} with output bounds [{qmin}, "
                 f"{qmax}]; upstream left the op computing on raw int8 values in float"))
-    workarounds = (fallbacks + as_conv + legalized + requantize_comparison_scalars(transformed)
+    workarounds = (split + fallbacks + as_conv + legalized + requantize_comparison_scalars(transformed)
                    + requantize_fill_values(transformed))
     if legalize:
         workarounds += legalize_for_device(transformed)

@@ -580,6 +580,39 @@ def _per_channel_weight(program, linear):
     return weight, codes_t, scales_t
 
 
+def _view_after_activation(graph, view_out, shape_1x1) -> None:
+    """`conv -> q -> view -> dq -> relu -> q` becomes `conv -> q -> dq -> relu -> q -> view`:
+    a ReLU (or relu6, clamp) right after the rewritten linear stays next to the convolution, so
+    `ActivationFusionPass` folds it into the kernel's output clamp instead of leaving a portable
+    clamp on int8 codes (the activations are elementwise: the layout changes no value)."""
+    from partitioners.fused_activation_split import ACTIVATIONS
+
+    users = list(view_out.users)
+    dequantize = users[0] if len(users) == 1 else None
+    if dequantize is None or not _dequantize_per_tensor(dequantize):
+        return
+    activations = list(dequantize.users)
+    if len(activations) != 1 or activations[0].target not in ACTIVATIONS:
+        return
+    activation = activations[0]
+    quantizes = list(activation.users)
+    if len(quantizes) != 1 or _target_parts(quantizes[0])[:2] != ["quantized_decomposed",
+                                                                   "quantize_per_tensor"]:
+        return
+    quantize = quantizes[0]
+    shape = list(_val(quantize).shape)
+    dequantize.args = (view_out.args[0], *dequantize.args[1:])
+    for moved in (dequantize, activation, quantize):
+        moved.meta["val"] = _val(moved).contiguous().reshape(shape_1x1)
+    with graph.inserting_after(quantize):
+        after = graph.call_function(view_out.target, (quantize, shape))
+    after.meta.update(view_out.meta)
+    after.meta["val"] = _val(view_out)
+    quantize.replace_all_uses_with(after)
+    after.args = (quantize, shape)
+    graph.erase_node(view_out)
+
+
 def per_channel_linear_as_conv2d(program, skip=()) -> list[Workaround]:
     """Every quantized `linear` (not in `skip`) whose weight has several per-channel scales
     (see the module docstring), as `view -> conv2d 1x1 -> view` on the int8 side of its
@@ -651,6 +684,7 @@ def per_channel_linear_as_conv2d(program, skip=()) -> list[Workaround]:
         for dead in (x, dequantize_weight):
             if not dead.users:
                 graph.erase_node(dead)
+        _view_after_activation(graph, view_out, (rows, channels, 1, 1))
         distinct = len({float(s) for s in scales.flatten()})
         fixes.append(Workaround(
             origin, "ExecuTorch 1.5.1 cortex_m::quantized_linear (one requantization multiplier)",

@@ -1,0 +1,101 @@
+"""Give a convolution or linear that the Ethos-U quantizer fused with its activation its own
+output quantize, before the Cortex-M passes run on it.
+
+An op routed to the CPU out of an Ethos-U-quantized program (a placement policy's `force_cpu`,
+or `--placement cost` moving an island) carries the Ethos-U quantizer's annotation: it fuses
+`linear -> relu` (and conv -> relu/relu6/clamp) into one pattern with no quantize between, since
+the NPU computes them as one layer. The Cortex-M quantizer (CPU-only programs) puts a quantize
+between them, and `ActivationFusionPass` folds the activation into the kernel's output clamp.
+Handed the fused form, the CPU route lost the linear: its weights are quantized per channel
+with several scales, which `cortex_m::quantized_linear`'s one multiplier cannot honour
+(ExecuTorch 1.5.1), and our rewrite to a 1x1 convolution (partitioners/legalize.py
+`per_channel_linear_as_conv2d`) needs the linear's own output quantize; so the linear ran in
+float on the portable `addmm` with a weight transpose (sensor_mlp forced off ethos-u55-128:
+21.2 ms by the model, against 0.42 ms on CMSIS-NN), and a forced ReLU, kept in float as an op
+with no CMSIS-NN kernel, made the fold pass retrace the linear's int32 accumulator into a
+quantize ("Expecting input to have dtype torch.float32, but got dtype: torch.int32"): the
+compile stopped with an internal error.
+
+The fix inserts, between the producer and its activation, a quantize/dequantize pair with the
+activation's own output quantization: exactly the Cortex-M quantizer's form. It changes no
+value: the activation's output range is [0, max] (relu, relu6, a clamp), so quantizing the
+producer's output with it clamps every negative value to the code of 0, as the activation does.
+The activation is then a quantized op of its own, which `ActivationFusionPass` folds into the
+kernel as in any CPU-only program (and `_float_only_on_cpu` in partitioners/cpu.py no longer
+keeps it in float).
+"""
+
+from __future__ import annotations
+
+import torch
+from executorch.exir.dialects._ops import ops as exir_ops
+
+from partitioners.records import ORIGIN_KEY, Workaround
+
+_QUANTIZE = exir_ops.edge.quantized_decomposed.quantize_per_tensor.default
+_DEQUANTIZE = exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default
+_PRODUCERS = {exir_ops.edge.aten.linear.default, exir_ops.edge.aten.convolution.default}
+ACTIVATIONS = {exir_ops.edge.aten.relu.default, exir_ops.edge.aten.hardtanh.default,
+                exir_ops.edge.aten.clamp.default}
+
+
+def folds_into_its_producer(node: torch.fx.Node) -> bool:
+    """An activation right after a CPU convolution or linear: `ActivationFusionPass` folds it
+    into the kernel's output clamp, so it needs no kernel (nor a float one) of its own."""
+    producer = node.args[0] if node.args else None
+    return (node.target in ACTIVATIONS and isinstance(producer, torch.fx.Node)
+            and producer.target in _PRODUCERS and list(producer.users) == [node])
+
+
+def _output_quantize(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The one quantize every user of `node` is (all with the same arguments), else None."""
+    users = list(node.users)
+    if not users or any(u.target != _QUANTIZE for u in users):
+        return None
+    if len({tuple(u.args[1:]) for u in users}) != 1:
+        return None
+    return users[0]
+
+
+def split_fused_activations(program) -> list[Workaround]:
+    """Insert the quantize/dequantize pair between each fused producer and activation of
+    `program` (an edge ExportedProgram whose NPU partitions are already delegated, so every node
+    left is a CPU node); returns what it changed, for the plan."""
+    graph = program.graph_module.graph
+    changes = []
+    for activation in list(graph.nodes):
+        if activation.op != "call_function" or activation.target not in ACTIVATIONS:
+            continue
+        if not folds_into_its_producer(activation):
+            continue
+        producer = activation.args[0]
+        quantize = _output_quantize(activation)
+        if quantize is None:
+            continue
+        qargs = tuple(quantize.args[1:])
+        with graph.inserting_after(producer):
+            q = graph.call_function(_QUANTIZE, (producer, *qargs))
+        with graph.inserting_after(q):
+            dq = graph.call_function(_DEQUANTIZE, (q, *qargs))
+        activation.replace_input_with(producer, dq)
+        origin = producer.meta.get(ORIGIN_KEY, producer.name)
+        for new, val in ((q, quantize.meta.get("val")), (dq, producer.meta.get("val"))):
+            new.meta["val"] = val
+            new.meta[ORIGIN_KEY] = f"{origin}:{new.name}"
+            if "custom" in quantize.meta:
+                new.meta["custom"] = dict(quantize.meta["custom"])
+        changes.append(Workaround(
+            origin, "Ethos-U quantizer's fused pattern (a "
+            f"{_short(producer)} fused with its {_short(activation)}, routed to the CPU)",
+            f"{_short(producer)} given its own output quantize (the {_short(activation)}'s: "
+            f"scale {float(qargs[0]):.6g}, zero point {int(qargs[1])}), so the "
+            f"{_short(activation)} is folded into its CMSIS-NN kernel as in a CPU-only program; "
+            "no value changes"))
+    if changes:
+        program.graph_module.recompile()
+    return changes
+
+
+def _short(node: torch.fx.Node) -> str:
+    parts = str(getattr(node.target, "__name__", node.target)).split(".")
+    return parts[1] if parts[0] == "aten" and len(parts) > 1 else parts[0]

@@ -1,0 +1,107 @@
+"""An op the Ethos-U quantizer fused with its activation, routed to the CPU.
+
+The Ethos-U quantizer annotates `linear -> relu` as one pattern (no quantize between);
+partitioners/fused_activation_split.py gives the linear the activation's output quantize, the
+Cortex-M quantizer's form, so it lowers to CMSIS-NN with the ReLU folded in. This is what lets a
+placement policy or `--placement cost` move an MLP island off the NPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.device_tools import host_runtime_or_missing, qemu_or_missing
+
+
+def _fused_edge():
+    """Linear(8, 6) -> ReLU -> Linear(6, 4) quantized by the Ethos-U quantizer (per channel,
+    as our flow quantizes),
+    as an edge program for the CPU."""
+    from executorch.backends.arm.ethosu import EthosUCompileSpec
+    from executorch.backends.arm.quantizer import (EthosUQuantizer,
+                                                   get_symmetric_quantization_config)
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.exir import to_edge_transform_and_lower
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 4)).eval()
+    generator = torch.Generator().manual_seed(1)
+    x = (torch.rand(1, 8, generator=generator) * 2 - 1,)
+    quantizer = EthosUQuantizer(EthosUCompileSpec(
+        "ethos-u55-128", system_config="Ethos_U55_High_End_Embedded", memory_mode="Shared_Sram"))
+    quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(torch.export.export(model, x, strict=True).module(), quantizer)
+    for _ in range(4):
+        prepared(torch.rand(1, 8, generator=generator) * 2 - 1)
+    program = torch.export.export(convert_pt2e(prepared), x, strict=True)
+    return to_edge_transform_and_lower(program, compile_config=cortex_m_edge_compile_config())
+
+
+def _root(error: BaseException) -> BaseException:
+    while error.__cause__ or error.__context__:
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def _ops(program) -> list[str]:
+    return [str(getattr(n.target, "__name__", n.target)) for n in program.graph_module.graph.nodes
+            if n.op == "call_function"]
+
+
+def test_without_the_split_the_fused_linear_runs_in_float(monkeypatch):
+    """The fused form as it was handled before: the per-channel linear cannot become a 1x1
+    convolution without its own quantize, so it was kept in float on the portable addmm."""
+    import partitioners.cpu as cpu
+
+    monkeypatch.setattr(cpu, "split_fused_activations", lambda program: [])
+    program, _, workarounds = cpu.route_to_cpu(_fused_edge(), "cortex-m55")
+    assert "aten.addmm.default" in _ops(program)
+    assert any("kept in float on the portable kernel" in w.message for w in workarounds)
+
+
+def test_the_relu_is_folded_into_the_cmsis_nn_kernel():
+    from partitioners.cpu import route_to_cpu
+
+    program, _, workarounds = route_to_cpu(_fused_edge(), "cortex-m55")
+    ops = " ".join(_ops(program))
+    assert ops.count("cortex_m.quantized_conv2d") == 2, ops  # both linears, as 1x1 convs
+    assert "relu" not in ops and "clamp" not in ops and "addmm" not in ops, ops
+    (fix,) = [w for w in workarounds if "fused with its relu" in w.upstream]
+    assert "linear given its own output quantize (the relu's" in fix.message
+
+
+@pytest.fixture(scope="module")
+def sensor_mlp_cost(tmp_path_factory):
+    import orchestrator
+    from examples.user_models import model_spec
+
+    out = tmp_path_factory.mktemp("fused_cost") / "sensor_mlp.pte"
+    return orchestrator.compile(model_spec("sensor_mlp"), out, bundle=True, placement="cost",
+                                npu="ethos-u55-128")
+
+
+def test_cost_placement_moves_an_mlp_off_the_u55_when_the_model_says_it_is_faster(
+        sensor_mlp_cost):
+    """sensor_mlp on ethos-u55-128: the NPU invocation costs more than the MLP on CMSIS-NN.
+    Before the fix the move failed upstream and the program stayed greedy's."""
+    placement = sensor_mlp_cost.plan.cost_placement
+    (moved,) = [d for d in placement.decisions if d.moved]
+    assert moved.macs == 11_840 and not moved.kept_reason
+    assert placement.chosen_seconds <= 0.95 * placement.greedy_seconds  # >= 5% by the model
+    assert sensor_mlp_cost.plan.summary.macs == {"npu": 0, "cmsis-nn": 11_840, "portable": 0}
+    assert not [r for r in sensor_mlp_cost.plan.rows if r.placement == "portable"]
+
+
+def test_the_moved_mlp_runs_on_the_device_code(sensor_mlp_cost):
+    """The moved program against the quantized reference on the twin, and byte for byte against
+    the twin on the host runtime and on QEMU's Cortex-M55."""
+    from orchestrator.device_runs.combined import verify_all
+
+    host_runtime_or_missing().close()
+    qemu_or_missing()
+    verdict = verify_all(sensor_mlp_cost.pte, samples=4, methods=("twin", "host runtime",
+                                                                  "QEMU Cortex-M55"))
+    outcomes = {r.name: r.outcome for r in verdict.results}
+    assert outcomes == {"twin": "passed", "host runtime": "passed",
+                        "QEMU Cortex-M55": "passed"}, verdict.verdict
