@@ -9,11 +9,14 @@ programs the Corstone-300 runner on QEMU (`orchestrate verify --qemu`, BundleIO 
 byte-exact against the twin) passes each.
 
     python benchmarks/shared_values.py [--models ds-cnn,resnet8] [--targets cpu-m55,u55-128]
-                                       [--samples 2] [--no-qemu]
+                                       [--samples 2] [--no-qemu] [--layout]
 
-Columns: `emitter`, `values`, `tables`: the `.pte` bytes of the three; `meta v/t`: its
-flatbuffer tables and padding (`orchestrate size`) with shared values, then with shared tables
-too; `% const`: the latter over the constants. Bytes: counted in the files. Nothing is timed.
+Columns: `emitter`, `values`, `tables`: the `.pte` bytes of the three (`values` also empties
+the pytree specs the runtime never reads); `meta v/t`: its flatbuffer tables and padding
+(`orchestrate size`) with shared values, then with shared tables too; `% const`: the latter over
+the constants. `--layout` adds, under each row, where the shared-tables `.pte`'s bytes go by
+schema type (share_tables.pte_layout: vtables and alignment padding included, the figures add
+up to the file). Bytes: counted in the files. Nothing is timed.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import orchestrator  # noqa: E402,F401 - pins host numerics before torch
 from kernels.upstream_runtime import verification_refusal  # noqa: E402
 from orchestrator.artifacts.outputs import write_outputs  # noqa: E402
 from orchestrator.artifacts.size import analyze  # noqa: E402
+from orchestrator.compilation import share_tables, upstream_exir  # noqa: E402
 from orchestrator.compilation.pipeline import compile_model  # noqa: E402
 from orchestrator.sources.loader import load_calibration, load_model  # noqa: E402
 from orchestrator.target import resolve_target  # noqa: E402
@@ -50,12 +54,28 @@ def _verdict(pte: Path, *flags: str) -> str:
     return {0: "pass", 4: "FAIL", 5: "-"}.get(done.returncode, f"exit{done.returncode}")
 
 
+def _layout_text(pte_bytes: bytes) -> str:
+    layout = share_tables.pte_layout(upstream_exir.read_pte(pte_bytes))
+    if sum(layout.values()) != len(pte_bytes):  # a writer that is not ours: no split to show
+        return "    (layout: not the shared-tables writer's file)"
+    parts = [f"{kind} {n:,}" for kind, n in layout.items() if kind != "constants" and n]
+    lines, line = [], "   "
+    for part in parts:
+        if len(line) + len(part) > 96:
+            lines.append(line)
+            line = "   "
+        line += f" {part};"
+    return "\n".join(lines + [line])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--no-qemu", action="store_true", help="skip the QEMU runs")
+    parser.add_argument("--layout", action="store_true",
+                        help="where each shared-tables .pte's bytes go, by schema type")
     args = parser.parse_args()
     print(f"{'model':<17} {'target':<8} {'emitter':>8} {'values':>8} {'tables':>8} "
           f"{'meta v/t':>12} {'% const':>7} {'twin':>5} {'verifier':>8} {'runtime':>14} "
@@ -101,6 +121,8 @@ def main() -> int:
                       f"{'equal' if twin_same else 'DIFF':>5} "
                       f"{'ok' if accepted else 'REFUSED':>8} {'/'.join(runtime):>14} "
                       f"{'/'.join(qemu):>14}", flush=True)
+                if args.layout:
+                    print(_layout_text(ptes["tables"].read_bytes()), flush=True)
     return 1 if failures else 0
 
 

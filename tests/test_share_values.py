@@ -59,6 +59,16 @@ def test_int_lists_share_after_their_items_and_unreferenced_values_go():
     assert all(getattr(v.val, "int_val", None) != 99 for v in plan.values)  # nothing used it
 
 
+def test_the_pytree_specs_the_runtime_never_reads_are_emptied():
+    plan = _plan([schema.Int(1), schema.Int(2)], [(0, 1)])
+    plan.container_meta_type = schema.ContainerMetadata('[1, {"type": "builtins.tuple"}]',
+                                                        '[1, {"type": null}]')
+    record = share_plan_values(plan)
+    assert record.container_metadata_bytes == 31 + 19
+    # the table stays, so the deprecated Program::get_output_flattening_encoding finds a string
+    assert plan.container_meta_type == schema.ContainerMetadata("", "")
+
+
 def test_shared_program_is_smaller_and_computes_the_same_bytes(compiles, tmp_path):
     from orchestrator.artifacts.outputs import write_outputs
     from orchestrator.compilation.pipeline import compile_model
@@ -73,7 +83,7 @@ def test_shared_program_is_smaller_and_computes_the_same_bytes(compiles, tmp_pat
                              share_values=False, share_tables=False)  # as the emitter writes it
     before = tmp_path / "before.pte"
     write_outputs(unshared, before)
-    assert len(shared.pte_bytes) < len(unshared.pte_bytes) - 6000  # 41,264 -> 34,768 B
+    assert len(shared.pte_bytes) < len(unshared.pte_bytes) - 6000  # 41,264 -> 34,448 B
     assert len(shared.program_view.values) < len(unshared.program_view.values) // 2
     for sample in calibration.samples[:2]:
         assert run_twin(pte, tuple(sample)).output_bytes == \
@@ -224,9 +234,25 @@ def test_zoo_programs_are_the_serializers_programs_in_fewer_bytes(compiles):
         assert upstream_exir.read_pte(compiled.pte_bytes).program == \
             upstream_exir.read_pte(upstream).program
         assert len(compiled.pte_bytes) < len(upstream)
-    # CPU-only: 36,784 B -> 34,768 B; tables and padding 7,808 B -> 5,792 B
+    # CPU-only: 36,784 B -> 34,448 B; tables and padding 7,808 B -> 5,472 B
     report = analyze(compiles.get("ds-cnn", npu="none", cpu="cortex-m55", write=True)[1])
-    assert report.metadata_and_padding_bytes < 6000 < 7808
+    assert report.metadata_and_padding_bytes < 5500 < 7808
+
+
+def test_the_layout_names_every_byte_of_the_file(compiles):
+    from orchestrator.compilation import share_tables, upstream_exir
+
+    pte = _pte([_tensor((5,), (0,), buffer=1), _tensor((3,), (0,), buffer=2)], [(0, 1)],
+               constants=[b"\x01" * 5, b"\x02" * 3])
+    layout = share_tables.pte_layout(pte)
+    assert sum(layout.values()) == len(share_tables.write_pte(pte))
+    assert (layout["constants"], layout["padding between constants"]) == (8, 11)
+    assert layout["extended header"] == 32 and layout["Tensor"] > 0
+    # a zoo program: read back and laid out again, its bytes are accounted for to the byte
+    compiled, _ = compiles.get("ds-cnn", npu="none", cpu="cortex-m55")
+    again = upstream_exir.read_pte(compiled.pte_bytes)
+    assert share_tables.write_pte(again) == compiled.pte_bytes
+    assert sum(share_tables.pte_layout(again).values()) == len(compiled.pte_bytes)
 
 
 def test_the_real_runtime_runs_both_writers_programs_to_the_same_bytes(compiles):

@@ -18,6 +18,9 @@ rather than of upstream's 128 B, which the runtime does not ask for (program.cpp
 the program data's own alignment; the QEMU runner and the firmware place the image at 64 B,
 and a copy of the segment at 16 B).
 
+`pte_layout` says where the bytes of that `.pte` go, by schema type (vtables and alignment
+padding included), header and segment padding: the figures add up to the file.
+
 The schema is data here (`_TABLES`, in program.fbs field order; a union takes two slots, its
 type and its value); tests/test_share_values.py checks it against the program.fbs the installed
 ExecuTorch serializes with, and that ExecuTorch's own reader gives back the Program its own
@@ -26,6 +29,7 @@ serializer would have written.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import struct
@@ -141,11 +145,19 @@ class _SharedBuilder:
     def __init__(self, tensor_alignment: int, delegate_alignment: int):
         self.builder = flatbuffers.Builder(4096)
         self._written: dict = {}
+        # schema type ("Tensor", "[int]", "string") -> bytes its objects took, their vtables
+        # and alignment padding included
+        self.bytes_by_kind: collections.Counter = collections.Counter()
         self._byte_alignment = {"tensor": tensor_alignment, "delegate": delegate_alignment}
 
     def _once(self, key, write) -> int:
         if key not in self._written:
+            # children are written before `write` is called: the bytes it adds are its own
+            start = self.builder.Offset()
             self._written[key] = write()
+            kind = key[0] if key[0] == "string" else \
+                f"[{key[1]}]" if key[0] == "vector" else key[1]
+            self.bytes_by_kind[kind] += self.builder.Offset() - start
         return self._written[key]
 
     def string(self, text: str) -> int:
@@ -225,14 +237,13 @@ class _SharedBuilder:
         return self._once(("table", name, tuple(fields)), write)
 
 
-def flatbuffer(program, tensor_alignment: int = TENSOR_ALIGNMENT,
-               delegate_alignment: int = DELEGATE_ALIGNMENT) -> tuple[bytes, int]:
-    """The schema Program as flatbuffer bytes with equal objects written once, and the largest
-    alignment any of them asked for (what a header inserted after the identifier must keep)."""
+def _flatbuffer(program, tensor_alignment: int, delegate_alignment: int) -> _SharedBuilder:
     shared = _SharedBuilder(tensor_alignment, delegate_alignment)
     root = shared.table("Program", program)
+    start = shared.builder.Offset()
     shared.builder.Finish(root, file_identifier=FILE_IDENTIFIER)
-    return bytes(shared.builder.Output()), shared.builder.minalign
+    shared.bytes_by_kind["root offset and identifier"] += shared.builder.Offset() - start
+    return shared
 
 
 def write_pte(pte_file, *, tensor_alignment: int = TENSOR_ALIGNMENT,
@@ -240,6 +251,19 @@ def write_pte(pte_file, *, tensor_alignment: int = TENSOR_ALIGNMENT,
     """The `.pte` of `pte_file` (ExecuTorch's PTEFile, as deserialize_pte_binary reads it: the
     constants in `program.constant_buffer`): the flatbuffer with shared objects, then the
     constants in one segment, each at a multiple of `tensor_alignment`."""
+    return _write(pte_file, tensor_alignment, segment_alignment)[0]
+
+
+def pte_layout(pte_file, *, tensor_alignment: int = TENSOR_ALIGNMENT,
+               segment_alignment: int = TENSOR_ALIGNMENT) -> dict[str, int]:
+    """Where the bytes of the `.pte` `write_pte` writes go: each flatbuffer schema type
+    ("Tensor", "[int]" for int vectors, "string"; its vtables and alignment padding included),
+    the extended header, the padding before the constant segment and between constants, and
+    the constants. The figures add up to the file's size."""
+    return _write(pte_file, tensor_alignment, segment_alignment)[1]
+
+
+def _write(pte_file, tensor_alignment: int, segment_alignment: int) -> tuple[bytes, dict]:
     if pte_file.mutable_data or pte_file.named_data:
         raise ValueError("share_tables writes a program's constant segment only; this one has "
                          "mutable or named data segments (compile with share_tables off)")
@@ -267,16 +291,23 @@ def write_pte(pte_file, *, tensor_alignment: int = TENSOR_ALIGNMENT,
             program, constant_buffer=[],
             segments=[schema.DataSegment(0, len(segment))],
             constant_segment=schema.SubsegmentOffsets(0, offsets))
-    data, alignment = flatbuffer(program, tensor_alignment)
+    shared = _flatbuffer(program, tensor_alignment, DELEGATE_ALIGNMENT)
+    data, alignment = bytes(shared.builder.Output()), shared.builder.minalign
+    layout = dict(shared.bytes_by_kind.most_common())
     if not segment:
-        return data
+        return data, layout
     header_bytes = _aligned(_HEADER_BYTES, alignment)
     program_size = header_bytes + len(data)
     segment_base = _aligned(program_size, segment_alignment)
     header = (_HEADER_MAGIC + struct.pack("<IQQQ", _HEADER_BYTES, program_size, segment_base,
                                           len(segment))).ljust(header_bytes, b"\0")
+    constant_bytes = sum(len(buffer.storage) for buffer in pte_file.program.constant_buffer)
+    layout.update({"extended header": header_bytes,
+                   "padding before the constant segment": segment_base - program_size,
+                   "padding between constants": len(segment) - constant_bytes,
+                   "constants": constant_bytes})
     # The header goes after the root offset and the identifier; the root moves with it (a
     # multiple of every alignment inside, so the objects behind it stay aligned).
     root = struct.unpack_from("<I", data)[0] + header_bytes
     out = struct.pack("<I", root) + data[4:8] + header + data[8:]
-    return out + bytes(segment_base - len(out)) + bytes(segment)
+    return out + bytes(segment_base - len(out)) + bytes(segment), layout

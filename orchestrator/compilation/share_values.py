@@ -13,6 +13,12 @@ the plan's inputs and outputs are set from outside; those values, every tensor a
 (the runtime builds a list's own storage), strings and anything else keep their own values. An
 IntList's items are value indices (symbolic sizes), so lists are compared after their items are
 remapped.
+
+What is dropped besides: each plan's ContainerMetadata strings, the pytree specs of its inputs
+and outputs (DS-CNN: 311 characters, 320 B of its 5,792 B of tables and padding). They are for
+Python-side unflattening (exir's reference interpreter); the runtime reads neither (its only
+reader, program.cpp's Program::get_output_flattening_encoding, is deprecated and called
+nowhere). The table stays, with empty strings, so that reader still finds one.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ class SharedValues:
     plan: str
     values_before: int
     values_after: int
+    container_metadata_bytes: int  # the pytree spec strings emptied (characters)
 
 
 def _direct_references(plan) -> tuple[set[int], set[int]]:
@@ -143,10 +150,14 @@ def share_plan_values(plan) -> SharedValues:
     compact = {old: new for new, old in enumerate(kept)}
     plan.values = [plan.values[old] for old in kept]
     _renumber(plan, compact)
-    return SharedValues(plan.name, before, len(plan.values))
+    meta = plan.container_meta_type
+    dropped = len(meta.encoded_inp_str) + len(meta.encoded_out_str)
+    plan.container_meta_type = schema.ContainerMetadata("", "")
+    return SharedValues(plan.name, before, len(plan.values), dropped)
 
 
 def share_values(program) -> tuple[object, tuple[SharedValues, ...]]:
-    """A copy of the schema Program with every execution plan's values shared."""
+    """A copy of the schema Program with every execution plan's values shared (and its unread
+    container metadata emptied)."""
     shared = copy.deepcopy(program)
     return shared, tuple(share_plan_values(plan) for plan in shared.execution_plan)
