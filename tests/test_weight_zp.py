@@ -260,6 +260,27 @@ def test_cost_placement_moves_ds_cnns_final_linear_to_cmsis_nn(ds_cnn_cost):
     assert "--placement cost" in linear.reasons[0].message
 
 
+def test_cost_placement_prices_the_ops_at_each_end_of_ds_cnns_big_partition(ds_cnn_cost):
+    """Not only whole islands: the first and last costed op of a partition (with the activation
+    and layout rows fused after it) are priced on their own rows, Vela's cycles against our CPU
+    model, and reported; on DS-CNN both convolutions are ~13x / ~30x faster on the NPU."""
+    placement = ds_cnn_cost.plan.cost_placement
+    ends = {d.part: d for d in placement.decisions if d.part != "island"}
+    assert set(ends) == {"first ops", "last ops"}
+    first, last = ends["first ops"], ends["last ops"]
+    assert first.nodes == ("aten_convolution_default",) and first.macs == 320_000
+    assert last.nodes[0] == "aten_convolution_default_8" and last.macs == 512_000
+    rows = {r.name: r for r in placement.greedy.rows}
+    for end in (first, last):
+        assert end.partition == 0 and not end.moved
+        assert end.npu_seconds == sum(rows[n].cost.seconds for n in end.nodes)
+        assert end.cpu_seconds > 10 * end.npu_seconds
+    lines = placement.report_lines()
+    assert any(line.startswith("partition 0's first ops (aten_convolution_default) (1 ops, "
+                               "320,000 MACs) kept on the NPU: +") and "[vela] vs CPU" in line
+               for line in lines), lines
+
+
 def test_the_cost_placed_ds_cnn_verifies_on_the_twin_and_the_host_runtime(ds_cnn_cost):
     import orchestrator
     from orchestrator.device_runs.runtime_verify import verify_runtime

@@ -8,7 +8,10 @@ few MACs never earn back. Starting from the greedy plan, for each NPU partition:
     on the CPU  = the same ops by our CPU cost model: CMSIS-NN where the Cortex-M backend has a
                   substitution for the op, else the portable model
 
-A partition whose CPU figure is lower is a candidate; candidates are forced to the CPU through
+A partition whose CPU figure is lower is a candidate. So are the ops at either end of a
+partition of several ops (its first or last costed op with the activations fused into it): moving
+them saves no invocation, so they are priced by their own rows only (NPU: Vela's cycles; CPU:
+our model), and are a candidate only where the CPU is the faster of the two. Candidates are forced to the CPU through
 the placement policy (an Ethos-U operator-support check), the model recompiled and re-planned,
 and the result kept only if its whole-program estimate is lower than greedy's: never worse than
 greedy by the model. Boundary quantize/dequantize rows do not change when an int8 island moves
@@ -38,6 +41,11 @@ class Decision:
     cpu_sources: str
     moved: bool
     kept_reason: str = ""  # why a cheaper-on-CPU island stayed (keep_npu rule)
+    part: str = "island"  # island (the whole partition) | first ops | last ops
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return self.partition, self.part
 
     @property
     def delta_seconds(self) -> float:
@@ -46,9 +54,12 @@ class Decision:
     def describe(self, cpu_hz: int) -> str:
         verb = "moved to the CPU" if self.moved else "kept on the NPU"
         cycles = int(round(self.delta_seconds * cpu_hz))
-        text = (f"partition {self.partition} ({len(self.nodes)} ops, {self.macs:,} MACs) {verb}: "
-                f"{cycles:+,} CPU-clock cycles (NPU {self.npu_seconds * 1e6:.1f} us [vela + "
-                f"model:transition] vs CPU {self.cpu_seconds * 1e6:.1f} us [{self.cpu_sources}])")
+        what = (f"partition {self.partition}" if self.part == "island" else
+                f"partition {self.partition}'s {self.part} ({', '.join(self.nodes)})")
+        npu_source = "vela + model:transition" if self.part == "island" else "vela"
+        text = (f"{what} ({len(self.nodes)} ops, {self.macs:,} MACs) {verb}: "
+                f"{cycles:+,} CPU-clock cycles (NPU {self.npu_seconds * 1e6:.1f} us [{npu_source}] "
+                f"vs CPU {self.cpu_seconds * 1e6:.1f} us [{self.cpu_sources}])")
         return text + (f"; {self.kept_reason}" if self.kept_reason else "")
 
 
@@ -93,7 +104,7 @@ def _cpu_seconds(row, target, island_has_macs: bool) -> tuple[float, str]:
 def island_decisions(plan, policy) -> list[Decision]:
     """Per NPU partition of `plan`: its NPU and CPU estimates and whether it should move."""
     target = plan.compiled.target
-    decisions = []
+    decisions, ends = [], []
     for index in sorted({r.partition for r in plan.rows if r.placement == "npu"}):
         rows = [r for r in plan.rows if r.partition == index and r.placement == "npu"]
         ops = [r for r in rows if r.kind != "npu-invocation"]
@@ -110,7 +121,37 @@ def island_decisions(plan, policy) -> list[Decision]:
         decisions.append(Decision(index, tuple(r.name for r in ops), sum(r.macs for r in ops),
                                   npu, cpu, "+".join(sources) or "-", cpu < npu and not keep,
                                   keep if cpu < npu else ""))
-    return decisions
+        if len(ops) > 1:
+            ends.extend(_boundary_decisions(index, ops, target, policy))
+    return decisions + ends
+
+
+def _costed(row) -> bool:
+    return bool(row.macs) or (row.cost is not None and row.cost.seconds > 0)
+
+
+def _boundary_decisions(index: int, ops: list, target, policy) -> list[Decision]:
+    """The partition's first and last costed op, each with the uncosted rows (fused
+    activations, layout copies Vela removed) between it and the partition's edge."""
+    out = []
+    costed = [i for i, r in enumerate(ops) if _costed(r)]
+    if len(costed) < 2:  # one costed op: moving it is moving the island
+        return out
+    for part, rows in (("first ops", ops[:costed[0] + 1]), ("last ops", ops[costed[-1]:])):
+        npu = sum(r.cost.seconds for r in rows if r.cost is not None)
+        has_macs = any(r.macs for r in rows)
+        cpu, sources = 0.0, []
+        for row in rows:
+            seconds, source = _cpu_seconds(row, target, has_macs)
+            cpu += seconds
+            if source and source not in sources:
+                sources.append(source)
+        keep = next((f"keep_npu rule matches {r.name}" for r in rows
+                     if policy is not None and r.name in policy.keep_npu.nodes), "")
+        out.append(Decision(index, tuple(r.name for r in rows), sum(r.macs for r in rows), npu,
+                            cpu, "+".join(sources) or "-", cpu < npu and not keep,
+                            keep if cpu < npu else "", part=part))
+    return out
 
 
 def place_by_cost(plan_fn, policy) -> CostPlacement:
@@ -130,23 +171,27 @@ def place_by_cost(plan_fn, policy) -> CostPlacement:
     best, best_seconds = greedy, greedy.summary.latency_seconds or 0.0
     greedy_seconds = best_seconds
     kept_nodes: tuple[str, ...] = ()
-    final = {d.partition: d for d in decisions}
+    final = {d.key: d for d in decisions}
     for decision in sorted((d for d in decisions if d.moved), key=lambda d: d.delta_seconds):
+        if set(decision.nodes) <= set(kept_nodes):  # its whole island moved already
+            final[decision.key] = replace(decision, moved=False,
+                                          kept_reason="its whole partition moved")
+            continue
         try:
             trial = plan_fn(policy.with_forced_nodes(kept_nodes + decision.nodes))
         except OrchestrateError as error:
             # The CPU route can fail where the NPU did not (an upstream Cortex-M lowering
             # limit): the island stays, and the decision says why.
-            final[decision.partition] = replace(decision, moved=False,
-                                                kept_reason=f"moving failed: {error}")
+            final[decision.key] = replace(decision, moved=False,
+                                          kept_reason=f"moving failed: {error}")
             continue
         seconds = trial.summary.latency_seconds or 0.0
         if seconds < best_seconds:
             best, best_seconds = trial, seconds
             kept_nodes += decision.nodes
         else:
-            final[decision.partition] = replace(
+            final[decision.key] = replace(
                 decision, moved=False, kept_reason="moving was not faster for the whole program "
                 f"({seconds * 1e3:.3f} ms vs {best_seconds * 1e3:.3f} ms)")
-    return CostPlacement(greedy, best, tuple(final[d.partition] for d in decisions),
+    return CostPlacement(greedy, best, tuple(final[d.key] for d in decisions),
                          greedy_seconds, best_seconds)
