@@ -15,12 +15,18 @@ three paths resolve and check a request the same way. Errors are
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
+from kernels.safe_files import DataFileError, load_json
+from orchestrator.artifacts.files import atomic_write_bytes, check_output_file, same_path
+from orchestrator.artifacts.manifest import Manifest
+from orchestrator.artifacts.profile import read_profile
+from orchestrator.errors import UserError
 from orchestrator.request import Request, Resolved, resolve
+from platforms import PlatformError, normalize_cpu
 
 if TYPE_CHECKING:  # the compile stack imports torch and ExecuTorch (seconds): imported on use
     from orchestrator.planning.measured import MeasuredPlan
@@ -59,8 +65,8 @@ def plan(model: str | Request, progress=None, **options) -> "Plan":
     calibration_costs (a file from `calibrate`: CPU rows' figures scaled by it, its name in
     their sources).
     `progress(stage, event, seconds)` hears each stage start and finish."""
-    from orchestrator.planning.cost_placement import place_by_cost
-    from orchestrator.sources.loader import load_calibration, load_model
+    from orchestrator.planning.cost_placement import place_by_cost  # lazy: heavy (torch)
+    from orchestrator.sources.loader import load_calibration, load_model  # lazy: heavy (torch)
 
     request = as_request(model, **options)
     resolved = resolve(request)
@@ -75,8 +81,9 @@ def plan(model: str | Request, progress=None, **options) -> "Plan":
 
 def _plan_under(loaded: "LoadedModel", samples: "Calibration", resolved: Resolved, policy,
                 progress) -> "Plan":
-    from orchestrator.compilation.pipeline import compile_model
-    from orchestrator.planning.planner import make_plan
+    from orchestrator.compilation.pipeline import (  # lazy: heavy (torch, executorch, vela)
+        compile_model)
+    from orchestrator.planning.planner import make_plan  # lazy: heavy (torch, executorch, vela)
 
     compiled = compile_model(loaded, samples, resolved.target, policy=policy,
                              memory_policy=resolved.memory, io_auto=resolved.io_auto,
@@ -89,7 +96,7 @@ def compile(model: str | Request, output, bundle: bool = False, progress=None,  
             **options) -> CompileResult:
     """Compile the request's model to `output` (.pte) with everything the CLI writes beside it;
     `bundle` also writes the BundleIO `.bpte`."""
-    from orchestrator.artifacts.outputs import check_outputs, write_outputs
+    from orchestrator.artifacts.outputs import check_outputs, write_outputs  # lazy: heavy (torch)
 
     output = Path(output)
     check_outputs(output)
@@ -97,7 +104,7 @@ def compile(model: str | Request, output, bundle: bool = False, progress=None,  
     made.refuse_miscompiles()
     artifacts = write_outputs(made.compiled, output, made.artifact_files())
     if bundle:
-        from orchestrator.verification.bundle import write_bundle
+        from orchestrator.verification.bundle import write_bundle  # lazy: heavy (torch, executorch)
 
         write_bundle(output, output.with_suffix(".bpte"))
     return CompileResult(output, artifacts, made)
@@ -107,7 +114,7 @@ def verify(pte, samples: int = 16, calibration: str | None = None, per_op: bool 
            max_steps: float = 1, npu_model: str = "auto"):
     """Run the `.pte` on the host twin, its NPU partitions computed as `npu_model` says
     (orchestrator/verification/npu.py); see orchestrator.verification.twin_verify.VerifyReport."""
-    from orchestrator.verification.twin_verify import verify as run_verify
+    from orchestrator.verification.twin_verify import verify as run_verify  # lazy: heavy (torch)
 
     return run_verify(pte, samples=samples, calibration=calibration, per_op=per_op,
                       max_steps=max_steps, npu_model=npu_model)
@@ -123,12 +130,9 @@ def calibrate(profiles, cpu: str, output=None, validate=(), bound: float = 0.15)
     refused in one line (UserError) when missing or of another program or core; `validate`:
     more profiles, never fitted to, whose per-class figures the file records (within `bound`:
     |estimate / measured - 1|)."""
-    from cost_models.profile_calibration import check_name, to_yaml
-    from orchestrator.artifacts.files import atomic_write_bytes, check_output_file, same_path
-    from orchestrator.errors import UserError
-    from orchestrator.planning.calibrate import calibrate as fit_profiles
-    from orchestrator.planning.calibrate import checked_pair, pair, profiled
-    from platforms import PlatformError, normalize_cpu
+    from cost_models.profile_calibration import check_name, to_yaml  # lazy: heavy (numpy)
+    from orchestrator.planning.calibrate import calibrate as fit_profiles  # lazy: heavy (numpy)
+    from orchestrator.planning.calibrate import checked_pair, pair, profiled  # lazy: heavy (numpy)
 
     try:
         cpu = normalize_cpu(cpu)
@@ -167,16 +171,10 @@ def measure(program: "Plan | str | Path", profile: str | Path,
     that stored plan's CPU rows as a plan made with it would be (a Plan brings its own). Raises
     UserError when the profile is missing, unreadable, has no operator events or is of another
     program."""
-    import hashlib
-
-    from orchestrator.artifacts.profile import read_profile
-    from orchestrator.planning.measured import measure as measure_plan
+    from orchestrator.planning.measured import measure as measure_plan  # lazy: heavy (torch)
 
     if isinstance(program, (str, Path)):
-        from kernels.program_view import ProgramView
-        from kernels.safe_files import DataFileError, load_json
-        from orchestrator.artifacts.manifest import Manifest
-        from orchestrator.errors import UserError
+        from kernels.program_view import ProgramView  # lazy: heavy (torch)
 
         manifest = Manifest.load(program, action="compare a profile with its plan")
         pte = manifest.pte_path.read_bytes()
@@ -187,7 +185,8 @@ def measure(program: "Plan | str | Path", profile: str | Path,
                             "`orchestrate compile`") from None
         view = ProgramView.read(pte)
         if calibration_costs is not None:
-            from cost_models.profile_calibration import calibrate_plan_json, load_calibration
+            from cost_models.profile_calibration import (  # lazy: heavy (numpy)
+                calibrate_plan_json, load_calibration)
 
             plan_json = calibrate_plan_json(plan_json, load_calibration(calibration_costs))
     else:

@@ -7,18 +7,35 @@ Exit codes: 0 ok, 1 internal error, 2 user error (one clear line), 3 gate failed
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import math
 import os
+import shutil
+import signal
 import sys
+import time
 import warnings
+from importlib import metadata
 from pathlib import Path
 
+from kernels.cache_root import cache_root
+from kernels.native_build import (PINNED, SourceFetchError, fetch_sources, fetched_commit,
+                                  source_tree)
 from orchestrator import api
+from orchestrator.artifacts.manifest import Manifest, artifacts_dir_for
 from orchestrator.artifacts.files import atomic_write_bytes, check_output_file, same_path
-from orchestrator.errors import NotRun, OrchestrateError, UserError
+from orchestrator.artifacts.profile import read_profile
+from orchestrator.device_runs.qemu import installed_platform, profile_lines, qemu_profile
+from orchestrator.errors import (GateFailure, NotRun, OrchestrateError, UserError,
+                                 VerificationFailure, as_orchestrate_error)
+from orchestrator.reports.html import render_sweep_html
 from orchestrator.request import Request, load_policy_arg, memory_policy, resolve
+from orchestrator.sweeps.ray_executor import import_ray
+from orchestrator.verification.methods import FVP, QEMU, RUNTIME, TWIN, VerifyInputs
+from partitioners.reasons import markdown as reasons_markdown
+from platforms.platform import CPU_TIERS, PlatformError, list_platforms, load_platform
 
 
 class _Parser(argparse.ArgumentParser):
@@ -127,8 +144,6 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
 
 
 def _version() -> str:
-    from importlib import metadata
-
     try:
         own = metadata.version("orchestrate")
     except metadata.PackageNotFoundError:
@@ -377,8 +392,6 @@ class _Progress:
     """Which stage a long command is in and for how long: on stderr, only on a terminal."""
 
     def __init__(self, enabled: bool):
-        import time
-
         self.enabled = enabled
         self._clock = time.perf_counter
         self._start = self._clock()
@@ -457,8 +470,7 @@ def _check_outputs(args, report: str | None = None, pte: str | None = None,
                    pte_option: str = "-o", bundle: bool = False) -> None:
     """Fail before compiling, not after, when an output cannot be written or would overwrite an
     input, another output or something this tool did not write."""
-    from orchestrator.artifacts.manifest import artifacts_dir_for
-    from orchestrator.artifacts.outputs import check_outputs
+    from orchestrator.artifacts.outputs import check_outputs  # lazy: heavy (torch)
 
     outputs: list[tuple[str, Path]] = []
     if report:
@@ -492,9 +504,11 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def cmd_plan(args) -> int:
-    from orchestrator.artifacts.outputs import write_outputs
-    from orchestrator.planning.planner import Gates, check_gates
-    from orchestrator.reports.coverage import read_runner_ops, render_json, render_markdown
+    from orchestrator.artifacts.outputs import write_outputs  # lazy: heavy (torch)
+    from orchestrator.planning.planner import (  # lazy: heavy (torch, executorch, vela)
+        Gates, check_gates)
+    from orchestrator.reports.coverage import (  # lazy: heavy (torch, executorch, vela)
+        read_runner_ops, render_json, render_markdown)
 
     args.format = _plan_format(args.format, args.output)
     if args.measured:
@@ -519,7 +533,7 @@ def cmd_plan(args) -> int:
     if args.format == "html":
         text = plan.to_html()
     elif args.format == "model-explorer":
-        from orchestrator.reports.explorer import render_node_data
+        from orchestrator.reports.explorer import render_node_data  # lazy: heavy (torch)
 
         text = render_node_data(plan)
     elif args.format == "table":
@@ -552,10 +566,10 @@ def cmd_plan(args) -> int:
 def _firmware_of(folder: str, pte_bytes: bytes | None = None) -> tuple[list[str], dict]:
     """The plan's firmware section (text lines, JSON) of the build in `folder`; with
     `pte_bytes`, refused unless the build embeds exactly that program."""
-    import hashlib
 
-    from orchestrator.firmware import load_record
-    from orchestrator.firmware.footprint import footprint, plan_json, plan_section
+    from orchestrator.firmware import load_record  # lazy: heavy (torch)
+    from orchestrator.firmware.footprint import (  # lazy: heavy (torch)
+        footprint, plan_json, plan_section)
 
     record = load_record(folder)
     if pte_bytes is not None:
@@ -609,8 +623,6 @@ def _plan_measured(args) -> int:
         measured = api.measure(args.model, args.measured,
                                calibration_costs=args.calibration_costs)
     else:
-        from orchestrator.artifacts.profile import read_profile
-
         read_profile(args.measured)  # an unreadable profile is refused before compiling
         _policy_first(args)
         measured = api.measure(_plan(args), args.measured)
@@ -648,7 +660,7 @@ def _policy_first(args) -> None:
 
 
 def cmd_compile(args) -> int:
-    from orchestrator.artifacts.outputs import write_outputs
+    from orchestrator.artifacts.outputs import write_outputs  # lazy: heavy (torch)
 
     _check_outputs(args, pte=args.output, bundle=args.bundle)
     _policy_first(args)
@@ -666,7 +678,7 @@ def cmd_compile(args) -> int:
     for fault in s.device_faults:
         print(f"warning: the device runtime cannot run this program: {fault}", file=sys.stderr)
     if args.bundle:
-        from orchestrator.verification.bundle import write_bundle
+        from orchestrator.verification.bundle import write_bundle  # lazy: heavy (torch, executorch)
 
         bpte = Path(args.output).with_suffix(".bpte")
         write_bundle(Path(args.output), bpte)
@@ -714,12 +726,11 @@ def _sweep_models(args) -> list[str]:
 
 
 def cmd_sweep(args) -> int:
-    from orchestrator.sources.loader import load_model
-    from orchestrator.sweeps.local import Executor, render_text, sweep_jobs, to_json
-    from platforms import PlatformError, load_platform
+    from orchestrator.sources.loader import load_model  # lazy: heavy (torch)
+    from orchestrator.sweeps.local import (  # lazy: heavy (multiprocessing, tabulate)
+        Executor, render_text, sweep_jobs, to_json)
 
     if Executor.parse(args.executor).kind == "ray":  # a missing Ray is named before any compile
-        from orchestrator.sweeps.ray_executor import import_ray
 
         import_ray()
     _check_outputs(args, report=args.output)
@@ -752,8 +763,6 @@ def cmd_sweep(args) -> int:
     rows = sweep_jobs(jobs, args.jobs, progress, executor=args.executor)
     progress.finish()
     if args.format == "html":
-        from orchestrator.reports.html import render_sweep_html
-
         text = render_sweep_html(to_json(rows), f"orchestrate sweep: {', '.join(models)} on "
                                  f"{args.platform}")
     else:
@@ -781,8 +790,6 @@ class _SweepProgress(_Progress):
 
 
 def cmd_verify(args) -> int:
-    from orchestrator.errors import VerificationFailure
-
     pte = Path(args.pte)
     if not pte.is_file():
         raise UserError(f"'{args.pte}' not found; give a .pte written by `orchestrate compile`")
@@ -791,9 +798,6 @@ def cmd_verify(args) -> int:
     if args.profile_out and not args.profile:
         raise UserError("--profile-out names where --profile writes: add --profile")
     if args.fvp or args.qemu:
-        from orchestrator.artifacts.manifest import Manifest
-        from orchestrator.device_runs.qemu import installed_platform
-
         # Asked for by name, a platform the manifest names that is not installed is the user's
         # error (exit 2); inside the default verify it is that method's "not run".
         installed_platform(Manifest.load(pte).target, args.platform)
@@ -802,14 +806,13 @@ def cmd_verify(args) -> int:
             check_output_file(profile_path, "--profile-out")
             if same_path(profile_path, pte):
                 raise UserError(f"--profile-out '{profile_path}' is the program; choose another")
-        from orchestrator.verification.methods import FVP, QEMU
 
         (result,) = _verify_by((FVP,) if args.fvp else (QEMU,), args, pte)
         if args.profile:
             _profile_on_qemu(args, pte, profile_path, (result.report or {}).get("instructions"))
         return 0
     if args.runtime == "auto":
-        from orchestrator.device_runs.combined import verify_all
+        from orchestrator.device_runs.combined import verify_all  # lazy: heavy (numpy, vela)
 
         verdict = verify_all(pte, samples=args.samples, calibration=args.calibration,
                              per_op=args.per_op, max_steps=args.max_steps,
@@ -820,13 +823,10 @@ def cmd_verify(args) -> int:
         if verdict.outcome == "failed":
             raise VerificationFailure(verdict.verdict)
         if verdict.exit_code == 5 or (args.require_device and verdict.outcome == "twin-only"):
-            from orchestrator.errors import NotRun
-
             raise NotRun({"twin-only": f"--require-device: {verdict.verdict}",
                           "inconclusive": f"not run meaningfully: {verdict.verdict}"}.get(
                               verdict.outcome, verdict.verdict))
         return 0
-    from orchestrator.verification.methods import RUNTIME, TWIN
 
     _verify_by({"twin": (TWIN,), "executorch": (RUNTIME,), "both": (TWIN, RUNTIME)}[args.runtime],
                args, pte)
@@ -838,9 +838,7 @@ def _verify_by(names: tuple[str, ...], args, pte: Path) -> list:
     verify runs: orchestrator/device_runs/combined.py), in order; prints each report. Exit
     codes: a method that cannot run here is "not run" (5), as is a partial or inconclusive one
     when nothing has failed; any failure is 4."""
-    from orchestrator.device_runs.combined import verifier
-    from orchestrator.errors import NotRun, VerificationFailure
-    from orchestrator.verification.methods import FVP, QEMU, VerifyInputs
+    from orchestrator.device_runs.combined import verifier  # lazy: heavy (numpy, vela)
 
     inputs = VerifyInputs(samples=args.samples, calibration=args.calibration,
                           per_op=args.per_op, max_steps=args.max_steps,
@@ -877,10 +875,6 @@ def _print_report(args, as_json: dict, as_text: str) -> None:
 
 def _profile_on_qemu(args, pte: Path, path: Path, untraced: int | None) -> None:
     """The trace build's run, written as an ETDump and read back with ExecuTorch's reader."""
-    from orchestrator.artifacts.manifest import Manifest
-    from orchestrator.artifacts.profile import read_profile
-    from orchestrator.device_runs.qemu import installed_platform, profile_lines, qemu_profile
-
     platform = installed_platform(Manifest.load(pte).target, args.platform)
 
     profiled = qemu_profile(pte, platform, args.timeout, atol=args.atol,
@@ -895,7 +889,7 @@ def _profile_on_qemu(args, pte: Path, path: Path, untraced: int | None) -> None:
 
 
 def cmd_size(args) -> int:
-    from orchestrator.artifacts.size import analyze, render_json, render_text
+    from orchestrator.artifacts.size import analyze, render_json, render_text  # lazy: heavy (torch)
 
     if args.firmware:
         return _firmware_size(Path(args.firmware), args.run, args.format)
@@ -914,8 +908,9 @@ def cmd_size(args) -> int:
 
 
 def _firmware_size(folder: Path, run: bool, output_format: str) -> int:
-    from orchestrator.firmware import load_record, run_on_qemu
-    from orchestrator.firmware.footprint import footprint, render_json, render_text
+    from orchestrator.firmware import load_record, run_on_qemu  # lazy: heavy (torch)
+    from orchestrator.firmware.footprint import (  # lazy: heavy (torch)
+        footprint, render_json, render_text)
 
     record = load_record(folder)
     stack_used = None
@@ -932,7 +927,7 @@ def _firmware_size(folder: Path, run: bool, output_format: str) -> int:
 
 
 def cmd_firmware(args) -> int:
-    from orchestrator.firmware import firmware_run_lines, make_firmware
+    from orchestrator.firmware import firmware_run_lines, make_firmware  # lazy: heavy (torch)
 
     if args.run and args.no_build:
         raise UserError("--run needs the build: drop --no-build, or build the project and run "
@@ -955,8 +950,6 @@ def cmd_firmware(args) -> int:
         lines, passed = firmware_run_lines(result.folder, Path(args.pte))
         print("\n".join(lines))
         if not passed:
-            from orchestrator.errors import VerificationFailure
-
             raise VerificationFailure("the firmware's outputs on QEMU differ from the host twin's")
     return 0
 
@@ -971,17 +964,14 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_reasons(args) -> int:
-    from partitioners.reasons import markdown
-
-    print(markdown(), end="")
+    print(reasons_markdown(), end="")
     return 0
 
 
 def known() -> dict:
     """What `orchestrate list` shows: zoo models with their inputs, platforms with their NPU
     options and default CPU, and every CPU with its ISA tier."""
-    from examples import zoo
-    from platforms.platform import CPU_TIERS, list_platforms, load_platform
+    from examples import zoo  # lazy: heavy (torch: the zoo's models)
 
     models = []
     for name in zoo.zoo_names():
@@ -998,10 +988,7 @@ def known() -> dict:
 
 
 def cmd_cache(args) -> int:
-    import shutil
-
-    from kernels.cache_root import cache_root
-    from orchestrator.artifacts.cache import cache_dir
+    from orchestrator.artifacts.cache import cache_dir  # lazy: heavy (torch)
 
     roots = []
     for root in (cache_root(), cache_dir()):
@@ -1022,9 +1009,6 @@ def cmd_cache(args) -> int:
 
 
 def cmd_sources(args) -> int:
-    from kernels.native_build import (PINNED, SourceFetchError, fetch_sources, fetched_commit,
-                                      source_tree)
-
     if args.action == "fetch":
         mirrors = {}
         for entry in args.mirrors:
@@ -1094,8 +1078,6 @@ def _silence_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import signal
-
     parser = build_parser()
     args = parser.parse_args(argv)
     if argv is None:  # the command line, not a test calling main()
@@ -1112,8 +1094,6 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return handler(args)
         except Exception as error:
-            from orchestrator.errors import as_orchestrate_error
-
             translated = as_orchestrate_error(error)
             if translated is None or translated is error:
                 raise
@@ -1129,8 +1109,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"orchestrate: {error}", file=sys.stderr)
         return error.exit_code
     except OrchestrateError as error:
-        from orchestrator.errors import GateFailure, VerificationFailure
-
         if isinstance(error, UserError):
             prefix = "error: "
         elif isinstance(error, (GateFailure, VerificationFailure)):

@@ -4,6 +4,11 @@ The CLI maps an exception to its `exit_code` so that CI can tell a user mistake 
 failed gate (3), a failed verification (4) and a check that could not run (5).
 """
 
+from npu_driver.payload import PayloadError
+from platforms.fvp import FvpUnavailable
+from platforms.platform import PlatformError
+from platforms.runner_build import QemuUnavailable
+
 
 class OrchestrateError(Exception):
     """Base of every error the tool raises deliberately."""
@@ -39,13 +44,9 @@ def lower_errors() -> dict[type, type[OrchestrateError]]:
     """The packages below `orchestrator` raise their own exceptions; this is how each one is
     reported: a bad platform or a malformed delegate payload is the user's data (exit 2), a
     missing FVP a check that could not run (exit 5)."""
-    from kernels.runtime import RuntimeFailure, RuntimeUnavailable
-    from platforms.runner_build import QemuUnavailable
-    from npu_driver.payload import PayloadError
-    from npu_driver.tosa_twin import TosaTwinError
-    from platforms.fvp import FvpUnavailable
-    from platforms.platform import PlatformError
-    from cost_models.profile_calibration import CalibrationError
+    from kernels.runtime import RuntimeFailure, RuntimeUnavailable  # lazy: heavy (torch)
+    from npu_driver.tosa_twin import TosaTwinError  # lazy: heavy (numpy)
+    from cost_models.profile_calibration import CalibrationError  # lazy: heavy (numpy)
 
     return {PlatformError: UserError, CalibrationError: UserError, PayloadError: UserError,
             TosaTwinError: UserError,

@@ -43,7 +43,7 @@ def pin() -> None:
 
 def state() -> dict:
     """What governs the host's float results in this process, for the manifest."""
-    import torch
+    import torch  # lazy: order (torch after pin())
 
     return {
         "settings": {name: os.environ.get(name) for name in SETTINGS},
@@ -59,14 +59,14 @@ class single_threaded:
     """Run a float computation with THREADS intra-op threads, restoring the count after."""
 
     def __enter__(self):
-        import torch
+        import torch  # lazy: order (torch after pin())
 
         self._saved = torch.get_num_threads()
         torch.set_num_threads(THREADS)
         return self
 
     def __exit__(self, *exc):
-        import torch
+        import torch  # lazy: order (torch after pin())
 
         torch.set_num_threads(self._saved)
         return False

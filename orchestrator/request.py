@@ -15,6 +15,7 @@ platform YAML's defaults.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import UserError
@@ -66,7 +67,7 @@ class Resolved:
 
 def load_policy_arg(policy: "str | Policy | None") -> "Policy | None":
     """A Policy from a path, a Policy, or None (the default greedy policy)."""
-    from partitioners.policy import Policy, PolicyError, load_policy
+    from partitioners.policy import Policy, PolicyError, load_policy  # lazy: heavy (torch)
 
     if policy is None or isinstance(policy, Policy):
         return policy
@@ -92,7 +93,7 @@ def memory_policy(text: str | MemoryPolicy | None, platform=None) -> MemoryPolic
 def resolve(request: Request) -> Resolved:
     """Validate `request` once: the policy file, the placement mode, the target and the memory
     policy; the first problem is a UserError naming it and what to do."""
-    from partitioners.policy import PLACEMENTS
+    from partitioners.policy import PLACEMENTS  # lazy: heavy (torch)
 
     policy = load_policy_arg(request.policy)
     mode = request.placement or (policy.placement if policy is not None else "greedy")
@@ -118,9 +119,8 @@ def cpu_calibration(given: str | None, target: Target) -> "CpuCalibration | None
     """The CPU calibration a plan for `target` uses: `given` (a file or a shipped name; one of
     another core is refused), else the platform YAML's when it is of the target's core (a
     platform calibrates its default core; `--cpu` another core plans uncalibrated)."""
-    from pathlib import Path
-
-    from cost_models.profile_calibration import CalibrationError, check_core, load_calibration
+    from cost_models.profile_calibration import (  # lazy: heavy (numpy)
+        CalibrationError, check_core, load_calibration)
 
     try:
         if given is not None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass
 
 from orchestrator.errors import UserError
+from platforms import PlatformError, cpu_tier, load_platform, normalize_cpu
 
 if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
     from platforms.platform import Platform
@@ -61,8 +62,6 @@ def resolve_target(platform: str, npu: str | None = None, cpu: str | None = None
                    io: str = "float", cpu_hz: int | None = None,
                    npu_hz: int | None = None) -> Target:
     """Resolve command-line choices against the platform YAML; one clear UserError on bad input."""
-    from platforms import PlatformError, cpu_tier, load_platform, normalize_cpu
-
     try:
         plat = load_platform(platform)
         cpu_name = normalize_cpu(cpu) if cpu else plat.cpu_default
@@ -90,7 +89,7 @@ def resolve_target(platform: str, npu: str | None = None, cpu: str | None = None
 
 def compile_spec(target: Target):
     """ExecuTorch's EthosUCompileSpec for an NPU target (Vela system config and memory mode)."""
-    from executorch.backends.arm.ethosu import EthosUCompileSpec
+    from executorch.backends.arm.ethosu import EthosUCompileSpec  # lazy: heavy (executorch, vela)
 
     return EthosUCompileSpec(target.npu, system_config=target.system_config,
                              memory_mode=target.memory_mode)
