@@ -24,13 +24,22 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import os
 import shutil
+import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
 
 import torch
+
+from kernels.cache_root import cache_root
+from orchestrator import numerics
+from orchestrator.errors import UserError
+from orchestrator.sources.loader import read_exported_program
+from orchestrator.target import compile_spec
+from partitioners.records import Workaround
 
 FORMAT = "3"  # 2: entries carry the SHA-256 of their files; 3: and the rewrites made before quantizing
 
@@ -41,8 +50,6 @@ def cache_dir() -> Path | None:
         return None
     if setting:
         return Path(setting)
-    from kernels.cache_root import cache_root
-
     return cache_root()  # the same root as the host-runtime and firmware build caches
 
 
@@ -72,7 +79,6 @@ def quantizer_config(target) -> str:
         # with the pre-quantization rewrites (partitioners/quantizable.py): a new rewrite
         # changes what the quantizer sees, so its recipe is part of the key
         return "CortexMQuantizer+quantizable:recurrences,constant-state,rank-broadcast"
-    from orchestrator.target import compile_spec
 
     return f"EthosUQuantizer:{compile_spec(target).tosa_spec}:per-channel-symmetric"
 
@@ -80,8 +86,6 @@ def quantizer_config(target) -> str:
 def quantized_key(model, calibration, target, channels_last: bool,
                   rewrites: bool = True) -> str | None:
     """The cache key of capture + quantization, or None when the model cannot be keyed."""
-    from orchestrator import numerics
-
     code = _module_code(model.module)
     if code is None:
         return None
@@ -117,8 +121,6 @@ def _digests(folder: Path) -> dict[str, str]:
 
 
 def _discard(entry: Path, why: str) -> None:
-    import sys
-
     print(f"orchestrate: warning: cache entry {entry.name[:16]} discarded ({why}); it is "
           "recomputed and replaced", file=sys.stderr)
     shutil.rmtree(entry, ignore_errors=True)
@@ -128,11 +130,6 @@ def load(key: str):
     """(float program, quantized program, pre-quantization workarounds) from the cache, or None.
     An entry whose files do not match the SHA-256 recorded when it was written, or that does not
     load, is discarded with a warning (the caller recomputes it and `store` writes it again)."""
-    import json
-
-    from orchestrator.errors import UserError
-    from orchestrator.sources.loader import read_exported_program
-
     folder = cache_dir()
     entry = folder / "quantized" / key if folder else None
     if entry is None or not entry.is_dir():
@@ -147,12 +144,11 @@ def load(key: str):
         return None
     # The quantized programs hold quantized_decomposed ops: their library must be registered
     # before deserializing (a CPU-only compile never imported it before reading the cache).
-    import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
-    from executorch.exir.dialects._ops import ops  # noqa: F401
+    import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  # lazy: heavy (torchao)
+    from executorch.exir.dialects._ops import ops  # noqa: F401  # lazy: heavy (executorch)
 
     try:
         remedy = f"delete {entry} (a damaged cache entry)"
-        from partitioners.records import Workaround
 
         fixes = tuple(Workaround(*(str(part) for part in fix)) for fix in
                       json.loads((entry / "workarounds.json").read_text()))
@@ -176,7 +172,6 @@ def store(key: str, float_program, quantized_program, workarounds=()) -> None:
         tmp = Path(tempfile.mkdtemp(prefix=".entry-", dir=final.parent))
         torch.export.save(float_program, tmp / "float.pt2")
         torch.export.save(quantized_program, tmp / "quantized.pt2")
-        import json
 
         (tmp / "workarounds.json").write_text(json.dumps(
             [[fix.node, fix.upstream, fix.message] for fix in workarounds]))

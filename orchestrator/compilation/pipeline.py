@@ -29,8 +29,16 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from executorch.backends.arm.quantizer import EthosUQuantizer, get_symmetric_quantization_config
+from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+from executorch.exir.passes import MemoryPlanningPass
+from executorch.exir.passes.quantize_io_pass import QuantizeInputs, QuantizeOutputs
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from kernels.program_view import ProgramView
+from orchestrator.artifacts import cache
 from orchestrator import numerics
 from orchestrator.compilation import upstream_exir
 from orchestrator.compilation import device_check
@@ -48,13 +56,13 @@ from partitioners.cpu import CpuDecision, route_to_cpu
 from partitioners import quantizable
 from partitioners.legalize import conv1d_as_conv2d
 from partitioners.npu import NpuRejection, VelaRun, lower_to_npu
+from partitioners.policy import Policy, unmatched_force_cpu
+from platforms.arena_planning import ArenaRecord, arena_slots, planning_algorithm
+from platforms.memory_placement import MemoryPolicy
 
 if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
     from executorch.exir import EdgeProgramManager
     from executorch.exir.schema import Program
-    from partitioners.policy import Policy
-    from platforms.arena_planning import ArenaRecord
-    from platforms.memory_placement import MemoryPolicy
 
 
 @dataclass(frozen=True)
@@ -181,23 +189,15 @@ def _refuse_data_dependent_shapes(program, name: str) -> None:
 
 def _quantizer(target: Target):
     if target.npu:
-        from executorch.backends.arm.quantizer import (
-            EthosUQuantizer,
-            get_symmetric_quantization_config,
-        )
-
         quantizer = EthosUQuantizer(compile_spec(target))
         quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
         return quantizer
-    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
 
     return CortexMQuantizer()
 
 
 def quantize(captured: Captured, calibration: Calibration, target: Target,
              legalize: bool = True) -> Quantized:
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
     program, fixes = captured.program, []
     if legalize and not target.npu:
         program, fixes = quantizable.decompose_recurrences(program)
@@ -221,16 +221,11 @@ def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> 
         edge, rejections, runs = lower_to_npu(quantized.program, compile_spec(target), work_dir,
                                               policy)
     else:
-        from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
-        from executorch.exir import to_edge_transform_and_lower
-
         edge = to_edge_transform_and_lower(quantized.program,
                                            compile_config=cortex_m_edge_compile_config())
         rejections, runs = {}, []
     unmatched = ()
     if target.npu and policy is not None and policy.forces_cpu():
-        from partitioners.policy import unmatched_force_cpu
-
         unmatched = unmatched_force_cpu(policy, (r.policy_rule for r in rejections.values()))
     return Lowered(edge, rejections, tuple(runs), unmatched)
 
@@ -244,7 +239,6 @@ def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:
     """
     if target.io != "int8":
         return lowered, {}
-    from executorch.exir.passes.quantize_io_pass import QuantizeInputs, QuantizeOutputs
 
     edge = lowered.edge
     program = edge.exported_program()
@@ -266,11 +260,6 @@ def serialize(edge, slots=None, share: bool = True,
     read-only scalar and list values are emitted once (orchestrator/compilation/share_values.py);
     with `share_tables`, equal flatbuffer tables, vectors and strings are written once
     (orchestrator/compilation/share_tables.py)."""
-    from executorch.exir import ExecutorchBackendConfig
-    from executorch.exir.passes import MemoryPlanningPass
-
-    from platforms.arena_planning import ArenaRecord, planning_algorithm
-
     record = ArenaRecord()
     config = ExecutorchBackendConfig(extract_delegate_segments=False)
     if slots:
@@ -342,8 +331,6 @@ class CompileState:
 def _capture_stage(state: CompileState) -> CompileState:
     """torch.export in channels_last, so every CPU/NPU boundary is NHWC on both sides (or the
     cached capture and quantization of the same content, orchestrator/artifacts/cache.py)."""
-    from orchestrator.artifacts import cache
-
     channels_last = state.options.channels_last
     device_check.prestart()
     workarounds = ()
@@ -373,8 +360,6 @@ def _quantize_stage(state: CompileState) -> CompileState:
     quantized = quantize(state.captured, state.calibration, state.target,
                          state.options.legalize)
     if state.cache_key:
-        from orchestrator.artifacts import cache
-
         cache.store(state.cache_key, state.captured.program, quantized.program,
                     quantized.workarounds)
     return replace(state, quantized=quantized,
@@ -432,9 +417,6 @@ def _prune_constants_stage(state: CompileState) -> CompileState:
 
 
 def _arena_slots(state: CompileState):
-    from platforms.arena_planning import arena_slots
-    from platforms.memory_placement import MemoryPolicy
-
     return arena_slots(state.target.platform, state.options.memory_policy or MemoryPolicy())
 
 

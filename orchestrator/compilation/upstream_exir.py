@@ -36,7 +36,8 @@ def config_methods(edge_manager) -> dict:
 def with_forward(edge_manager, program):
     """A new EdgeProgramManager whose "forward" is `program`, keeping the constant methods."""
     check_version()
-    from executorch.exir import EdgeCompileConfig, EdgeProgramManager
+    from executorch.exir import (  # lazy: heavy (torch, executorch)
+        EdgeCompileConfig, EdgeProgramManager)
 
     return EdgeProgramManager(
         {"forward": program}, constant_methods=config_methods(edge_manager) or None,
@@ -49,7 +50,8 @@ def read_pte(pte_bytes: bytes):
     """The PTEFile of a `.pte`: its Program (constants back in `constant_buffer`, delegate
     payloads inline) and its mutable/named data segments."""
     check_version()
-    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.exir._serialize._program import (  # lazy: heavy (torch, executorch)
+        deserialize_pte_binary)
 
     return deserialize_pte_binary(pte_bytes)
 
@@ -57,14 +59,15 @@ def read_pte(pte_bytes: bytes):
 def write_pte(pte_file) -> bytes:
     """A PTEFile written by ExecuTorch's serializer as the emitter writes it."""
     check_version()
-    from executorch.exir._serialize._program import serialize_pte_binary
+    from executorch.exir._serialize._program import (  # lazy: heavy (torch, executorch)
+        serialize_pte_binary)
 
     return bytes(serialize_pte_binary(pte_file, extract_delegate_segments=False))
 
 
 def contract() -> dict[str, object]:
-    from executorch.exir import EdgeProgramManager
-    from executorch.exir._serialize import _program
+    from executorch.exir import EdgeProgramManager  # lazy: heavy (torch, executorch)
+    from executorch.exir._serialize import _program  # lazy: heavy (torch, executorch)
 
     return {
         "serialize_pte_binary": list(inspect.signature(_program.serialize_pte_binary).parameters),

@@ -114,12 +114,12 @@ class MeasuredPlan:
 
     def to_json(self) -> dict:
         """plan.json with a `measured` block per op and in the summary (plan.schema.json)."""
-        from orchestrator.reports.measured import measured_json
+        from orchestrator.reports.measured import measured_json  # lazy: heavy (executorch, vela)
 
         return measured_json(self)
 
     def to_text(self, width: int = 100) -> str:
-        from orchestrator.reports.measured import render_text
+        from orchestrator.reports.measured import render_text  # lazy: heavy (executorch, vela)
 
         return render_text(self, width)
 

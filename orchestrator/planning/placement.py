@@ -16,6 +16,8 @@ from cost_models.cost import Cost
 from cost_models.graph_shapes import NodeInfo, describe, op_name
 from kernels.layout_checks import layout_findings
 from kernels.catalogue import CPU_KERNELS, cortex_m_op_name, specialised_function
+from kernels.device_ops import device_operator_names
+from kernels.reference import is_portable_elementwise, same_dim_order_family
 from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
 from partitioners.records import MOVED_OFF_CMSIS_KEY, module_of
 from partitioners.reasons import Reason, because  # noqa: F401 - Reason is part of the Plan
@@ -247,8 +249,6 @@ def op_key(target) -> str:
 
 def _dim_order_faults(node: torch.fx.Node) -> tuple[Reason, ...]:
     """The portable elementwise kernels' dim-order check, applied to this node's tensors."""
-    from kernels.reference import is_portable_elementwise, same_dim_order_family
-
     key = op_key(node.target)
     if not is_portable_elementwise(key):
         return ()
@@ -264,8 +264,6 @@ def _dim_order_faults(node: torch.fx.Node) -> tuple[Reason, ...]:
 
 def missing_kernel_faults(rows, program_operators) -> tuple:
     """Mark rows whose operator has no kernel in the libraries the device runner links."""
-    from kernels.device_ops import device_operator_names
-
     available = device_operator_names()
     missing = {op.split(".")[0]: op for op in program_operators if op not in available}
     if not missing:

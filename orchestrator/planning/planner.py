@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import dataclass, field, replace
 
+from cost_models.cpu import MemoryTimings, calibrated_weight_cycles_per_byte
 from cost_models.npu import VelaPartitionEstimate, read_vela_dir
 from cost_models.plan_costs import attach_costs
-from partitioners.npu import npu_delegates
+from cost_models.profile_calibration import CpuCalibration, calibrate_cost, row_work
+from kernels.layout_checks import is_layout_finding
+from orchestrator.compilation import device_check
+from orchestrator.compilation.pipeline import Compiled, Stage, UnsupportedModel, run_stages
 from orchestrator.errors import GateFailure, UserError
-from platforms import PlatformError
-from orchestrator.compilation.pipeline import Stage, run_stages
+from orchestrator.planning.cost_placement import CostPlacement
 from orchestrator.planning.placement import missing_kernel_faults
-from orchestrator.reports.coverage import Summary, summarize
-
-if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
-    from cost_models.profile_calibration import CpuCalibration
-    from orchestrator.compilation.pipeline import Compiled
-    from orchestrator.planning.cost_placement import CostPlacement
-    from platforms.memory_placement import MemoryPlacement, MemoryPolicy
+from orchestrator.planning.structure import module_groups, recurrences
+from orchestrator.reports.coverage import (Summary, constant_segment_bytes, render_json,
+                                           render_markdown, render_text, summarize, to_json)
+from orchestrator.reports.explorer import OverlayError, render_node_data
+from orchestrator.reports.html import plan_html
+from partitioners.npu import npu_delegates
+from partitioners.records import ORIGIN_KEY
+from platforms import PlatformError
+from platforms.arena_planning import Arena, arena_slots
+from platforms.memory_placement import MemoryPlacement, MemoryPolicy, place_program
 
 
 @dataclass(frozen=True)
@@ -36,10 +40,6 @@ class Plan:
         """Raise DeviceRefusal when the real runtime refused the program, and UnsupportedModel
         when a CPU kernel would read a tensor in another layout than it has: such a program
         loads and runs, and computes wrong numbers (kernels/layout_checks.py)."""
-        from kernels.layout_checks import is_layout_finding
-        from orchestrator.compilation import device_check
-        from orchestrator.compilation.pipeline import UnsupportedModel
-
         device_check.refuse(self.compiled.device_run)
         found = [(row.name, fault) for row in self.rows for fault in row.device_faults
                  if is_layout_finding(fault.key)]
@@ -54,33 +54,21 @@ class Plan:
 
     def to_json(self) -> dict:
         """The plan as plan.json holds it (schema: orchestrator/plan.schema.json)."""
-        from orchestrator.reports.coverage import to_json
-
         return to_json(self.compiled, self.rows, self.summary)
 
     def to_markdown(self) -> str:
-        from orchestrator.reports.coverage import render_markdown
-
         return render_markdown(self.compiled, self.rows, self.summary)
 
     def to_text(self, width: int = 100, all_rows: bool = False) -> str:
         """The terminal report; an unrolled recurrence is one line unless `all_rows`."""
-        from orchestrator.reports.coverage import render_text
-
         return render_text(self.compiled, self.rows, self.summary, width, all_rows)
 
     def to_html(self) -> str:
         """One self-contained page: timeline, memory map, sortable op table."""
-        from orchestrator.reports.html import plan_html
-
         return plan_html(self)
 
     def artifact_files(self) -> dict[str, bytes]:
         """What the plan adds to an artifacts folder: plan.json, operators.txt, report.html."""
-        from orchestrator.reports.coverage import render_json
-
-        from orchestrator.reports.explorer import OverlayError, render_node_data
-
         files = {"plan.json": render_json(self.compiled, self.rows, self.summary).encode(),
                  "operators.txt": "".join(f"{op}\n" for op in self.summary.operators).encode(),
                  "report.html": self.to_html().encode()}
@@ -122,11 +110,6 @@ def _device_faults_stage(state: PlanState) -> PlanState:
 
 
 def _place_memory(state: PlanState, policy):
-    from cost_models.cpu import calibrated_weight_cycles_per_byte
-    from orchestrator.reports.coverage import constant_segment_bytes
-    from platforms.arena_planning import Arena, arena_slots
-    from platforms.memory_placement import place_program
-
     compiled = state.compiled
     # ExecuTorch's EthosUBackend.cpp takes a delegate's scratch from the method's temp allocator
     # on every call, and that allocator is reset between instructions: the temp pool must hold
@@ -148,8 +131,6 @@ def _place_memory(state: PlanState, policy):
 
 def _memory_stage(state: PlanState) -> PlanState:
     """Regions for the image, the arena, the NPU scratch and the CPU weights (constant segment)."""
-    from platforms.memory_placement import MemoryPolicy
-
     return replace(state, memory=_place_memory(state, state.memory_policy or MemoryPolicy()))
 
 
@@ -158,8 +139,6 @@ def activation_read_costs(compiled, memory) -> dict[str, float]:
     kernel reads and writes: the read costs of the arenas its planned input and output tensors
     are in, weighted by their bytes (only where the activations are split over several arenas;
     else empty)."""
-    from partitioners.records import ORIGIN_KEY
-
     rates = {a.mem_id: cost for a, cost, _ in memory.arenas}
     if len(rates) < 2 or None in rates.values():
         return {}
@@ -186,8 +165,6 @@ def _costs_stage(state: PlanState) -> PlanState:
     speed of the regions the memory stage chose (each op's activations at the speed of the
     arenas its tensors are in). Under the auto policy, a weights copy the cost model finds no
     gain in is not made: the weights stay in place."""
-    from cost_models.cpu import MemoryTimings
-
     memory = state.memory
     per_row = activation_read_costs(state.compiled, memory)
 
@@ -217,8 +194,6 @@ def _calibration_stage(state: PlanState) -> PlanState:
     cycles models (their source names it), instructions estimated by its instruction models,
     each from the row's modelled cycles and work (row_work); without one the rows are as the
     cost models made them."""
-    from cost_models.profile_calibration import calibrate_cost, row_work
-
     calibration = state.calibration
     if calibration is None:
         return state
@@ -239,8 +214,6 @@ def _summary_stage(state: PlanState) -> PlanState:
 
 def _structure_stage(state: PlanState) -> PlanState:
     """Rows by source module; unrolled recurrences with their steps and stored weights."""
-    from orchestrator.planning.structure import module_groups, recurrences
-
     return replace(state, summary=replace(
         state.summary, modules=module_groups(state.rows),
         recurrences=recurrences(state.compiled, state.rows, state.estimates)))

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch._export.verifier import Verifier
 
 from examples import zoo
 from orchestrator.errors import UserError
@@ -300,7 +301,7 @@ class _ExportedModule(nn.Module):
     """
 
     def __init__(self, program: torch.export.ExportedProgram):
-        from torchao.quantization.pt2e import move_exported_model_to_eval
+        from torchao.quantization.pt2e import move_exported_model_to_eval  # lazy: heavy (torchao)
 
         super().__init__()
         # check_guards=False: with the default, torch 2.13 adds a `_guards_fn` submodule whose
@@ -329,7 +330,7 @@ def read_exported_program(path: Path, remedy: str) -> torch.export.ExportedProgr
     so no torch.load inside it can unpickle an arbitrary object, and every call in the loaded
     graph must be a torch operator. `remedy` ends each message: what the user should do.
     """
-    from torch.export.pt2_archive._package import load_pt2
+    from torch.export.pt2_archive._package import load_pt2  # lazy: heavy (torch._dynamo, sympy)
 
     try:
         data = path.read_bytes()
@@ -376,7 +377,8 @@ class _Pt2Check:
     """The archive checks of `read_exported_program`, each refusal naming the member."""
 
     def __init__(self, path: Path, data: bytes, remedy: str):
-        from torch.export.pt2_archive._package import PT2ArchiveReader
+        from torch.export.pt2_archive._package import (  # lazy: heavy (torch._dynamo, sympy)
+            PT2ArchiveReader)
 
         self.path, self.remedy = path, remedy
         try:
@@ -421,7 +423,7 @@ class _Pt2Check:
             ) from exc
 
     def run(self) -> None:
-        from torch.export.pt2_archive import constants as pt2
+        from torch.export.pt2_archive import constants as pt2  # lazy: heavy (torch._dynamo, sympy)
 
         names = self.names
         if len(set(names)) != len(names):
@@ -448,7 +450,7 @@ class _Pt2Check:
 
     def payloads(self, model_name: str, folder: str, config_format: str) -> None:
         """Weights or constants: pickled tensors must load weights-only; objects are refused."""
-        from torch.export.pt2_archive import constants as pt2
+        from torch.export.pt2_archive import constants as pt2  # lazy: heavy (torch._dynamo, sympy)
 
         legacy = f"{folder}{model_name}.pt"  # one pickle of every tensor (torch < 2.8)
         if legacy in self.names:
@@ -553,8 +555,6 @@ def _check_graph_calls(program: torch.export.ExportedProgram, path: Path, remedy
     """Every call in the loaded graph is a torch operator or an arithmetic builtin that torch's
     export verifier allows. Torch runs the verifiers the archive names; this check does not
     depend on which."""
-    from torch._export.verifier import Verifier
-
     builtins = set(Verifier().allowed_builtin_ops())
     operator_types = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
     for module in program.graph_module.modules():
