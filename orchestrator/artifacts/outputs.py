@@ -83,7 +83,7 @@ def write_outputs(compiled, pte_path: Path, extra_files: dict[str, bytes] | None
     caller can write an artifacts folder without them."""
     pte_path = Path(pte_path)
     if extra_files is None:
-        from orchestrator.planning.planner import make_plan
+        from orchestrator.planning.planner import make_plan  # lazy: heavy (executorch, vela)
 
         extra_files = make_plan(compiled).artifact_files()
     check_outputs(pte_path)

@@ -30,7 +30,10 @@ one (`serialize_to_etdump_flatcc`'s own output) is read too.
 from __future__ import annotations
 
 import json
+import os
+import statistics
 import struct
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,8 +93,6 @@ class Profile:
     def medians(self) -> tuple[ProfiledCall, ...]:
         """Each instruction's median over the runs (in the order the first run that has it
         ran it); the kernel's median only when every run timed the kernel."""
-        import statistics
-
         found: dict[tuple[int, int], list[ProfiledCall]] = {}
         for run in self.runs:
             for call in run.calls:
@@ -107,8 +108,6 @@ class Profile:
 
     def total(self) -> int | None:
         """The whole inference's (Method::execute) median over the runs that timed it."""
-        import statistics
-
         totals = [run.total for run in self.runs if run.total is not None]
         return int(statistics.median_low(totals)) if totals else None
 
@@ -132,8 +131,10 @@ def etdump_bytes(events: Iterable[TraceEvent], clock: Clock, per_tick: float,
                  program_sha256: str, details: Mapping[str, str] | None = None) -> bytes:
     """The ETDump of a trace: one run per inference (each ends with its METHOD_EXECUTE event),
     times in `clock` (ticks x `per_tick`), size-prefixed."""
-    from executorch.devtools.etdump import schema_flatcc as schema
-    from executorch.devtools.etdump.serialize import serialize_to_etdump_flatcc
+    from executorch.devtools.etdump import (  # lazy: heavy (torch, executorch)
+        schema_flatcc as schema)
+    from executorch.devtools.etdump.serialize import (  # lazy: heavy (torch, executorch)
+        serialize_to_etdump_flatcc)
 
     def at(ticks: int) -> int:
         return round(ticks * per_tick)
@@ -219,10 +220,8 @@ def _size_prefixed(data: bytes) -> bool | None:
 def _deserialize(data: bytes, size_prefixed: bool, path: Path):
     """ExecuTorch's reader runs flatc, which prints its own complaint on a damaged file: that
     goes to a pipe, and the user gets one line."""
-    import os
-    import tempfile
-
-    from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
+    from executorch.devtools.etdump.serialize import (  # lazy: heavy (torch, executorch)
+        deserialize_from_etdump_flatcc)
 
     saved = os.dup(2)
     with tempfile.TemporaryFile() as errors:

@@ -36,13 +36,17 @@ folder names: the manifest's platform is looked up by name among the installed p
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.device_runs.qemu import run_qemu
+from orchestrator.artifacts.manifest import Manifest
+from orchestrator.device_runs.qemu import installed_platform, run_qemu
+from orchestrator.errors import NotRun, UserError
 from orchestrator.verification.methods import (FVP, QEMU, RUNTIME, TWIN, MethodResult,
                                                 Verifier, VerifyInputs)
 from orchestrator.verification.npu import NpuModelCannotRun, NpuModelFault
+from platforms.fvp import FvpUnavailable, find_fvp, find_runner_elf, run_bpte
 
 
 @dataclass(frozen=True)
@@ -81,8 +85,9 @@ class TwinMethod:
     name, device_code = TWIN, False
 
     def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
-        from orchestrator.verification.twin import TwinCannotRun
-        from orchestrator.verification.twin_verify import render_text, report_json, verify
+        from orchestrator.verification.twin import TwinCannotRun  # lazy: heavy (torch)
+        from orchestrator.verification.twin_verify import (  # lazy: heavy (torch)
+            render_text, report_json, verify)
 
         try:
             report = verify(program, samples=inputs.samples, calibration=inputs.calibration,
@@ -104,8 +109,7 @@ class HostRuntimeMethod:
     name, device_code = RUNTIME, True
 
     def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
-        from orchestrator.errors import NotRun
-        from orchestrator.device_runs.runtime_verify import (render_text, report_json,
+        from orchestrator.device_runs.runtime_verify import (render_text, report_json,  # lazy: heavy (torch)
                                                              verify_runtime)
 
         try:
@@ -138,13 +142,7 @@ class FvpMethod:
     name, device_code = FVP, True
 
     def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
-        import tempfile
-
-        from orchestrator.artifacts.manifest import Manifest
-        from orchestrator.device_runs.qemu import installed_platform
-        from orchestrator.errors import UserError
-        from orchestrator.verification.bundle import write_bundle
-        from platforms.fvp import FvpUnavailable, find_fvp, find_runner_elf, run_bpte
+        from orchestrator.verification.bundle import write_bundle  # lazy: heavy (torch)
 
         target = Manifest.load(program).target
         try:
@@ -251,7 +249,7 @@ def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
                npu_model: str = "auto", runner_elf=None) -> CombinedVerdict:
     """Every method in `methods` that this machine has, and their verdict together; the NPU
     partitions computed as `npu_model` chooses (orchestrator/verification/npu.py)."""
-    from orchestrator.verification.twin import load_twin
+    from orchestrator.verification.twin import load_twin  # lazy: heavy (torch)
 
     pte = Path(pte)
     twin = load_twin(pte)

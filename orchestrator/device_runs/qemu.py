@@ -13,6 +13,8 @@ folder names: the manifest's platform is looked up by name among the installed p
 
 from __future__ import annotations
 
+import hashlib
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +23,12 @@ from typing import TYPE_CHECKING
 from orchestrator.artifacts.manifest import Manifest
 from orchestrator.artifacts.profile import (DWT_CYCLES, METHOD_EXECUTE, QEMU_ICOUNT, Clock,
                                             Profile, TraceEvent, etdump_bytes)
+from orchestrator.errors import NotRun, UserError, VerificationFailure
 from orchestrator.verification.methods import QEMU, MethodResult
+from platforms.platform import PlatformError, list_platforms, load_platform
+from platforms.qemu import run_bpte_on_qemu
+from platforms.runner_build import QemuUnavailable, load_firmware_config
+from platforms.runner_protocol import EXECUTE
 
 if TYPE_CHECKING:  # types only: platforms.qemu is imported where a run needs it
     from platforms.qemu import QemuResult
@@ -33,8 +40,6 @@ def qemu_unavailable_reason(target: dict, has_npu: bool, platform) -> str | None
     semihosting bridge serves: a hybrid Ethos-U55/U65 program has its NPU invocations executed
     by the functional model, an Ethos-U85 one (Corstone-320) has them computed from the
     partitions' TOSA graphs."""
-    from platforms.runner_build import QemuUnavailable, load_firmware_config
-
     try:
         config = load_firmware_config(platform)
     except QemuUnavailable as error:
@@ -56,9 +61,6 @@ def installed_platform(target: dict, override=None):
     """The platform whose programs (runner, QEMU, FVP) run this `.pte`: `override` (the user's
     --platform, a name or a YAML path) or the installed platform the manifest names. A manifest
     is data: a path in it is never loaded, and its platform file is only compared."""
-    from orchestrator.errors import UserError
-    from platforms.platform import PlatformError, list_platforms, load_platform
-
     if override:
         try:
             return load_platform(override)
@@ -79,15 +81,14 @@ def qemu_on_checked_pte(pte: Path, platform, timeout_s: int = 600, atol: float =
     """Run a fresh BundleIO of `pte` (the caller has checked it against its manifest: a .bpte
     lying beside it is covered by no hash) on the platform's runner in QEMU; `trace`: the
     runner's trace build (per-instruction scopes, platforms/qemu.py)."""
-    from orchestrator.verification.bundle import write_bundle
-    from platforms.qemu import run_bpte_on_qemu
+    from orchestrator.verification.bundle import write_bundle  # lazy: heavy (torch)
 
     npu = {}
     twin = None
     target = Manifest.load(pte).target
     if target.get("npu"):
-        from orchestrator.device_runs.qemu_npu import QemuNpuHandler
-        from orchestrator.verification.twin import load_twin
+        from orchestrator.device_runs.qemu_npu import QemuNpuHandler  # lazy: heavy (numpy, vela)
+        from orchestrator.verification.twin import load_twin  # lazy: heavy (torch)
 
         twin = load_twin(pte)
         if twin.partitions:
@@ -118,11 +119,6 @@ def qemu_profile(pte: Path, platform, timeout_s: int = 600, atol: float = 0.0,
     trace (orchestrator/artifacts/profile.py): one run per inference, its times in instructions
     retired (the SysTick ticks calibrated against QEMU's -icount) or in DWT cycles where the
     core counts them. Raises VerificationFailure when the traced run does not pass."""
-    import hashlib
-
-    from orchestrator.errors import VerificationFailure
-    from platforms.runner_protocol import EXECUTE
-
     result = qemu_on_checked_pte(pte, platform, timeout_s, atol=atol, samples=samples,
                                  npu_model=npu_model, trace=True)
     if result.passed is not True:
@@ -176,8 +172,6 @@ def fast_scratch_bytes(platform, npu: str) -> int:
     """The Ethos-U fast scratch (base address 2) the firmware sets aside: Vela's arena cache in
     the platform's Dedicated_Sram memory mode (Dedicated_Sram_384KB: 384 KiB; Vela's default
     384 KiB without a size), none in Shared_Sram or Sram_Only."""
-    import re
-
     mode = str(platform.vela_config(npu).memory_mode or "")
     if not mode.startswith("Dedicated_Sram"):
         return 0
@@ -225,9 +219,7 @@ def qemu_lines(result) -> list[str]:
 
 def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
              samples: int = 4, npu_model: str = "auto", atol: float = 0.0) -> MethodResult:
-    from orchestrator.errors import NotRun, UserError
-    from orchestrator.verification.twin import load_twin
-    from platforms.runner_build import QemuUnavailable
+    from orchestrator.verification.twin import load_twin  # lazy: heavy (torch)
 
     target = Manifest.load(pte).target
     try:

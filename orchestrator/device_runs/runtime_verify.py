@@ -25,6 +25,7 @@ first instruction whose output the two disagree on.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 from dataclasses import asdict, dataclass, replace
@@ -128,8 +129,6 @@ class RuntimeReport:
 
 
 def _sha256(data: bytes) -> str:
-    import hashlib
-
     return hashlib.sha256(data).hexdigest()
 
 
@@ -194,7 +193,8 @@ def _scalar_scratch_bytes(twin: TwinProgram, op: str, args) -> tuple[int, int] |
     if op not in kinds:
         return None
     try:
-        from executorch.backends.cortex_m.library import cmsis_nn
+        from executorch.backends.cortex_m.library import (  # lazy: optional (cortex_m library: None without it)
+            cmsis_nn)
     except ImportError:
         return None
     kind, scratch_at = kinds[op]
@@ -272,8 +272,6 @@ def _difference(a: torch.Tensor, b: torch.Tensor, bound: float = 0.0) -> tuple[f
 
 def _output_reductions(twin: TwinProgram) -> list[int]:
     """The reduction length of the instruction that writes each program output."""
-    import math as _math
-
     values = twin.view.values
     lengths = []
     for index in twin.view.outputs:
@@ -282,8 +280,8 @@ def _output_reductions(twin: TwinProgram) -> list[int]:
             lengths.append(1)
             continue
         _, call, _ = found
-        written = _math.prod(values[index].sizes) or 1
-        read = sum(_math.prod(values[i].sizes) for a in call.args
+        written = math.prod(values[index].sizes) or 1
+        read = sum(math.prod(values[i].sizes) for a in call.args
                    for i in twin.tensor_indices(a) if i != index)
         lengths.append(max(1, read // written))
     return lengths

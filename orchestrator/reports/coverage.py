@@ -23,6 +23,7 @@ from cost_models.graph_shapes import numel
 from platforms.memory_fit import MemoryUse  # noqa: F401 - MemoryUse is in Summary
 from kernels.dtypes import element_bytes
 from kernels.program_view import ProgramView
+from orchestrator.errors import UserError
 from partitioners.cpu import ORIGIN_KEY
 
 if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
@@ -73,8 +74,6 @@ def constant_tensor_bytes(view: ProgramView) -> int:
 
 
 def read_runner_ops(path: str) -> set[str]:
-    from orchestrator.errors import UserError
-
     file = Path(path)
     if not file.is_file():
         raise UserError(f"--runner-ops file '{path}' not found; give a text file with one "
@@ -560,8 +559,6 @@ def render_text(compiled, rows, summary: Summary, width: int = 100,
 
 def model_notes(compiled, rows) -> list[str]:
     """What loading and quantization did to the model that its rows do not show."""
-    import torch
-
     notes = list(compiled.model.notes) + list(compiled.lowered.policy_unmatched)
     norms = sum(1 for m in compiled.model.module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm))
     shown = sum(1 for r in rows if "batch_norm" in r.op)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
+from cost_models.profile_calibration import OP_CLASSES
 from orchestrator.artifacts.profile import DELEGATE_CALL, OPERATOR_CALL
 from orchestrator.reports.coverage import HIDDEN_LABELS, short_source
 
@@ -191,8 +192,6 @@ def render_text(measured: MeasuredPlan, width: int = 100) -> str:
 
 def class_lines(measured: MeasuredPlan) -> list[str]:
     """Per op class, the plan's instruction estimate over the measured instructions."""
-    from cost_models.profile_calibration import OP_CLASSES
-
     sums: dict[str, list[int]] = {}
     for row in measured.cpu_rows(""):
         if row.estimated is None:

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from tabulate import tabulate
 
 from orchestrator import api
+from orchestrator.errors import UserError
 from orchestrator.request import Request
+from orchestrator.sweeps.ray_executor import sweep_on_ray
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,6 @@ class Executor:
     @classmethod
     def parse(cls, text: str) -> "Executor":
         """`local`, `ray` or `ray:ADDRESS`; anything else is a UserError naming those."""
-        from orchestrator.errors import UserError
-
         if text in ("local", "ray"):
             return cls(text)
         if text.startswith("ray:") and text[len("ray:"):].strip():
@@ -93,8 +93,6 @@ def sweep_jobs(jobs: list[Request], workers: int | None = None, progress=None,
     `progress(label, event, seconds)` hears each configuration finish."""
     chosen = Executor.parse(executor)
     if chosen.kind == "ray":
-        from orchestrator.sweeps.ray_executor import sweep_on_ray
-
         return sweep_on_ray(jobs, chosen.address, workers, run_job, _label, progress)
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:

@@ -36,6 +36,7 @@ import sys
 import tempfile
 import warnings
 
+from kernels.cache_root import CACHE_ENV
 from orchestrator import numerics
 from orchestrator.errors import UserError
 
@@ -51,7 +52,7 @@ LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 def import_ray():
     """The `ray` module, or the one-line UserError saying how to install it."""
     try:
-        import ray
+        import ray  # lazy: optional (ray)
     except ImportError:
         raise UserError(MISSING_RAY) from None
     return ray
@@ -59,8 +60,7 @@ def import_ray():
 
 def worker_env() -> dict[str, str]:
     """The environment every task runs with: this process's cache folder and host numerics."""
-    from kernels.cache_root import CACHE_ENV
-    from orchestrator.artifacts import cache
+    from orchestrator.artifacts import cache  # lazy: heavy (torch)
 
     folder = cache.cache_dir()
     env = dict(numerics.SETTINGS)
@@ -148,7 +148,8 @@ def _reachable(ray, address: str) -> str:
     if address.startswith("ray://"):
         resolved, target = address, address[len("ray://"):]
     else:
-        from ray._private.services import canonicalize_bootstrap_address_or_die
+        from ray._private.services import (  # lazy: optional (ray, after import_ray)
+            canonicalize_bootstrap_address_or_die)
 
         try:
             # Resolves `auto` (RAY_ADDRESS, else the cluster `ray start` last started here)

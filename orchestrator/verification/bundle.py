@@ -36,9 +36,11 @@ def write_bundle(pte_path, bpte_path, samples: int = 4, npu_model: str = "auto")
     """Write `bpte_path` with `samples` seeded inputs and the twin's outputs as expected values;
     the twin computes the NPU partitions as `npu_model` chooses (orchestrator/verification/npu.py:
     "tosa" makes the partitions' TOSA graphs, what Vela was given, the expectation)."""
-    from executorch.devtools.bundled_program.config import MethodTestCase, MethodTestSuite
-    from executorch.devtools.bundled_program.core import BundledProgram
-    from executorch.devtools.bundled_program.serialize import (
+    from executorch.devtools.bundled_program.config import (  # lazy: heavy (executorch devtools)
+        MethodTestCase, MethodTestSuite)
+    from executorch.devtools.bundled_program.core import (  # lazy: heavy (executorch devtools)
+        BundledProgram)
+    from executorch.devtools.bundled_program.serialize import (  # lazy: heavy (executorch devtools)
         serialize_from_bundled_program_to_flatbuffer,
     )
 

@@ -35,6 +35,7 @@ from kernels import reference
 from kernels.program_view import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
                                   ProgramView, Value)
 from kernels.reference import KernelError, KernelFault, LayoutRead, RawTensor
+from kernels.upstream_runtime import UpstreamVersionError
 from npu_driver.payload import EthosUPayload, PayloadError, parse_payload
 from npu_driver.tosa_twin import TosaGraphIO, TosaTwinError, check_against_payload, graph_io
 from orchestrator.verification.npu import NpuExecutor
@@ -223,8 +224,6 @@ def _load_partitions(pte_path: Path, view: ProgramView,
 
 def load_twin(pte_path) -> TwinProgram:
     """Parse the `.pte` and resolve every Ethos-U delegate to its hash-checked TOSA graph."""
-    from kernels.upstream_runtime import UpstreamVersionError
-
     pte_path = Path(pte_path)
     if not pte_path.is_file():
         raise TwinError(f"program {pte_path} does not exist")

@@ -23,6 +23,7 @@ import torch
 from orchestrator.artifacts.manifest import Manifest
 from orchestrator import numerics
 from orchestrator.errors import UserError
+from orchestrator.sources.loader import load_calibration, read_exported_program
 from orchestrator.verification.local_check import ForcedReference, LocalCheck, check_locally
 from orchestrator.verification.npu import NpuExecutor, npu_lines, with_plan_macs
 from orchestrator.verification.twin import DeviceFault, TwinError, TwinProgram, TwinRun, load_twin
@@ -126,9 +127,7 @@ def _degenerate(runs, float_outs) -> str | None:
 def load_reference(path: Path):
     """A reference program from the artifacts folder, loaded as data: an artifacts folder may
     come from someone else, and nothing in it may run code (see read_exported_program)."""
-    import torchao.quantization.pt2e  # noqa: F401 - registers quantized_decomposed for loading
-
-    from orchestrator.sources.loader import read_exported_program
+    import torchao.quantization.pt2e  # noqa: F401 - registers quantized_decomposed for loading  # lazy: heavy (torchao)
 
     if not path.is_file():
         raise TwinError(f"refusing to verify: reference program {path} is missing; re-run "
@@ -147,8 +146,6 @@ def _model_inputs(float_program) -> tuple[torch.Tensor, ...]:
 def sample_inputs(float_program, count: int, calibration: str | None):
     examples = tuple(torch.zeros(v.shape, dtype=v.dtype) for v in _model_inputs(float_program))
     if calibration is not None:
-        from orchestrator.sources.loader import load_calibration
-
         loaded = load_calibration(calibration, examples)
         return tuple(loaded.samples[:count]), f"{loaded.source}, first {min(count, len(loaded.samples))}"
     generator = torch.Generator().manual_seed(SEED)
