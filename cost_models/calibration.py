@@ -17,6 +17,8 @@ from typing import Callable
 
 import numpy as np
 import torch
+from executorch.examples.models.mlperf_tiny import (DeepAutoEncoder, DSCNNKWS, MobileNetV1025,
+                                                    ResNet8)
 
 from cost_models.cpu import (
     CmsisNNRates,
@@ -37,13 +39,6 @@ class MlperfModel:
 
 
 def _models() -> tuple[MlperfModel, ...]:
-    from executorch.examples.models.mlperf_tiny import (
-        DeepAutoEncoder,
-        DSCNNKWS,
-        MobileNetV1025,
-        ResNet8,
-    )
-
     # Input shapes are the ones each port's get_example_inputs() uses.
     return (
         MlperfModel("ds_cnn", "kws", (1, 1, 49, 10), DSCNNKWS),

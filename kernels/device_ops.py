@@ -13,6 +13,9 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import executorch  # a namespace package: no __file__
+import yaml
+
 LIBRARIES = (
     "kernels/portable/functions.yaml",
     "kernels/portable/custom_ops.yaml",
@@ -23,16 +26,12 @@ LIBRARIES = (
 
 
 def _executorch_root() -> Path:
-    import executorch  # a namespace package: no __file__
-
     return Path(list(executorch.__path__)[0]).resolve()
 
 
 @functools.lru_cache(maxsize=1)
 def device_operator_names() -> frozenset[str]:
     """"namespace::name.overload" of every operator with a kernel in the device libraries."""
-    import yaml
-
     names = set()
     root = _executorch_root()
     for relative in LIBRARIES:

@@ -155,7 +155,7 @@ class ProgramView:
     @classmethod
     def of(cls, program: Program, has_data_segments: bool = False) -> ProgramView:
         """The view of a schema Program (as a compile serialized it, or as read from a .pte)."""
-        from executorch.exir.tensor import get_scalar_type
+        from executorch.exir.tensor import get_scalar_type  # lazy: heavy (executorch)
 
         plan = program.execution_plan[0]
         return cls(
@@ -274,7 +274,7 @@ def _instruction(position: int, call, operators) -> Instruction:
 
 
 def _delegate(index: int, delegate, program) -> Delegate:
-    from executorch.exir.schema import DataLocation
+    from executorch.exir.schema import DataLocation  # lazy: heavy (executorch)
 
     inline = delegate.processed.location == DataLocation.INLINE
     payload = bytes(program.backend_delegate_data[delegate.processed.index].data) if inline \

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from kernels import upstream_runtime
 from kernels.catalogue import CHANNELS_LAST, CPU_KERNELS
@@ -236,7 +237,7 @@ class _ExactIntegerFunctional:
 
 @contextlib.contextmanager
 def _integer_convolutions():
-    from executorch.backends.cortex_m.ops import operators
+    from executorch.backends.cortex_m.ops import operators  # lazy: heavy (executorch)
 
     original = operators.F
     operators.F = _ExactIntegerFunctional()
@@ -252,10 +253,10 @@ def op_overload(name: str, overload: str):
     namespace, op = name.split("::")
     if namespace == "cortex_m":
         # Importing the passes package first avoids a circular import inside operators.py.
-        import executorch.backends.cortex_m.passes  # noqa: F401
-        import executorch.backends.cortex_m.ops.operators  # noqa: F401
+        import executorch.backends.cortex_m.passes  # noqa: F401  # lazy: heavy (executorch; before operators)
+        import executorch.backends.cortex_m.ops.operators  # noqa: F401  # lazy: heavy (executorch)
     elif namespace == "dim_order_ops":
-        import executorch.exir.passes.dim_order_ops_registry  # noqa: F401
+        import executorch.exir.passes.dim_order_ops_registry  # noqa: F401  # lazy: heavy (executorch)
     try:
         packet = getattr(getattr(torch.ops, namespace), op)
         return getattr(packet, overload or "default")
@@ -269,8 +270,8 @@ def _is_out(argument) -> bool:
 
 
 def _scalar_type(value):
-    from executorch.exir.scalar_type import ScalarType
-    from executorch.exir.tensor import get_scalar_type
+    from executorch.exir.scalar_type import ScalarType  # lazy: heavy (executorch)
+    from executorch.exir.tensor import get_scalar_type  # lazy: heavy (executorch)
 
     return get_scalar_type(ScalarType(value)) if isinstance(value, int) else value
 
@@ -453,8 +454,6 @@ def _avgpool_s8(input, kernel_size, stride, padding, ceil_mode, zero_point, mult
     ExecuTorch 1.5.1's Python reference (`quantized_avg_pool2d_impl`) averages in float and
     rounds half to even instead: one step apart on ties (ResNet-8 on the real runtime: a sum of
     -7072 over 64 elements is -111 on the device, -110 in the Python reference)."""
-    import torch.nn.functional as F
-
     def pair(v):
         return tuple(v) if len(v) == 2 else (v[0], v[0])
 

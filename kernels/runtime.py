@@ -38,7 +38,8 @@ import torch
 
 from kernels.host_runtime.build import (BuiltLibrary, HostRuntimeUnavailable, build,
                                         default_cache_dir)
-from kernels.host_runtime.session import InstructionOutput, RawValue
+from kernels.host_runtime.session import (InstructionOutput, LibraryError, RawValue, RuntimeSession,
+                                          SessionError)
 from kernels.host_runtime.worker import receive, send
 from kernels.program_view import ProgramView
 
@@ -374,8 +375,6 @@ class HostRuntime:
 
     def _local(self):
         if self._session is None:
-            from kernels.host_runtime.session import LibraryError, RuntimeSession
-
             try:
                 self._session = RuntimeSession(self.library.path)
             except LibraryError as error:
@@ -394,8 +393,6 @@ class HostRuntime:
                                     views))
 
     def _local_call(self, method, *args):
-        from kernels.host_runtime.session import SessionError
-
         try:
             return method(*args)
         except SessionError as error:

@@ -42,7 +42,7 @@ def check_version() -> str:
 
 def _portable_lib():
     check_version()
-    from executorch.extension.pybindings import portable_lib
+    from executorch.extension.pybindings import portable_lib  # lazy: heavy (executorch runtime)
 
     return portable_lib
 
@@ -76,7 +76,7 @@ def verification_refusal(pte_bytes: bytes) -> str | None:
     the flatbuffer verifier and the program's validation), or None when it accepts it. Program
     loading only: no method is loaded, no kernel is needed."""
     check_version()
-    from executorch.runtime import Runtime, Verification
+    from executorch.runtime import Runtime, Verification  # lazy: heavy (executorch runtime)
 
     try:
         Runtime.get().load_program(bytes(pte_bytes),
@@ -100,7 +100,8 @@ def deserialize_pte(pte_bytes: bytes) -> PteContents:
     """The Program and the mutable/named data segments of a `.pte` (upstream's exceptions pass
     through: anything it cannot parse raises)."""
     check_version()
-    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.exir._serialize._program import (  # lazy: heavy (executorch)
+        deserialize_pte_binary)
 
     pte = deserialize_pte_binary(pte_bytes)
     return PteContents(pte.program, pte.mutable_data, pte.named_data)
@@ -125,9 +126,9 @@ def _pybind_parameters(function) -> list[str]:
 
 def contract() -> dict[str, object]:
     """The upstream names and signatures this adapter relies on (for the contract test)."""
-    from executorch.exir._serialize import _program
-    from executorch.extension.pybindings import portable_lib
-    from executorch.runtime import Runtime
+    from executorch.exir._serialize import _program  # lazy: heavy (executorch)
+    from executorch.extension.pybindings import portable_lib  # lazy: heavy (executorch runtime)
+    from executorch.runtime import Runtime  # lazy: heavy (executorch runtime)
 
     names = portable_lib._get_operator_names()
     return {

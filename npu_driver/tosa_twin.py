@@ -56,7 +56,7 @@ class TosaGraphIO:
 
 
 def _main_block(tosa_bytes: bytes):
-    from tosa.TosaGraph import TosaGraph
+    from tosa.TosaGraph import TosaGraph  # lazy: heavy (tosa)
 
     graph = TosaGraph.GetRootAs(tosa_bytes, 0)
     if graph.RegionsLength() == 0:
@@ -154,7 +154,7 @@ def _captured_native_output():
 
 def run_tosa(tosa_bytes: bytes, io: TosaGraphIO, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Run the graph; `inputs` are in `io.inputs` order and already shaped and typed to match."""
-    import tosa_reference_model
+    import tosa_reference_model  # lazy: heavy (tosa reference model)
 
     for tensor, array in zip(io.inputs, inputs):
         if tuple(array.shape) != tensor.shape or array.dtype.name != tensor.numpy_type:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from platforms.memory_fit import KIND_PREFERENCE
+from platforms.memory_placement import check_policy, read_cost
 from platforms.platform import PlatformError
 
 
@@ -59,8 +60,6 @@ def arena_slots(platform, policy) -> tuple[ArenaSlot, ...]:
     """The regions the activations may use, fastest first, from a memory policy's `arena`:
     `auto` (the fastest region that may hold an arena, then the next for what does not fit),
     one region name (one arena there, no split) or a list of regions (split in that order)."""
-    from platforms.memory_placement import check_policy, read_cost
-
     check_policy(platform, policy)
     arena = policy.arena
     free = policy.free_space(platform)
@@ -135,7 +134,7 @@ def _accesses(graph_module) -> dict:
     """TensorSpec -> times the CPU touches it in one inference: once per instruction that writes
     or reads it (an out-variant's `out` argument is its write), once more for a program output
     the firmware reads."""
-    from executorch.exir.tensor import TensorSpec
+    from executorch.exir.tensor import TensorSpec  # lazy: heavy (executorch)
 
     counts: dict = {}
     for node in graph_module.graph.nodes:
@@ -152,9 +151,10 @@ def _accesses(graph_module) -> dict:
 def planning_algorithm(slots: Sequence[ArenaSlot], record: ArenaRecord):
     """A `memory_planning_algo` for ExecuTorch's MemoryPlanningPass: `greedy` per buffer, the
     buffer of each tensor chosen by `split`. Fills `record`."""
-    from executorch.exir.memory_planning import MemoryPlanningAlgorithmSuite, greedy
+    from executorch.exir.memory_planning import (  # lazy: heavy (executorch)
+        MemoryPlanningAlgorithmSuite, greedy)
 
-    import torch
+    import torch  # lazy: heavy (torch)
 
     def algo(alignment, specs, graph_module, graph_signature, extra_padding=0):
         suite = MemoryPlanningAlgorithmSuite([greedy])

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernels.safe_files import DataFileError, load_yaml
 from platforms.memory_fit import MemoryUse, free_space, place
 from platforms.platform import PlatformError
 
@@ -74,7 +75,6 @@ def load_memory_policy(text: str | None) -> MemoryPolicy:
     if not path.is_file():
         raise PlatformError(f"--memory-policy {text!r}: not auto, in-place or an existing YAML "
                             "file (keys: weights, arena)")
-    from kernels.safe_files import DataFileError, load_yaml
 
     try:
         data = load_yaml(path)

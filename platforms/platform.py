@@ -230,7 +230,7 @@ def load_platform(name_or_path: str | Path) -> Platform:
 def vela_ini_path(config_ini: str, relative_to: Path) -> Path:
     """Resolve a vela.ini reference the way Vela does for bundled files (`Arm/vela.ini`), else as a
     path relative to the platform file."""
-    from ethosu.vela.architecture_features import CONFIG_FILES_PATH
+    from ethosu.vela.architecture_features import CONFIG_FILES_PATH  # lazy: heavy (vela)
 
     bundled = Path(CONFIG_FILES_PATH) / config_ini
     if bundled.is_file():
@@ -401,7 +401,7 @@ def _read_reserved(reader: _Reader, document: dict, memories) -> dict[str, tuple
 
 def _vela_accelerators() -> tuple[str, ...]:
     # Vela's own list, so a platform cannot offer a MAC configuration Vela would refuse.
-    from ethosu.vela.architecture_features import Accelerator
+    from ethosu.vela.architecture_features import Accelerator  # lazy: heavy (vela)
 
     return tuple(Accelerator.member_list())
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -118,8 +119,6 @@ def default_cache_dir() -> Path:
 
 def find_wheel() -> Wheel:
     """The executorch package's runtime library and headers (`executorch-config.cmake` layout)."""
-    import importlib.util
-
     spec = importlib.util.find_spec("executorch")
     locations = list(spec.submodule_search_locations or []) if spec else []
     for location in locations:
@@ -236,7 +235,7 @@ def _run(command: list[str], what: str, cwd: Path | None = None, env: dict | Non
 def _generate_registration(plan: BuildPlan, work: Path) -> Path:
     """Run the source tree's own codegen on operators.yaml (what the Cortex-M CMakeLists does
     through generate_bindings_for_kernels), with --manual-registration."""
-    import torchgen
+    import torchgen  # lazy: heavy (torchgen)
 
     packaged = Path(torchgen.__file__).resolve().parent / "packaged" / "ATen" / "native"
     # The codegen imports itself as `executorch.codegen`; a link named `executorch` to the tree

@@ -182,7 +182,7 @@ class RuntimeSession:
 
 
 def _raw(tensor, buffer: bytes) -> RawValue:
-    import numpy as np
+    import numpy as np  # lazy: heavy (numpy)
 
     dtype = SCALAR_TYPE_NAMES.get(int(tensor.scalar_type.value))
     if dtype is None:
@@ -197,7 +197,8 @@ def _raw(tensor, buffer: bytes) -> RawValue:
 
 
 def _instruction_outputs(etdump: bytes, debug: bytes) -> tuple[InstructionOutput, ...]:
-    from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
+    from executorch.devtools.etdump.serialize import (  # lazy: heavy (executorch)
+        deserialize_from_etdump_flatcc)
 
     document = deserialize_from_etdump_flatcc(etdump)
     # run_data[0] is Program::load_method; the last block is the run.

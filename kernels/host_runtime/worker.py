@@ -19,6 +19,8 @@ import pickle
 import sys
 from multiprocessing.connection import Connection
 
+from kernels.host_runtime.session import LibraryError, RuntimeSession, SessionError
+
 
 def send(connection: Connection, message) -> None:
     """Plain pickle: torch's multiprocessing reductions would pass tensors as shared-memory file
@@ -35,8 +37,6 @@ def _tensors(values):
 
 
 def _serve(connection: Connection, library: str) -> None:
-    from kernels.host_runtime.session import LibraryError, RuntimeSession, SessionError
-
     try:
         session = RuntimeSession(library)
     except LibraryError as error:
