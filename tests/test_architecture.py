@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,3 +267,66 @@ def test_no_field_is_typed_object():
                             "object", "'object'"):
                         untyped.append(f"{name}.{node.name}.{ast.unparse(item.target)}")
     assert untyped == []
+
+
+# An import inside a function says why it is not at the module's top, on its first line:
+#   `# lazy: heavy (torch)`     pulls in what the module's own top imports do not (torch,
+#                               executorch, Vela, TOSA, numpy, or stdlib weight a light command
+#                               would pay for), keeping `orchestrate --help` and light callers fast
+#   `# lazy: optional (ray)`    an optional dependency, in the one helper that imports it and
+#                               raises the one-line UserError when it is missing
+#   `# lazy: order (...)`       must run after something else (torch after numerics.pin())
+#   `# lazy: cycle (...)`       at the top it would close an import cycle through the named module
+LAZY_REASON = re.compile(r"# lazy: (heavy|optional|order|cycle) \([^)]+\)")
+# Files other engineers are changing now; their in-function imports get reasons when they land.
+LAZY_NOT_YET_STATED = {
+    "partitioners/cpu.py", "partitioners/legalize.py", "partitioners/npu.py",
+    "partitioners/policy.py", "partitioners/quantizable.py", "partitioners/upstream_cortex_m.py",
+    "partitioners/upstream_ethos_u.py", "orchestrator/planning/cost_placement.py",
+    "cost_models/profile_calibration.py",
+}
+
+
+def _in_function_imports(tree: ast.AST):
+    """Every import statement inside a function or method body."""
+    def walk(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child
+            yield from walk(child, in_function or isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+    yield from walk(tree, False)
+
+
+def test_every_import_inside_a_function_says_why_it_is_not_at_the_top():
+    """Imports go at the module's top, where a reader sees what a module depends on; one inside
+    a function is there for a reason the line states (LAZY_REASON)."""
+    unstated = []
+    for path in _modules().values():
+        relative = path.relative_to(ROOT).as_posix()
+        if relative in LAZY_NOT_YET_STATED:
+            continue
+        lines = path.read_text().splitlines()
+        unstated += [f"{relative}:{node.lineno}: {lines[node.lineno - 1].strip()}"
+                     for node in _in_function_imports(ast.parse(path.read_text()))
+                     if not LAZY_REASON.search(lines[node.lineno - 1])]
+    assert unstated == []
+
+
+def test_an_import_inside_a_function_without_a_reason_is_caught():
+    tree = ast.parse("import os\n\ndef f():\n    import json\n    import torch  # lazy: heavy (torch)\n")
+    found = [node.lineno for node in _in_function_imports(tree)]
+    assert found == [4, 5]
+    assert not LAZY_REASON.search("    import json") and not LAZY_REASON.search("x  # lazy: heavy")
+
+
+def test_help_imports_no_heavy_package():
+    """`orchestrate --help` (and every command's argument errors) stay fast: torch, ExecuTorch,
+    Vela, the TOSA tools and numpy load only in the commands that use them."""
+    script = ("import sys\nfrom orchestrator.cli import main\n"
+              "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+              "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=ROOT, check=True)
+    loaded = set(run.stderr.split())
+    assert loaded & {"torch", "torchao", "executorch", "ethosu", "tosa", "numpy", "ray"} == set()
