@@ -66,6 +66,9 @@ from types import MappingProxyType
 
 import numpy as np
 import yaml
+from cost_models.cost import Cost
+from kernels.safe_files import DataFileError, load_yaml
+import copy
 
 OP_CLASSES = ("conv", "depthwise", "linear", "pooling", "elementwise", "softmax", "portable")
 UNITS = ("instructions", "cycles")
@@ -478,7 +481,7 @@ def _record(node, where: str) -> ProfileRecord:
 
 def parse(document, name: str) -> CpuCalibration:
     """A calibration from its parsed YAML; CalibrationError names the key that is wrong."""
-    from cost_models.cpu import load_cpu_cost_data
+    from cost_models.cpu import load_cpu_cost_data  # lazy: heavy (torch)
 
     check_name(name)
     where = name
@@ -551,7 +554,6 @@ def shipped_path(name: str) -> Path | None:
 def load_calibration(path_or_name: str | Path, shipped_only: bool = False) -> CpuCalibration:
     """A calibration file (read as data: safe YAML, bounded), or a shipped one by name
     (`shipped_only`: only a shipped one, for a name a platform YAML gives)."""
-    from kernels.safe_files import DataFileError, load_yaml
 
     text = str(path_or_name)
     path = Path(text).expanduser()
@@ -578,7 +580,6 @@ def calibrate_cost(cost, placement: str, kind: str, kernel: str | None,
     """A CPU row's Cost under `calibration`: its cycles the `cycles` model of its kernel (else
     class, else all classes), its instruction estimate the `instructions` model's; NPU rows and
     rows without a cost as they are. `work`: the row's figures (row_work) the terms count."""
-    from cost_models.cost import Cost
 
     row_class = op_class(placement, kind, kernel)
     if cost is None or row_class is None:
@@ -612,9 +613,7 @@ def check_core(calibration: CpuCalibration, cpu: str) -> None:
 def calibrate_plan_json(plan: Mapping, calibration: CpuCalibration) -> dict:
     """plan.json (of a plan made without a calibration) with its CPU rows' costs calibrated,
     as the plan would have made them with `calibration`."""
-    import copy
 
-    from cost_models.cost import Cost
 
     platform = plan["platform"]
     check_core(calibration, platform["cpu"])

@@ -25,6 +25,12 @@ from partitioners.fused_activation_split import folds_into_its_producer, split_f
 # stamp_origins is re-exported for callers that import it from here.
 from partitioners.records import (ORIGIN_KEY, Workaround, quantize_scalar,  # noqa: F401
                                   reassign_shared_origins, stamp_origins)
+from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
+from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+from executorch.backends.cortex_m.target_config import CortexMTargetConfig
+from partitioners.legalize import legalize_for_device
+from partitioners.legalize import per_channel_linear_as_conv2d
+import copy
 
 
 @dataclass(frozen=True)
@@ -215,7 +221,6 @@ def _failed_origin(error: BaseException, name: str) -> str | None:
 def _keep_float(program, name: str) -> bool:
     """Take the quantizer's mark off node `name`, so FoldAndAnnotateQParamsPass leaves its
     quantize/dequantize in place and the node runs in float on its portable kernel."""
-    from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
 
     for node in program.graph_module.graph.nodes:
         if node.name == name:
@@ -309,12 +314,8 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
     even where only a float portable kernel exists (exp, sum, reciprocal: it would compute on
     int8 codes, which the device refuses or miscomputes); those are kept in float up front.
     """
-    import copy
 
-    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
-    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
 
-    from partitioners.legalize import per_channel_linear_as_conv2d
 
     program = edge_manager.exported_program()
     stamp_origins(program.graph_module)
@@ -390,7 +391,6 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
             "values, not on int8 codes"))
     # `aot_arm_compiler.py` swaps only the Q/DQ nodes in its NPU path; the full pass manager is
     # what turns a rejected conv into a CMSIS-NN kernel instead of a float aten op.
-    from partitioners.legalize import legalize_for_device
 
     # Order matters: requantize first, so legalization's new int8 `.Scalar` nodes are not
     # requantized twice.

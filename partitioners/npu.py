@@ -22,6 +22,7 @@ from typing import Iterator
 import torch
 
 from partitioners import upstream_ethos_u
+from partitioners.policy import ForceCpuCheck
 
 
 @dataclass(frozen=True)
@@ -171,10 +172,9 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
 
     A placement policy's forced nodes are refused by an extra operator-support check
     (partitioners/policy.py), recorded as rejections naming the rule."""
-    from executorch.backends.arm.ethosu import EthosUPartitioner
-    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+    from executorch.backends.arm.ethosu import EthosUPartitioner  # lazy: heavy (executorch, vela)
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower  # lazy: heavy (executorch, vela)
 
-    from partitioners.policy import ForceCpuCheck
 
     force = ForceCpuCheck(policy) if policy is not None and policy.forces_cpu() else None
     partitioner = EthosUPartitioner(compile_spec, additional_checks=[force] if force else None)

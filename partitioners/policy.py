@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 from torch.fx.passes.operator_support import OperatorSupportBase
+from dataclasses import replace
+from kernels.safe_files import DataFileError, load_yaml
 
 PLACEMENTS = ("greedy", "cost")
 _TOP_KEYS = {"placement", "force_cpu", "keep_npu", "npu", "vela", "clocks"}
@@ -82,7 +84,6 @@ class Policy:
 
     def with_forced_nodes(self, nodes: tuple[str, ...]) -> "Policy":
         """This policy plus `nodes` moved to the CPU by cost placement."""
-        from dataclasses import replace
 
         return replace(self, cost_moved=tuple(dict.fromkeys(self.cost_moved + tuple(nodes))))
 
@@ -157,7 +158,6 @@ def load_policy(path) -> Policy:
     path = Path(path)
     if not path.is_file():
         raise PolicyError(f"policy file not found: {path}; check the --policy path")
-    from kernels.safe_files import DataFileError, load_yaml
 
     try:
         raw = load_yaml(path)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from partitioners.records import Workaround, module_of
+from torch._decomp import get_decompositions
 
 _RECURRENT_OPS = ("gru", "lstm", "rnn_tanh", "rnn_relu")
 _ELEMENTWISE = ("add", "sub", "mul")
@@ -56,7 +57,6 @@ def decompose_recurrences(program: torch.export.ExportedProgram
     layers = [n for n in program.graph.nodes if n.op == "call_function" and n.target in ops]
     if not layers:
         return program, []
-    from torch._decomp import get_decompositions
 
     decomposed = program.run_decompositions(get_decompositions(ops))
     fixes = []
@@ -91,7 +91,7 @@ def fold_constant_state(module: torch.fx.GraphModule) -> list[Workaround]:
     rooted = _constant_rooted(module.graph)
     if not rooted:
         return []
-    from torchao.quantization.pt2e.constant_fold import ConstantFolder, replace_node_with_constant
+    from torchao.quantization.pt2e.constant_fold import ConstantFolder, replace_node_with_constant  # lazy: heavy (torchao)
 
     with torch.utils._python_dispatch._disable_current_modes(), torch.no_grad():
         folder = ConstantFolder(module, skip_constructors=False)

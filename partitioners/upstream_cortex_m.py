@@ -66,7 +66,7 @@ def check_version() -> str:
 
 def _table() -> dict:
     check_version()
-    from executorch.backends.cortex_m.passes.aten_to_cortex_m_pass import AtenToCortexMPass
+    from executorch.backends.cortex_m.passes.aten_to_cortex_m_pass import AtenToCortexMPass  # lazy: heavy (executorch)
 
     return AtenToCortexMPass._DIALECT_SUBSTITUTIONS
 
@@ -380,7 +380,7 @@ def _guards_of_return_none(function) -> list[tuple[str, str]]:
 def contract() -> dict[str, object]:
     """The upstream names, signatures and source lines this adapter relies on (for the contract
     test)."""
-    from executorch.backends.cortex_m.passes.aten_to_cortex_m_pass import AtenToCortexMPass
+    from executorch.backends.cortex_m.passes.aten_to_cortex_m_pass import AtenToCortexMPass  # lazy: heavy (executorch)
 
     table = AtenToCortexMPass._DIALECT_SUBSTITUTIONS
     functions = {f.__name__: f for f in table.values()}

@@ -53,7 +53,7 @@ def rejected_nodes(reporter) -> dict:
 def vela_compile_wrapped(make_wrapper: Callable[[Callable], Callable]) -> Iterator[None]:
     """Replace the backend's `vela_compile` by `make_wrapper(upstream_vela_compile)` meanwhile."""
     check_version()
-    import executorch.backends.arm.ethosu.backend as ethosu_backend
+    import executorch.backends.arm.ethosu.backend as ethosu_backend  # lazy: heavy (executorch, vela)
 
     with _VELA_LOCK:
         upstream = ethosu_backend.vela_compile
@@ -66,9 +66,9 @@ def vela_compile_wrapped(make_wrapper: Callable[[Callable], Callable]) -> Iterat
 
 def contract() -> dict[str, object]:
     """The upstream names and signatures this adapter relies on (for the contract test)."""
-    import executorch.backends.arm.ethosu.backend as ethosu_backend
-    from executorch.backends.arm.ethosu import EthosUPartitioner
-    from executorch.exir.backend.utils import WhyNoPartitionReporter
+    import executorch.backends.arm.ethosu.backend as ethosu_backend  # lazy: heavy (executorch, vela)
+    from executorch.backends.arm.ethosu import EthosUPartitioner  # lazy: heavy (executorch, vela)
+    from executorch.exir.backend.utils import WhyNoPartitionReporter  # lazy: heavy (executorch)
 
     return {
         "_tag_module": list(inspect.signature(EthosUPartitioner._tag_module).parameters),

@@ -26,6 +26,10 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass
 
 from cost_models.plan_costs import cpu_op_cost
+from dataclasses import replace
+from orchestrator.errors import OrchestrateError
+from partitioners.policy import Policy
+from partitioners.upstream_cortex_m import substituted_op_names
 
 if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
     from orchestrator.planning.planner import Plan
@@ -84,7 +88,6 @@ _FUSED_ACTIVATIONS = ("relu", "clamp", "hardtanh")
 
 def _cpu_seconds(row, target, island_has_macs: bool) -> tuple[float, str]:
     """The row's op on the CPU: as the Cortex-M passes would lower it, by our CPU models."""
-    from partitioners.upstream_cortex_m import substituted_op_names
 
     if row.info is None:
         return 0.0, ""
@@ -160,10 +163,7 @@ def place_by_cost(plan_fn, policy) -> CostPlacement:
     Candidates are tried one at a time, largest predicted saving first, each on top of the
     moves already kept; a move is kept only when the recompiled program compiles and its
     whole-program estimate drops. So the result is never worse than greedy by the model."""
-    from dataclasses import replace
 
-    from orchestrator.errors import OrchestrateError
-    from partitioners.policy import Policy
 
     policy = policy or Policy()
     greedy = plan_fn(policy)
