@@ -32,10 +32,13 @@ def free_space(platform) -> dict[str, int]:
 
 
 def place(platform, use: str, size: int, item: str, source: str, free: dict[str, int],
-          npu_reads: bool = False) -> MemoryUse:
-    """Place `size` bytes for `use`; `free` is updated with what remains."""
+          npu_reads: bool = False, kinds: tuple[str, ...] | None = None) -> MemoryUse:
+    """Place `size` bytes for `use`; `free` is updated with what remains. `kinds`: only regions
+    of these kinds (e.g. the image of a Vela Sram_Only program, whose weights the NPU reads
+    from SRAM)."""
     order = KIND_PREFERENCE.get(use, ())
-    regions = sorted((r for r in platform.memories if use in r.holds),
+    regions = sorted((r for r in platform.memories if use in r.holds
+                      and (kinds is None or r.kind in kinds)),
                      key=lambda r: order.index(r.kind) if r.kind in order else len(order))
     if use == "npu_scratch" or (use == "weights" and npu_reads):
         # The NPU reads its scratch, and its weights in place from the .pte (Vela's command

@@ -177,15 +177,22 @@ def read_cost(region, unknown: float = float("inf")) -> float:
 
 def place_program(platform, pte_bytes: int, arenas, constant_segment_bytes: int,
                   npu_scratch: tuple[int, int] | None, policy: MemoryPolicy,
-                  unknown_cycles_per_byte: float = float("inf")) -> MemoryPlacement:
+                  unknown_cycles_per_byte: float = float("inf"),
+                  npu_weights_in_sram: bool = False) -> MemoryPlacement:
     """Place image, arenas, NPU scratch and (when it pays) the CPU weights; see the docstring.
     `arenas`: the compile's planned buffers (platforms.arena_planning.Arena), each already
     assigned a region. `unknown_cycles_per_byte`: what reading a region without a `cpu_read`
-    figure costs (the cost model's calibrated rate for the target's core)."""
+    figure costs (the cost model's calibrated rate for the target's core).
+    `npu_weights_in_sram`: Vela compiled the NPU partitions for its Sram_Only memory mode, whose
+    cycle estimates read the weights at SRAM speed: the image goes in an SRAM region, or does
+    not fit (in flash Vela's figures would not hold)."""
     check_policy(platform, policy)
     free = policy.free_space(platform)
-    items = [place(platform, "weights", pte_bytes, ".pte (weights, code data)", "executorch",
-                   free, npu_reads=npu_scratch is not None)]
+    items = [place(platform, "weights", pte_bytes,
+                   ".pte (weights, code data; in SRAM: Vela's Sram_Only mode)"
+                   if npu_weights_in_sram else ".pte (weights, code data)", "executorch",
+                   free, npu_reads=npu_scratch is not None,
+                   kinds=("sram",) if npu_weights_in_sram else None)]
     image_region = items[0].region
     for arena in arenas:
         name = ("executorch arena" if len(arenas) == 1 else

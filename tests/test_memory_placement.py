@@ -244,3 +244,25 @@ def test_a_split_plan_is_reproducible(ds_cnn_arenas, tmp_path):
                                       memory_policy=str(policy)))
     assert again.compiled.pte_bytes == compiled.pte_bytes
     assert again.compiled.arenas == compiled.arenas
+
+
+@pytest.mark.parametrize("pte_bytes, fits", [(300_000, True), (3_000_000, False)])
+def test_a_sram_only_programs_image_goes_to_sram_or_does_not_fit(pte_bytes, fits):
+    """Vela's Sram_Only estimates read the NPU weights at SRAM speed, in place from the .pte:
+    the plan put the image in QSPI flash regardless, so its figures and its fit disagreed. Now
+    the image of a program with NPU partitions compiled for Sram_Only goes to an SRAM region
+    (Corstone-300: bram, then sram) or does not fit; without Sram_Only it stays in flash."""
+    from platforms.arena_planning import Arena
+    from platforms.memory_placement import place_program
+    from platforms.platform import load_platform
+
+    platform = load_platform("corstone300")
+    arenas = (Arena(1, "dtcm", 4_096, 3),)
+    kinds = {r.name: r.kind for r in platform.memories}
+    sram_only = place_program(platform, pte_bytes, arenas, 0, (0, 768), MemoryPolicy(),
+                              npu_weights_in_sram=True)
+    image = sram_only.items[0]
+    assert image.fits is fits and kinds[image.region] == "sram"
+    assert "Sram_Only" in image.item
+    shared = place_program(platform, pte_bytes, arenas, 0, (0, 768), MemoryPolicy())
+    assert kinds[shared.items[0].region] == "flash" and shared.items[0].fits

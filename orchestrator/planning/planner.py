@@ -124,7 +124,9 @@ def _place_memory(state: PlanState, policy):
                                            compiled.arena_bytes, 0),)
         return place_program(compiled.target.platform, len(compiled.pte_bytes), arenas,
                              constant_segment_bytes(compiled.program_view), largest,
-                             policy, calibrated_weight_cycles_per_byte(compiled.target.cpu))
+                             policy, calibrated_weight_cycles_per_byte(compiled.target.cpu),
+                             npu_weights_in_sram=(largest is not None and
+                                                  compiled.target.memory_mode == "Sram_Only"))
     except PlatformError as error:
         raise UserError(str(error)) from None
 
