@@ -85,7 +85,11 @@ def _plan_under(loaded: "LoadedModel", samples: "Calibration", resolved: Resolve
         compile_model)
     from orchestrator.planning.planner import make_plan  # lazy: heavy (torch, executorch, vela)
 
-    compiled = compile_model(loaded, samples, resolved.target, policy=policy,
+    target = resolved.target
+    if policy is not None and target.npu and policy.memory_mode \
+            and policy.memory_mode != target.memory_mode:  # a cost-placement trial
+        target = replace(target, memory_mode=policy.memory_mode)
+    compiled = compile_model(loaded, samples, target, policy=policy,
                              memory_policy=resolved.memory, io_auto=resolved.io_auto,
                              progress=progress)
     return make_plan(compiled, resolved.request.runner_ops, progress, resolved.memory,

@@ -76,15 +76,20 @@ def sensor_mlp_cost(tmp_path_factory):
     import orchestrator
     from examples.user_models import model_spec
 
-    out = tmp_path_factory.mktemp("fused_cost") / "sensor_mlp.pte"
-    return orchestrator.compile(model_spec("sensor_mlp"), out, bundle=True, placement="cost",
-                                npu="ethos-u55-128")
+    folder = tmp_path_factory.mktemp("fused_cost")
+    # The platform's memory mode (weights in flash), fixed by the policy: under Sram_Only, which
+    # cost placement would try first, the NPU reads the MLP's weights fast enough to keep it.
+    (folder / "shared.yaml").write_text("vela: {memory_mode: Shared_Sram}\n")
+    return orchestrator.compile(model_spec("sensor_mlp"), folder / "sensor_mlp.pte", bundle=True,
+                                placement="cost", npu="ethos-u55-128",
+                                policy=str(folder / "shared.yaml"))
 
 
 def test_cost_placement_moves_an_mlp_off_the_u55_when_the_model_says_it_is_faster(
         sensor_mlp_cost):
-    """sensor_mlp on ethos-u55-128: the NPU invocation costs more than the MLP on CMSIS-NN.
-    Before the fix the move failed upstream and the program stayed greedy's."""
+    """sensor_mlp on ethos-u55-128 (Shared_Sram): the NPU invocation and the weights streamed
+    from flash cost more than the MLP on CMSIS-NN. Before the fix the move failed upstream and
+    the program stayed greedy's."""
     placement = sensor_mlp_cost.plan.cost_placement
     (moved,) = [d for d in placement.decisions if d.moved]
     assert moved.macs == 11_840 and not moved.kept_reason

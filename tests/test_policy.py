@@ -95,8 +95,12 @@ def test_a_forced_per_channel_linear_is_a_cmsis_nn_convolution_saying_why(tmp_pa
 def island_cost(tmp_path_factory):
     import orchestrator
 
-    out = tmp_path_factory.mktemp("island") / "island.pte"
-    return orchestrator.compile(ISLAND, out, npu="ethos-u55-128", placement="cost")
+    folder = tmp_path_factory.mktemp("island")
+    # The platform's memory mode, fixed: the islands are judged against Shared_Sram's NPU
+    # figures (cost placement would otherwise also try Sram_Only first).
+    (folder / "shared.yaml").write_text("vela: {memory_mode: Shared_Sram}\n")
+    return orchestrator.compile(ISLAND, folder / "island.pte", npu="ethos-u55-128",
+                                placement="cost", policy=str(folder / "shared.yaml"))
 
 
 def test_cost_placement_moves_an_island_not_worth_its_invocation(island_cost):

@@ -260,6 +260,25 @@ def test_cost_placement_moves_ds_cnns_final_linear_to_cmsis_nn(ds_cnn_cost):
     assert "--placement cost" in linear.reasons[0].message
 
 
+def test_cost_placement_tries_the_npu_weights_in_sram_and_keeps_it_for_ds_cnn(ds_cnn_cost):
+    """Memory regions: the platform's Shared_Sram leaves the NPU weights in QSPI flash; cost
+    placement plans Sram_Only too (the .pte in an SRAM region, placed by the memory stage) and
+    keeps it when it fits and is faster by the model. The moves are then judged against it."""
+    placement = ds_cnn_cost.plan.cost_placement
+    memory = placement.memory
+    assert memory is not None and memory.chosen and (memory.from_mode, memory.to_mode) == (
+        "Shared_Sram", "Sram_Only")
+    assert memory.to_seconds < memory.from_seconds == placement.greedy_seconds
+    assert placement.chosen_seconds < memory.to_seconds  # and the final linear moved as well
+    plan = ds_cnn_cost.plan
+    assert plan.compiled.target.memory_mode == "Sram_Only"
+    (image,) = [m for m in plan.summary.memory if m.item.startswith(".pte")]
+    kinds = {r.name: r.kind for r in plan.compiled.target.platform.memories}
+    assert kinds[image.region] == "sram" and image.fits
+    assert any(line.startswith("memory: Vela Sram_Only instead of the platform's Shared_Sram "
+                               "chosen: ") for line in placement.report_lines())
+
+
 def test_cost_placement_prices_the_ops_at_each_end_of_ds_cnns_big_partition(ds_cnn_cost):
     """Not only whole islands: the first and last costed op of a partition (with the activation
     and layout rows fused after it) are priced on their own rows, Vela's cycles against our CPU
@@ -270,7 +289,7 @@ def test_cost_placement_prices_the_ops_at_each_end_of_ds_cnns_big_partition(ds_c
     first, last = ends["first ops"], ends["last ops"]
     assert first.nodes == ("aten_convolution_default",) and first.macs == 320_000
     assert last.nodes[0] == "aten_convolution_default_8" and last.macs == 512_000
-    rows = {r.name: r for r in placement.greedy.rows}
+    rows = {r.name: r for r in placement.chosen.rows}  # partition 0 as the decisions saw it
     for end in (first, last):
         assert end.partition == 0 and not end.moved
         assert end.npu_seconds == sum(rows[n].cost.seconds for n in end.nodes)

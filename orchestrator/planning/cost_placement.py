@@ -68,16 +68,38 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class MemoryDecision:
+    """The Vela memory mode tried beside the platform's, and whether it was kept."""
+
+    from_mode: str
+    to_mode: str
+    from_seconds: float  # whole program, greedy placement (estimate)
+    to_seconds: float | None  # whole program under `to_mode` (None: it could not be planned)
+    chosen: bool
+    reason: str
+
+    def describe(self) -> str:
+        verb = "chosen" if self.chosen else "not chosen"
+        figures = (f"{self.from_seconds * 1e3:.3f} ms -> {self.to_seconds * 1e3:.3f} ms whole "
+                   "program [vela + models]" if self.to_seconds is not None else "")
+        return (f"memory: Vela {self.to_mode} instead of the platform's {self.from_mode} {verb}"
+                + (f": {figures}" if figures else "") + f"; {self.reason}")
+
+
+@dataclass(frozen=True)
 class CostPlacement:
     greedy: Plan
     chosen: Plan  # the plan kept (greedy's when moving made nothing faster)
     decisions: tuple[Decision, ...]
     greedy_seconds: float
     chosen_seconds: float
+    memory: MemoryDecision | None = None  # the memory mode tried (None: none was)
 
     def report_lines(self) -> list[str]:
         cpu_hz = self.chosen.compiled.target.cpu_hz
         lines = [d.describe(cpu_hz) for d in self.decisions]
+        if self.memory is not None:
+            lines.append(self.memory.describe())
         lines.append(f"whole program (estimate): greedy {self.greedy_seconds * 1e3:.3f} ms, "
                      f"chosen {self.chosen_seconds * 1e3:.3f} ms")
         return lines
@@ -160,16 +182,19 @@ def _boundary_decisions(index: int, ops: list, target, policy) -> list[Decision]
 def place_by_cost(plan_fn, policy) -> CostPlacement:
     """`plan_fn(policy) -> Plan` compiles and plans under a policy (greedy first).
 
-    Candidates are tried one at a time, largest predicted saving first, each on top of the
-    moves already kept; a move is kept only when the recompiled program compiles and its
-    whole-program estimate drops. So the result is never worse than greedy by the model."""
-
-
+    First the memory regions: where the policy fixes no Vela memory mode and the platform's
+    leaves the NPU weights in flash (Shared_Sram), the program is planned under Sram_Only too
+    (the image in SRAM; the memory stage places it there or finds it does not fit) and that
+    becomes the baseline when it fits and is faster. Then the candidates are tried one at a
+    time, largest predicted saving first, each on top of the moves already kept; a move is kept
+    only when the recompiled program compiles and its whole-program estimate drops. So the
+    result is never worse than greedy by the model."""
     policy = policy or Policy()
     greedy = plan_fn(policy)
-    decisions = island_decisions(greedy, policy)
     best, best_seconds = greedy, greedy.summary.latency_seconds or 0.0
     greedy_seconds = best_seconds
+    memory, policy, best, best_seconds = _memory_mode(plan_fn, policy, greedy)
+    decisions = island_decisions(best, policy)
     kept_nodes: tuple[str, ...] = ()
     final = {d.key: d for d in decisions}
     for decision in sorted((d for d in decisions if d.moved), key=lambda d: d.delta_seconds):
@@ -194,4 +219,38 @@ def place_by_cost(plan_fn, policy) -> CostPlacement:
                 decision, moved=False, kept_reason="moving was not faster for the whole program "
                 f"({seconds * 1e3:.3f} ms vs {best_seconds * 1e3:.3f} ms)")
     return CostPlacement(greedy, best, tuple(final[d.key] for d in decisions),
-                         greedy_seconds, best_seconds)
+                         greedy_seconds, best_seconds, memory)
+
+
+# The Vela memory mode cost placement also tries, from the platform's: weights in flash -> all
+# in SRAM (Ethos-U55/U65; Vela's vela.ini names both).
+MEMORY_ALTERNATIVES = {"Shared_Sram": "Sram_Only"}
+
+
+def _memory_mode(plan_fn, policy, greedy):
+    """(MemoryDecision or None, the policy to go on with, its plan, its seconds)."""
+    target = greedy.compiled.target
+    seconds = greedy.summary.latency_seconds or 0.0
+    alternative = MEMORY_ALTERNATIVES.get(target.memory_mode or "")
+    if policy.memory_mode or alternative is None or not greedy.summary.npu_partitions:
+        return None, policy, greedy, seconds
+    trial_policy = replace(policy, memory_mode=alternative)
+    try:
+        trial = plan_fn(trial_policy)
+    except OrchestrateError as error:
+        return (MemoryDecision(target.memory_mode, alternative, seconds, None, False,
+                               f"planning under it failed: {error}"), policy, greedy, seconds)
+    trial_seconds = trial.summary.latency_seconds or 0.0
+    if not trial.summary.fits:
+        too_big = ", ".join(m.item for m in trial.summary.memory if not m.fits)
+        return (MemoryDecision(target.memory_mode, alternative, seconds, trial_seconds, False,
+                               f"it does not fit the platform's memories ({too_big})"),
+                policy, greedy, seconds)
+    if trial_seconds >= seconds:
+        return (MemoryDecision(target.memory_mode, alternative, seconds, trial_seconds, False,
+                               "it is not faster"), policy, greedy, seconds)
+    image = next((m for m in trial.summary.memory if m.item.startswith(".pte")), None)
+    where = f"; the .pte in {image.region}" if image is not None else ""
+    return (MemoryDecision(target.memory_mode, alternative, seconds, trial_seconds, True,
+                           f"the NPU reads its weights from SRAM{where}"),
+            trial_policy, trial, trial_seconds)
