@@ -508,7 +508,8 @@ def cmd_plan(args) -> int:
     from orchestrator.planning.planner import (  # lazy: heavy (torch, executorch, vela)
         Gates, check_gates)
     from orchestrator.reports.coverage import (  # lazy: heavy (torch, executorch, vela)
-        read_runner_ops, render_json, render_markdown)
+        render_json, render_markdown)
+    from orchestrator.reports.summary import read_runner_ops  # lazy: heavy (torch)
 
     args.format = _plan_format(args.format, args.output)
     if args.measured:

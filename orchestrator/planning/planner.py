@@ -15,8 +15,8 @@ from orchestrator.errors import GateFailure, UserError
 from orchestrator.planning.cost_placement import CostPlacement
 from orchestrator.planning.placement import missing_kernel_faults
 from orchestrator.planning.structure import module_groups, recurrences
-from orchestrator.reports.coverage import (Summary, constant_segment_bytes, render_json,
-                                           render_markdown, render_text, summarize, to_json)
+from orchestrator.reports.coverage import render_json, render_markdown, render_text, to_json
+from orchestrator.reports.summary import Summary, constant_segment_bytes, summarize
 from orchestrator.reports.explorer import OverlayError, render_node_data
 from orchestrator.reports.html import plan_html
 from partitioners.npu import npu_delegates
