@@ -99,7 +99,8 @@ def reassign_shared_origins(before: torch.fx.GraphModule,
                 if "nn_module_stack" in user.meta:  # the module the plan names is the user's
                     node.meta["nn_module_stack"] = user.meta["nn_module_stack"]
                 break
-        new = new or f"{origin}:{_target_name(node).split('.')[0]}"
+        parts = _target_name(node).split(".")
+        new = new or f"{origin}:{parts[1] if len(parts) > 1 else parts[0]}"  # e.g. ...:minimum
         claimed.add(new)
         node.meta[ORIGIN_KEY] = new
         changes.append((node.name, new))
