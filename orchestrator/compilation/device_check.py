@@ -227,7 +227,8 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
                         None, program, tuple(workarounds))
             refusal = failure.refusal
             if refusal is None:
-                return refused(_delegate_refusal(str(failure)) or _first_line(str(failure)))
+                return refused(_delegate_refusal(str(failure), trial, view)
+                               or _first_line(str(failure)))
             node = runtime_node(program, refusal.operator,
                                 _ordinal(view, refusal))
             fix = (contiguous_operands(program, node, refusal.text())
@@ -259,16 +260,48 @@ _DELEGATE_FAILED = re.compile(r"CALL_DELEGATE execute failed at instruction (\d+
 _BACKEND_LINE = re.compile(r"\[(EthosUBackend\.cpp:\d+)\] (.+)$")
 
 
-def _delegate_refusal(log: str) -> str | None:
-    """What EthosUBackend logged when it refused a delegate call (its own words), or None."""
+_DELEGATE_IO = re.compile(r"\b(input|output) (\d+)\b")
+
+
+def _delegate_refusal(log: str, program=None, view: ProgramView | None = None) -> str | None:
+    """What EthosUBackend logged when it refused a delegate call (its own words), or None; with
+    the program, the op behind the input or output it names (e.g. an int64 `full` whose int32
+    NPU output the backend cannot widen)."""
     call = _DELEGATE_FAILED.search(log)
     if call is None:
         return None
     reasons = [f"{m.group(1)}: {m.group(2).strip()}" for m in map(_BACKEND_LINE.search,
                                                                      log.splitlines())
                if m and not m.group(2).startswith("data:")]
-    return (f"EthosUBackend refused the Ethos-U delegate at instruction {call.group(1)} "
+    text = (f"EthosUBackend refused the Ethos-U delegate at instruction {call.group(1)} "
             f"(error {call.group(2)}): " + ("; ".join(reasons) or "no reason logged"))
+    named = next((m for r in reasons for m in [_DELEGATE_IO.search(r)] if m), None)
+    if named is not None and program is not None and view is not None:
+        node = _delegate_io_node(program, view, int(call.group(1)), named.group(1),
+                                 int(named.group(2)))
+        if node is not None:
+            val = node.meta.get("val")
+            dtype = f", {str(val.dtype).replace('torch.', '')}" if hasattr(val, "dtype") else ""
+            text += (f" ({named.group(1)} {named.group(2)} of the partition is "
+                     f"{node.name}: {getattr(node.target, '__name__', node.target)}{dtype})")
+    return text
+
+
+def _delegate_io_node(program, view: ProgramView, instruction: int, side: str, position: int):
+    """The graph node behind input or output `position` of the delegate call at `instruction`
+    (delegates are numbered in the graph's order), or None where the program does not say."""
+    try:
+        (delegate,) = [c.delegate_index for c in view.delegate_calls() if c.index == instruction]
+        calls = [n for n in program.graph_module.graph.nodes if n.op == "call_function"
+                 and "executorch_call_delegate" in str(n.target)]
+        node = calls[delegate]
+        if side == "input":
+            return node.args[1 + position]
+        lowered = getattr(program.graph_module, node.args[0].target)
+        (output,) = [n for n in lowered.original_module.graph.nodes if n.op == "output"]
+        return output.args[0][position]
+    except (ValueError, IndexError, AttributeError, TypeError):
+        return None
 
 
 def _first_line(text: str) -> str:
