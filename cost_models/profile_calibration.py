@@ -55,6 +55,7 @@ rows: the CPU model at the plan's memory placement), before any calibration.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import re
@@ -66,9 +67,9 @@ from types import MappingProxyType
 
 import numpy as np
 import yaml
+
 from cost_models.cost import Cost
 from kernels.safe_files import DataFileError, load_yaml
-import copy
 
 OP_CLASSES = ("conv", "depthwise", "linear", "pooling", "elementwise", "softmax", "portable")
 UNITS = ("instructions", "cycles")
@@ -414,7 +415,6 @@ def with_validation(calibration: CpuCalibration, rows: Sequence[MeasuredRow],
 def to_yaml(calibration: CpuCalibration, bound: float | None = None) -> str:
     """The calibration file: what `calibrate` writes and a platform YAML or
     `--calibration-costs` names."""
-
     def figure(f: Figure) -> dict:
         return {"terms": dict(f.terms), "source": f.source}
 
@@ -554,7 +554,6 @@ def shipped_path(name: str) -> Path | None:
 def load_calibration(path_or_name: str | Path, shipped_only: bool = False) -> CpuCalibration:
     """A calibration file (read as data: safe YAML, bounded), or a shipped one by name
     (`shipped_only`: only a shipped one, for a name a platform YAML gives)."""
-
     text = str(path_or_name)
     path = Path(text).expanduser()
     if shipped_only or not path.is_file():
@@ -580,7 +579,6 @@ def calibrate_cost(cost, placement: str, kind: str, kernel: str | None,
     """A CPU row's Cost under `calibration`: its cycles the `cycles` model of its kernel (else
     class, else all classes), its instruction estimate the `instructions` model's; NPU rows and
     rows without a cost as they are. `work`: the row's figures (row_work) the terms count."""
-
     row_class = op_class(placement, kind, kernel)
     if cost is None or row_class is None:
         return cost

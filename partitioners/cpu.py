@@ -11,26 +11,25 @@ read); here that becomes a `CpuDecision` with a category and the text a user rea
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import re
 from dataclasses import dataclass
 from typing import Iterator
 
 import torch
+from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
+from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+from executorch.backends.cortex_m.target_config import CortexMTargetConfig
 
 from partitioners import upstream_cortex_m
 from partitioners.activation_narrowing import NARROWED_KEY, with_narrowed_fusion
 from partitioners.early_batch_matmul import EARLY_BMM_KEY, with_early_batch_matmul
 from partitioners.fused_activation_split import folds_into_its_producer, split_fused_activations
+from partitioners.legalize import legalize_for_device, per_channel_linear_as_conv2d
 # stamp_origins is re-exported for callers that import it from here.
 from partitioners.records import (ORIGIN_KEY, Workaround, quantize_scalar,  # noqa: F401
                                   reassign_shared_origins, stamp_origins)
-from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
-from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
-from executorch.backends.cortex_m.target_config import CortexMTargetConfig
-from partitioners.legalize import legalize_for_device
-from partitioners.legalize import per_channel_linear_as_conv2d
-import copy
 
 
 @dataclass(frozen=True)
@@ -221,7 +220,6 @@ def _failed_origin(error: BaseException, name: str) -> str | None:
 def _keep_float(program, name: str) -> bool:
     """Take the quantizer's mark off node `name`, so FoldAndAnnotateQParamsPass leaves its
     quantize/dequantize in place and the node runs in float on its portable kernel."""
-
     for node in program.graph_module.graph.nodes:
         if node.name == name:
             custom = node.meta.get("custom", {})

@@ -51,21 +51,21 @@ reported in the plan (as a `Workaround`) so the user sees what changed and why:
 
 from __future__ import annotations
 
+import copy
 import operator
 
 import torch
+from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
+from executorch.backends.transforms.utils import (create_constant_placeholder,
+                                                  get_param_tensor, is_param_node)
+from executorch.exir.dialects._ops import ops as exir_ops
+from torch.export.graph_signature import InputKind
 
 from kernels.catalogue import CHANNELS_LAST
-from kernels.reference import TRANSPOSE_MAX_RANK
-from partitioners.records import MOVED_OFF_CMSIS_KEY, ORIGIN_KEY, Workaround, quantize_scalar
-from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
-from executorch.backends.transforms.utils import create_constant_placeholder
-from executorch.backends.transforms.utils import get_param_tensor, is_param_node
-from executorch.exir.dialects._ops import ops as exir_ops
 from kernels.layout_checks import is_layout_finding, layout_findings
+from kernels.reference import TRANSPOSE_MAX_RANK
 from partitioners.fused_activation_split import ACTIVATIONS
-from torch.export.graph_signature import InputKind
-import copy
+from partitioners.records import MOVED_OFF_CMSIS_KEY, ORIGIN_KEY, Workaround, quantize_scalar
 
 _SCALAR_OVERLOADS = {"add": "Scalar", "sub": "Scalar", "mul": "Scalar", "div": "Scalar",
                      "gt": "Scalar", "ge": "Scalar", "lt": "Scalar", "le": "Scalar",
@@ -73,7 +73,6 @@ _SCALAR_OVERLOADS = {"add": "Scalar", "sub": "Scalar", "mul": "Scalar", "div": "
 
 
 def _edge_op(name: str, overload: str):
-
     return getattr(getattr(exir_ops.edge.aten, name), overload)
 
 
@@ -163,7 +162,6 @@ def scalarize_constant_operands(program) -> list[Workaround]:
 
 def sort_values_via_topk(program) -> list[Workaround]:
     """`sort(x).values` -> `topk(x, k=size)`, wrapped in contiguous copies when `x` is not."""
-
     fixes = []
     graph = program.graph_module.graph
     for node in list(graph.nodes):
@@ -300,7 +298,6 @@ def _with_dim_order(val, order: tuple[int, ...]):
 
 def _layout_copy(graph, place, source, order: tuple[int, ...], origin: str, cache: dict):
     """A `_to_dim_order_copy` of `source` into `order` at `place` (one per source and order)."""
-
     key = (source, order)
     if key not in cache:
         with place:
@@ -319,7 +316,6 @@ def _replace_input(node, old, new) -> None:
 
 def copy_to_kernel_layouts(program) -> list[Workaround]:
     """Copies that give every CPU kernel its operands in the layout it reads (see above)."""
-
     graph = program.graph_module.graph
     fixes, cache = [], {}
     for node in list(graph.nodes):
@@ -450,7 +446,6 @@ def conv1d_as_conv2d(module: torch.nn.Module) -> tuple[torch.nn.Module, list[Wor
     """A copy of `module` with every `nn.Conv1d` (with the BatchNorm1d and ReLU that follow it
     in a Sequential) and every 1-D pool as its 2-D form, and one Workaround per group;
     `module` itself is untouched."""
-
     if not any(type(m) is torch.nn.Conv1d or type(m) in _POOLS_1D for m in module.modules()):
         return module, []
     legal = copy.deepcopy(module)
@@ -564,7 +559,6 @@ def _per_channel_weight(program, linear):
     """(weight dequantize, int8 weight, scales) of a linear whose constant weight is quantized
     per output channel (axis 0) with zero points all 0 and more than one distinct scale, else
     None."""
-
     weight = linear.args[1] if len(linear.args) > 1 else None
     if not isinstance(weight, torch.fx.Node) or _target_parts(weight)[:2] != [
             "quantized_decomposed", "dequantize_per_channel"]:
@@ -587,7 +581,6 @@ def _view_after_activation(graph, view_out, shape_1x1) -> None:
     a ReLU (or relu6, clamp) right after the rewritten linear stays next to the convolution, so
     `ActivationFusionPass` folds it into the kernel's output clamp instead of leaving a portable
     clamp on int8 codes (the activations are elementwise: the layout changes no value)."""
-
     users = list(view_out.users)
     dequantize = users[0] if len(users) == 1 else None
     if dequantize is None or not _dequantize_per_tensor(dequantize):
@@ -618,7 +611,6 @@ def per_channel_linear_as_conv2d(program, skip=()) -> list[Workaround]:
     """Every quantized `linear` (not in `skip`) whose weight has several per-channel scales
     (see the module docstring), as `view -> conv2d 1x1 -> view` on the int8 side of its
     quantize/dequantize, in place, before the Cortex-M passes. One Workaround per linear."""
-
     graph = program.graph_module.graph
     fixes = []
     for node in list(graph.nodes):

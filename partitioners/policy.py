@@ -21,12 +21,12 @@ the policy rejects is recorded with the rule, and the plan names it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 from torch.fx.passes.operator_support import OperatorSupportBase
-from dataclasses import replace
+
 from kernels.safe_files import DataFileError, load_yaml
 
 PLACEMENTS = ("greedy", "cost")
@@ -84,7 +84,6 @@ class Policy:
 
     def with_forced_nodes(self, nodes: tuple[str, ...]) -> "Policy":
         """This policy plus `nodes` moved to the CPU by cost placement."""
-
         return replace(self, cost_moved=tuple(dict.fromkeys(self.cost_moved + tuple(nodes))))
 
     def forces_cpu(self) -> bool:
@@ -154,7 +153,6 @@ def parse_policy(raw, source: str = "policy") -> Policy:
 
 def load_policy(path) -> Policy:
     """Read a policy YAML (safe loader: no tags, no code)."""
-
     path = Path(path)
     if not path.is_file():
         raise PolicyError(f"policy file not found: {path}; check the --policy path")

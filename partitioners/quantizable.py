@@ -31,9 +31,9 @@ value checked by the twin); docs/benchmarks.md has their QEMU instruction counts
 from __future__ import annotations
 
 import torch
+from torch._decomp import get_decompositions
 
 from partitioners.records import Workaround, module_of
-from torch._decomp import get_decompositions
 
 _RECURRENT_OPS = ("gru", "lstm", "rnn_tanh", "rnn_relu")
 _ELEMENTWISE = ("add", "sub", "mul")

@@ -9,9 +9,11 @@ few MACs never earn back. Starting from the greedy plan, for each NPU partition:
                   substitution for the op, else the portable model
 
 A partition whose CPU figure is lower is a candidate. So are the ops at either end of a
-partition of several ops (its first or last costed op with the activations fused into it): moving
-them saves no invocation, so they are priced by their own rows only (NPU: Vela's cycles; CPU:
-our model), and are a candidate only where the CPU is the faster of the two. Candidates are forced to the CPU through
+partition of several ops (its first or last costed op with the activations fused into it):
+moving them saves no invocation, so they are priced by their own rows only (NPU: Vela's cycles;
+CPU: our model), and are a candidate only where the CPU is the faster of the two. Before any
+move, the memory regions: the program planned under Vela's Sram_Only beside the platform's
+Shared_Sram (see place_by_cost). Candidates are forced to the CPU through
 the placement policy (an Ethos-U operator-support check), the model recompiled and re-planned,
 and the result kept only if its whole-program estimate is lower than greedy's: never worse than
 greedy by the model. Boundary quantize/dequantize rows do not change when an int8 island moves
@@ -21,12 +23,10 @@ Every figure here is an estimate; its sources are named in each decision.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from dataclasses import dataclass
-
 from cost_models.plan_costs import cpu_op_cost
-from dataclasses import replace
 from orchestrator.errors import OrchestrateError
 from partitioners.policy import Policy
 from partitioners.upstream_cortex_m import substituted_op_names
@@ -110,7 +110,6 @@ _FUSED_ACTIVATIONS = ("relu", "clamp", "hardtanh")
 
 def _cpu_seconds(row, target, island_has_macs: bool) -> tuple[float, str]:
     """The row's op on the CPU: as the Cortex-M passes would lower it, by our CPU models."""
-
     if row.info is None:
         return 0.0, ""
     parts = row.op.split(".")
