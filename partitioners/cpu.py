@@ -328,7 +328,7 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
         candidate = copy.deepcopy(program)
         for name in [*kept_float, *per_channel_refused, *(n.name for n in float_only)]:
             _keep_float(candidate, name)
-        split = split_fused_activations(candidate)
+        split = split_fused_activations(candidate, forced)
         as_conv = per_channel_linear_as_conv2d(candidate, skip=set(kept_float))
         try:
             with cmsis_decisions_recorded() as decisions, \

@@ -57,16 +57,21 @@ def _output_quantize(node: torch.fx.Node) -> torch.fx.Node | None:
     return users[0]
 
 
-def split_fused_activations(program) -> list[Workaround]:
+def split_fused_activations(program, moved: set[str] | frozenset = frozenset()
+                            ) -> list[Workaround]:
     """Insert the quantize/dequantize pair between each fused producer and activation of
-    `program` (an edge ExportedProgram whose NPU partitions are already delegated, so every node
-    left is a CPU node); returns what it changed, for the plan."""
+    `program` (an edge ExportedProgram whose NPU partitions are already delegated) where the
+    producer or the activation is one of the `moved` nodes (a policy or cost placement moved it
+    off the NPU); returns what it changed, for the plan. Elsewhere the pattern is left to
+    upstream and our narrowed activation fusion (partitioners/activation_narrowing.py), which
+    lower it as a CPU-only program has always been lowered."""
     graph = program.graph_module.graph
     changes = []
     for activation in list(graph.nodes):
         if activation.op != "call_function" or activation.target not in ACTIVATIONS:
             continue
-        if not folds_into_its_producer(activation):
+        if not folds_into_its_producer(activation) or not (
+                activation.name in moved or activation.args[0].name in moved):
             continue
         producer = activation.args[0]
         quantize = _output_quantize(activation)

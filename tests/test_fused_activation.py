@@ -44,6 +44,12 @@ def _root(error: BaseException) -> BaseException:
     return error
 
 
+def _names(edge) -> set[str]:
+    """Every op of the edge program, as a policy forcing them all off the NPU names them."""
+    return {n.name for n in edge.exported_program().graph_module.graph.nodes
+            if n.op == "call_function"}
+
+
 def _ops(program) -> list[str]:
     return [str(getattr(n.target, "__name__", n.target)) for n in program.graph_module.graph.nodes
             if n.op == "call_function"]
@@ -54,8 +60,9 @@ def test_without_the_split_the_fused_linear_runs_in_float(monkeypatch):
     convolution without its own quantize, so it was kept in float on the portable addmm."""
     import partitioners.cpu as cpu
 
-    monkeypatch.setattr(cpu, "split_fused_activations", lambda program: [])
-    program, _, workarounds = cpu.route_to_cpu(_fused_edge(), "cortex-m55")
+    monkeypatch.setattr(cpu, "split_fused_activations", lambda program, moved=(): [])
+    edge = _fused_edge()
+    program, _, workarounds = cpu.route_to_cpu(edge, "cortex-m55", forced=_names(edge))
     assert "aten.addmm.default" in _ops(program)
     assert any("kept in float on the portable kernel" in w.message for w in workarounds)
 
@@ -63,7 +70,8 @@ def test_without_the_split_the_fused_linear_runs_in_float(monkeypatch):
 def test_the_relu_is_folded_into_the_cmsis_nn_kernel():
     from partitioners.cpu import route_to_cpu
 
-    program, _, workarounds = route_to_cpu(_fused_edge(), "cortex-m55")
+    edge = _fused_edge()
+    program, _, workarounds = route_to_cpu(edge, "cortex-m55", forced=_names(edge))
     ops = " ".join(_ops(program))
     assert ops.count("cortex_m.quantized_conv2d") == 2, ops  # both linears, as 1x1 convs
     assert "relu" not in ops and "clamp" not in ops and "addmm" not in ops, ops
