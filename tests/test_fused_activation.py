@@ -11,37 +11,15 @@ import pytest
 import torch
 
 from tests.device_tools import host_runtime_or_missing, qemu_or_missing
+from tests.ethos_u_edges import ethos_u_quantized_edge
 
 
 def _fused_edge():
     """Linear(8, 6) -> ReLU -> Linear(6, 4) quantized by the Ethos-U quantizer (per channel,
-    as our flow quantizes),
-    as an edge program for the CPU."""
-    from executorch.backends.arm.ethosu import EthosUCompileSpec
-    from executorch.backends.arm.quantizer import (EthosUQuantizer,
-                                                   get_symmetric_quantization_config)
-    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
-    from executorch.exir import to_edge_transform_and_lower
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
+    as our flow quantizes), as an edge program for the CPU."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 4)).eval()
-    generator = torch.Generator().manual_seed(1)
-    x = (torch.rand(1, 8, generator=generator) * 2 - 1,)
-    quantizer = EthosUQuantizer(EthosUCompileSpec(
-        "ethos-u55-128", system_config="Ethos_U55_High_End_Embedded", memory_mode="Shared_Sram"))
-    quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
-    prepared = prepare_pt2e(torch.export.export(model, x, strict=True).module(), quantizer)
-    for _ in range(4):
-        prepared(torch.rand(1, 8, generator=generator) * 2 - 1)
-    program = torch.export.export(convert_pt2e(prepared), x, strict=True)
-    return to_edge_transform_and_lower(program, compile_config=cortex_m_edge_compile_config())
-
-
-def _root(error: BaseException) -> BaseException:
-    while error.__cause__ or error.__context__:
-        error = error.__cause__ or error.__context__
-    return error
+    return ethos_u_quantized_edge(model, 8)
 
 
 def _names(edge) -> set[str]:

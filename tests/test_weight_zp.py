@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.device_tools import host_runtime_or_missing, qemu_or_missing, verify_qemu_passes
+from tests.ethos_u_edges import ethos_u_quantized_edge, root_cause
 
 U55 = dict(npu="ethos-u55-128")
 
@@ -43,30 +44,7 @@ def equal_scale_head():
 
 def _linear_edge(equal_scales: bool):
     """A lone Linear(8, 4) quantized by the Ethos-U quantizer, as an edge program for the CPU."""
-    from executorch.backends.arm.ethosu import EthosUCompileSpec
-    from executorch.backends.arm.quantizer import (EthosUQuantizer,
-                                                   get_symmetric_quantization_config)
-    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
-    from executorch.exir import to_edge_transform_and_lower
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    linear = Head(equal_scales).head.eval()
-    generator = torch.Generator().manual_seed(1)
-    x = (torch.rand(1, 8, generator=generator) * 2 - 1,)
-    quantizer = EthosUQuantizer(EthosUCompileSpec(
-        "ethos-u55-128", system_config="Ethos_U55_High_End_Embedded", memory_mode="Shared_Sram"))
-    quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
-    prepared = prepare_pt2e(torch.export.export(linear, x, strict=True).module(), quantizer)
-    for _ in range(4):
-        prepared(torch.rand(1, 8, generator=generator) * 2 - 1)
-    program = torch.export.export(convert_pt2e(prepared), x, strict=True)
-    return to_edge_transform_and_lower(program, compile_config=cortex_m_edge_compile_config())
-
-
-def _root(error: BaseException) -> BaseException:
-    while error.__cause__ or error.__context__:
-        error = error.__cause__ or error.__context__
-    return error
+    return ethos_u_quantized_edge(Head(equal_scales).head.eval(), 8)
 
 
 def test_upstream_refuses_all_zero_per_channel_weight_zero_points():
@@ -79,7 +57,7 @@ def test_upstream_refuses_all_zero_per_channel_weight_zero_points():
         CortexMPassManager(_linear_edge(equal_scales=True).exported_program(),
                            target_config=CortexMTargetConfig.from_target_string("cortex-m55")
                            ).transform()
-    root = _root(raised.value)
+    root = root_cause(raised.value)
     assert isinstance(root, NotImplementedError)
     assert str(root) == ("cortex_m::quantized_linear assumes symmetric weight quantization "
                          "(weight_zp == 0); got weight_zp=[0, 0, 0, 0]")

@@ -132,19 +132,8 @@ def island_decisions(plan, policy) -> list[Decision]:
     for index in sorted({r.partition for r in plan.rows if r.placement == "npu"}):
         rows = [r for r in plan.rows if r.partition == index and r.placement == "npu"]
         ops = [r for r in rows if r.kind != "npu-invocation"]
-        npu = sum(r.cost.seconds for r in rows if r.cost is not None)
-        cpu, sources = 0.0, []
-        has_macs = any(r.macs for r in ops)
-        for row in ops:
-            seconds, source = _cpu_seconds(row, target, has_macs)
-            cpu += seconds
-            if source and source not in sources:
-                sources.append(source)
-        keep = next((f"keep_npu rule matches {r.name}" for r in ops
-                     if policy is not None and r.name in policy.keep_npu.nodes), "")
-        decisions.append(Decision(index, tuple(r.name for r in ops), sum(r.macs for r in ops),
-                                  npu, cpu, "+".join(sources) or "-", cpu < npu and not keep,
-                                  keep if cpu < npu else ""))
+        # The whole island: its NPU figure includes the invocation moving it saves.
+        decisions.append(_decision(index, ops, rows, target, policy, "island"))
         if len(ops) > 1:
             ends.extend(_boundary_decisions(index, ops, target, policy))
     return decisions + ends
@@ -162,20 +151,27 @@ def _boundary_decisions(index: int, ops: list, target, policy) -> list[Decision]
     if len(costed) < 2:  # one costed op: moving it is moving the island
         return out
     for part, rows in (("first ops", ops[:costed[0] + 1]), ("last ops", ops[costed[-1]:])):
-        npu = sum(r.cost.seconds for r in rows if r.cost is not None)
-        has_macs = any(r.macs for r in rows)
-        cpu, sources = 0.0, []
-        for row in rows:
-            seconds, source = _cpu_seconds(row, target, has_macs)
-            cpu += seconds
-            if source and source not in sources:
-                sources.append(source)
-        keep = next((f"keep_npu rule matches {r.name}" for r in rows
-                     if policy is not None and r.name in policy.keep_npu.nodes), "")
-        out.append(Decision(index, tuple(r.name for r in rows), sum(r.macs for r in rows), npu,
-                            cpu, "+".join(sources) or "-", cpu < npu and not keep,
-                            keep if cpu < npu else "", part=part))
+        out.append(_decision(index, rows, rows, target, policy, part))
     return out
+
+
+def _decision(index: int, ops: list, npu_rows: list, target, policy, part: str) -> Decision:
+    """`ops` moved to the CPU, priced by our CPU models, against `npu_rows`' figures (Vela's,
+    and the invocation's when the whole island moves); a candidate when the CPU is faster and
+    no keep_npu rule names one of `ops`."""
+    npu = sum(r.cost.seconds for r in npu_rows if r.cost is not None)
+    has_macs = any(r.macs for r in ops)
+    cpu, sources = 0.0, []
+    for row in ops:
+        seconds, source = _cpu_seconds(row, target, has_macs)
+        cpu += seconds
+        if source and source not in sources:
+            sources.append(source)
+    keep = next((f"keep_npu rule matches {r.name}" for r in ops
+                 if policy is not None and r.name in policy.keep_npu.nodes), "")
+    return Decision(index, tuple(r.name for r in ops), sum(r.macs for r in ops), npu, cpu,
+                    "+".join(sources) or "-", cpu < npu and not keep, keep if cpu < npu else "",
+                    part=part)
 
 
 def place_by_cost(plan_fn, policy) -> CostPlacement:
