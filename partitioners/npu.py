@@ -23,6 +23,7 @@ import torch
 
 from partitioners import upstream_ethos_u
 from partitioners.policy import ForceCpuCheck
+from partitioners.records import Workaround
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,8 @@ def rejections_from(reporters: list) -> dict[str, NpuRejection]:
 
 
 def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
-    """to_edge + EthosUPartitioner + Vela. Returns (edge manager, rejections, Vela runs).
+    """to_edge + EthosUPartitioner + Vela. Returns (edge manager, rejections, Vela runs, the
+    Workarounds of upstream defects corrected while lowering).
 
     A placement policy's forced nodes are refused by an extra operator-support check
     (partitioners/policy.py), recorded as rejections naming the rule."""
@@ -179,7 +181,8 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
     force = ForceCpuCheck(policy) if policy is not None and policy.forces_cpu() else None
     partitioner = EthosUPartitioner(compile_spec, additional_checks=[force] if force else None)
     reporters = upstream_ethos_u.capture_reporters(partitioner)
-    with vela_runs_recorded(work_dir) as runs:
+    kept: list[tuple[str, int, int]] = []
+    with vela_runs_recorded(work_dir) as runs, upstream_ethos_u.live_activations_kept(kept):
         edge = to_edge_transform_and_lower(
             quantized_program,
             partitioner=[partitioner],
@@ -192,4 +195,13 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
         previous = rejections.get(name)
         rejections[name] = NpuRejection(name, previous.message if previous else "",
                                         previous.context if previous else "", rule)
-    return edge, rejections, list(runs)
+    return edge, rejections, list(runs), tuple(_kept_activation(*k) for k in dict.fromkeys(kept))
+
+
+def _kept_activation(node: str, zero_point: int, qmin: int) -> Workaround:
+    return Workaround(
+        node, "executorch arm FuseQuantizedActivationPass",
+        f"kept as a clamp on the NPU, not folded into the convolution before it: its output's "
+        f"zero point ({zero_point}) is above qmin ({qmin}), and upstream's fold would raise qmin "
+        f"to it in a quantize whose qmin the convolution's RESCALE never applies, passing "
+        f"negative values through (partitioners/upstream_ethos_u.py: live_activations_kept)")

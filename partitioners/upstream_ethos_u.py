@@ -8,6 +8,9 @@ ExecuTorch keeps what a placement report needs out of its public API:
 - `executorch.backends.arm.ethosu.backend.vela_compile` is called once per partition; wrapping it
   is how each call gets an output folder of its own. The swap is process-global, so a lock keeps
   two compiles in one process from interleaving their recordings.
+- `FuseQuantizedActivationPass._is_fuseable_quantized_activation(node)` decides which ReLUs fold
+  into the convolution before them; `live_activations_kept` narrows it (an upstream defect, see
+  there) while the same lock is held.
 
 `tests/test_upstream_adapters.py` checks each of these names and signatures without compiling,
 so an ExecuTorch upgrade that moves them fails there, not as a wrong report.
@@ -64,13 +67,71 @@ def vela_compile_wrapped(make_wrapper: Callable[[Callable], Callable]) -> Iterat
             ethosu_backend.vela_compile = upstream
 
 
+@contextlib.contextmanager
+def live_activations_kept(kept: list[tuple[str, int, int]]) -> Iterator[None]:
+    """Keep the ReLUs (and hardtanh(0, max)) whose clamp at zero is live out of the conv fusion.
+
+    Upstream defect (ExecuTorch 1.5.1, Arm backend): FuseQuantizedActivationPass removes a ReLU
+    after a convolution or linear and instead raises the following quantize's qmin to its zero
+    point. RewriteConvPass then builds the convolution's output RESCALE from that quantize's
+    scale and zero point only; a TOSA RESCALE saturates to the int8 range, so the raised qmin is
+    never applied. Where the zero point is qmin (a ReLU output quantized on its own, range from
+    0) nothing is lost. Where it is above (the ReLU's output shares a quantization range that
+    goes below zero, e.g. with a tensor it is concatenated with), the NPU passes the negative
+    values through. Meanwhile such an activation is not fused: it stays a quantized clamp, the
+    path upstream takes for an activation it does not fuse (RewriteConvPass's
+    `_get_effective_output_qparams`). `kept` gets (node name, zero point, qmin) of each.
+
+    Called inside `vela_compile_wrapped` (whose lock makes the process-global swap safe)."""
+    check_version()
+    from executorch.backends.arm._passes.fuse_quantized_activation_pass import (  # lazy: heavy (executorch)
+        FuseQuantizedActivationPass)
+    from executorch.backends.arm._passes.quant_args import QuantArgs  # lazy: heavy (executorch)
+
+    if not _VELA_LOCK.locked():
+        raise RuntimeError("live_activations_kept must run inside vela_compile_wrapped")
+    upstream = FuseQuantizedActivationPass.__dict__["_is_fuseable_quantized_activation"]
+
+    def fuseable(node) -> bool:
+        if not upstream.__func__(node):
+            return False
+        quant = next(iter(node.users))
+        args = QuantArgs.from_operator(quant.target, quant.args)
+        if isinstance(args.zp, int) and args.zp > args.qmin:
+            kept.append((node.name, args.zp, args.qmin))
+            return False
+        return True
+
+    upstream_call = FuseQuantizedActivationPass.call
+
+    def call(self, graph_module):
+        # Only the pass is narrowed: the partitioner's support check asks the same question
+        # ("is this conv's output quantized through its activation?"), and the answer stays yes.
+        FuseQuantizedActivationPass._is_fuseable_quantized_activation = staticmethod(fuseable)
+        try:
+            return upstream_call(self, graph_module)
+        finally:
+            FuseQuantizedActivationPass._is_fuseable_quantized_activation = upstream
+
+    FuseQuantizedActivationPass.call = call
+    try:
+        yield
+    finally:
+        FuseQuantizedActivationPass.call = upstream_call
+
+
 def contract() -> dict[str, object]:
     """The upstream names and signatures this adapter relies on (for the contract test)."""
     import executorch.backends.arm.ethosu.backend as ethosu_backend  # lazy: heavy (executorch, vela)
     from executorch.backends.arm.ethosu import EthosUPartitioner  # lazy: heavy (executorch, vela)
+    from executorch.backends.arm._passes.fuse_quantized_activation_pass import (  # lazy: heavy (executorch)
+        FuseQuantizedActivationPass)
     from executorch.exir.backend.utils import WhyNoPartitionReporter  # lazy: heavy (executorch)
 
+    fuseable = FuseQuantizedActivationPass.__dict__.get("_is_fuseable_quantized_activation")
     return {
+        "_is_fuseable_quantized_activation": list(inspect.signature(fuseable.__func__).parameters)
+        if isinstance(fuseable, staticmethod) else None,
         "_tag_module": list(inspect.signature(EthosUPartitioner._tag_module).parameters),
         "_rejected_nodes": isinstance(WhyNoPartitionReporter()._rejected_nodes, dict),
         "vela_compile": list(inspect.signature(ethosu_backend.vela_compile).parameters),

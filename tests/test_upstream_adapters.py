@@ -18,6 +18,8 @@ def test_ethos_u_adapter_contract():
     assert contract["_rejected_nodes"] is True  # node -> message
     assert contract["vela_compile"][:2] == ["tosa_flatbuffer", "args"]
     assert {"intermediate_path", "block_placements"} <= set(contract["vela_compile"])
+    # a staticmethod of one node, called by the pass and by the partitioner's support check
+    assert contract["_is_fuseable_quantized_activation"] == ["node"]
 
 
 def test_exir_adapter_contract():

@@ -57,6 +57,7 @@ from partitioners import quantizable
 from partitioners.legalize import conv1d_as_conv2d
 from partitioners.npu import NpuRejection, VelaRun, lower_to_npu
 from partitioners.policy import Policy, unmatched_force_cpu
+from partitioners.records import Workaround
 from platforms.arena_planning import ArenaRecord, arena_slots, planning_algorithm
 from platforms.memory_placement import MemoryPolicy
 
@@ -86,6 +87,7 @@ class Lowered:
     npu_rejections: dict[str, NpuRejection]
     vela_runs: tuple[VelaRun, ...]
     policy_unmatched: tuple[str, ...] = ()  # force_cpu entries that matched no node (notes)
+    workarounds: tuple[Workaround, ...] = ()  # upstream defects corrected while lowering
 
 
 @dataclass(frozen=True)
@@ -218,16 +220,16 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
 
 def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> Lowered:
     if target.npu:
-        edge, rejections, runs = lower_to_npu(quantized.program, compile_spec(target), work_dir,
-                                              policy)
+        edge, rejections, runs, fixes = lower_to_npu(quantized.program, compile_spec(target),
+                                                     work_dir, policy)
     else:
         edge = to_edge_transform_and_lower(quantized.program,
                                            compile_config=cortex_m_edge_compile_config())
-        rejections, runs = {}, []
+        rejections, runs, fixes = {}, [], ()
     unmatched = ()
     if target.npu and policy is not None and policy.forces_cpu():
         unmatched = unmatched_force_cpu(policy, (r.policy_rule for r in rejections.values()))
-    return Lowered(edge, rejections, tuple(runs), unmatched)
+    return Lowered(edge, rejections, tuple(runs), unmatched, fixes)
 
 
 def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:
@@ -385,7 +387,8 @@ def _route_cpu_stage(state: CompileState) -> CompileState:
     program, decisions, workarounds = route_to_cpu(state.lowered.edge, state.target.cpu,
                                                    state.options.legalize, forced)
     return replace(state, final_program=program, cpu_decisions=decisions,
-                   workarounds=state.model_workarounds + tuple(workarounds),
+                   workarounds=state.model_workarounds + state.lowered.workarounds
+                   + tuple(workarounds),
                    routed_edge=upstream_exir.with_forward(state.lowered.edge, program))
 
 

@@ -1,0 +1,144 @@
+"""A ReLU whose output shares a quantization range that goes below zero keeps its clamp on the NPU.
+
+Upstream (ExecuTorch 1.5.1, Arm backend) folds a ReLU after a convolution by raising the next
+quantize's qmin to its zero point, and the convolution's RESCALE never applies that qmin: when the
+ReLU's output is concatenated with a tensor that goes negative (so the two share one range and the
+zero point is above qmin), the NPU passes the negative values through. Found on the index_ops
+family with its int64 constant forced off the NPU, where the twin's local check failed the first
+partition by 95 steps. partitioners/upstream_ethos_u.py (live_activations_kept) keeps such a ReLU
+as a clamp; these tests run the partition's TOSA graph in the TOSA reference model against the
+quantized reference, with and without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from npu_driver.tosa_twin import graph_io, run_tosa
+from partitioners.npu import lower_to_npu, vela_runs_recorded
+from partitioners.upstream_ethos_u import live_activations_kept
+
+SHAPE = (1, 3, 6, 7)  # H != W != C: the TOSA graph's layout is read from its shapes
+
+
+class SharedRangeRelu(nn.Module):
+    """relu(conv(x)) concatenated with a convolution of it: one quantization range for both."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 5, 3, padding=1)
+        self.conv2 = nn.Conv2d(5, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        return torch.cat([y, self.conv2(y)], dim=1)
+
+
+def _spec():
+    from executorch.backends.arm.ethosu import EthosUCompileSpec
+
+    return EthosUCompileSpec("ethos-u55-128", system_config="Ethos_U55_High_End_Embedded",
+                             memory_mode="Shared_Sram")
+
+
+class OwnRangeRelu(nn.Module):
+    """relu(conv(x)) quantized on its own: the range starts at 0, the zero point is qmin."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 5, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x))
+
+
+def _quantize(module: nn.Module):
+    from executorch.backends.arm.quantizer import (EthosUQuantizer,
+                                                   get_symmetric_quantization_config)
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(1)
+    example = (torch.randn(SHAPE, generator=generator),)
+    quantizer = EthosUQuantizer(_spec())
+    quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(torch.export.export(module.eval(), example, strict=True)
+                            .module(check_guards=False), quantizer)
+    for _ in range(4):
+        prepared(torch.randn(SHAPE, generator=generator))
+    reference = convert_pt2e(prepared)
+    return reference, torch.export.export(reference, example, strict=True)
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    return _quantize(SharedRangeRelu())
+
+
+def _qparams(program):
+    """(scale, zero point) of the input quantize and of the output's quantize."""
+    quantizes = [n for n in program.graph.nodes if n.target is
+                 torch.ops.quantized_decomposed.quantize_per_tensor.default]
+    return [(float(n.args[1]), int(n.args[2])) for n in (quantizes[0], quantizes[-1])]
+
+
+def _npu_vs_reference(quantized, tmp_path, workaround: bool):
+    """Max |steps| between the NPU partition's TOSA graph and the quantized reference, and the
+    ReLUs the workaround kept."""
+    from executorch.backends.arm.ethosu import EthosUPartitioner
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    reference, program = quantized
+    kept: list = []
+    with vela_runs_recorded(tmp_path) as runs, \
+            (live_activations_kept(kept) if workaround else contextlib.nullcontext()):
+        to_edge_transform_and_lower(program, partitioner=[EthosUPartitioner(_spec())],
+                                    compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    (run,) = runs
+    io = graph_io(run.tosa_bytes)
+    (in_scale, in_zp), (out_scale, out_zp) = _qparams(program)
+    worst = 0
+    generator = torch.Generator().manual_seed(7)
+    for _ in range(3):
+        x = torch.randn(SHAPE, generator=generator)
+        q = torch.clamp(torch.round(x / in_scale) + in_zp, -128, 127).to(torch.int8)
+        nhwc_in = io.inputs[0].shape != SHAPE
+        (out,) = run_tosa(run.tosa_bytes, io, [(q.permute(0, 2, 3, 1) if nhwc_in else q)
+                                               .contiguous().numpy()])
+        expected = torch.round(reference(x) / out_scale) + out_zp  # the reference's int8 codes
+        if io.outputs[0].shape != tuple(expected.shape):
+            expected = expected.permute(0, 2, 3, 1)
+        worst = max(worst, int(np.abs(out.astype(np.int32) - expected.numpy().astype(np.int32))
+                               .max()))
+    return worst, kept, out_zp
+
+
+def test_upstream_drops_the_relu_of_a_shared_range_and_the_npu_passes_negatives(quantized,
+                                                                               tmp_path):
+    worst, _, zero_point = _npu_vs_reference(quantized, tmp_path, workaround=False)
+    assert zero_point > -128  # the shared range goes below zero: the ReLU's clamp is live
+    assert worst > 10, f"upstream's graph now agrees ({worst} steps): drop the workaround"
+
+
+def test_the_kept_clamp_makes_the_npu_match_the_quantized_reference(quantized, tmp_path):
+    worst, kept, zero_point = _npu_vs_reference(quantized, tmp_path, workaround=True)
+    assert [name for name, *_ in kept] == ["aten_relu_default"]
+    assert kept[0][1:] == (zero_point, -128)
+    assert worst <= 1
+
+
+def test_the_plan_names_the_kept_relu_and_a_relu_of_its_own_range_still_folds(quantized,
+                                                                            tmp_path):
+    _, program = quantized
+    _, _, _, fixes = lower_to_npu(program, _spec(), tmp_path / "shared")
+    assert [(f.node, f.upstream) for f in fixes] == [
+        ("aten_relu_default", "executorch arm FuseQuantizedActivationPass")]
+    assert "zero point (" in fixes[0].message and "qmin (-128)" in fixes[0].message
+    _, own = _quantize(OwnRangeRelu())
+    _, _, _, fixes = lower_to_npu(own, _spec(), tmp_path / "own")
+    assert fixes == ()
