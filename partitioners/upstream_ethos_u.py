@@ -95,6 +95,8 @@ def live_activations_kept(kept: list[tuple[str, int, int]]) -> Iterator[None]:
     def fuseable(node) -> bool:
         if not upstream.__func__(node):
             return False
+        if not FuseQuantizedActivationPass._is_fuseable_input(node.args[0]):
+            return True  # the pass leaves it alone anyway (an add's ReLU): nothing to keep
         quant = next(iter(node.users))
         args = QuantArgs.from_operator(quant.target, quant.args)
         if isinstance(args.zp, int) and args.zp > args.qmin:
@@ -128,10 +130,15 @@ def contract() -> dict[str, object]:
         FuseQuantizedActivationPass)
     from executorch.exir.backend.utils import WhyNoPartitionReporter  # lazy: heavy (executorch)
 
-    fuseable = FuseQuantizedActivationPass.__dict__.get("_is_fuseable_quantized_activation")
+    def static_parameters(name: str):
+        found = FuseQuantizedActivationPass.__dict__.get(name)
+        return list(inspect.signature(found.__func__).parameters) \
+            if isinstance(found, staticmethod) else None
+
     return {
-        "_is_fuseable_quantized_activation": list(inspect.signature(fuseable.__func__).parameters)
-        if isinstance(fuseable, staticmethod) else None,
+        "_is_fuseable_quantized_activation": static_parameters(
+            "_is_fuseable_quantized_activation"),
+        "_is_fuseable_input": static_parameters("_is_fuseable_input"),
         "_tag_module": list(inspect.signature(EthosUPartitioner._tag_module).parameters),
         "_rejected_nodes": isinstance(WhyNoPartitionReporter()._rejected_nodes, dict),
         "vela_compile": list(inspect.signature(ethosu_backend.vela_compile).parameters),

@@ -142,3 +142,30 @@ def test_the_plan_names_the_kept_relu_and_a_relu_of_its_own_range_still_folds(qu
     _, own = _quantize(OwnRangeRelu())
     _, _, _, fixes = lower_to_npu(own, _spec(), tmp_path / "own")
     assert fixes == ()
+
+
+def test_index_ops_with_its_int64_constant_forced_off_the_npu_verifies_on_every_method(
+        tmp_path_factory):
+    """The family where it was found, through the public API: the twin's local check, the host
+    runtime and QEMU all pass, and the program agrees with the quantized reference end to end."""
+    import orchestrator
+    from examples.user_models import model_spec
+    from orchestrator.device_runs.combined import verify_all
+    from tests.device_tools import host_runtime_or_missing, qemu_or_missing
+
+    folder = tmp_path_factory.mktemp("index_ops_forced")
+    (folder / "policy.yaml").write_text("force_cpu:\n  nodes: [aten_full_default]\n")
+    result = orchestrator.compile(model_spec("index_ops"), folder / "index_ops.pte", bundle=True,
+                                  npu="ethos-u55-128", policy=str(folder / "policy.yaml"))
+    assert [w.node for w in result.plan.compiled.workarounds
+            if "FuseQuantizedActivationPass" in w.upstream] == ["aten_relu_default"]
+    assert result.plan.summary.macs["npu"] == 11_904
+    host_runtime_or_missing().close()
+    qemu_or_missing()
+    verdict = verify_all(result.pte, samples=4, methods=("twin", "host runtime",
+                                                         "QEMU Cortex-M55"))
+    outcomes = {r.name: r.outcome for r in verdict.results}
+    assert outcomes == {"twin": "passed", "host runtime": "passed",
+                        "QEMU Cortex-M55": "passed"}, verdict.verdict
+    twin = orchestrator.verify(result.pte, samples=2)
+    assert twin.passed and [o.differing_elements for o in twin.outputs] == [0, 0, 0], twin.outputs

@@ -208,3 +208,42 @@ def test_a_movement_that_is_not_its_input_moved_fails_even_without_a_reference_n
     assert _check(reference, [first, good])[1].passed is True
     failed = _check(reference, [first, bad])[1]
     assert failed.passed is False and failed.reference_node == "not a move of EValue 3"
+
+
+class _DelegateOutputs(nn.Module):
+    """index_ops' shape of trouble: a partition hands over a constant (zeros_like) the reference
+    computes late, and its outputs in another order than the reference's."""
+
+    def forward(self, x):
+        a = _q(x, S_IN)
+        y = _q(torch.relu(_dq(a, S_IN)), S_MID)
+        z = _q(_dq(y, S_MID) - 0.3, S_MID)
+        over = _dq(z, S_MID) > 0.1
+        zeros = _q(torch.zeros_like(_dq(z, S_MID)), S_MID)
+        w = _q(_dq(z, S_MID) * 0.5, S_MID)
+        positive = _dq(z, S_MID) > 0.0
+        return over, zeros, w, positive
+
+
+def test_a_partitions_outputs_in_any_order_and_its_constants_are_each_matched_to_their_node():
+    from orchestrator.verification.local_check import ForcedReference, check_locally
+
+    sample = (torch.linspace(-0.6, 0.6, 32).reshape(1, 32),)
+    module = torch.export.export(_DelegateOutputs(), sample, strict=True).module(
+        check_guards=False)
+    with torch.no_grad():
+        recorder = _Recorder(module)
+        recorder.run(*sample)
+    v = recorder.values
+    names = sorted(n for n in v if n.startswith(("quantize_per_tensor", "gt")))
+    a, y, z, zeros, w = (v[n] for n in names if n.startswith("quantize"))
+    over, positive = v["gt"], v["gt_1"]
+    assert bool((over != positive).any())  # a wrong match between the two would fail
+    written = [(0, "quantize", 10, a),
+               (1, "npu", 11, zeros), (1, "npu", 12, z), (1, "npu", 13, y),  # constant first
+               (2, "gt", 14, over), (3, "mul", 15, w), (4, "gt", 16, positive)]
+    checks = check_locally(ForcedReference(module, sample), written, {}, steps_per_stage=1)
+    assert [(c.value, c.reference_node, c.passed) for c in checks] == [
+        (10, "quantize_per_tensor", True), (11, "quantize_per_tensor_3", True),
+        (12, "quantize_per_tensor_2", True), (13, "quantize_per_tensor_1", True),
+        (14, "gt", True), (15, "quantize_per_tensor_4", True), (16, "gt_1", True)]

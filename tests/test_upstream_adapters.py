@@ -20,6 +20,7 @@ def test_ethos_u_adapter_contract():
     assert {"intermediate_path", "block_placements"} <= set(contract["vela_compile"])
     # a staticmethod of one node, called by the pass and by the partitioner's support check
     assert contract["_is_fuseable_quantized_activation"] == ["node"]
+    assert contract["_is_fuseable_input"] == ["node"]
 
 
 def test_exir_adapter_contract():

@@ -24,7 +24,11 @@ Matching a program value to its reference node: same shape and dtype (when no re
 has its shape, the same shape once size-1 dims are dropped: a linear the compile computes as a
 1x1 convolution writes [N, M, 1, 1]), the same scale and zero
 point where the program states them, after the previous match in topological order; among
-those, the one within its bound with the smallest difference. When none is within its bound,
+those, the one within its bound with the smallest difference (the outputs of one instruction, e.g. a
+delegate's, are each matched after the previous instruction's matches: they come in no order the
+reference shares, and an NPU partition's constant output listed first put its other outputs
+after the constant's late reference node; a match to a constant, which the program may compute
+long before the reference does, moves that order on for nobody). When none is within its bound,
 the value fails against the earliest (a wrong value matches nothing, and the earliest unmatched
 node is the one the program is computing), but it is not forced into the reference: a value
 with no reference counterpart at all (an intermediate of a kernel's decomposition, e.g. the
@@ -110,6 +114,20 @@ class ForcedReference:
         for node, value in zip(placeholders, sample):
             env[node] = value
         self._stages: dict = {}
+        self._reads_input: dict | None = None
+
+    def reads_an_input(self, node) -> bool:
+        """Whether `node`'s value depends on a model input: a constant (a `full`, a
+        `zeros_like`, which reads only its argument's shape) does not, and an NPU partition may
+        hand it over before values the reference computes much earlier."""
+        if self._reads_input is None:
+            self._reads_input = {}
+            for current in self.nodes:
+                name = str(getattr(current.target, "__name__", current.target))
+                self._reads_input[current] = current.op == "placeholder" or (
+                    current.op == "call_function" and not name.startswith(_SHAPE_ONLY)
+                    and any(self._reads_input.get(i, False) for i in current.all_input_nodes))
+        return self._reads_input[node]
 
     def checkpoints(self) -> list:
         """Nodes a program value can be compared with: quantize outputs and bool results."""
@@ -180,6 +198,10 @@ class ForcedReference:
         return False
 
 
+# Ops whose value depends on their argument's shape only.
+_SHAPE_ONLY = ("zeros_like", "ones_like", "full_like", "empty_like")
+
+
 def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[float, int]],
                   steps_per_stage: float) -> tuple[LocalCheck, ...]:
     """Match each (instruction, op, EValue, tensor) the program wrote, in execution order, to a
@@ -189,9 +211,14 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
     checks: list[LocalCheck] = []
     missed: dict = {}  # reference node -> indices of checks that failed against it
     last_order = -1
+    # the outputs of one instruction (a delegate's) come in no order the reference shares: each
+    # is matched after the previous instruction's matches, not after its siblings'
+    current, floor = None, -1
     seen: dict[int, torch.Tensor] = {}  # EValue -> what the program wrote there
     for entry in written:
         instruction, op, value, tensor = entry[:4]
+        if instruction != current:
+            current, floor = instruction, last_order
         # a kernel that writes into the EValue it reads (a transpose over a size-1 dim) is
         # compared with what was there before it, never with its own output
         known = {source: seen.get(source) for source in (entry[4] if len(entry) > 4 else ())}
@@ -218,7 +245,7 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
             scale, zero_point = qparams[value]
             candidates = [c for c in candidates if not _is_quantize(c) or (
                 int(c.args[2]) == zero_point and abs(float(c.args[1]) - scale) <= 1e-6 * abs(scale))]
-        later = [c for c in candidates if forced.order[c] > last_order]
+        later = [c for c in candidates if forced.order[c] > floor]
         candidates = later or candidates
         if not candidates:
             moved = _moved_from(op, tensor, sources, known)
@@ -255,7 +282,8 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
                 else min(scored, key=lambda s: s[3]))
         within, steps, mismatched, order, stages, allowed, node = best
         if within:
-            last_order = max(last_order, order)
+            if forced.reads_an_input(node):
+                last_order = max(last_order, order)
             forced.force(node, tensor.reshape(forced.value(node).shape))
             for index in missed.pop(node, []):
                 checks[index] = replace(checks[index], reference_node=None, max_steps=None,
