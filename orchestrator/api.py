@@ -8,15 +8,15 @@
     assert verdict.passed, verdict.verdict
 
 `plan` and `compile` take a model spec with keyword options, or one `Request`
-(orchestrator/request.py) — the CLI and `sweep` build Requests and call these functions, so all
-three paths resolve and check a request the same way. Errors are
+(orchestrator/request.py), and `sweep` a list of them — the CLI builds Requests and calls these
+functions, so every path resolves and checks a request the same way. Errors are
 `orchestrator.errors.OrchestrateError`s (UserError for bad input), as in the CLI.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,13 +25,12 @@ from orchestrator.artifacts.files import atomic_write_bytes, check_output_file, 
 from orchestrator.artifacts.manifest import Manifest
 from orchestrator.artifacts.profile import read_profile
 from orchestrator.errors import UserError
-from orchestrator.request import Request, Resolved, resolve
+from orchestrator.request import Request, resolve
 from platforms import PlatformError, normalize_cpu
 
 if TYPE_CHECKING:  # the compile stack imports torch and ExecuTorch (seconds): imported on use
     from orchestrator.planning.measured import MeasuredPlan
     from orchestrator.planning.planner import Plan
-    from orchestrator.sources.loader import Calibration, LoadedModel
 
 
 @dataclass(frozen=True)
@@ -65,35 +64,9 @@ def plan(model: str | Request, progress=None, **options) -> "Plan":
     calibration_costs (a file from `calibrate`: CPU rows' figures scaled by it, its name in
     their sources).
     `progress(stage, event, seconds)` hears each stage start and finish."""
-    from orchestrator.planning.cost_placement import place_by_cost  # lazy: heavy (torch)
-    from orchestrator.sources.loader import load_calibration, load_model  # lazy: heavy (torch)
+    from orchestrator.planning.run import plan_request  # lazy: heavy (torch)
 
-    request = as_request(model, **options)
-    resolved = resolve(request)
-    loaded = load_model(request.model)
-    samples = load_calibration(request.calibration, loaded.example_inputs)
-    if resolved.placement == "greedy" or not resolved.target.npu:
-        return _plan_under(loaded, samples, resolved, resolved.policy, progress)
-    chosen = place_by_cost(lambda p: _plan_under(loaded, samples, resolved, p, progress),
-                           resolved.policy)
-    return replace(chosen.chosen, cost_placement=chosen)
-
-
-def _plan_under(loaded: "LoadedModel", samples: "Calibration", resolved: Resolved, policy,
-                progress) -> "Plan":
-    from orchestrator.compilation.pipeline import (  # lazy: heavy (torch, executorch, vela)
-        compile_model)
-    from orchestrator.planning.planner import make_plan  # lazy: heavy (torch, executorch, vela)
-
-    target = resolved.target
-    if policy is not None and target.npu and policy.memory_mode \
-            and policy.memory_mode != target.memory_mode:  # a cost-placement trial
-        target = replace(target, memory_mode=policy.memory_mode)
-    compiled = compile_model(loaded, samples, target, policy=policy,
-                             memory_policy=resolved.memory, io_auto=resolved.io_auto,
-                             progress=progress)
-    return make_plan(compiled, resolved.request.runner_ops, progress, resolved.memory,
-                     resolved.costs)
+    return plan_request(as_request(model, **options), progress)
 
 
 def compile(model: str | Request, output, bundle: bool = False, progress=None,  # noqa: A001
@@ -112,6 +85,48 @@ def compile(model: str | Request, output, bundle: bool = False, progress=None,  
 
         write_bundle(output, output.with_suffix(".bpte"))
     return CompileResult(output, artifacts, made)
+
+
+def sweep(requests, workers: int | None = None, progress=None, executor: str = "local"):
+    """Plan every request (a Request, or a model spec planned with the defaults), `workers` at a
+    time, and return one orchestrator.sweeps.local.SweepRow each, in order.
+
+    Every request is resolved and every model loaded before anything compiles, so a bad target
+    or model spec is one UserError, not a failure part-way. `executor`: `local`, `ray` or
+    `ray:ADDRESS` (orchestrator/sweeps/ray_executor.py); `progress(label, event, seconds)`
+    hears "checked" once every request is resolved and loaded, then "done" per configuration. A sweep plans greedily (cost placement is `plan`'s)."""
+    from orchestrator.sources.loader import load_model  # lazy: heavy (torch)
+    from orchestrator.sweeps.local import Executor, sweep_jobs  # lazy: heavy (multiprocessing)
+    from orchestrator.sweeps.ray_executor import import_ray  # lazy: optional (ray)
+
+    jobs = [as_request(r) for r in requests]
+    if Executor.parse(executor).kind == "ray":  # a missing Ray is named before any compile
+        import_ray()
+    for job in jobs:
+        if resolve(job).placement == "cost":
+            raise UserError("sweep plans greedily; run `orchestrate plan --placement cost` for "
+                            "one configuration")
+    for model in dict.fromkeys(job.model for job in jobs):
+        load_model(model)
+    if progress:
+        progress("sweep", "checked", 0.0)  # every request is good: compiling starts
+    return sweep_jobs(jobs, workers, progress, executor=executor)
+
+
+def size(pte):
+    """Where the bytes of a `.pte` go (orchestrator/artifacts/size.py: SizeReport; render it
+    with its render_text / render_json). A file that is not an ExecuTorch program is a
+    UserError."""
+    from orchestrator.artifacts.size import analyze  # lazy: heavy (torch)
+
+    pte = Path(pte)
+    if not pte.is_file():
+        raise UserError(f"'{pte}' not found; give a .pte file")
+    try:
+        return analyze(pte)
+    except Exception as error:  # noqa: BLE001 - not a program the schema can read
+        raise UserError(f"'{pte}' is not an ExecuTorch program ({type(error).__name__}); "
+                        "give a .pte written by `orchestrate compile`") from None
 
 
 def verify(pte, samples: int = 16, calibration: str | None = None, per_op: bool = False,

@@ -31,8 +31,7 @@ from orchestrator.device_runs.qemu import installed_platform, profile_lines, qem
 from orchestrator.errors import (GateFailure, NotRun, OrchestrateError, UserError,
                                  VerificationFailure, as_orchestrate_error)
 from orchestrator.reports.html import render_sweep_html
-from orchestrator.request import Request, load_policy_arg, memory_policy, resolve
-from orchestrator.sweeps.ray_executor import import_ray
+from orchestrator.request import Request, load_policy_arg, memory_policy
 from orchestrator.verification.methods import FVP, QEMU, RUNTIME, TWIN, VerifyInputs
 from partitioners.reasons import markdown as reasons_markdown
 from platforms.platform import CPU_TIERS, PlatformError, list_platforms, load_platform
@@ -727,18 +726,10 @@ def _sweep_models(args) -> list[str]:
 
 
 def cmd_sweep(args) -> int:
-    from orchestrator.sources.loader import load_model  # lazy: heavy (torch)
-    from orchestrator.sweeps.local import (  # lazy: heavy (multiprocessing, tabulate)
-        Executor, render_text, sweep_jobs, to_json)
+    from orchestrator.sweeps.local import render_text, to_json  # lazy: heavy (tabulate)
 
-    if Executor.parse(args.executor).kind == "ray":  # a missing Ray is named before any compile
-
-        import_ray()
     _check_outputs(args, report=args.output)
     _policy_first(args)
-    if args.placement == "cost":
-        raise UserError("sweep plans greedily; run `orchestrate plan --placement cost` for one "
-                        "configuration")
     try:
         platform = load_platform(args.platform)
     except PlatformError as error:
@@ -753,15 +744,11 @@ def cmd_sweep(args) -> int:
                         "commas, e.g. ethos-u55-128,none")
     models = _sweep_models(args)
     jobs = [_request(args, npu=npu, model=model) for model in models for npu in npus]
-    for job in jobs[:len(npus)]:  # every target checked here, before any worker starts
-        resolve(job)
-    for model in models:  # a bad model spec is refused before compiling anything
-        load_model(model)
-    if not args.calibration:
-        print("warning: calibration: no --calibration given; generated samples calibrate the "
-              "quantizer, so accuracy figures are not representative", file=sys.stderr)
-    progress = _SweepProgress(len(jobs), not args.quiet and sys.stderr.isatty())
-    rows = sweep_jobs(jobs, args.jobs, progress, executor=args.executor)
+    warning = None if args.calibration else (
+        "warning: calibration: no --calibration given; generated samples calibrate the "
+        "quantizer, so accuracy figures are not representative")
+    progress = _SweepProgress(len(jobs), not args.quiet and sys.stderr.isatty(), warning)
+    rows = api.sweep(jobs, args.jobs, progress, executor=args.executor)
     progress.finish()
     if args.format == "html":
         text = render_sweep_html(to_json(rows), f"orchestrate sweep: {', '.join(models)} on "
@@ -778,11 +765,13 @@ def cmd_sweep(args) -> int:
 class _SweepProgress(_Progress):
     """A line per finished configuration: "[  12.3s] 3/6 ds-cnn on ethos-u55-128"."""
 
-    def __init__(self, total: int, enabled: bool):
+    def __init__(self, total: int, enabled: bool, warning: str | None = None):
         super().__init__(enabled)
-        self.total, self.done = total, 0
+        self.total, self.done, self.warning = total, 0, warning
 
     def __call__(self, label: str, event: str, seconds: float) -> None:
+        if event == "checked" and self.warning:  # after the checks: a refusal prints alone
+            print(self.warning, file=sys.stderr)
         if self.enabled and event == "done":
             self.done += 1
             sys.stderr.write(f"[{self._clock() - self._start:6.1f}s] {self.done}/{self.total} "
@@ -890,20 +879,13 @@ def _profile_on_qemu(args, pte: Path, path: Path, untraced: int | None) -> None:
 
 
 def cmd_size(args) -> int:
-    from orchestrator.artifacts.size import analyze, render_json, render_text  # lazy: heavy (torch)
+    from orchestrator.artifacts.size import render_json, render_text  # lazy: heavy (torch)
 
     if args.firmware:
         return _firmware_size(Path(args.firmware), args.run, args.format)
     if args.pte is None:
         raise UserError("give a .pte file, or --firmware DIR for a firmware project")
-    pte = Path(args.pte)
-    if not pte.is_file():
-        raise UserError(f"'{args.pte}' not found; give a .pte file")
-    try:
-        report = analyze(pte)
-    except Exception as error:  # noqa: BLE001 - not a program the schema can read
-        raise UserError(f"'{args.pte}' is not an ExecuTorch program ({type(error).__name__}); "
-                        "give a .pte written by `orchestrate compile`") from None
+    report = api.size(args.pte)
     print(render_json(report) if args.format == "json" else render_text(report))
     return 0
 

@@ -33,8 +33,8 @@ def test_the_api_verbs_stay_functions_after_every_room_is_imported():
             "device_runs"} <= set(rooms)
     for room in rooms:
         importlib.import_module(f"orchestrator.{room}")
-    assert (orchestrator.plan, orchestrator.compile, orchestrator.verify) == (
-        api.plan, api.compile, api.verify)
+    verbs = ("plan", "compile", "verify", "sweep", "size", "measure", "calibrate")
+    assert [getattr(orchestrator, v) for v in verbs] == [getattr(api, v) for v in verbs]
 
 
 def test_a_request_and_keyword_options_plan_the_same_program():
@@ -64,3 +64,41 @@ def test_a_request_is_checked_before_its_model_is_loaded():
             orchestrator.plan(Request("no-such-model.py", **options))
     with pytest.raises(TypeError, match="not both"):
         orchestrator.plan(Request("ds-cnn"), npu="none")
+
+
+def test_a_sweep_refuses_a_bad_request_before_compiling_any(monkeypatch):
+    """Each request resolved and each model loaded before the first compile: the first job is
+    good, and nothing compiles."""
+    import pytest
+
+    import orchestrator
+    from orchestrator.errors import UserError
+    from orchestrator.request import Request
+    from orchestrator.sweeps import local
+
+    def no_compile(*_):
+        raise AssertionError("compiled before every request was checked")
+
+    monkeypatch.setattr(local, "sweep_jobs", no_compile)
+    for requests, needle in (([Request("mixed", npu="none"), "no-such-model"], "no-such-model"),
+                             ([Request("mixed", npu="none"), Request("mixed", npu="ethos-u99-1")],
+                              "ethos-u99-1"),
+                             ([Request("mixed", placement="cost")], "sweep plans greedily")):
+        with pytest.raises(UserError, match=needle):
+            orchestrator.sweep(requests)
+
+
+def test_size_accounts_for_every_byte_of_a_compiled_program_and_refuses_other_files(compiles,
+                                                                                   tmp_path):
+    import pytest
+
+    import orchestrator
+    from orchestrator.errors import UserError
+
+    _, pte = compiles.get("ds-cnn", npu="none", write=True)
+    report = orchestrator.size(pte)
+    assert report.total_bytes == pte.stat().st_size
+    assert report.constant_bytes_live + report.constant_bytes_dead > 20_000  # DS-CNN's weights
+    (tmp_path / "notes.pte").write_text("not a program")
+    with pytest.raises(UserError, match="is not an ExecuTorch program"):
+        orchestrator.size(tmp_path / "notes.pte")

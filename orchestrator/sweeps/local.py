@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from tabulate import tabulate
 
-from orchestrator import api
 from orchestrator.errors import UserError
+from orchestrator.planning.run import plan_request
 from orchestrator.request import Request
 from orchestrator.sweeps.ray_executor import sweep_on_ray
 
@@ -58,7 +58,7 @@ def _row(model_name: str, plan) -> SweepRow:
 
 def run_job(job: Request) -> SweepRow:
     """Compile and plan one model x configuration (in a worker process or in this one)."""
-    plan = api.plan(job)
+    plan = plan_request(job)
     return _row(plan.compiled.model.name, plan)
 
 

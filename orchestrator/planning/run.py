@@ -1,0 +1,49 @@
+"""Plan one Request: load its model and calibration, compile for its target, and, with cost
+placement, let the cost model choose among trial placements.
+
+This is the body of `orchestrator.plan`; a sweep worker calls it for each configuration (it sits
+below orchestrator.api so that the sweep room, which the API calls, never imports the API back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from orchestrator.request import Request, Resolved, resolve
+
+if TYPE_CHECKING:  # the compile stack imports torch and ExecuTorch (seconds): imported on use
+    from orchestrator.planning.planner import Plan
+    from orchestrator.sources.loader import Calibration, LoadedModel
+
+
+def plan_request(request: Request, progress=None) -> "Plan":
+    """The Plan of `request` (see orchestrator.api.plan)."""
+    from orchestrator.planning.cost_placement import place_by_cost  # lazy: heavy (torch)
+    from orchestrator.sources.loader import load_calibration, load_model  # lazy: heavy (torch)
+
+    resolved = resolve(request)
+    loaded = load_model(request.model)
+    samples = load_calibration(request.calibration, loaded.example_inputs)
+    if resolved.placement == "greedy" or not resolved.target.npu:
+        return _plan_under(loaded, samples, resolved, resolved.policy, progress)
+    chosen = place_by_cost(lambda p: _plan_under(loaded, samples, resolved, p, progress),
+                           resolved.policy)
+    return replace(chosen.chosen, cost_placement=chosen)
+
+
+def _plan_under(loaded: "LoadedModel", samples: "Calibration", resolved: Resolved, policy,
+                progress) -> "Plan":
+    from orchestrator.compilation.pipeline import (  # lazy: heavy (torch, executorch, vela)
+        compile_model)
+    from orchestrator.planning.planner import make_plan  # lazy: heavy (torch, executorch, vela)
+
+    target = resolved.target
+    if policy is not None and target.npu and policy.memory_mode \
+            and policy.memory_mode != target.memory_mode:  # a cost-placement trial
+        target = replace(target, memory_mode=policy.memory_mode)
+    compiled = compile_model(loaded, samples, target, policy=policy,
+                             memory_policy=resolved.memory, io_auto=resolved.io_auto,
+                             progress=progress)
+    return make_plan(compiled, resolved.request.runner_ops, progress, resolved.memory,
+                     resolved.costs)
