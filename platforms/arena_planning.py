@@ -127,7 +127,7 @@ class ArenaRecord:
     """Filled by the planning algorithm: the arenas and each node's mem_id (for the plan)."""
 
     arenas: tuple[Arena, ...] = ()
-    mem_id_of: dict | None = None
+    mem_id_of: dict[str, int] | None = None  # node name -> mem_id
 
 
 def _accesses(graph_module) -> dict:

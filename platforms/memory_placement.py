@@ -34,10 +34,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernels.safe_files import DataFileError, load_yaml
 from platforms.memory_fit import MemoryUse, free_space, place
 from platforms.platform import PlatformError
+
+if TYPE_CHECKING:  # the arena planner imports ExecuTorch's memory planning
+    from platforms.arena_planning import Arena
 
 WEIGHTS_ITEM = "cpu weights (constant segment, copied at boot)"
 POLICY_KEYS = ("weights", "arena", "keep_free")
@@ -119,9 +123,9 @@ class MemoryPlacement:
     policy: MemoryPolicy
     # Each planned buffer (platforms.arena_planning.Arena) with its region's read cost
     # (cycles per byte, None: no figure) and that figure's source; the first is the fastest.
-    arenas: tuple = ()
+    arenas: tuple[tuple[Arena, float | None, str], ...] = ()
     gain_cycles: int = 0  # CPU cycles per inference the weights copy saves (cost model)
-    hottest: tuple = ()  # (row name, cycles saved), the ops that gain most
+    hottest: tuple[tuple[str, int], ...] = ()  # (row name, cycles saved), the ops that gain most
 
     @property
     def weights_copied(self) -> bool:

@@ -46,8 +46,8 @@ from orchestrator.compilation.device_check import DeviceRun
 from orchestrator.errors import OrchestrateError, UserError
 from orchestrator.sources.loader import Calibration, LoadedModel
 from orchestrator.target import Target, compile_spec
-from orchestrator.planning.placement import place, snapshot_pre_cpu
-from orchestrator.compilation.prune import prune_unused_constants
+from orchestrator.planning.placement import OpPlacement, place, snapshot_pre_cpu
+from orchestrator.compilation.prune import PrunedConstant, prune_unused_constants
 from orchestrator.compilation import share_tables as tables
 from orchestrator.compilation import share_values as sharing
 from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary_tensors,
@@ -58,7 +58,7 @@ from partitioners.legalize import conv1d_as_conv2d
 from partitioners.npu import NpuRejection, VelaRun, lower_to_npu
 from partitioners.policy import Policy, unmatched_force_cpu
 from partitioners.records import Workaround
-from platforms.arena_planning import ArenaRecord, arena_slots, planning_algorithm
+from platforms.arena_planning import Arena, ArenaRecord, arena_slots, planning_algorithm
 from platforms.memory_placement import MemoryPolicy
 
 if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
@@ -78,7 +78,7 @@ class Quantized:
     program: torch.export.ExportedProgram
     reference: torch.fx.GraphModule | None  # convert_pt2e output (None when read from the cache)
     example_inputs: tuple[torch.Tensor, ...]
-    workarounds: tuple = ()  # the pre-quantization rewrites (partitioners/quantizable.py)
+    workarounds: tuple[Workaround, ...] = ()  # the pre-quantization rewrites (partitioners/quantizable.py)
 
 
 @dataclass(frozen=True)
@@ -103,19 +103,19 @@ class Compiled:
     final_program: torch.export.ExportedProgram  # edge program after CPU routing
     cpu_decisions: dict[str, CpuDecision]
     boundaries: tuple[BoundaryTensor, ...]
-    placements: tuple  # orchestrator.planning.placement.OpPlacement, in execution order
+    placements: tuple[OpPlacement, ...]  # in execution order
     pte_bytes: bytes
     executorch_program: Program  # exir schema Program (execution plans, delegates)
-    io_quant: dict  # config-method name -> value, for --io int8
-    workarounds: tuple = ()  # partitioners.records.Workaround: upstream defects corrected
+    io_quant: dict[str, float | int]  # config-method name -> value, for --io int8
+    workarounds: tuple[Workaround, ...] = ()  # upstream defects corrected
     stage_seconds: dict[str, float] = field(default_factory=dict)
     work_dir: Path | None = None
-    pruned_constants: tuple = ()  # orchestrator.compilation.prune.PrunedConstant
+    pruned_constants: tuple[PrunedConstant, ...] = ()
     cache_hit: bool = False  # capture + quantization came from orchestrator/artifacts/cache.py
     # ExecuTorch's planned buffers, each in its region (platforms/arena_planning.py), and the
     # buffer (mem_id) of each node's output, by node name.
-    arenas: tuple = ()
-    arena_of: dict = field(default_factory=dict)
+    arenas: tuple[Arena, ...] = ()
+    arena_of: dict[str, int] = field(default_factory=dict)
     io_choice: IoChoice | None = None  # when compiled with --io auto
     device_run: DeviceRun | None = None  # the program's run in the real runtime
 
@@ -313,16 +313,16 @@ class CompileState:
     quantized: Quantized | None = None
     lowered: Lowered | None = None  # after quantize_io: the program handed to the CPU passes
     lowered_float_io: Lowered | None = None  # before quantize_io (choose_io starts from it)
-    io_quant: dict = field(default_factory=dict)
-    pre_cpu: dict = field(default_factory=dict)  # node descriptions before the CPU passes
+    io_quant: dict[str, float | int] = field(default_factory=dict)
+    pre_cpu: dict[str, tuple] = field(default_factory=dict)  # node descriptions before the CPU passes
     routed_edge: EdgeProgramManager | None = None  # holding the CPU-routed program
     final_program: torch.export.ExportedProgram | None = None
-    cpu_decisions: dict = field(default_factory=dict)
-    workarounds: tuple = ()
-    model_workarounds: tuple = ()  # capture's model-level legalizations (Conv1d as Conv2d)
-    boundaries: tuple = ()
-    placements: tuple = ()
-    pruned_constants: tuple = ()  # orchestrator.compilation.prune.PrunedConstant: dead bytes not shipped
+    cpu_decisions: dict[str, CpuDecision] = field(default_factory=dict)
+    workarounds: tuple[Workaround, ...] = ()
+    model_workarounds: tuple[Workaround, ...] = ()  # capture's legalizations (Conv1d as Conv2d)
+    boundaries: tuple[BoundaryTensor, ...] = ()
+    placements: tuple[OpPlacement, ...] = ()
+    pruned_constants: tuple[PrunedConstant, ...] = ()  # dead bytes not shipped
     pte_bytes: bytes = b""
     executorch_program: Program | None = None
     arena_record: ArenaRecord | None = None

@@ -13,7 +13,7 @@ from orchestrator.compilation import device_check
 from orchestrator.compilation.pipeline import Compiled, Stage, UnsupportedModel, run_stages
 from orchestrator.errors import GateFailure, UserError
 from orchestrator.planning.cost_placement import CostPlacement
-from orchestrator.planning.placement import missing_kernel_faults
+from orchestrator.planning.placement import OpPlacement, missing_kernel_faults
 from orchestrator.planning.structure import module_groups, recurrences
 from orchestrator.reports.coverage import render_json, render_markdown, render_text, to_json
 from orchestrator.reports.summary import Summary, constant_segment_bytes, summarize
@@ -31,7 +31,7 @@ class Plan:
     """Every op's placement with its reasons and costs, and the summary the gates read."""
 
     compiled: Compiled
-    rows: tuple  # OpPlacement with costs
+    rows: tuple[OpPlacement, ...]  # with costs
     estimates: dict[int, VelaPartitionEstimate]
     summary: Summary
     cost_placement: CostPlacement | None = None  # --placement cost
@@ -88,9 +88,9 @@ def vela_estimates(compiled) -> dict[int, VelaPartitionEstimate]:
 @dataclass(frozen=True)
 class PlanState:
     compiled: Compiled
-    runner_ops: frozenset | None
-    estimates: dict = field(default_factory=dict)
-    rows: tuple = ()
+    runner_ops: frozenset[str] | None
+    estimates: dict[int, VelaPartitionEstimate] = field(default_factory=dict)
+    rows: tuple[OpPlacement, ...] = ()
     summary: Summary | None = None
     memory_policy: MemoryPolicy | None = None  # None: auto
     memory: MemoryPlacement | None = None

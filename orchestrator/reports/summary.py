@@ -18,6 +18,7 @@ from orchestrator.errors import UserError
 from platforms.memory_fit import MemoryUse
 
 if TYPE_CHECKING:  # types only; the module imports heavy upstream packages
+    from orchestrator.planning.structure import ModuleGroup, Recurrence
     from platforms.memory_placement import MemoryPlacement
 
 
@@ -41,13 +42,13 @@ class Summary:
     latency_seconds: float | None
     latency_cycles_cpu: int | None
     latency_source: str | None
-    per_placement_seconds: dict
+    per_placement_seconds: dict[str, float]
     npu_utilisation: dict  # partition -> MAC utilisation from Vela
     npu_traffic: dict  # partition -> memory -> bytes per inference, from Vela
     device_faults: tuple[str, ...]  # "row: message" for each op the device runtime would fail
     placement: MemoryPlacement | None = None
-    modules: tuple = ()  # orchestrator.planning.structure.ModuleGroup, rows by source module
-    recurrences: tuple = ()  # orchestrator.planning.structure.Recurrence, unrolled recurrent layers
+    modules: tuple[ModuleGroup, ...] = ()  # rows by source module
+    recurrences: tuple[Recurrence, ...] = ()  # unrolled recurrent layers
     hidden_by_engine: dict | None = None  # placement (npu | cmsis-nn | portable) -> {kind: count}
     # With an instructions calibration: the CPU rows' estimated instructions retired and the
     # calibration files they came from; None without one.

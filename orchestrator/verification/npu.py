@@ -75,7 +75,7 @@ class NpuTally:
     commands: Counter = field(default_factory=Counter)
     macs: Counter = field(default_factory=Counter)
     dma_bytes: Counter = field(default_factory=Counter)  # delegate name -> bytes moved by DMA
-    operations: dict = field(default_factory=dict)  # delegate name -> Counter of kinds
+    operations: dict[str, Counter] = field(default_factory=dict)  # delegate name -> kinds
 
     def add(self, name: str, counters: Counters) -> None:
         self.invocations[name] += 1

@@ -102,7 +102,8 @@ class VerifyReport:
     passed: bool
     verdict: str
     inconclusive: str | None = None  # why the samples cannot tell a right program from a wrong one
-    npu_execution: dict = field(default_factory=dict)  # partition -> what the NPU model executed
+    # partition -> what the NPU model executed (NpuTally.to_json(): figures by name)
+    npu_execution: dict[str, dict] = field(default_factory=dict)
     # every value it compared passed, but some it wrote had no reference node: not a pass
     partial: bool = False
 
