@@ -300,3 +300,22 @@ def test_ds_cnns_linear_as_a_convolution_passes_verify_qemu(forced_heads, ds_cnn
     qemu_or_missing()
     pte = forced_heads["ds-cnn"].pte if placed == "forced" else ds_cnn_cost.pte
     verify_qemu_passes(pte, capsys)
+
+
+def test_the_cost_placed_ds_cnns_release_firmware_keeps_its_pte_in_sram_and_runs(ds_cnn_cost,
+                                                                                tmp_path,
+                                                                                capsys):
+    """Vela's Sram_Only streams the NPU weights from the .pte at SRAM speed: the release
+    firmware's linker script puts the image in the SRAM region the plan chose, and the build,
+    run on QEMU over the NPU bridge, gives the twin's bytes."""
+    from orchestrator.cli import main
+
+    qemu_or_missing()
+    (image,) = [m for m in ds_cnn_cost.plan.summary.memory if m.item.startswith(".pte")]
+    out = tmp_path / "fw"
+    assert main(["firmware", str(ds_cnn_cost.pte), "-o", str(out), "--npu-device",
+                 "qemu-bridge", "--run"]) == 0
+    assert "output 0: 48 B, byte-identical to the host twin's" in capsys.readouterr().out
+    assert f"KEEP(*(.model_pte)) }} > {image.region} " in (out / "memory.ld").read_text()
+    kinds = {r.name: r.kind for r in ds_cnn_cost.plan.compiled.target.platform.memories}
+    assert kinds[image.region] == "sram"
