@@ -210,3 +210,25 @@ def test_plan_shows_the_firmware_figures_of_this_program_and_refuses_another(
     assert main(["plan", str(other), "--firmware", str(project.folder)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "was built from another program" in err[0], err
+
+
+def test_the_fast_scratch_follows_the_programs_memory_mode_not_the_platforms(tmp_path):
+    """Corstone-300's U65 defaults to Dedicated_Sram_384KB (a 384 KiB fast scratch); a program a
+    policy compiled for Shared_Sram has no fast scratch, and its firmware sets none aside."""
+    from orchestrator import compile as compile_program
+    from orchestrator.device_runs.qemu import fast_scratch_bytes
+    from platforms.platform import load_platform
+
+    corstone300 = load_platform("corstone300")
+    u65 = {"npu": "ethos-u65-256"}
+    assert fast_scratch_bytes(corstone300, u65) == 384 * 1024  # a manifest without the mode
+    assert fast_scratch_bytes(corstone300, {**u65, "vela_memory_mode": "Shared_Sram"}) == 0
+    assert fast_scratch_bytes(corstone300, {**u65, "vela_memory_mode":
+                                            "Dedicated_Sram_512KB"}) == 512 * 1024
+    (tmp_path / "shared.yaml").write_text("vela: {memory_mode: Shared_Sram}\n")
+    result = compile_program("mixed", str(tmp_path / "mixed.pte"), npu="ethos-u65-256",
+                             policy=str(tmp_path / "shared.yaml"))
+    assert result.plan.compiled.target.memory_mode == "Shared_Sram"
+    made = make_firmware(result.pte, tmp_path / "fw", build=False, npu_device="qemu-bridge")
+    assert made.record["npu"]["fast_scratch_bytes"] == 0
+    assert "MODEL_NPU_FAST_SCRATCH_BYTES 0" in (made.folder / "model" / "model_io.h").read_text()

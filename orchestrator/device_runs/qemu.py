@@ -94,7 +94,7 @@ def qemu_on_checked_pte(pte: Path, platform, timeout_s: int = 600, atol: float =
         if twin.partitions:
             npu = {"npu_handler": QemuNpuHandler(twin, target["npu"], npu_model),
                    "npu": target["npu"],
-                   "npu_fast_scratch_bytes": fast_scratch_bytes(platform, target["npu"])}
+                   "npu_fast_scratch_bytes": fast_scratch_bytes(platform, target)}
     with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
         # A hybrid program's expectation is the TOSA graphs' (what Vela was given): the NPU
         # half runs on QEMU's side of the bridge, where the stream is checked against them.
@@ -168,11 +168,15 @@ def profile_lines(profile: Profile, written: Path, untraced: int | None, pte: Pa
     return lines
 
 
-def fast_scratch_bytes(platform, npu: str) -> int:
-    """The Ethos-U fast scratch (base address 2) the firmware sets aside: Vela's arena cache in
-    the platform's Dedicated_Sram memory mode (Dedicated_Sram_384KB: 384 KiB; Vela's default
-    384 KiB without a size), none in Shared_Sram or Sram_Only."""
-    mode = str(platform.vela_config(npu).memory_mode or "")
+def fast_scratch_bytes(platform, target: dict) -> int:
+    """The Ethos-U fast scratch (base address 2) the firmware sets aside for a program compiled
+    for `target` (its manifest's): Vela's arena cache in a Dedicated_Sram memory mode
+    (Dedicated_Sram_384KB: 384 KiB; Vela's default 384 KiB without a size), none in Shared_Sram
+    or Sram_Only. The mode is the one the program was compiled with (a placement policy's or
+    cost placement's may differ from the platform YAML's), the platform's when the manifest
+    predates that field."""
+    mode = str(target.get("vela_memory_mode")
+                or platform.vela_config(target["npu"]).memory_mode or "")
     if not mode.startswith("Dedicated_Sram"):
         return 0
     size = re.search(r"(\d+)\s*([KM])B", mode)
