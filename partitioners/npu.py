@@ -34,6 +34,7 @@ class NpuRejection:
     message: str
     context: str  # the node's own values the message refers to (stride, padding, kernel, dtypes)
     policy_rule: str = ""  # "force_cpu.<rule> in <file>" when a placement policy decided
+    device_refusal: str = ""  # what the device runtime said when it refused it on the NPU
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,11 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
         previous = rejections.get(name)
         rejections[name] = NpuRejection(name, previous.message if previous else "",
                                         previous.context if previous else "", rule)
+    for name, why in (force.device_refused if force else {}).items():
+        previous = rejections.get(name)
+        rejections[name] = NpuRejection(name, previous.message if previous else "",
+                                        previous.context if previous else "",
+                                        device_refusal=why)
     return edge, rejections, list(runs), tuple(_kept_activation(*k) for k in dict.fromkeys(kept))
 
 

@@ -81,13 +81,19 @@ class Policy:
     cpu_hz: float | None = None
     npu_hz: float | None = None
     cost_moved: tuple[str, ...] = ()  # nodes --placement cost moved to the CPU
+    # (node, the backend's words): nodes whose NPU output the device runtime refused
+    device_moved: tuple[tuple[str, str], ...] = ()
 
     def with_forced_nodes(self, nodes: tuple[str, ...]) -> "Policy":
         """This policy plus `nodes` moved to the CPU by cost placement."""
         return replace(self, cost_moved=tuple(dict.fromkeys(self.cost_moved + tuple(nodes))))
 
+    def with_device_moved(self, node: str, why: str) -> "Policy":
+        """This policy plus `node` moved to the CPU because the device refused it on the NPU."""
+        return replace(self, device_moved=self.device_moved + ((node, why),))
+
     def forces_cpu(self) -> bool:
-        return bool(self.force_cpu) or bool(self.cost_moved)
+        return bool(self.force_cpu) or bool(self.cost_moved) or bool(self.device_moved)
 
 
 def _strings(value, where: str, source: str) -> tuple[str, ...]:
@@ -190,6 +196,7 @@ class ForceCpuCheck(OperatorSupportBase):
     def __init__(self, policy: Policy):
         self.policy = policy
         self.forced: dict[str, str] = {}
+        self.device_refused: dict[str, str] = {}  # node -> why the device refused it there
 
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
         if node.op != "call_function":
@@ -197,6 +204,10 @@ class ForceCpuCheck(OperatorSupportBase):
         rule = self.policy.force_cpu.match(node)
         if rule is not None:
             self.forced[node.name] = f"force_cpu.{rule} in {self.policy.source}"
+            return False
+        why = dict(self.policy.device_moved).get(node.name)
+        if why is not None:
+            self.device_refused[node.name] = why
             return False
         if node.name in self.policy.cost_moved:
             self.forced[node.name] = ("--placement cost: the cost model estimates this NPU island "

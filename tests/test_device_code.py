@@ -325,18 +325,17 @@ def test_index_ops_pass_every_device_method(compiles):
 def test_plan_pte_refuses_what_compile_refuses(tmp_path, capsys):
     """`plan --pte` writes a program only when `compile` would: the report is printed, the
     refused program is not written (it skipped compile's refusals before), and the refusal
-    names the op behind the delegate output the backend refused."""
+    names the NPU command the functional model refused (Vela's matmul writes past its
+    scratch)."""
     from orchestrator.cli import main
 
-    pte = tmp_path / "index_ops.pte"
-    code = main(["plan", model_spec("index_ops"), "--npu", "ethos-u55-128", "--pte", str(pte),
-                 "--quiet"])
+    pte = tmp_path / "attention_block.pte"
+    code = main(["plan", model_spec("attention_block"), "--npu", "ethos-u55-128", "--pte",
+                 str(pte), "--quiet"])
     assert code == 2 and not pte.exists()
     err = capsys.readouterr().err
-    assert "not writing a program the device refuses" in err and "EthosUBackend" in err
-    # The delegate output the backend cannot widen, named as the op behind it: the int64
-    # `full` (gather's index) the partition would hand back as int32.
-    assert "of the partition is aten_full_default: aten.full.default, int64)" in err, err
+    assert "not writing a program the device refuses" in err, err
+    assert "fails on the ethos-u55-128 (functional model)" in err, err
 
 
 def test_a_runtime_that_aborts_is_refused_naming_the_kernel_check_that_aborted_it():

@@ -144,22 +144,31 @@ def test_the_plan_names_the_kept_relu_and_a_relu_of_its_own_range_still_folds(qu
     assert fixes == ()
 
 
-def test_index_ops_with_its_int64_constant_forced_off_the_npu_verifies_on_every_method(
+def test_index_ops_on_the_u55_moves_its_int64_constant_and_verifies_on_every_method(
         tmp_path_factory):
-    """The family where it was found, through the public API: the twin's local check, the host
+    """The family where it was found, through the public API with no policy: EthosUBackend
+    refuses the partition's int64 `full` output (gather's index), so the device check moves that
+    op to the CPU and compiles again; the ReLU keeps its clamp; the twin's local check, the host
     runtime and QEMU all pass, and the program agrees with the quantized reference end to end."""
     import orchestrator
     from examples.user_models import model_spec
     from orchestrator.device_runs.combined import verify_all
     from tests.device_tools import host_runtime_or_missing, qemu_or_missing
 
-    folder = tmp_path_factory.mktemp("index_ops_forced")
-    (folder / "policy.yaml").write_text("force_cpu:\n  nodes: [aten_full_default]\n")
+    folder = tmp_path_factory.mktemp("index_ops_u55")
     result = orchestrator.compile(model_spec("index_ops"), folder / "index_ops.pte", bundle=True,
-                                  npu="ethos-u55-128", policy=str(folder / "policy.yaml"))
-    assert [w.node for w in result.plan.compiled.workarounds
+                                  npu="ethos-u55-128")
+    plan = result.plan
+    assert [w.node for w in plan.compiled.workarounds
             if "FuseQuantizedActivationPass" in w.upstream] == ["aten_relu_default"]
-    assert result.plan.summary.macs["npu"] == 11_904
+    (full,) = [r for r in plan.rows if r.name == "aten_full_default"]
+    assert full.placement == "portable"
+    assert full.reasons[0].message.startswith(
+        "moved off the NPU: the device runtime refused the partition's output it computed "
+        "there (Ethos-U output 0 expansion factor 2 with element size 4 not supported; "
+        "aten_full_default is aten.full.default, int64)"), full.reasons[0].message
+    assert plan.compiled.device_run.refusal is None
+    assert plan.summary.macs["npu"] == 11_904
     host_runtime_or_missing().close()
     qemu_or_missing()
     verdict = verify_all(result.pte, samples=4, methods=("twin", "host runtime",

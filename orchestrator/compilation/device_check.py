@@ -96,6 +96,9 @@ class DeviceRun:
     detail: str  # "every kernel accepted its arguments" or why it did not run
     legalized: tuple[str, ...] = ()
     refusal: str | None = None  # what the runtime refused and no legalization satisfied
+    # (node, the backend's words) when EthosUBackend refused an output an op inside an NPU
+    # partition computes: that op can run on the CPU instead (planning/run.py moves it)
+    npu_refused: tuple[str, str] | None = None
 
     def line(self) -> str:
         if not self.ran:
@@ -203,9 +206,9 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
         npu = _NpuRun(accelerator, view)
         method = STREAM_METHOD if npu.modelled else METHOD
 
-        def refused(text: str):
-            return (DeviceRun(True, method, "refused", tuple(legalized), text), serialized,
-                    trial, tuple(workarounds))
+        def refused(text: str, npu_refused: tuple[str, str] | None = None):
+            return (DeviceRun(True, method, "refused", tuple(legalized), text, npu_refused),
+                    serialized, trial, tuple(workarounds))
 
         try:
             inputs = _inputs(sample, [v.dtype for v in view.input_values], config)
@@ -227,8 +230,8 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
                         None, program, tuple(workarounds))
             refusal = failure.refusal
             if refusal is None:
-                return refused(_delegate_refusal(str(failure), trial, view)
-                               or _first_line(str(failure)))
+                text, moved = _delegate_refusal(str(failure), trial, view)
+                return refused(text or _first_line(str(failure)), moved)
             node = runtime_node(program, refusal.operator,
                                 _ordinal(view, refusal))
             fix = (contiguous_operands(program, node, refusal.text())
@@ -263,19 +266,23 @@ _BACKEND_LINE = re.compile(r"\[(EthosUBackend\.cpp:\d+)\] (.+)$")
 _DELEGATE_IO = re.compile(r"\b(input|output) (\d+)\b")
 
 
-def _delegate_refusal(log: str, program=None, view: ProgramView | None = None) -> str | None:
+def _delegate_refusal(log: str, program=None, view: ProgramView | None = None
+                      ) -> tuple[str | None, tuple[str, str] | None]:
     """What EthosUBackend logged when it refused a delegate call (its own words), or None; with
     the program, the op behind the input or output it names (e.g. an int64 `full` whose int32
-    NPU output the backend cannot widen)."""
+    NPU output the backend cannot widen), and, for an output, (that op, the backend's words):
+    an op the CPU can compute instead."""
     call = _DELEGATE_FAILED.search(log)
     if call is None:
-        return None
+        return None, None
     reasons = [f"{m.group(1)}: {m.group(2).strip()}" for m in map(_BACKEND_LINE.search,
                                                                      log.splitlines())
                if m and not m.group(2).startswith("data:")]
     text = (f"EthosUBackend refused the Ethos-U delegate at instruction {call.group(1)} "
             f"(error {call.group(2)}): " + ("; ".join(reasons) or "no reason logged"))
-    named = next((m for r in reasons for m in [_DELEGATE_IO.search(r)] if m), None)
+    named, said = next(((m, r) for r in reasons for m in [_DELEGATE_IO.search(r)] if m),
+                       (None, None))
+    moved = None
     if named is not None and program is not None and view is not None:
         node = _delegate_io_node(program, view, int(call.group(1)), named.group(1),
                                  int(named.group(2)))
@@ -284,7 +291,10 @@ def _delegate_refusal(log: str, program=None, view: ProgramView | None = None) -
             dtype = f", {str(val.dtype).replace('torch.', '')}" if hasattr(val, "dtype") else ""
             text += (f" ({named.group(1)} {named.group(2)} of the partition is "
                      f"{node.name}: {getattr(node.target, '__name__', node.target)}{dtype})")
-    return text
+            if named.group(1) == "output" and node.op == "call_function":
+                moved = (node.name, f"{said.split(': ', 1)[-1]}; {node.name} is "
+                                    f"{getattr(node.target, '__name__', node.target)}{dtype}")
+    return text, moved
 
 
 def _delegate_io_node(program, view: ProgramView, instruction: int, side: str, position: int):

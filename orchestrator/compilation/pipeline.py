@@ -383,7 +383,8 @@ def _quantize_io_stage(state: CompileState) -> CompileState:
 
 def _route_cpu_stage(state: CompileState) -> CompileState:
     """CortexMPassManager for the core's ISA tier, then the device legalizations."""
-    forced = [name for name, r in state.lowered.npu_rejections.items() if r.policy_rule]
+    forced = [name for name, r in state.lowered.npu_rejections.items()
+              if r.policy_rule or r.device_refusal]
     program, decisions, workarounds = route_to_cpu(state.lowered.edge, state.target.cpu,
                                                    state.options.legalize, forced)
     return replace(state, final_program=program, cpu_decisions=decisions,

@@ -153,6 +153,8 @@ def _not_npu_reason(origin: str, lowered_stage, pre_cpu, npu: str | None, kind: 
     if npu is None:
         return because("no-npu")
     rejection = lowered_stage.npu_rejections.get(origin)
+    if rejection is not None and rejection.device_refusal:
+        return because("device-refused-npu", rejection.context, why=rejection.device_refusal)
     if rejection is not None and rejection.policy_rule:
         return because("policy-forced-cpu", rejection.context, rule=rejection.policy_rule)
     if rejection is not None:

@@ -1,5 +1,7 @@
 """Plan one Request: load its model and calibration, compile for its target, and, with cost
-placement, let the cost model choose among trial placements.
+placement, let the cost model choose among trial placements. When the device runtime refuses an
+output an op computes inside an NPU partition, that op is moved to the CPU and the model compiled
+again (the plan's reason for it says so).
 
 This is the body of `orchestrator.plan`; a sweep worker calls it for each configuration (it sits
 below orchestrator.api so that the sweep room, which the API calls, never imports the API back).
@@ -11,6 +13,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from orchestrator.request import Request, Resolved, resolve
+
+# Ops moved off the NPU, one per recompile, because the device refused their partition output.
+MAX_DEVICE_MOVES = 4
 
 if TYPE_CHECKING:  # the compile stack imports torch and ExecuTorch (seconds): imported on use
     from orchestrator.planning.planner import Plan
@@ -38,12 +43,21 @@ def _plan_under(loaded: "LoadedModel", samples: "Calibration", resolved: Resolve
         compile_model)
     from orchestrator.planning.planner import make_plan  # lazy: heavy (torch, executorch, vela)
 
+    from partitioners.policy import Policy  # lazy: heavy (torch)
+
     target = resolved.target
     if policy is not None and target.npu and policy.memory_mode \
             and policy.memory_mode != target.memory_mode:  # a cost-placement trial
         target = replace(target, memory_mode=policy.memory_mode)
-    compiled = compile_model(loaded, samples, target, policy=policy,
-                             memory_policy=resolved.memory, io_auto=resolved.io_auto,
-                             progress=progress)
+    for _ in range(MAX_DEVICE_MOVES + 1):
+        compiled = compile_model(loaded, samples, target, policy=policy,
+                                 memory_policy=resolved.memory, io_auto=resolved.io_auto,
+                                 progress=progress)
+        refused = compiled.device_run.npu_refused if compiled.device_run else None
+        if refused is None or refused[0] in dict(policy.device_moved if policy else ()):
+            break
+        # The device runtime refused an output an NPU partition computes (EthosUBackend cannot
+        # hand an int64 `full` back from the NPU's int32): that op runs on the CPU instead.
+        policy = (policy or Policy(source="the device check")).with_device_moved(*refused)
     return make_plan(compiled, resolved.request.runner_ops, progress, resolved.memory,
                      resolved.costs)
