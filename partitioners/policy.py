@@ -81,16 +81,17 @@ class Policy:
     cpu_hz: float | None = None
     npu_hz: float | None = None
     cost_moved: tuple[str, ...] = ()  # nodes --placement cost moved to the CPU
-    # (node, the backend's words): nodes whose NPU output the device runtime refused
+    # (node, why): nodes whose NPU work the device refused (its runtime or the functional model)
     device_moved: tuple[tuple[str, str], ...] = ()
 
     def with_forced_nodes(self, nodes: tuple[str, ...]) -> "Policy":
         """This policy plus `nodes` moved to the CPU by cost placement."""
         return replace(self, cost_moved=tuple(dict.fromkeys(self.cost_moved + tuple(nodes))))
 
-    def with_device_moved(self, node: str, why: str) -> "Policy":
-        """This policy plus `node` moved to the CPU because the device refused it on the NPU."""
-        return replace(self, device_moved=self.device_moved + ((node, why),))
+    def with_device_moved(self, nodes: tuple[str, ...], why: str) -> "Policy":
+        """This policy plus `nodes` moved to the CPU because the device refused them on the
+        NPU."""
+        return replace(self, device_moved=self.device_moved + tuple((n, why) for n in nodes))
 
     def forces_cpu(self) -> bool:
         return bool(self.force_cpu) or bool(self.cost_moved) or bool(self.device_moved)

@@ -59,8 +59,7 @@ _entry("npu-operator-support", "not-npu", "ethos-u partitioner (WhyNoPartitionRe
 _entry("policy-forced-cpu", "not-npu", "placement policy",
        "forced to the CPU by the placement policy: {rule}")
 _entry("device-refused-npu", "not-npu", "device runtime (EthosUBackend)",
-       "moved off the NPU: the device runtime refused the partition's output it computed "
-       "there ({why}); no --policy needed")
+       "moved off the NPU: the device refused its work there ({why}); no --policy needed")
 _entry("boundary-quantize", "not-npu", "ethos-u partitioner",
        "boundary quantize: converts a float value (model input or CPU result) to int8 for the "
        "next int8 consumer")

@@ -336,6 +336,10 @@ def test_plan_pte_refuses_what_compile_refuses(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "not writing a program the device refuses" in err, err
     assert "fails on the ethos-u55-128 (functional model)" in err, err
+    # The partition's ops were moved to the CPU and compiled again; upstream's CPU route fails
+    # on them (a broadcast add of the Ethos-U-quantized softmax), so the refusal stands and
+    # says so. When upstream routes them, this program compiles with the partition on the CPU.
+    assert "to the CPU was tried and failed: stage route_cpu failed in upstream code" in err, err
 
 
 def test_a_runtime_that_aborts_is_refused_naming_the_kernel_check_that_aborted_it():

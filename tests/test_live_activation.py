@@ -164,9 +164,9 @@ def test_index_ops_on_the_u55_moves_its_int64_constant_and_verifies_on_every_met
     (full,) = [r for r in plan.rows if r.name == "aten_full_default"]
     assert full.placement == "portable"
     assert full.reasons[0].message.startswith(
-        "moved off the NPU: the device runtime refused the partition's output it computed "
-        "there (Ethos-U output 0 expansion factor 2 with element size 4 not supported; "
-        "aten_full_default is aten.full.default, int64)"), full.reasons[0].message
+        "moved off the NPU: the device refused its work there (EthosUBackend refused the "
+        "partition output it computes: Ethos-U output 0 expansion factor 2 with element size 4 "
+        "not supported; aten_full_default is aten.full.default, int64)"), full.reasons[0].message
     assert plan.compiled.device_run.refusal is None
     assert plan.summary.macs["npu"] == 11_904
     host_runtime_or_missing().close()

@@ -63,6 +63,8 @@ class _NpuRun:
         self.modelled = bool(accelerator) and accelerator.startswith(_MODELLED)
         self.accelerator = accelerator
         self.fault: str | None = None
+        self.fault_delegate: int | None = None  # the delegate (in graph order) that faulted
+        self.fault_error = ""
         self.names = {}
         for delegate in view.delegates:
             try:
@@ -83,6 +85,8 @@ class _NpuRun:
             where = f"Ethos-U partition {index}" if index is not None else "an Ethos-U partition"
             self.fault = (f"Vela's command stream for {where} fails on the "
                           f"{self.accelerator} (functional model): {error}")
+            self.fault_delegate = index
+            self.fault_error = str(error)
             raise
 
 
@@ -96,9 +100,11 @@ class DeviceRun:
     detail: str  # "every kernel accepted its arguments" or why it did not run
     legalized: tuple[str, ...] = ()
     refusal: str | None = None  # what the runtime refused and no legalization satisfied
-    # (node, the backend's words) when EthosUBackend refused an output an op inside an NPU
-    # partition computes: that op can run on the CPU instead (planning/run.py moves it)
-    npu_refused: tuple[str, str] | None = None
+    # (nodes, why) when the NPU side refused what ops inside a partition compute: EthosUBackend
+    # an output one op computes (that op), or the partition's command stream faulting the
+    # functional model (every op of the partition); the CPU can run them instead
+    # (planning/run.py moves them)
+    npu_refused: tuple[tuple[str, ...], str] | None = None
 
     def line(self) -> str:
         if not self.ran:
@@ -206,7 +212,7 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
         npu = _NpuRun(accelerator, view)
         method = STREAM_METHOD if npu.modelled else METHOD
 
-        def refused(text: str, npu_refused: tuple[str, str] | None = None):
+        def refused(text: str, npu_refused: tuple[tuple[str, ...], str] | None = None):
             return (DeviceRun(True, method, "refused", tuple(legalized), text, npu_refused),
                     serialized, trial, tuple(workarounds))
 
@@ -217,7 +223,10 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
             return DeviceRun(False, RUNTIME_METHOD, str(error)), None, program, tuple(workarounds)
         except RuntimeFailure as failure:
             if npu.fault:
-                return refused(npu.fault)
+                nodes = _delegate_nodes(trial, npu.fault_delegate)
+                return refused(npu.fault, (nodes, f"its command stream fails on the "
+                                                  f"{npu.accelerator} (functional model): "
+                                                  f"{npu.fault_error}") if nodes else None)
             missing = missing_operators(str(failure))
             if missing:
                 on_device = [op for op in missing if op not in device_operator_names()]
@@ -292,9 +301,26 @@ def _delegate_refusal(log: str, program=None, view: ProgramView | None = None
             text += (f" ({named.group(1)} {named.group(2)} of the partition is "
                      f"{node.name}: {getattr(node.target, '__name__', node.target)}{dtype})")
             if named.group(1) == "output" and node.op == "call_function":
-                moved = (node.name, f"{said.split(': ', 1)[-1]}; {node.name} is "
-                                    f"{getattr(node.target, '__name__', node.target)}{dtype}")
+                moved = ((node.name,), f"EthosUBackend refused the partition output it computes: "
+                                       f"{said.split(': ', 1)[-1]}; {node.name} is "
+                                       f"{getattr(node.target, '__name__', node.target)}{dtype}")
     return text, moved
+
+
+def _delegate_nodes(program, delegate: int | None) -> tuple[str, ...]:
+    """The ops inside the `delegate`-th NPU partition (graph order), by name; () when unknown."""
+    if delegate is None:
+        return ()
+    try:
+        calls = [n for n in program.graph_module.graph.nodes if n.op == "call_function"
+                 and "executorch_call_delegate" in str(n.target)]
+        lowered = getattr(program.graph_module, calls[delegate].args[0].target)
+        # the compute ops: quantize/dequantize and getitem nodes follow the ops they serve
+        return tuple(n.name for n in lowered.original_module.graph.nodes
+                     if n.op == "call_function" and not any(
+                         part in str(n.target) for part in ("quantize_per", "getitem")))
+    except (IndexError, AttributeError):
+        return ()
 
 
 def _delegate_io_node(program, view: ProgramView, instruction: int, side: str, position: int):

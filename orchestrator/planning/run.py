@@ -40,7 +40,7 @@ def plan_request(request: Request, progress=None) -> "Plan":
 def _plan_under(loaded: "LoadedModel", samples: "Calibration", resolved: Resolved, policy,
                 progress) -> "Plan":
     from orchestrator.compilation.pipeline import (  # lazy: heavy (torch, executorch, vela)
-        compile_model)
+        StageError, compile_model)
     from orchestrator.planning.planner import make_plan  # lazy: heavy (torch, executorch, vela)
 
     from partitioners.policy import Policy  # lazy: heavy (torch)
@@ -49,15 +49,29 @@ def _plan_under(loaded: "LoadedModel", samples: "Calibration", resolved: Resolve
     if policy is not None and target.npu and policy.memory_mode \
             and policy.memory_mode != target.memory_mode:  # a cost-placement trial
         target = replace(target, memory_mode=policy.memory_mode)
+    compiled = None
     for _ in range(MAX_DEVICE_MOVES + 1):
-        compiled = compile_model(loaded, samples, target, policy=policy,
-                                 memory_policy=resolved.memory, io_auto=resolved.io_auto,
-                                 progress=progress)
-        refused = compiled.device_run.npu_refused if compiled.device_run else None
-        if refused is None or refused[0] in dict(policy.device_moved if policy else ()):
+        try:
+            trial = compile_model(loaded, samples, target, policy=policy,
+                                  memory_policy=resolved.memory, io_auto=resolved.io_auto,
+                                  progress=progress)
+        except StageError as error:
+            if compiled is None:
+                raise
+            # the CPU route of the moved ops fails upstream: the refusal stands, and says so
+            run = compiled.device_run
+            compiled = replace(compiled, device_run=replace(run, refusal=(
+                f"{run.refusal}; moving {len(run.npu_refused[0])} op(s) of it to the CPU was "
+                f"tried and failed: {error}")))
             break
-        # The device runtime refused an output an NPU partition computes (EthosUBackend cannot
-        # hand an int64 `full` back from the NPU's int32): that op runs on the CPU instead.
+        compiled = trial
+        refused = compiled.device_run.npu_refused if compiled.device_run else None
+        moved = dict(policy.device_moved if policy else ())
+        if refused is None or all(node in moved for node in refused[0]):
+            break
+        # The device refused work an NPU partition does (EthosUBackend cannot hand an int64
+        # `full` back from the NPU's int32; Vela's stream for a partition faults the functional
+        # model): those ops run on the CPU instead.
         policy = (policy or Policy(source="the device check")).with_device_moved(*refused)
     return make_plan(compiled, resolved.request.runner_ops, progress, resolved.memory,
                      resolved.costs)
