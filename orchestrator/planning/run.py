@@ -1,7 +1,9 @@
 """Plan one Request: load its model and calibration, compile for its target, and, with cost
-placement, let the cost model choose among trial placements. When the device runtime refuses an
-output an op computes inside an NPU partition, that op is moved to the CPU and the model compiled
-again (the plan's reason for it says so).
+placement, let the cost model choose among trial placements. When the device check refuses work
+an NPU partition does (EthosUBackend an output one of its ops computes, or the functional model
+the partition's command stream), those ops are moved to the CPU and the model compiled again;
+the plan's reason for each says so. Where the CPU route of the moved ops fails upstream, the
+refusal stands and names the attempt.
 
 This is the body of `orchestrator.plan`; a sweep worker calls it for each configuration (it sits
 below orchestrator.api so that the sweep room, which the API calls, never imports the API back).
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.request import Request, Resolved, resolve
 
-# Ops moved off the NPU, one per recompile, because the device refused their partition output.
+# Refusals answered by moving ops off the NPU, one recompile each.
 MAX_DEVICE_MOVES = 4
 
 if TYPE_CHECKING:  # the compile stack imports torch and ExecuTorch (seconds): imported on use
@@ -42,7 +44,6 @@ def _plan_under(loaded: "LoadedModel", samples: "Calibration", resolved: Resolve
     from orchestrator.compilation.pipeline import (  # lazy: heavy (torch, executorch, vela)
         StageError, compile_model)
     from orchestrator.planning.planner import make_plan  # lazy: heavy (torch, executorch, vela)
-
     from partitioners.policy import Policy  # lazy: heavy (torch)
 
     target = resolved.target
