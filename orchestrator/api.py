@@ -94,7 +94,8 @@ def sweep(requests, workers: int | None = None, progress=None, executor: str = "
     Every request is resolved and every model loaded before anything compiles, so a bad target
     or model spec is one UserError, not a failure part-way. `executor`: `local`, `ray` or
     `ray:ADDRESS` (orchestrator/sweeps/ray_executor.py); `progress(label, event, seconds)`
-    hears "checked" once every request is resolved and loaded, then "done" per configuration. A sweep plans greedily (cost placement is `plan`'s)."""
+    hears "checked" once every request is resolved and loaded, then "done" per configuration.
+    A sweep plans greedily (cost placement is `plan`'s)."""
     from orchestrator.sources.loader import load_model  # lazy: heavy (torch)
     from orchestrator.sweeps.local import Executor, sweep_jobs  # lazy: heavy (multiprocessing)
     from orchestrator.sweeps.ray_executor import import_ray  # lazy: optional (ray)

@@ -276,11 +276,11 @@ _DELEGATE_IO = re.compile(r"\b(input|output) (\d+)\b")
 
 
 def _delegate_refusal(log: str, program=None, view: ProgramView | None = None
-                      ) -> tuple[str | None, tuple[str, str] | None]:
+                      ) -> tuple[str | None, tuple[tuple[str, ...], str] | None]:
     """What EthosUBackend logged when it refused a delegate call (its own words), or None; with
     the program, the op behind the input or output it names (e.g. an int64 `full` whose int32
-    NPU output the backend cannot widen), and, for an output, (that op, the backend's words):
-    an op the CPU can compute instead."""
+    NPU output the backend cannot widen), and, for an output, ((that op,), why): an op the CPU
+    can compute instead."""
     call = _DELEGATE_FAILED.search(log)
     if call is None:
         return None, None

@@ -78,7 +78,7 @@ class Quantized:
     program: torch.export.ExportedProgram
     reference: torch.fx.GraphModule | None  # convert_pt2e output (None when read from the cache)
     example_inputs: tuple[torch.Tensor, ...]
-    workarounds: tuple[Workaround, ...] = ()  # the pre-quantization rewrites (partitioners/quantizable.py)
+    workarounds: tuple[Workaround, ...] = ()  # pre-quantization rewrites (quantizable.py)
 
 
 @dataclass(frozen=True)
@@ -314,7 +314,7 @@ class CompileState:
     lowered: Lowered | None = None  # after quantize_io: the program handed to the CPU passes
     lowered_float_io: Lowered | None = None  # before quantize_io (choose_io starts from it)
     io_quant: dict[str, float | int] = field(default_factory=dict)
-    pre_cpu: dict[str, tuple] = field(default_factory=dict)  # node descriptions before the CPU passes
+    pre_cpu: dict[str, tuple] = field(default_factory=dict)  # nodes before the CPU passes
     routed_edge: EdgeProgramManager | None = None  # holding the CPU-routed program
     final_program: torch.export.ExportedProgram | None = None
     cpu_decisions: dict[str, CpuDecision] = field(default_factory=dict)

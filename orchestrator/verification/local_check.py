@@ -24,13 +24,14 @@ Matching a program value to its reference node: same shape and dtype (when no re
 has its shape, the same shape once size-1 dims are dropped: a linear the compile computes as a
 1x1 convolution writes [N, M, 1, 1]), the same scale and zero
 point where the program states them, after the previous match in topological order; among
-those, the one within its bound with the smallest difference (the outputs of one instruction, e.g. a
-delegate's, are each matched after the previous instruction's matches: they come in no order the
-reference shares, and an NPU partition's constant output listed first put its other outputs
-after the constant's late reference node; a match to a constant, which the program may compute
-long before the reference does, moves that order on for nobody). When none is within its bound,
-the value fails against the earliest (a wrong value matches nothing, and the earliest unmatched
-node is the one the program is computing), but it is not forced into the reference: a value
+those, the one within its bound with the smallest difference (the outputs of one instruction,
+e.g. a delegate's, are each matched after the previous instruction's matches: they come in no
+order the reference shares, and an NPU partition's constant output listed first put its other
+outputs after the constant's late reference node; a match to a constant, which the program may
+compute long before the reference does, moves that order on for nobody). When none is within
+its bound, the value fails against the earliest (a wrong value matches nothing, and the
+earliest unmatched node is the one the program is computing), but it is not forced into the
+reference: a value
 with no reference counterpart at all (an intermediate of a kernel's decomposition, e.g. the
 `minimum` inside a Cortex-M hardswish) would poison every later check. If a later value then
 matches that same node within its bound, the earlier one was such an intermediate, and it is
