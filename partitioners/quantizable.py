@@ -149,3 +149,51 @@ def explicit_rank_broadcast(module: torch.fx.GraphModule) -> list[Workaround]:
     if fixes:
         module.recompile()
     return fixes
+
+
+_HARDSWISH_PRODUCERS = ("conv", "linear", "batch_norm")  # DecomposeHardswishPass's fused inputs
+
+
+def hardswish_as_elementwise(module: torch.fx.GraphModule) -> list[Workaround]:
+    """A hardswish whose input is not a convolution or linear (after a mean, a residual add) as
+    `x * hardtanh(x + 3, 0, 6) / 6` (in place); the rewrite's report.
+
+    ExecuTorch 1.5.1's Cortex-M quantizer annotates every hardswish, but its
+    DecomposeHardswishPass lowers only one fused after a convolution or linear; any other stays
+    an int8 `aten::hardswish`, for which no kernel library of the device runtime has a kernel,
+    so the program does not load. The elementwise form is the same function and each of its ops
+    has a kernel."""
+    fixes = []
+    targets = (torch.ops.aten.hardswish.default, torch.ops.aten.hardswish_.default)
+    for node in list(module.graph.nodes):
+        if node.op != "call_function" or node.target not in targets:
+            continue
+        source = node.args[0]
+        producer = str(getattr(source, "target", ""))
+        if isinstance(source, torch.fx.Node) and any(p in producer for p in _HARDSWISH_PRODUCERS) \
+                and len(source.users) == 1:
+            continue  # the Cortex-M passes lower it with the op before it
+        graph = module.graph
+        with graph.inserting_before(node):
+            shifted = graph.call_function(torch.ops.aten.add.Tensor, (source, 3.0))
+            gate = graph.call_function(torch.ops.aten.hardtanh.default, (shifted, 0.0, 6.0))
+            product = graph.call_function(torch.ops.aten.mul.Tensor, (source, gate))
+            result = graph.call_function(torch.ops.aten.div.Tensor, (product, 6.0))
+        val = node.meta.get("val")
+        for new in (shifted, gate, product, result):
+            new.meta.update({k: v for k, v in node.meta.items()
+                             if k in ("nn_module_stack", "stack_trace", "source_fn_stack")})
+            if isinstance(val, torch.Tensor):
+                new.meta["val"] = val
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+        fixes.append(Workaround(
+            _module_path(result), _UPSTREAM,
+            f"hardswish after {producer.split('.')[-2] if '.' in producer else producer or 'an input'} "
+            "computed as x * hardtanh(x + 3, 0, 6) / 6: the Cortex-M passes lower only a "
+            "hardswish fused after a convolution or linear, and no device kernel library has "
+            "an int8 hardswish"))
+    if fixes:
+        module.recompile()
+    return fixes
+

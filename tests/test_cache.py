@@ -61,3 +61,26 @@ def test_the_cache_can_be_switched_off(monkeypatch):
 
     monkeypatch.setenv("ORCHESTRATE_CACHE", "off")
     assert cache_dir() is None
+
+
+def test_a_change_to_the_projects_own_rewrites_re_keys_the_cache(private_cache, tmp_path,
+                                                                 monkeypatch):
+    """An entry made before a change to the pre-quantization rewrites (partitioners/
+    quantizable.py, ...) is never served after it: before, the key held only the model, the
+    quantizer and the package versions, and a new rewrite met stale quantized programs."""
+    from orchestrator.artifacts import cache
+    from orchestrator.sources.loader import load_calibration, load_model
+    from orchestrator.target import resolve_target
+
+    assert "partitioners/quantizable.py" in cache.REWRITE_SOURCES
+    model = load_model("mixed")
+    samples = load_calibration(None, model.example_inputs)
+    target = resolve_target("corstone300", npu="none")
+    for source in cache.REWRITE_SOURCES:
+        (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / source).write_bytes((cache._ROOT / source).read_bytes())
+    monkeypatch.setattr(cache, "_ROOT", tmp_path)
+    before = cache.quantized_key(model, samples, target, True)
+    with open(tmp_path / "partitioners/quantizable.py", "a") as rewrites:
+        rewrites.write("\n# a new rewrite\n")
+    assert cache.quantized_key(model, samples, target, True) != before

@@ -10,7 +10,9 @@ policy. The key is a SHA-256 over everything they read:
 - the calibration samples (bytes);
 - the quantizer: EthosUQuantizer with the NPU family's TOSA specification, or CortexMQuantizer;
 - the export layout (channels_last), the torch / executorch / torchao versions, and the host
-  numerics settings (orchestrator/numerics.py).
+  numerics settings (orchestrator/numerics.py);
+- the source of the project's own rewrites before quantizing (REWRITE_SOURCES): an entry made
+  before a change to them is not served after it.
 
 A model whose class source cannot be read is not cached. Entries are written atomically and read
 back with the same safe loader as any `.pt2` (orchestrator/sources/loader.py). `ORCHESTRATE_CACHE=off`
@@ -42,6 +44,14 @@ from orchestrator.target import compile_spec
 from partitioners.records import Workaround
 
 FORMAT = "3"  # 2: entries carry the SHA-256 of their files; 3: and the rewrites made before quantizing
+
+
+_ROOT = Path(__file__).resolve().parents[2]
+# The project's code that shapes what capture + quantization produce (model-level legalizations,
+# pre-quantization rewrites, the capture and quantize stages): part of the key, so an entry made
+# before a change to any of them is never served after it.
+REWRITE_SOURCES = ("partitioners/quantizable.py", "partitioners/legalize.py",
+                   "orchestrator/compilation/pipeline.py")
 
 
 def cache_dir() -> Path | None:
@@ -106,6 +116,8 @@ def quantized_key(model, calibration, target, channels_last: bool,
     if not rewrites:  # compile(legalize=False): upstream's quantization, without our rewrites
         digest.update(b"no pre-quantization rewrites")
     digest.update(f"channels_last={channels_last}".encode())
+    for source in REWRITE_SOURCES:  # our own rewrites before quantizing: a change re-keys
+        digest.update((_ROOT / source).read_bytes())
     for package in ("torch", "executorch", "torchao"):
         digest.update(f"{package}={metadata.version(package)}".encode())
     digest.update(repr(sorted(numerics.state()["settings"].items())).encode())

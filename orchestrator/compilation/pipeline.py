@@ -209,6 +209,7 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
     if legalize and not target.npu:
         fixes += quantizable.fold_constant_state(module)
         fixes += quantizable.explicit_rank_broadcast(module)
+        fixes += quantizable.hardswish_as_elementwise(module)
     prepared = prepare_pt2e(module, _quantizer(target))
     with torch.no_grad(), numerics.single_threaded():
         for sample in calibration.samples:
