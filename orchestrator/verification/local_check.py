@@ -222,7 +222,10 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
             current, floor = instruction, last_order
         # a kernel that writes into the EValue it reads (a transpose over a size-1 dim) is
         # compared with what was there before it, never with its own output
-        known = {source: seen.get(source) for source in (entry[4] if len(entry) > 4 else ())}
+        # an input no instruction wrote (a view the memory plan aliases) comes with the entry
+        given = entry[5] if len(entry) > 5 else {}
+        known = {source: seen.get(source, given.get(source))
+                 for source in (entry[4] if len(entry) > 4 else ())}
         sources = tuple(known)
         seen[value] = tensor
         kind = "bool" if tensor.dtype == torch.bool else "int8"

@@ -279,19 +279,50 @@ def _program_qparams(twin: TwinProgram) -> dict[int, tuple[float, int]]:
     return known
 
 
-def _written(run: TwinRun):
-    """(instruction, op, EValue, tensor, input EValues) for every int8 or bool tensor the
-    program wrote."""
+def _written(run: TwinRun, view=None):
+    """(instruction, op, EValue, tensor, input EValues, input tensors) for every int8 or bool
+    tensor the program wrote; the input tensors are those of its inputs that are not its own
+    outputs, a view the memory plan aliases to another value (written by no instruction: a
+    reshape before a Cortex-M transpose) read from the last value written at its place."""
+    latest: dict[tuple[int, int], torch.Tensor] = {}  # (mem_id, offset) -> last written there
+
+    def place(value: int):
+        described = view.values[value] if view is not None else None
+        if described is None or described.kind != "Tensor" or not described.mem_id:
+            return None
+        return described.mem_id, described.mem_offset
+
+    def aliased(value: int):
+        where = place(value)
+        found = latest.get(where) if where else None
+        described = view.values[value] if where else None
+        if found is None or described.dim_order != tuple(range(len(described.sizes))) or \
+                found.dtype != described.dtype or found.numel() != math.prod(described.sizes):
+            return None
+        return found.contiguous().reshape(described.sizes)
+
     for entry in run.op_trace:
+        inputs = {}
+        for v in entry.inputs:
+            if v not in entry.outputs:
+                tensor = run.intermediates.get(v)
+                tensor = tensor if tensor is not None else aliased(v)
+                if tensor is not None:
+                    inputs[v] = tensor
         for value in entry.outputs:
             tensor = run.intermediates.get(value)
             if tensor is not None and tensor.dtype in (torch.int8, torch.bool):
-                yield entry.instruction, entry.op, value, tensor, tuple(entry.inputs)
+                yield entry.instruction, entry.op, value, tensor, tuple(entry.inputs), inputs
+        for value in entry.outputs:
+            tensor = run.intermediates.get(value)
+            where = place(value)
+            if tensor is not None and where:
+                latest[where] = tensor
 
 
 def _local_checks(twin, run, quantized_module, sample, qparams, steps_per_stage):
     forced = ForcedReference(quantized_module, sample)
-    return check_locally(forced, _written(run), qparams, steps_per_stage)
+    return check_locally(forced, _written(run, twin.view), qparams, steps_per_stage)
 
 
 def _boundary_names(twin: TwinProgram) -> dict[tuple[str, str, int], str]:
