@@ -117,7 +117,8 @@ def quantized_key(model, calibration, target, channels_last: bool,
         digest.update(b"no pre-quantization rewrites")
     digest.update(f"channels_last={channels_last}".encode())
     for source in REWRITE_SOURCES:  # our own rewrites before quantizing: a change re-keys
-        digest.update((_ROOT / source).read_bytes())
+        path = _ROOT / source
+        digest.update(path.read_bytes() if path.is_file() else f"no {source}".encode())
     for package in ("torch", "executorch", "torchao"):
         digest.update(f"{package}={metadata.version(package)}".encode())
     digest.update(repr(sorted(numerics.state()["settings"].items())).encode())
