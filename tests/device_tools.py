@@ -45,6 +45,20 @@ def qemu_or_missing() -> None:
         missing(str(error))
 
 
+def passes_twin_host_runtime_and_qemu(pte, samples: int = 4) -> None:
+    """The twin (against the quantized reference), the host runtime and QEMU's Cortex-M55 (byte
+    for byte against the twin) each pass `pte`."""
+    from orchestrator.device_runs.combined import verify_all
+
+    host_runtime_or_missing().close()
+    qemu_or_missing()
+    verdict = verify_all(pte, samples=samples, methods=("twin", "host runtime",
+                                                        "QEMU Cortex-M55"))
+    outcomes = {r.name: r.outcome for r in verdict.results}
+    assert outcomes == {"twin": "passed", "host runtime": "passed",
+                        "QEMU Cortex-M55": "passed"}, verdict.verdict
+
+
 def verify_qemu_passes(pte, capsys, cases: int = 4) -> str:
     """`orchestrate verify --qemu PTE` exits 0 with every one of `cases` BundleIO cases PASS;
     returns what it printed (the `npu:` line is there for a hybrid program)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.device_tools import host_runtime_or_missing, qemu_or_missing
+from tests.device_tools import passes_twin_host_runtime_and_qemu
 from tests.ethos_u_edges import ethos_u_quantized_edge
 
 
@@ -87,12 +87,4 @@ def test_cost_placement_moves_an_mlp_off_the_u55_when_the_model_says_it_is_faste
 def test_the_moved_mlp_runs_on_the_device_code(sensor_mlp_cost):
     """The moved program against the quantized reference on the twin, and byte for byte against
     the twin on the host runtime and on QEMU's Cortex-M55."""
-    from orchestrator.device_runs.combined import verify_all
-
-    host_runtime_or_missing().close()
-    qemu_or_missing()
-    verdict = verify_all(sensor_mlp_cost.pte, samples=4, methods=("twin", "host runtime",
-                                                                  "QEMU Cortex-M55"))
-    outcomes = {r.name: r.outcome for r in verdict.results}
-    assert outcomes == {"twin": "passed", "host runtime": "passed",
-                        "QEMU Cortex-M55": "passed"}, verdict.verdict
+    passes_twin_host_runtime_and_qemu(sensor_mlp_cost.pte)

@@ -153,8 +153,7 @@ def test_index_ops_on_the_u55_moves_its_int64_constant_and_verifies_on_every_met
     runtime and QEMU all pass, and the program agrees with the quantized reference end to end."""
     import orchestrator
     from examples.user_models import model_spec
-    from orchestrator.device_runs.combined import verify_all
-    from tests.device_tools import host_runtime_or_missing, qemu_or_missing
+    from tests.device_tools import passes_twin_host_runtime_and_qemu
 
     folder = tmp_path_factory.mktemp("index_ops_u55")
     result = orchestrator.compile(model_spec("index_ops"), folder / "index_ops.pte", bundle=True,
@@ -172,12 +171,6 @@ def test_index_ops_on_the_u55_moves_its_int64_constant_and_verifies_on_every_met
         r"needed$", full.reasons[0].message), full.reasons[0].message
     assert plan.compiled.device_run.refusal is None
     assert plan.summary.macs["npu"] == 11_904
-    host_runtime_or_missing().close()
-    qemu_or_missing()
-    verdict = verify_all(result.pte, samples=4, methods=("twin", "host runtime",
-                                                         "QEMU Cortex-M55"))
-    outcomes = {r.name: r.outcome for r in verdict.results}
-    assert outcomes == {"twin": "passed", "host runtime": "passed",
-                        "QEMU Cortex-M55": "passed"}, verdict.verdict
+    passes_twin_host_runtime_and_qemu(result.pte)
     twin = orchestrator.verify(result.pte, samples=2)
     assert twin.passed and [o.differing_elements for o in twin.outputs] == [0, 0, 0], twin.outputs
