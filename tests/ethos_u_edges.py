@@ -7,26 +7,43 @@ from __future__ import annotations
 import torch
 
 
-def ethos_u_quantized_edge(module: torch.nn.Module, features: int):
-    """`module` (eval mode, one [1, features] input) quantized per channel by the Ethos-U
-    quantizer for ethos-u55-128, calibrated on four seeded samples, lowered to edge with the
-    Cortex-M compile config (no partitioner: every op is left for the CPU)."""
+def ethos_u55_spec():
+    """The Ethos-U55-128 compile spec these tests quantize and lower for (Shared_Sram)."""
     from executorch.backends.arm.ethosu import EthosUCompileSpec
+
+    return EthosUCompileSpec("ethos-u55-128", system_config="Ethos_U55_High_End_Embedded",
+                             memory_mode="Shared_Sram")
+
+
+def ethos_u_quantized(module: torch.nn.Module, sample):
+    """`module` (eval mode) quantized per channel by the Ethos-U quantizer for ethos-u55-128:
+    (the quantized reference module, its exported program). `sample(generator)` makes one input
+    tuple; the example input and four calibration samples come from one generator seeded 1."""
     from executorch.backends.arm.quantizer import (EthosUQuantizer,
                                                    get_symmetric_quantization_config)
-    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
-    from executorch.exir import to_edge_transform_and_lower
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     generator = torch.Generator().manual_seed(1)
-    x = (torch.rand(1, features, generator=generator) * 2 - 1,)
-    quantizer = EthosUQuantizer(EthosUCompileSpec(
-        "ethos-u55-128", system_config="Ethos_U55_High_End_Embedded", memory_mode="Shared_Sram"))
+    example = sample(generator)
+    quantizer = EthosUQuantizer(ethos_u55_spec())
     quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
-    prepared = prepare_pt2e(torch.export.export(module, x, strict=True).module(), quantizer)
+    prepared = prepare_pt2e(torch.export.export(module, example, strict=True)
+                            .module(check_guards=False), quantizer)
     for _ in range(4):
-        prepared(torch.rand(1, features, generator=generator) * 2 - 1)
-    program = torch.export.export(convert_pt2e(prepared), x, strict=True)
+        prepared(*sample(generator))
+    reference = convert_pt2e(prepared)
+    return reference, torch.export.export(reference, example, strict=True)
+
+
+def ethos_u_quantized_edge(module: torch.nn.Module, features: int):
+    """`module` (eval mode, one [1, features] input, uniform in [-1, 1)) quantized by
+    `ethos_u_quantized`, lowered to edge with the Cortex-M compile config (no partitioner: every
+    op is left for the CPU)."""
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.exir import to_edge_transform_and_lower
+
+    _, program = ethos_u_quantized(
+        module, lambda generator: (torch.rand(1, features, generator=generator) * 2 - 1,))
     return to_edge_transform_and_lower(program, compile_config=cortex_m_edge_compile_config())
 
 

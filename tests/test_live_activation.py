@@ -23,6 +23,7 @@ from torch import nn
 from npu_driver.tosa_twin import graph_io, run_tosa
 from partitioners.npu import lower_to_npu, vela_runs_recorded
 from partitioners.upstream_ethos_u import live_activations_kept
+from tests.ethos_u_edges import ethos_u55_spec, ethos_u_quantized
 
 SHAPE = (1, 3, 6, 7)  # H != W != C: the TOSA graph's layout is read from its shapes
 
@@ -40,13 +41,6 @@ class SharedRangeRelu(nn.Module):
         return torch.cat([y, self.conv2(y)], dim=1)
 
 
-def _spec():
-    from executorch.backends.arm.ethosu import EthosUCompileSpec
-
-    return EthosUCompileSpec("ethos-u55-128", system_config="Ethos_U55_High_End_Embedded",
-                             memory_mode="Shared_Sram")
-
-
 class OwnRangeRelu(nn.Module):
     """relu(conv(x)) quantized on its own: the range starts at 0, the zero point is qmin."""
 
@@ -58,27 +52,17 @@ class OwnRangeRelu(nn.Module):
         return torch.relu(self.conv(x))
 
 
-def _quantize(module: nn.Module):
-    from executorch.backends.arm.quantizer import (EthosUQuantizer,
-                                                   get_symmetric_quantization_config)
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
+def _quantize(build):
+    """`build()` (seeded here, so its weights do not depend on the tests run before) quantized
+    for the U55-128: (reference module, exported program)."""
     torch.manual_seed(0)
-    generator = torch.Generator().manual_seed(1)
-    example = (torch.randn(SHAPE, generator=generator),)
-    quantizer = EthosUQuantizer(_spec())
-    quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
-    prepared = prepare_pt2e(torch.export.export(module.eval(), example, strict=True)
-                            .module(check_guards=False), quantizer)
-    for _ in range(4):
-        prepared(torch.randn(SHAPE, generator=generator))
-    reference = convert_pt2e(prepared)
-    return reference, torch.export.export(reference, example, strict=True)
+    return ethos_u_quantized(build().eval(),
+                             lambda generator: (torch.randn(SHAPE, generator=generator),))
 
 
 @pytest.fixture(scope="module")
 def quantized():
-    return _quantize(SharedRangeRelu())
+    return _quantize(SharedRangeRelu)
 
 
 def _qparams(program):
@@ -98,7 +82,7 @@ def _npu_vs_reference(quantized, tmp_path, workaround: bool):
     kept: list = []
     with vela_runs_recorded(tmp_path) as runs, \
             (live_activations_kept(kept) if workaround else contextlib.nullcontext()):
-        to_edge_transform_and_lower(program, partitioner=[EthosUPartitioner(_spec())],
+        to_edge_transform_and_lower(program, partitioner=[EthosUPartitioner(ethos_u55_spec())],
                                     compile_config=EdgeCompileConfig(_check_ir_validity=False))
     (run,) = runs
     io = graph_io(run.tosa_bytes)
@@ -136,12 +120,12 @@ def test_the_kept_clamp_makes_the_npu_match_the_quantized_reference(quantized, t
 def test_the_plan_names_the_kept_relu_and_a_relu_of_its_own_range_still_folds(quantized,
                                                                             tmp_path):
     _, program = quantized
-    _, _, _, fixes = lower_to_npu(program, _spec(), tmp_path / "shared")
+    _, _, _, fixes = lower_to_npu(program, ethos_u55_spec(), tmp_path / "shared")
     assert [(f.node, f.upstream) for f in fixes] == [
         ("aten_relu_default", "executorch arm FuseQuantizedActivationPass")]
     assert "zero point (" in fixes[0].message and "qmin (-128)" in fixes[0].message
-    _, own = _quantize(OwnRangeRelu())
-    _, _, _, fixes = lower_to_npu(own, _spec(), tmp_path / "own")
+    _, own = _quantize(OwnRangeRelu)
+    _, _, _, fixes = lower_to_npu(own, ethos_u55_spec(), tmp_path / "own")
     assert fixes == ()
 
 
