@@ -12,6 +12,8 @@ that shows it pins where runtime and twin part.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.device_tools import missing
@@ -51,6 +53,7 @@ def test_cpu_only_program_in_the_real_runtime_writes_the_twins_bytes(compiles, h
     # The real kernels ran: every cortex_m op of the program is in the runtime's trace.
     assert any(row.op.startswith("cortex_m::quantized_conv2d") for row in report.per_op)
     assert report.host_limits == ()
+    assert report.c_path_only == () and report.reference_comparison_form == "program"
 
 
 def test_ethos_u_delegates_run_through_executorchs_backend(compiles, host_runtime):
@@ -74,6 +77,43 @@ def test_mve_tier_linear_is_compared_in_its_c_path_form(compiles, host_runtime):
     index, op = linear[0].split(" ", 1)
     assert f"{op} x1 (instruction {index})" in report.verdict, report.verdict
     assert report.host_limits == ()
+    assert report.reference_comparison_form == "c-path"
+
+
+def _kwt_like_report(c_path_only):
+    """A passed report of a CPU-only M55 program whose host run is 87 steps from the quantized
+    reference (the keyword transformer's figure; its MVE form is within 1 step)."""
+    from orchestrator.device_runs.runtime_verify import (OutputAgreement, RuntimeReport,
+                                                         _verdict)
+
+    output = OutputAgreement(0, (1, 8), "int8", True, 0.0, 0, 87.0, 5, 8)
+    report = RuntimeReport("kwt.pte", "the runtime", 4, "generated", (output,), (), None, None, (),
+                           c_path_only, "c-path" if c_path_only else "program", None, 0.001, 0.0,
+                           0.01, "0" * 16, True, "passed", True, "")
+    return replace(report, verdict=_verdict(report))
+
+
+@pytest.mark.parametrize("c_path_only", [("12 cortex_m::quantized_linear.out",), ()])
+def test_quantized_reference_figure_names_the_c_path_it_was_computed_from(c_path_only):
+    """On x86 the runtime runs CMSIS-NN's C path: for an MVE program the figure against the
+    quantized reference is of that form, so the report says so and where the MVE form is
+    checked; the decision and the figure itself stay as they were."""
+    from orchestrator.device_runs.runtime_verify import render_text, report_json
+
+    report = _kwt_like_report(c_path_only)
+    text, data = render_text(report), report_json(report)
+    assert report.outcome == "passed" and report.passed
+    assert "vs quantized reference max 87 steps, 5/8 elements differ" in text
+    labelled = ("runtime (CMSIS-NN C path, not the program's MVE form) vs quantized reference "
+                "max 87 steps")
+    if c_path_only:
+        assert labelled in text, text
+        assert "verify --qemu" in text and "verify --runtime twin" in text
+        assert data["reference_comparison_form"] == "c-path"
+    else:
+        assert labelled not in text and "C path" not in text, text
+        assert "); runtime vs quantized reference max 87 steps" in text
+        assert data["reference_comparison_form"] == "program"
 
 
 def test_library_is_cached_by_source_hash(host_runtime):
