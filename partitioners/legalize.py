@@ -40,6 +40,16 @@ reported in the plan (as a `Workaround`) so the user sees what changed and why:
   they move codes. Only linears the CPU runs (route_to_cpu) with zero points all 0 and more
   than one distinct scale are rewritten; one scale for every channel keeps the per-tensor
   `quantized_linear` (upstream_cortex_m.per_channel_weights_legalized).
+- A dropout in eval mode exports as a clone, and ExecuTorch 1.5.1's Cortex-M pass list keeps
+  every clone (`_clone_dim_order` into the dim order its input already has): a copy of the whole
+  tensor on the device (DS-CNN's two dropouts, 8,000 B each). Upstream's own
+  `RemoveCloneOpsTransform` (backends/transforms/remove_clone_ops.py, used by XNNPACK) decides
+  which clones are identities; those go (`identity_copies_removed`). Its Cortex-M avg_pool2d
+  substitution writes `count_include_pad` as an explicit `cortex_m::pad` before the pool even when
+  the padding is all zero (DS-CNN's (24, 5) pool): a copy with no padding, removed the same way.
+  A copy whose input is a program input or constant, or whose result is a program output, stays
+  (the program would then hand out a buffer it does not own), as does every copy of a program
+  that writes a buffer in place.
 - A CPU kernel that assumes a layout does not check it (kernels/layout_checks.py lists the
   rules). Where a tensor reaches such a kernel in another layout (a CMSIS-NN conv fed by a
   contiguous view, a cortex_m add walking a channels-last and a contiguous operand in lockstep,
@@ -56,6 +66,7 @@ import operator
 
 import torch
 from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
+from executorch.backends.transforms.remove_clone_ops import RemoveCloneOpsTransform
 from executorch.backends.transforms.utils import (create_constant_placeholder,
                                                   get_param_tensor, is_param_node)
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -65,7 +76,8 @@ from kernels.catalogue import CHANNELS_LAST
 from kernels.layout_checks import is_layout_finding, layout_findings
 from kernels.reference import TRANSPOSE_MAX_RANK
 from partitioners.fused_activation_split import ACTIVATIONS
-from partitioners.records import MOVED_OFF_CMSIS_KEY, ORIGIN_KEY, Workaround, quantize_scalar
+from partitioners.records import (MOVED_OFF_CMSIS_KEY, ORIGIN_KEY, REMOVED_COPIES_KEY, Workaround,
+                                  quantize_scalar)
 
 _SCALAR_OVERLOADS = {"add": "Scalar", "sub": "Scalar", "mul": "Scalar", "div": "Scalar",
                      "gt": "Scalar", "ge": "Scalar", "lt": "Scalar", "le": "Scalar",
@@ -539,9 +551,61 @@ def contiguous_operands(program, node, refused: str) -> Workaround | None:
                       f"the runtime refused {refused}; {what}")
 
 
+def _identity_copy(node) -> tuple[str, str] | None:
+    """(the upstream component, what makes `node` a copy that changes nothing), or None."""
+    parts = _target_parts(node)
+    if node.op != "call_function":
+        return None
+    if parts[:2] == ["dim_order_ops", "_clone_dim_order"]:
+        if RemoveCloneOpsTransform()._is_non_identity_clone(node):
+            return None
+        return ("ExecuTorch 1.5.1 CortexMPassManager (keeps identity clones)",
+                "a clone into the dim order its input already has (an eval-mode dropout "
+                "exports as one)")
+    if parts[:2] == ["cortex_m", "pad"]:
+        _, pre, post, _zero_point = node.args
+        if any(pre) or any(post):
+            return None
+        return ("ExecuTorch 1.5.1 Cortex-M avg_pool2d substitution (pads by zero)",
+                "a cortex_m::pad of zero on every side (the avg_pool2d substitution's "
+                "count_include_pad)")
+    return None
+
+
+def identity_copies_removed(program) -> list[Workaround]:
+    """Drop every copy that changes nothing (see above); its users read its input."""
+    graph = program.graph_module.graph
+    fixes = []
+    if program.graph_signature.buffers_to_mutate:
+        return fixes  # a copy may be what keeps a value from a later in-place write
+    for node in list(graph.nodes):
+        found = _identity_copy(node)
+        source = node.args[0] if node.args else None
+        if (found is None or not isinstance(source, torch.fx.Node)
+                or source.op != "call_function"
+                or any(user.op == "output" for user in node.users)):
+            continue
+        upstream, why = found
+        origin = node.meta.get(ORIGIN_KEY, node.name)
+        program.graph_module.meta.setdefault(REMOVED_COPIES_KEY, {})[origin] = why
+        node.replace_all_uses_with(source)
+        graph.erase_node(node)
+        fixes.append(Workaround(
+            origin, upstream,
+            f"{why}: removed, so its consumer reads {source.meta.get(ORIGIN_KEY, source.name)} "
+            f"and the device copies {_nbytes(source):,} B less per inference"))
+    return fixes
+
+
+def _nbytes(node) -> int:
+    val = _val(node)
+    return int(val.numel() * val.element_size()) if val is not None else 0
+
+
 def legalize_for_device(program) -> list[Workaround]:
     """Apply every rewrite above to the final CPU-side program, in place."""
-    fixes = (scalarize_constant_operands(program) + sort_values_via_topk(program)
+    fixes = (identity_copies_removed(program)
+             + scalarize_constant_operands(program) + sort_values_via_topk(program)
              + float_linear_via_matmul(program) + wide_transpose_to_portable(program)
              + copy_to_kernel_layouts(program))
     if fixes:

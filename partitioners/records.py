@@ -11,6 +11,8 @@ import torch
 ORIGIN_KEY = "orchestrate_origin"
 # Set by a legalization that moves a node off its CMSIS-NN kernel: (kernel, the limit it hit).
 MOVED_OFF_CMSIS_KEY = "orchestrate_moved_off_cmsis"
+# Graph meta set by a legalization that removes copies which change nothing: origin -> why.
+REMOVED_COPIES_KEY = "orchestrate_removed_copies"
 
 
 def module_of(node) -> tuple[str, str]:

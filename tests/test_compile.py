@@ -58,6 +58,36 @@ def test_cpu_only_m55_uses_cmsis_nn_kernels_and_no_portable_op(compiles):
     assert not any(op.startswith("aten::") for op in ops), ops
 
 
+def test_copies_that_change_nothing_upstream_keeps_are_gone_from_the_cpu_program(compiles):
+    """ExecuTorch 1.5.1's own Cortex-M pass list keeps DS-CNN's two eval-mode dropouts as
+    clones into the dim order their input already has, and writes its avg pool's
+    count_include_pad as a cortex_m::pad of zero on every side: three copies of a 8,000 B
+    tensor per inference. The compiled program has none of them, and says so."""
+    import copy
+
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.target_config import CortexMTargetConfig
+
+    compiled, _ = compiles.get("ds-cnn", "corstone300", "none", "cortex-m55")
+    upstream = CortexMPassManager(
+        copy.deepcopy(compiled.lowered.edge.exported_program()),
+        target_config=CortexMTargetConfig.from_target_string("cortex-m55")).transform()
+    clones = [n for n in upstream.graph.nodes if "_clone_dim_order" in str(n.target)]
+    pads = [n for n in upstream.graph.nodes if "cortex_m.pad" in str(n.target)]
+    assert len(clones) == 2 and len(pads) == 1, (clones, pads)
+    for clone in clones:
+        assert clone.meta["val"].dim_order() == clone.args[0].meta["val"].dim_order()
+    assert [list(pads[0].args[1]), list(pads[0].args[2])] == [[0, 0, 0, 0], [0, 0, 0, 0]]
+
+    ops = _operators(compiled.pte_bytes)
+    assert not {"dim_order_ops::_clone_dim_order.out", "cortex_m::pad.out"} & ops, ops
+    assert len(_program(compiled.pte_bytes).execution_plan[0].chains[0].instructions) == 13
+    removed = sorted(w.node for w in compiled.workarounds if ": removed, so its consumer" in w.message)
+    assert removed == ["cortex_m_pad_default", "dim_order_ops__clone_dim_order_default",
+                       "dim_order_ops__clone_dim_order_default_1"], removed
+    assert not any(r.fused and "clone" in " ".join(r.fused) for r in compiled.placements)
+
+
 def test_portable_ops_only_where_no_cmsis_nn_kernel_exists(compiles):
     compiled, _ = compiles.get("mixed", "corstone300", "ethos-u55-128")
     portable = {op for op in _operators(compiled.pte_bytes) if not op.startswith("cortex_m::")}

@@ -19,7 +19,7 @@ from kernels.catalogue import CPU_KERNELS, cortex_m_op_name, specialised_functio
 from kernels.device_ops import device_operator_names
 from kernels.reference import is_portable_elementwise, same_dim_order_family
 from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
-from partitioners.records import MOVED_OFF_CMSIS_KEY, module_of
+from partitioners.records import MOVED_OFF_CMSIS_KEY, REMOVED_COPIES_KEY, module_of
 from partitioners.reasons import Reason, because  # noqa: F401 - Reason is part of the Plan
 
 PLACEMENTS = ("npu", "cmsis-nn", "portable")
@@ -239,7 +239,8 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
             input_shapes=info.input_shapes, output_shape=info.output_shape, dtypes=current.dtypes,
             macs=info.macs, reasons=tuple(reasons), info=info, device_faults=faults,
             **_module_fields(node)))
-    return tuple(_attach_fused(rows, pre_cpu, seen_origins, lowered_stage))
+    removed = final_program.graph_module.meta.get(REMOVED_COPIES_KEY, {})
+    return tuple(_attach_fused(rows, pre_cpu, seen_origins | set(removed), lowered_stage))
 
 
 def op_key(target) -> str:
