@@ -85,23 +85,29 @@ def read_vela_dir(vela_dir: Path) -> VelaPartitionEstimate:
     )
 
 
-def match_layers_to_ops(estimate: VelaPartitionEstimate, op_macs: list[tuple[str, int]]
+# Vela's "Original Operator" for a pooling layer -> the op a plan row names. A pool does no
+# multiply: our rows count it 0 MACs while Vela counts one per input element read.
+_POOL_LAYERS = {"AvgPool": "avg_pool2d", "MaxPool": "max_pool2d"}
+
+
+def match_layers_to_ops(estimate: VelaPartitionEstimate, ops: list[tuple[str, int, str]]
                         ) -> tuple[dict[str, int], int]:
-    """Give each op of a partition the cycles of the Vela layer that computes it.
+    """Give each op of a partition (name, MACs, op) the cycles of the Vela layer that computes it.
 
     Vela names layers after TOSA tensors, not after our graph nodes, so ops are matched in
-    order by MAC count (conv/linear/pool layers have distinctive counts). Layers that match no op
-    (rescales, layout ops Vela inserted, elementwise ops fused differently) are returned as the
-    partition's unattributed cycles, so per-op cycles plus that remainder equal Vela's total.
+    order by MAC count (conv/linear layers have distinctive counts), and pooling layers in order
+    to the pooling ops of their kind. Layers that match no op (rescales, layout ops Vela
+    inserted, elementwise ops fused differently) are returned as the partition's unattributed
+    cycles, so per-op cycles plus that remainder equal Vela's total.
     """
     cycles: dict[str, int] = {}
-    remaining = list(op_macs)
+    remaining = list(ops)
     attributed = 0
     for layer in estimate.layers:
-        if layer.macs <= 0:
-            continue
-        for i, (name, macs) in enumerate(remaining):
-            if macs == layer.macs:
+        pool = _POOL_LAYERS.get(layer.original_op)
+        for i, (name, macs, op) in enumerate(remaining):
+            if (pool is not None and pool in op and not macs) or \
+                    (pool is None and layer.macs > 0 and macs == layer.macs):
                 cycles[name] = cycles.get(name, 0) + layer.cycles
                 attributed += layer.cycles
                 del remaining[i]

@@ -48,7 +48,7 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memo
     per_op: dict[int, dict[str, int]] = {}
     remainder: dict[int, int] = {}
     for index, estimate in estimates.items():
-        ops = [(r.name, r.macs) for r in rows if r.placement == "npu" and r.partition == index
+        ops = [(r.name, r.macs, r.op) for r in rows if r.placement == "npu" and r.partition == index
                and r.kind != "npu-invocation"]
         per_op[index], remainder[index] = match_layers_to_ops(estimate, ops)
     costed = []

@@ -41,6 +41,22 @@ def test_ds_cnn_avg_pool_is_on_cmsis_nn_with_the_kernel_size_reason(ds_cnn_u55):
     assert "kernel (24, 5)" in not_npu.value
 
 
+def test_an_npu_pool_row_carries_velas_cycles_for_its_layer(compiles):
+    """Vela counts a pooling layer's input elements as MACs where our rows count none, so the
+    MAC-count match left the pool's cycles on the invocation row and the pool read "fused"."""
+    import csv
+
+    compiled, pte = compiles.get("ds-cnn", "corstone320", "ethos-u85-256", write=True)
+    with open(next(pte.with_suffix(".artifacts").glob("partitions/p0/vela/out_per-layer.csv")),
+              newline="") as handle:
+        layers = list(csv.DictReader(handle))
+    (pool_layer,) = [layer for layer in layers if layer["Original Operator"] == "AvgPool"]
+    assert int(pool_layer["MAC Count"]) > 0
+    (pool,) = _rows(make_plan(compiled), op_part="avg_pool2d")
+    assert (pool.placement, pool.cost.source) == ("npu", "vela")
+    assert pool.cost.cycles == int(float(pool_layer["Op Cycles"])) > 0
+
+
 def test_mixed_on_u55_gives_distinct_reasons_for_conv_where_and_sort(mixed_u55):
     conv = next(r for r in mixed_u55.rows if r.name == "aten_convolution_default_1")
     where = next(r for r in mixed_u55.rows if "where" in r.op)
