@@ -42,9 +42,10 @@ reported in the plan (as a `Workaround`) so the user sees what changed and why:
   `quantized_linear` (upstream_cortex_m.per_channel_weights_legalized).
 - A dropout in eval mode exports as a clone, and ExecuTorch 1.5.1's Cortex-M pass list keeps
   every clone (`_clone_dim_order` into the dim order its input already has): a copy of the whole
-  tensor on the device (DS-CNN's two dropouts, 8,000 B each). Upstream's own
-  `RemoveCloneOpsTransform` (backends/transforms/remove_clone_ops.py, used by XNNPACK) decides
-  which clones are identities; those go (`identity_copies_removed`). Its Cortex-M avg_pool2d
+  tensor on the device (DS-CNN's two dropouts, 8,000 B each). A clone whose output has its
+  input's dim order is an identity (the test of upstream's own `RemoveCloneOpsTransform`,
+  backends/transforms/remove_clone_ops.py, which XNNPACK runs and the Cortex-M list does not);
+  those go (`identity_copies_removed`). Its Cortex-M avg_pool2d
   substitution writes `count_include_pad` as an explicit `cortex_m::pad` before the pool even when
   the padding is all zero (DS-CNN's (24, 5) pool): a copy with no padding, removed the same way.
   A copy whose input is a program input or constant, or whose result is a program output, stays
@@ -66,7 +67,6 @@ import operator
 
 import torch
 from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
-from executorch.backends.transforms.remove_clone_ops import RemoveCloneOpsTransform
 from executorch.backends.transforms.utils import (create_constant_placeholder,
                                                   get_param_tensor, is_param_node)
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -557,7 +557,8 @@ def _identity_copy(node) -> tuple[str, str] | None:
     if node.op != "call_function":
         return None
     if parts[:2] == ["dim_order_ops", "_clone_dim_order"]:
-        if RemoveCloneOpsTransform()._is_non_identity_clone(node):
+        out, source = _val(node), _val(node.args[0])
+        if out is None or source is None or out.dim_order() != source.dim_order():
             return None
         return ("ExecuTorch 1.5.1 CortexMPassManager (keeps identity clones)",
                 "a clone into the dim order its input already has (an eval-mode dropout "
