@@ -45,9 +45,9 @@ reported in the plan (as a `Workaround`) so the user sees what changed and why:
   tensor on the device (DS-CNN's two dropouts, 8,000 B each). A clone whose output has its
   input's dim order is an identity (the test of upstream's own `RemoveCloneOpsTransform`,
   backends/transforms/remove_clone_ops.py, which XNNPACK runs and the Cortex-M list does not);
-  those go (`identity_copies_removed`). Its Cortex-M avg_pool2d
-  substitution writes `count_include_pad` as an explicit `cortex_m::pad` before the pool even when
-  the padding is all zero (DS-CNN's (24, 5) pool): a copy with no padding, removed the same way.
+  those go (`identity_copies_removed`). Upstream's Cortex-M avg_pool2d substitution writes
+  `count_include_pad` as an explicit `cortex_m::pad` before the pool even when the padding is
+  all zero (DS-CNN's (24, 5) pool): a copy with no padding, removed the same way.
   A copy whose input is a program input or constant, or whose result is a program output, stays
   (the program would then hand out a buffer it does not own), as does every copy of a program
   that writes a buffer in place.
@@ -564,9 +564,8 @@ def _identity_copy(node) -> tuple[str, str] | None:
                 "a clone into the dim order its input already has (an eval-mode dropout "
                 "exports as one)")
     if parts[:2] == ["cortex_m", "pad"]:
-        _, pre, post, _zero_point = node.args
-        if any(pre) or any(post):
-            return None
+        if len(node.args) != 4 or any(node.args[1]) or any(node.args[2]):
+            return None  # (input, pre, post, zero point) as upstream writes it, or not ours
         return ("ExecuTorch 1.5.1 Cortex-M avg_pool2d substitution (pads by zero)",
                 "a cortex_m::pad of zero on every side (the avg_pool2d substitution's "
                 "count_include_pad)")
