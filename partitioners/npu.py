@@ -89,6 +89,31 @@ def _lowered_modules(program):
             yield name, getattr(graph_module, name)
 
 
+def _rows_left_out(node: torch.fx.Node) -> str:
+    """For a floor-mode average pool whose windows miss the input's last rows or columns (DS-CNN: a
+    (24, 5) window over 25x5): the input's size and what no window reads. The Arm backend
+    lowers those to a negative TOSA padding, which its U55 check counts as padding."""
+    args = node.args
+    source = args[0].meta.get("val") if isinstance(args[0], torch.fx.Node) else None
+    if "avg_pool2d" not in str(node.target) or not isinstance(source, torch.Tensor) \
+            or source.dim() != 4:
+        return ""  # (max_pool2d's fifth argument is its dilation, not ceil_mode)
+    kernel = tuple(args[1])
+    stride = tuple(args[2]) if len(args) > 2 and args[2] else kernel
+    padding = tuple(args[3]) if len(args) > 3 else (0, 0)
+    ceil_mode = bool(args[4]) if len(args) > 4 else False
+    if ceil_mode or len(kernel) != 2 or len(stride) != 2 or len(padding) != 2:
+        return ""
+    sizes = tuple(int(d) for d in source.shape[2:])
+    missed = [(n + 2 * p - k) % s for n, k, s, p in zip(sizes, kernel, stride, padding)]
+    if not any(missed):
+        return ""
+    what = " and ".join(f"the last {m} {axis}s" if m > 1 else f"the last {axis}"
+                        for m, axis in zip(missed, ("row", "column")) if m)
+    return (f"input {sizes[0]}x{sizes[1]}: no window reads {what}, which the Arm backend "
+            "lowers as negative padding")
+
+
 def node_context(node: torch.fx.Node) -> str:
     """The values of a node a placement reason is about: conv/pool geometry and tensor dtypes."""
     parts = []
@@ -107,6 +132,9 @@ def node_context(node: torch.fx.Node) -> str:
             parts.append(f"stride {tuple(args[2])}")
         if len(args) > 3 and any(args[3]):
             parts.append(f"padding {tuple(args[3])}")
+        left_out = _rows_left_out(node)
+        if left_out:
+            parts.append(left_out)
     dtypes = []
     for arg in node.all_input_nodes:
         val = arg.meta.get("val")

@@ -39,6 +39,8 @@ def test_ds_cnn_avg_pool_is_on_cmsis_nn_with_the_kernel_size_reason(ds_cnn_u55):
     assert "WhyNoPartitionReporter" in not_npu.check
     assert "kernel dims < 8, got [24, 5]" in not_npu.message
     assert "kernel (24, 5)" in not_npu.value
+    # The model has no padding: the context says where the check's "padding" comes from.
+    assert "input 25x5: no window reads the last row" in not_npu.value
 
 
 def test_an_npu_pool_row_carries_velas_cycles_for_its_layer(compiles):
