@@ -171,7 +171,31 @@ def requantize_comparison_scalars(program) -> list[Workaround]:
 # "While executing %aten_bmm_default_1 : [num_users=1] = call_function[...]": how torch.fx
 # names the node an upstream pass failed on.
 _FAILED_NODE = re.compile(r"While executing %(\w+)")
-MAX_FLOAT_FALLBACKS = 8
+# Distinct upstream failures answered by keeping a node in float, one pass-manager run each
+# (the attention block moved off the U55 takes 6; a node with the same op and operands as one
+# that failed is kept with it: _operand_signature).
+MAX_FLOAT_FALLBACKS = 32
+
+
+def _operand_signature(node) -> tuple | None:
+    """(op, each tensor operand's shape and dtype): what upstream's substitution checks of an
+    op read (quantized_add's broadcast test reads the shapes). None: no tensor operands."""
+    operands = []
+    for arg in node.all_input_nodes:
+        val = arg.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            operands.append((tuple(val.shape), val.dtype))
+    return (node.target, tuple(operands)) if operands else None
+
+
+def _same_operands(program, name: str) -> list[str]:
+    """The other nodes of `program` with node `name`'s op and operand shapes and dtypes."""
+    nodes = {n.name: n for n in program.graph_module.graph.nodes if n.op == "call_function"}
+    signature = _operand_signature(nodes[name]) if name in nodes else None
+    if signature is None:
+        return []
+    return [other for other, node in nodes.items()
+            if other != name and _operand_signature(node) == signature]
 
 
 def _root_message(error: BaseException) -> str:
@@ -353,6 +377,11 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
                 per_channel_refused[name] = str(root)
             else:
                 kept_float[name] = _root_message(error)[:300]
+                for twin_name in _same_operands(program, name):
+                    if twin_name not in kept_float and _keep_float(copy.deepcopy(program),
+                                                                    twin_name):
+                        kept_float[twin_name] = (f"as {name}, the same op on the same operand "
+                                                 f"shapes: {kept_float[name]}")[:300]
     decisions = dict(decisions)
     reassign_shared_origins(program.graph_module, transformed.graph_module)
     fallbacks = []

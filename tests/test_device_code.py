@@ -322,13 +322,17 @@ def test_index_ops_pass_every_device_method(compiles):
     _passes_every_device_method(_index_ops(compiles)[1])
 
 
-def test_plan_pte_refuses_what_compile_refuses(tmp_path, capsys):
+def test_plan_pte_refuses_what_compile_refuses(tmp_path, capsys, monkeypatch):
     """`plan --pte` writes a program only when `compile` would: the report is printed, the
     refused program is not written (it skipped compile's refusals before), and the refusal
     names the NPU command the functional model refused (Vela's matmul writes past its
-    scratch)."""
+    scratch). The attention block's partition then moves to the CPU, whose route keeps 9 of
+    its ops in float after upstream failures; with room for one such failure only, the move
+    fails and the refusal stands, naming the attempt."""
     from orchestrator.cli import main
+    from partitioners import cpu
 
+    monkeypatch.setattr(cpu, "MAX_FLOAT_FALLBACKS", 1)
     pte = tmp_path / "attention_block.pte"
     code = main(["plan", model_spec("attention_block"), "--npu", "ethos-u55-128", "--pte",
                  str(pte), "--quiet"])
@@ -337,8 +341,8 @@ def test_plan_pte_refuses_what_compile_refuses(tmp_path, capsys):
     assert "not writing a program the device refuses" in err, err
     assert "fails on the ethos-u55-128 (functional model)" in err, err
     # The partition's ops were moved to the CPU and compiled again; upstream's CPU route fails
-    # on them (a broadcast add of the Ethos-U-quantized softmax), so the refusal stands and
-    # says so. When upstream routes them, this program compiles with the partition on the CPU.
+    # on more of them than the limit keeps in float (broadcast adds of the Ethos-U-quantized
+    # layer norms and softmax), so the refusal stands and says so.
     assert "to the CPU was tried and failed: stage route_cpu failed in upstream code" in err, err
 
 
@@ -420,3 +424,20 @@ def test_keeping_a_node_float_in_a_copy_leaves_the_original_marked():
     assert ArmAnnotationInfo.CUSTOM_META_KEY in add.meta["custom"]
     (copied,) = [n for n in trial.graph_module.graph.nodes if n.op == "call_function"]
     assert copied.meta["custom"] == {"other": 1}
+
+
+def test_a_node_upstream_fails_on_takes_its_same_op_same_operands_twins_into_float():
+    """route_to_cpu keeps a node in float when upstream's Cortex-M passes fail on it, one
+    pass-manager run per failure; nodes with the same op on operands of the same shapes and
+    dtypes (a layer norm's broadcast subtract, once per layer) go with it in that run."""
+    from partitioners.cpu import _same_operands
+
+    class Two(torch.nn.Module):
+        def forward(self, x, y, z):
+            return x - y, (x + 1) - y, x - z
+
+    program = torch.export.export(
+        Two(), (torch.randn(1, 16, 32), torch.randn(1, 16, 1), torch.randn(1, 16, 32)))
+    subs = [n.name for n in program.graph.nodes if n.target == torch.ops.aten.sub.Tensor]
+    assert _same_operands(program, subs[0]) == [subs[1]]  # not x - z: other operand shapes
+    assert _same_operands(program, subs[2]) == []
