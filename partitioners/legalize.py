@@ -561,8 +561,8 @@ def _identity_copy(node) -> tuple[str, str] | None:
         if out is None or source is None or out.dim_order() != source.dim_order():
             return None
         return ("ExecuTorch 1.5.1 CortexMPassManager (keeps identity clones)",
-                "a clone into the dim order its input already has (an eval-mode dropout "
-                "exports as one)")
+                "a clone into the dim order its input already has (an eval-mode dropout, "
+                "for one, exports as such a clone)")
     if parts[:2] == ["cortex_m", "pad"]:
         if len(node.args) != 4 or any(node.args[1]) or any(node.args[2]):
             return None  # (input, pre, post, zero point) as upstream writes it, or not ours

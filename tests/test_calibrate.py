@@ -369,8 +369,9 @@ def test_calibrating_with_a_qemu_profile_makes_the_plan_estimate_its_instruction
     assert code == 0, err
     lines = " ".join(out.split()).split("by op class, model instructions")[1]
     ratios = dict(re.findall(r"(\w+): \d+ call\(s\), [\d,]+ / [\d,]+ = ([\d.]+)", lines))
+    # (DS-CNN CPU-only has no portable kernel since its identity copies went.)
     assert ratios == {name: "1.00" for name in ("conv", "depthwise", "linear", "pooling",
-                                                "elementwise", "portable")}
+                                                "elementwise")}
 
 
 def test_view_copies_the_plan_takes_as_free_map_to_no_row():
