@@ -550,6 +550,26 @@ class Crnn(nn.Module):
         return self.head(out[:, -1])
 
 
+class GatedFlipTwoOutputs(nn.Module):
+    """A conv whose output a squeeze-excite style gate multiplies (a [1, 8, 1, 1] broadcast),
+    flipped along its width, then two outputs: the mean over channels, and the flipped map
+    itself through an eval-mode dropout. One NPU partition on each side of the flip, the second
+    with two outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(4, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 1)
+        self.drop = nn.Dropout(0.3)
+        self.gate = nn.Parameter(torch.rand(1, 8, 1, 1) * 2 - 1)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        h = torch.relu(self.c1(x))
+        g = torch.sigmoid(self.c2(h).mean(dim=(2, 3), keepdim=True))
+        y = torch.flip(h * g, dims=[3])
+        return y.mean(dim=1, keepdim=True), self.drop(y)
+
+
 conv1d_audio = _seeded(Conv1dAudio, (1, 10, 40))
 attention_block = _seeded(AttentionBlock, (1, 16, 32))
 argmax_head = _seeded(ArgmaxSegmentation, (1, 3, 16, 16))
@@ -575,6 +595,7 @@ resnet_basic = _seeded(ResNetBasic, (1, 3, 16, 16))
 transposed_decoder = _seeded(TransposedDecoder, (1, 1, 16, 16))
 index_ops = _seeded(IndexOps, (1, 3, 8, 8))
 crnn = _seeded(Crnn, (1, 1, 8, 16))
+gated_flip_two_outputs = _seeded(GatedFlipTwoOutputs, (1, 4, 12, 12))
 
 USER_MODELS: dict[str, Factory] = {
     "conv1d_audio": conv1d_audio,
@@ -602,6 +623,7 @@ USER_MODELS: dict[str, Factory] = {
     "transposed_decoder": transposed_decoder,
     "index_ops": index_ops,
     "crnn": crnn,
+    "gated_flip_two_outputs": gated_flip_two_outputs,
 }
 
 

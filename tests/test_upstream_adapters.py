@@ -51,6 +51,41 @@ def test_tag_module_wrapper_forwards_the_tag_iterator():
     assert reporters == ["r1", "r2"] and calls == [None, "iterator"]
 
 
+def test_the_tag_module_wrapper_hands_the_tags_on_in_tag_number_order():
+    from partitioners import upstream_ethos_u
+
+    class Partitioner:
+        def _tag_module(self, module, containing_program, reporter, tag_iterator=None):
+            return {"tag10", "tag2", "tag1", "tag0"}
+
+    partitioner = Partitioner()
+    upstream_ethos_u.capture_reporters(partitioner)
+    tags = partitioner._tag_module("m", "p", "r")
+    assert list(tags) == ["tag0", "tag1", "tag2", "tag10"]
+    assert tags & {"tag2", "tag7"} == {"tag2"} and tags == {"tag0", "tag1", "tag2", "tag10"}
+
+
+def test_upstream_hands_the_partition_tags_on_in_set_order():
+    """What the wrapper above corrects: TOSAPartitioner.partition builds its partition_tags by
+    iterating the set _tag_module returns, and a set of strings iterates in hash order, which
+    PYTHONHASHSEED changes from one process to the next."""
+    import inspect
+    import os
+    import subprocess
+    import sys
+
+    from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
+
+    assert "tags: set[str] = set()" in inspect.getsource(TOSAPartitioner._tag_module)
+    assert "{tag: self.delegation_spec for tag in tags}" in inspect.getsource(
+        TOSAPartitioner.partition)
+    orders = {subprocess.run(
+        [sys.executable, "-c", "print(list({f'tag{i}' for i in range(6)}))"],
+        env={**os.environ, "PYTHONHASHSEED": str(seed)}, capture_output=True, text=True,
+        check=True).stdout for seed in range(6)}
+    assert len(orders) > 1, orders
+
+
 def test_vela_compile_is_restored_after_the_wrapper():
     import executorch.backends.arm.ethosu.backend as ethosu_backend
 
