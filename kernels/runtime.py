@@ -77,6 +77,11 @@ DIM_ORDER_CHECKS = ("tensors_have_same_dim_order", "all_contiguous || all_channe
                     "is_contiguous_dim_order", "is_channels_last_dim_order")
 
 
+# A kernel's argument check that calls the failing checks (op_upsample_nearest2d.cpp:105
+# `check_upsample_nearest2d_args(in, output_size, scale_factors, out)`), logged after them.
+_ARGS_WRAPPER = re.compile(r"\s*check_\w+_args\s*\(")
+
+
 @dataclass(frozen=True)
 class KernelCheck:
     source: str  # "op_argmax.cpp:45"
@@ -104,8 +109,11 @@ class KernelRefusal:
 
     @property
     def on_dim_order(self) -> bool:
-        """Every failed check is a dim-order one (a layout copy can satisfy it)."""
-        return bool(self.checks) and all(c.on_dim_order for c in self.checks)
+        """Every failed check is a dim-order one (a layout copy can satisfy it), or an op's
+        argument-check wrapper around one (`check_upsample_nearest2d_args(...)`: it fails
+        because the dim-order check inside it did)."""
+        return bool(self.checks) and self.checks[0].on_dim_order and all(
+            c.on_dim_order or _ARGS_WRAPPER.match(c.condition) for c in self.checks[1:])
 
     def text(self) -> str:
         checks = "; ".join(c.text() for c in self.checks) or "no check logged"

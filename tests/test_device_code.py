@@ -93,6 +93,25 @@ def test_a_refusal_no_copy_can_fix_is_a_one_line_refusal():
     assert not refusal.on_dim_order  # a layout copy cannot satisfy it: compile refuses
 
 
+def test_a_dim_order_refusal_inside_an_argument_check_wrapper_is_still_one_a_copy_fixes():
+    """The portable upsample kernel logs its dim-order check, then the argument check that
+    called it (as the runtime did for a 1-channel conv's output upsampled, from an outside
+    model): the wrapper line fails because the check inside it did. Another failed check
+    alongside it still makes the refusal one no copy fixes."""
+    from kernels.runtime import kernel_refusal
+
+    checks = ("[tensor_util_portable.cpp:130] Check failed (all_contiguous || "
+              "all_channels_last): 2 input tensors have different dim orders\n"
+              "[upsample_util.cpp:21] Check failed (tensors_have_same_dim_order(in, out)): \n"
+              "[op_upsample_nearest2d.cpp:105] Check failed (check_upsample_nearest2d_args(in, "
+              "output_size, scale_factors, out)): \n")
+    call = ("[method.cpp:1483] KernelCall failed at instruction 0:3 in operator "
+            "aten::upsample_nearest2d.vec_out: 0x12")
+    assert kernel_refusal(checks + call).on_dim_order
+    other = "[op_x.cpp:9] Check failed (out.size(0) == 2): \n"
+    assert not kernel_refusal(checks + other + call).on_dim_order
+
+
 def test_conv1d_runs_on_cmsis_nn_cpu_only(compiles):
     compiled, _ = compiles.get(model_spec("conv1d_audio"), *CPU_ONLY)
     convs = [row for row in compiled.placements if row.op.startswith("aten.convolution")]
