@@ -51,6 +51,14 @@ reported in the plan (as a `Workaround`) so the user sees what changed and why:
   A copy whose input is a program input or constant, or whose result is a program output, stays
   (the program would then hand out a buffer it does not own), as does every copy of a program
   that writes a buffer in place.
+- ExecuTorch 1.5.1 serializes a tensor's dim order from its strides
+  (`exir/tensor.py: dim_order_from_stride`), where a size-1 dimension's place is ambiguous: a
+  channels-last tensor of one channel, strides (256, 1, 16, 1), is written as dim order
+  (0, 2, 1, 3), while torch, and the dim-order copy that made it, say (0, 2, 3, 1). The copy
+  kernel compares the two literally and refuses (`out_dim_order[i] == dim_order_ref[i]`): a
+  1-channel PixelShuffle output or a 1-channel copy the compile inserts did not run. Both orders
+  lay the bytes out alike, so the serialized program gives such a copy's output the order the
+  copy asks for (`size1_copy_orders` reports them).
 - A CPU kernel that assumes a layout does not check it (kernels/layout_checks.py lists the
   rules). Where a tensor reaches such a kernel in another layout (a CMSIS-NN conv fed by a
   contiguous view, a cortex_m add walking a channels-last and a contiguous operand in lockstep,
@@ -602,12 +610,48 @@ def _nbytes(node) -> int:
     return int(val.numel() * val.element_size()) if val is not None else 0
 
 
+_DIM_ORDER_COPIES = (["dim_order_ops", "_clone_dim_order"], ["dim_order_ops", "_to_dim_order_copy"])
+
+
+def same_bytes_order(sizes, first, second) -> bool:
+    """Two dim orders that differ only in where size-1 dimensions sit (the same byte layout)."""
+    keep = [d for d in first if sizes[d] != 1], [d for d in second if sizes[d] != 1]
+    return keep[0] == keep[1] and sorted(first) == sorted(second)
+
+
+def size1_copy_orders(program) -> list[Workaround]:
+    """The dim-order copies whose output upstream serializes in another order than the one the
+    copy asks for, differing only in a size-1 dimension's place (see above); the serialized
+    program writes their outputs in the asked order (orchestrator/compilation/pipeline.py:
+    `copy_outputs_in_asked_order`). Upstream's own passes refuse a graph that asks for the
+    stride-derived order (it maps to no torch memory format), so the graph is left as it is."""
+    from executorch.exir.tensor import dim_order_from_stride  # lazy: heavy (executorch)
+
+    fixes = []
+    for node in program.graph_module.graph.nodes:
+        if node.op != "call_function" or _target_parts(node)[:2] not in _DIM_ORDER_COPIES:
+            continue
+        val, asked = _val(node), node.kwargs.get("dim_order")
+        if val is None or asked is None:
+            continue
+        written = [int(d) for d in dim_order_from_stride(val.stride())]
+        if list(asked) == written or not same_bytes_order(list(val.shape), list(asked), written):
+            continue
+        fixes.append(Workaround(
+            node.meta.get(ORIGIN_KEY, node.name),
+            "ExecuTorch 1.5.1 TensorSpec (dim order from strides: a size-1 dimension's place)",
+            f"a copy into dim order {tuple(asked)} of a {list(val.shape)} tensor, whose output "
+            f"upstream serializes as {tuple(written)} (the same bytes), which the copy kernel "
+            f"refuses; the program writes that output as {tuple(asked)}"))
+    return fixes
+
 def legalize_for_device(program) -> list[Workaround]:
     """Apply every rewrite above to the final CPU-side program, in place."""
     fixes = (identity_copies_removed(program)
              + scalarize_constant_operands(program) + sort_values_via_topk(program)
              + float_linear_via_matmul(program) + wide_transpose_to_portable(program)
              + copy_to_kernel_layouts(program))
+    fixes += size1_copy_orders(program)  # last: the copies above included
     if fixes:
         program.graph_module.graph.eliminate_dead_code()
         program.graph_module.recompile()

@@ -10,6 +10,8 @@ float output compared byte for byte across kernels that sum in another order.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -460,3 +462,53 @@ def test_a_node_upstream_fails_on_takes_its_same_op_same_operands_twins_into_flo
     subs = [n.name for n in program.graph.nodes if n.target == torch.ops.aten.sub.Tensor]
     assert _same_operands(program, subs[0]) == [subs[1]]  # not x - z: other operand shapes
     assert _same_operands(program, subs[2]) == []
+
+
+_ONE_CHANNEL_SHUFFLE = '''
+import torch
+from torch import nn
+
+
+class Shuffle(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.shuffle = nn.PixelShuffle(2)
+
+    def forward(self, x):
+        return self.shuffle(self.conv(x))  # [1, 1, 16, 16]: one channel, channels-last
+
+
+def factory():
+    torch.manual_seed(0)
+    return Shuffle().eval(), (torch.rand(1, 1, 8, 8),)
+'''
+
+
+def test_upstream_serializes_a_one_channel_channels_last_tensor_in_another_dim_order():
+    """What the size-1 copy legalization works around: ExecuTorch derives a tensor's serialized
+    dim order from its strides, where a 1-channel channels-last tensor's channel stride ties
+    with its width's."""
+    from executorch.exir.tensor import TensorSpec
+
+    x = torch.empty(1, 1, 16, 16).to(memory_format=torch.channels_last)
+    assert tuple(x.dim_order()) == (0, 2, 3, 1)
+    assert list(TensorSpec.from_tensor(x).dim_order) == [0, 2, 1, 3]
+
+
+def test_a_one_channel_pixel_shuffle_output_compiles_cpu_only_and_passes_every_method(
+        tmp_path):
+    """From an outside model (a super-resolution net): its PixelShuffle's 1-channel output is
+    a copy into (0, 2, 3, 1) that upstream serialized as (0, 2, 1, 3), and the copy kernel
+    refused the program at compile (exit 2). The program now writes that output as asked."""
+    from orchestrator.cli import main
+
+    source = tmp_path / "shuffle.py"
+    source.write_text(_ONE_CHANNEL_SHUFFLE)
+    pte = tmp_path / "shuffle.pte"
+    assert main(["compile", f"{source}:factory", "--npu", "none", "--quiet", "-o",
+                 str(pte)]) == 0
+    plan = json.loads(pte.with_suffix(".artifacts").joinpath("plan.json").read_text())
+    assert any("a size-1 dimension's place" in w["upstream"]
+               for w in plan["summary"]["workarounds"])
+    _passes_every_device_method(pte)

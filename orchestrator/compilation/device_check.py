@@ -42,7 +42,7 @@ from kernels.program_view import ProgramView
 from npu_driver.ethos_u import NpuModelError, UnmodelledCommand, execute_backend_invocation
 from npu_driver.payload import PayloadError, parse_payload
 from orchestrator.errors import UserError
-from partitioners.legalize import contiguous_operands, runtime_node
+from partitioners.legalize import contiguous_operands, runtime_node, size1_copy_orders
 from partitioners.records import Workaround
 
 ENV_DEVICE_CHECK = "ORCHESTRATE_DEVICE_CHECK"  # "0": skip the run (the plan says "not run")
@@ -249,6 +249,7 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
                 where = f" (node {node.name})" if node is not None else ""
                 return refused(refusal.text() + where)
             workarounds.append(fix)
+            workarounds.extend(size1_copy_orders(program))  # the copies it inserted
             legalized.append(refusal.text())
             continue
         return (DeviceRun(True, method, "every kernel accepted its arguments" +
