@@ -512,3 +512,21 @@ def test_a_one_channel_pixel_shuffle_output_compiles_cpu_only_and_passes_every_m
     assert any("a size-1 dimension's place" in w["upstream"]
                for w in plan["summary"]["workarounds"])
     _passes_every_device_method(pte)
+
+
+@pytest.mark.parametrize("refusal,npu,advice", [
+    ("aten::flip.out returned error 0x12 (node aten_flip_default)", "ethos-u55-128",
+     "or force it elsewhere with --policy"),
+    ("aten::flip.out returned error 0x12 (node aten_flip_default)", None,
+     "a CPU-only target has nowhere else to put it)"),
+    ("dim_order_ops::_to_dim_order_copy.out returned error 0x12 (node "
+     "aten_flip_default:to_contiguous, which the compile inserted)", None,
+     "a defect of orchestrate; please report it with the model")])
+def test_a_refusal_advises_what_the_user_can_change(refusal, npu, advice):
+    """A CPU-only target has no --policy to force an op elsewhere, and an op the compile
+    inserted is not the user's to keep out of the model (both were advised before)."""
+    from orchestrator.compilation.device_check import DeviceRefusal, DeviceRun, refuse
+
+    with pytest.raises(DeviceRefusal) as raised:
+        refuse(DeviceRun(True, "the host runtime", "refused", refusal=refusal), npu)
+    assert str(raised.value).endswith(advice) and refusal in str(raised.value)

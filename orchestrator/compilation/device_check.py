@@ -43,7 +43,7 @@ from npu_driver.ethos_u import NpuModelError, UnmodelledCommand, execute_backend
 from npu_driver.payload import PayloadError, parse_payload
 from orchestrator.errors import UserError
 from partitioners.legalize import contiguous_operands, runtime_node, size1_copy_orders
-from partitioners.records import Workaround
+from partitioners.records import ORIGIN_KEY, Workaround
 
 ENV_DEVICE_CHECK = "ORCHESTRATE_DEVICE_CHECK"  # "0": skip the run (the plan says "not run")
 MAX_LEGALIZATIONS = 8
@@ -246,7 +246,9 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
             fix = (contiguous_operands(program, node, refusal.text())
                    if legalize and node is not None and refusal.on_dim_order else None)
             if fix is None:
-                where = f" (node {node.name})" if node is not None else ""
+                origin = node.meta.get(ORIGIN_KEY, node.name) if node is not None else None
+                where = "" if origin is None else f" (node {origin}" + (
+                    ", which the compile inserted)" if ":" in origin else ")")
                 return refused(refusal.text() + where)
             workarounds.append(fix)
             workarounds.extend(size1_copy_orders(program))  # the copies it inserted
@@ -260,13 +262,21 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
             serialized, trial, tuple(workarounds))
 
 
-def refuse(run: DeviceRun | None) -> None:
-    """Raise DeviceRefusal when the real runtime refused the program (compile writes nothing)."""
+def refuse(run: DeviceRun | None, npu: str | None = None) -> None:
+    """Raise DeviceRefusal when the real runtime refused the program (compile writes nothing).
+    The advice names what the user can change: the model, a policy where an NPU can take the
+    op, and a report where the refused op is one the compile inserted."""
     if run is not None and run.refusal:
+        advice = ("keep that op out of the model, or force it elsewhere with --policy" if npu
+                  else "keep that op out of the model (a CPU-only target has nowhere else to "
+                  "put it)")
+        if "which the compile inserted" in run.refusal:
+            advice = ("the refused op is one the compile inserted, not one of the model's: a "
+                      "defect of orchestrate; please report it with the model")
         raise DeviceRefusal(
             f"not writing a program the device refuses: the ExecuTorch runtime (host build of "
             f"the device kernels) refused it: {run.refusal}; `orchestrate plan` shows where; "
-            "keep that op out of the model, or force it elsewhere with --policy")
+            + advice)
 
 
 _DELEGATE_FAILED = re.compile(r"CALL_DELEGATE execute failed at instruction (\d+): (0x[0-9a-fA-F]+)")

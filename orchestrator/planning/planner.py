@@ -40,7 +40,7 @@ class Plan:
         """Raise DeviceRefusal when the real runtime refused the program, and UnsupportedModel
         when a CPU kernel would read a tensor in another layout than it has: such a program
         loads and runs, and computes wrong numbers (kernels/layout_checks.py)."""
-        device_check.refuse(self.compiled.device_run)
+        device_check.refuse(self.compiled.device_run, self.compiled.target.npu)
         found = [(row.name, fault) for row in self.rows for fault in row.device_faults
                  if is_layout_finding(fault.key)]
         if found:
