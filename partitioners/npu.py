@@ -137,13 +137,30 @@ def node_context(node: torch.fx.Node) -> str:
             parts.append(left_out)
     dtypes = []
     for arg in node.all_input_nodes:
-        val = arg.meta.get("val")
+        val = _stored(arg).meta.get("val")
         if isinstance(val, torch.Tensor):
             dtypes.append(str(val.dtype).replace("torch.", ""))
-    out = node.meta.get("val")
+    users = list(node.users)
+    quantized = users and all(_is_qdq(user, "quantize") for user in users)
+    out = (users[0] if quantized else node).meta.get("val")
     if isinstance(out, torch.Tensor) and not parts:
         parts.append(f"{'/'.join(dtypes) or '-'} -> {str(out.dtype).replace('torch.', '')}")
     return "; ".join(parts)
+
+
+def _is_qdq(node, kind: str) -> bool:
+    """`node` is a quantize (kind "quantize") or dequantize (kind "dequantize") op."""
+    target = str(getattr(node, "target", ""))
+    return f".{kind}_per_" in f".{target.split('.', 1)[-1]}" if "." in target else False
+
+
+def _stored(value: torch.fx.Node) -> torch.fx.Node:
+    """The value as the program stores it: a float input a dequantize makes is int8 before it
+    (the quantized graph computes in float between dequantize and quantize; the device does
+    not)."""
+    if _is_qdq(value, "dequantize") and value.all_input_nodes:
+        return value.all_input_nodes[0]
+    return value
 
 
 @contextlib.contextmanager

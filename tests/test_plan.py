@@ -72,6 +72,15 @@ def test_mixed_on_u55_gives_distinct_reasons_for_conv_where_and_sort(mixed_u55):
         assert row.reasons[1].message.startswith(f"no CMSIS-NN kernel for {row.op}")
 
 
+def test_an_npu_refusal_names_the_int8_the_program_stores_not_the_graphs_float(mixed_u55):
+    """The quantized graph computes an op in float between its dequantize and quantize; the
+    reason's context named those floats ([float32/float32 -> bool] for an int8 comparison)."""
+    gt = next(r for r in mixed_u55.rows if r.op.startswith("aten.gt"))
+    where = next(r for r in mixed_u55.rows if "where" in r.op)
+    assert gt.reasons[0].value == "int8/int8 -> bool", gt.reasons[0].value
+    assert where.reasons[0].value == "bool/int8/int8 -> int8", where.reasons[0].value
+
+
 def test_mixed_on_u85_moves_the_stride4_conv_and_where_to_the_npu(mixed_u85):
     conv = next(r for r in mixed_u85.rows if r.name == "aten_convolution_default_1")
     where = next(r for r in mixed_u85.rows if "where" in r.op)
