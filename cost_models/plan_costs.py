@@ -15,23 +15,28 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cost_models.cost import Cost
-from cost_models.cpu import cmsis_nn_cost, portable_cost, transition_cost
+from cost_models.cpu import cmsis_nn_cost, portable_copy_cost, portable_cost, transition_cost
 from cost_models.graph_shapes import numel
 from cost_models.npu import VelaPartitionEstimate, match_layers_to_ops
 from kernels.dtypes import element_bytes
 
 
-CPU_ENGINES = ("layout", "cmsis-nn", "portable")
+CPU_ENGINES = ("layout", "portable-copy", "cmsis-nn", "portable")
+# The layout ops the portable library runs as an element-by-element dim-order copy.
+PORTABLE_COPIES = ("_to_dim_order_copy", "_clone_dim_order", "clone")
 
 
 def cpu_op_cost(engine: str, shape, target, memory=None, layout_bytes: int | None = None) -> Cost:
-    """The one CPU cost rule, for the plan and for cost placement: a layout copy by the
-    transition model on the bytes it moves (`layout_bytes`, else the op's output bytes), a
-    CMSIS-NN op by the per-tier model, anything else by the portable (float) model; `memory`
+    """The one CPU cost rule, for the plan and for cost placement: a CMSIS-NN layout op
+    (`cortex_m::transpose`) by the transition model on the bytes it moves (`layout_bytes`, else
+    the op's output bytes), a portable dim-order copy by the portable model per element moved,
+    a CMSIS-NN op by the per-tier model, anything else by the portable (float) model; `memory`
     charges reads at the placed regions' speed."""
+    moved = shape.output_bytes if layout_bytes is None else layout_bytes
     if engine == "layout":
-        return transition_cost("layout_copy", target.cpu, target.cpu_hz,
-                               shape.output_bytes if layout_bytes is None else layout_bytes)
+        return transition_cost("layout_copy", target.cpu, target.cpu_hz, moved)
+    if engine == "portable-copy":
+        return portable_copy_cost(shape.elements, target.cpu, target.cpu_hz)
     if engine == "cmsis-nn":
         return cmsis_nn_cost(shape, target.cpu, target.cpu_hz, memory)
     if engine == "portable":
@@ -73,7 +78,8 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memo
             cost = transition_cost(kind, target.cpu, cpu_hz, elements)
         elif row.kind == "layout" and row.info is not None:
             # A layout copy moves the tensor as stored: 4 bytes per element for a float value.
-            cost = cpu_op_cost("layout", row.info.op_shape, target,
+            cost = cpu_op_cost("portable-copy" if row.placement == "portable" else "layout",
+                               row.info.op_shape, target,
                                layout_bytes=numel(row.output_shape) * element_bytes(row.out_dtype, 1))
         elif row.info is not None:
             cost = cpu_op_cost("cmsis-nn" if row.placement == "cmsis-nn" else "portable",

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from cost_models.plan_costs import cpu_op_cost
+from cost_models.plan_costs import PORTABLE_COPIES, cpu_op_cost
 from orchestrator.errors import OrchestrateError
 from partitioners.policy import Policy
 from partitioners.upstream_cortex_m import substituted_op_names
@@ -119,8 +119,8 @@ def _cpu_seconds(row, target, island_has_macs: bool) -> tuple[float, str]:
         return 0.0, ""  # folded into the conv/linear kernel's output clamp
     if base == "full":
         return 0.0, ""  # a constant: folded at compile time
-    engine = "layout" if row.kind == "layout" else \
-        "cmsis-nn" if base in substituted_op_names() else "portable"
+    engine = ("portable-copy" if base in PORTABLE_COPIES else "layout") if row.kind == "layout" \
+        else "cmsis-nn" if base in substituted_op_names() else "portable"
     cost = cpu_op_cost(engine, shape, target)
     return cost.seconds, cost.source
 
