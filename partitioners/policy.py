@@ -161,8 +161,11 @@ def parse_policy(raw, source: str = "policy") -> Policy:
 def load_policy(path) -> Policy:
     """Read a policy YAML (safe loader: no tags, no code)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise PolicyError(f"policy file not found: {path}; check the --policy path")
+    if not path.is_file():
+        raise PolicyError(f"policy {path} is not a regular file (a directory or a device); "
+                          "give a policy YAML")
 
     try:
         raw = load_yaml(path)

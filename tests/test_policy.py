@@ -27,6 +27,16 @@ def test_a_bad_policy_is_refused_naming_the_key(tmp_path, text, message):
         load_policy(path)
 
 
+@pytest.mark.parametrize("where,message", [("missing.yaml", "policy file not found"),
+                                            (".", "is not a regular file"),
+                                            ("/dev/null", "is not a regular file")])
+def test_a_policy_path_that_is_no_file_says_what_it_is(tmp_path, where, message):
+    from partitioners.policy import PolicyError, load_policy
+
+    with pytest.raises(PolicyError, match=message):
+        load_policy(tmp_path / where if not where.startswith("/") else where)
+
+
 def test_the_cli_refuses_an_unknown_policy_key_before_compiling(tmp_path, capsys):
     from orchestrator.cli import main
 
