@@ -197,3 +197,56 @@ def hardswish_as_elementwise(module: torch.fx.GraphModule) -> list[Workaround]:
         module.recompile()
     return fixes
 
+
+
+_SQUEEZES = ("squeeze.dim", "squeeze.dims", "squeeze.default")
+_ELEMENTWISE_ACTIVATIONS = ("relu.default", "relu_.default", "hardtanh.default",
+                            "hardtanh_.default", "clamp.default", "relu6.default")
+
+
+def _aten_name(node) -> str:
+    return str(node.target).removeprefix("aten.") if node.op == "call_function" else ""
+
+
+def activations_before_squeeze(module: torch.fx.GraphModule) -> list[Workaround]:
+    """An activation applied to a squeezed convolution output (`torch.relu(conv1d(x))`, once
+    legalize.conv1d_as_conv2d has made the Conv1d a 1xK Conv2d and squeezed its output back)
+    applied before the squeeze instead (in place); the rewrite's report.
+
+    Upstream's Cortex-M activation fusion folds a ReLU into the CMSIS-NN convolution's output
+    clamp only when the ReLU reads the convolution itself; with the squeeze between them the
+    ReLU stayed an op of its own (an outside model's Conv1d + functional ReLU, CPU-only M55:
+    158,779 QEMU instructions, against 111,123 for the same layers in an nn.Sequential, whose
+    ReLU the Conv1d rewrite keeps next to the convolution). An elementwise activation commutes
+    with a squeeze, so the values are the same."""
+    fixes = []
+    for node in list(module.graph.nodes):
+        if not any(_aten_name(node) == name for name in _ELEMENTWISE_ACTIVATIONS):
+            continue
+        squeeze = node.args[0]
+        if not isinstance(squeeze, torch.fx.Node) or \
+                not any(_aten_name(squeeze) == name for name in _SQUEEZES) or \
+                len(squeeze.users) != 1:
+            continue
+        source = squeeze.args[0]
+        if not isinstance(source, torch.fx.Node) or "conv" not in _aten_name(source):
+            continue
+        graph = module.graph
+        with graph.inserting_before(squeeze):
+            activated = graph.call_function(node.target, (source, *node.args[1:]), node.kwargs)
+        activated.meta.update({k: v for k, v in node.meta.items()
+                               if k in ("nn_module_stack", "stack_trace", "source_fn_stack")})
+        if isinstance(source.meta.get("val"), torch.Tensor):
+            activated.meta["val"] = source.meta["val"]
+        squeeze.replace_input_with(source, activated)
+        node.replace_all_uses_with(squeeze)
+        graph.erase_node(node)
+        fixes.append(Workaround(
+            _module_path(squeeze), "ExecuTorch 1.5.1 Cortex-M activation fusion (folds an "
+            "activation that reads a convolution, not one that reads its squeezed output)",
+            f"{_aten_name(activated).split('.')[0]} applied before the squeeze of the 1-D "
+            "convolution's output, so it folds into the CMSIS-NN convolution's clamp (the "
+            "same values: an elementwise activation commutes with a squeeze)"))
+    if fixes:
+        module.recompile()
+    return fixes
