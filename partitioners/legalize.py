@@ -462,11 +462,16 @@ def _describe(layer: torch.nn.Module) -> str:
     return type(layer).__name__
 
 
-def conv1d_as_conv2d(module: torch.nn.Module) -> tuple[torch.nn.Module, list[Workaround]]:
+def conv1d_as_conv2d(module: torch.nn.Module, pools_only: bool = False
+                     ) -> tuple[torch.nn.Module, list[Workaround]]:
     """A copy of `module` with every `nn.Conv1d` (with the BatchNorm1d and ReLU that follow it
     in a Sequential) and every 1-D pool as its 2-D form, and one Workaround per group;
-    `module` itself is untouched."""
-    if not any(type(m) is torch.nn.Conv1d or type(m) in _POOLS_1D for m in module.modules()):
+    `module` itself is untouched. `pools_only` (an NPU target, whose quantizer takes Conv1d but
+    not the 1-D pools: an AdaptiveAvgPool1d stayed a float portable op between two NPU
+    partitions): the pools only."""
+    converted = (lambda m: type(m) in _POOLS_1D) if pools_only else \
+        (lambda m: type(m) is torch.nn.Conv1d or type(m) in _POOLS_1D)
+    if not any(converted(m) for m in module.modules()):
         return module, []
     legal = copy.deepcopy(module)
     fixes = []
@@ -475,7 +480,7 @@ def conv1d_as_conv2d(module: torch.nn.Module) -> tuple[torch.nn.Module, list[Wor
         skip = set()
         for position, name in enumerate(names):
             child = parent._modules[name]
-            if name in skip or not (type(child) is torch.nn.Conv1d or type(child) in _POOLS_1D):
+            if name in skip or not converted(child):
                 continue
             group = [child]
             if type(child) is torch.nn.Conv1d and isinstance(parent, torch.nn.Sequential):
@@ -502,10 +507,12 @@ def conv1d_as_conv2d(module: torch.nn.Module) -> tuple[torch.nn.Module, list[Wor
             path = f"{parent_path}.{name}" if parent_path else name
             what = " + ".join(_describe(m) for m in group)
             fixes.append(Workaround(
-                path, "ExecuTorch 1.5.1 CortexMQuantizer (annotates 2-D convolutions and "
-                "pools, not 1-D ones)",
+                path, "ExecuTorch 1.5.1 EthosUQuantizer (annotates 2-D pools, not 1-D ones)"
+                if pools_only else "ExecuTorch 1.5.1 CortexMQuantizer (annotates 2-D "
+                "convolutions and pools, not 1-D ones)",
                 f"{what} compiled as the same 1xK 2-D layer(s) over an unsqueezed input, so it "
-                "is quantized and runs on CMSIS-NN (upstream leaves it a float portable op)"))
+                "is quantized and runs " + ("on the NPU" if pools_only else "on CMSIS-NN")
+                + " (upstream leaves it a float portable op)"))
     return legal, fixes
 
 

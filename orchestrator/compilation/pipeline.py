@@ -373,8 +373,8 @@ def _capture_stage(state: CompileState) -> CompileState:
     channels_last = state.options.channels_last
     device_check.prestart()
     workarounds = ()
-    if state.options.legalize and not state.target.npu:
-        module, fixes = conv1d_as_conv2d(state.model.module)
+    if state.options.legalize:
+        module, fixes = conv1d_as_conv2d(state.model.module, pools_only=bool(state.target.npu))
         if fixes:
             state = replace(state, model=replace(state.model, module=module))
             workarounds = tuple(fixes)
