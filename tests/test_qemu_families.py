@@ -39,7 +39,9 @@ SLOW = ("gru_kws", "lstm_classifier", "mobilenet_v2_small", "mobilenet_v3_small_
         "squeezenet_small", "ds_tcn",
         # compiled for the U55 and run on QEMU, twin and host runtime by
         # tests/test_live_activation.py (its int64 constant moved off the NPU, its ReLU's clamp)
-        "index_ops")
+        "index_ops",
+        # compiled twice by tests/test_reproducible.py (two processes, one program)
+        "gated_flip_two_outputs")
 
 
 @pytest.mark.parametrize("family", [
