@@ -172,7 +172,7 @@ def requantize_comparison_scalars(program) -> list[Workaround]:
 # names the node an upstream pass failed on.
 _FAILED_NODE = re.compile(r"While executing %(\w+)")
 # Distinct upstream failures answered by keeping a node in float, one pass-manager run each
-# (the attention block moved off the U55 takes 6; a node with the same op and operands as one
+# (the attention block moved off the U55 takes 9; a node with the same op and operands as one
 # that failed is kept with it: _operand_signature).
 MAX_FLOAT_FALLBACKS = 32
 

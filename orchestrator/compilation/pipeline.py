@@ -478,7 +478,7 @@ def _run_on_device_stage(state: CompileState) -> CompileState:
         state.target.npu)
     # A legalization the device check repeats (a size-1 copy's order, over every copy) is
     # reported once.
-    fixes = tuple(fix for fix in fixes if fix not in state.workarounds)
+    fixes = tuple(dict.fromkeys(fix for fix in fixes if fix not in state.workarounds))
     if serialized is None:
         return replace(state, device_run=run, workarounds=state.workarounds + fixes)
     if fixes:
