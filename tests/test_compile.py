@@ -61,7 +61,7 @@ def test_cpu_only_m55_uses_cmsis_nn_kernels_and_no_portable_op(compiles):
 def test_copies_that_change_nothing_upstream_keeps_are_gone_from_the_cpu_program(compiles):
     """ExecuTorch 1.5.1's own Cortex-M pass list keeps DS-CNN's two eval-mode dropouts as
     clones into the dim order their input already has, and writes its avg pool's
-    count_include_pad as a cortex_m::pad of zero on every side: three copies of a 8,000 B
+    count_include_pad as a cortex_m::pad of zero on every side: three copies of an 8,000 B
     tensor per inference. The compiled program has none of them, and says so."""
     import copy
 
