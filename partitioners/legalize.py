@@ -617,7 +617,7 @@ def _nbytes(node) -> int:
     return int(val.numel() * val.element_size()) if val is not None else 0
 
 
-_DIM_ORDER_COPIES = (["dim_order_ops", "_clone_dim_order"], ["dim_order_ops", "_to_dim_order_copy"])
+DIM_ORDER_COPIES = (["dim_order_ops", "_clone_dim_order"], ["dim_order_ops", "_to_dim_order_copy"])
 
 
 def same_bytes_order(sizes, first, second) -> bool:
@@ -636,7 +636,7 @@ def size1_copy_orders(program) -> list[Workaround]:
 
     fixes = []
     for node in program.graph_module.graph.nodes:
-        if node.op != "call_function" or _target_parts(node)[:2] not in _DIM_ORDER_COPIES:
+        if node.op != "call_function" or _target_parts(node)[:2] not in DIM_ORDER_COPIES:
             continue
         val, asked = _val(node), node.kwargs.get("dim_order")
         if val is None or asked is None:
@@ -651,6 +651,7 @@ def size1_copy_orders(program) -> list[Workaround]:
             f"upstream serializes as {tuple(written)} (the same bytes), which the copy kernel "
             f"refuses; the program writes that output as {tuple(asked)}"))
     return fixes
+
 
 def legalize_for_device(program) -> list[Workaround]:
     """Apply every rewrite above to the final CPU-side program, in place."""

@@ -54,7 +54,7 @@ from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary
                                    check_boundaries)
 from partitioners.cpu import CpuDecision, route_to_cpu
 from partitioners import quantizable
-from partitioners.legalize import conv1d_as_conv2d, same_bytes_order
+from partitioners.legalize import DIM_ORDER_COPIES, conv1d_as_conv2d, same_bytes_order
 from partitioners.npu import NpuRejection, VelaRun, lower_to_npu
 from partitioners.policy import Policy, unmatched_force_cpu
 from partitioners.records import Workaround
@@ -281,7 +281,7 @@ def serialize(edge, slots=None, share: bool = True,
     return pte_bytes, pte.program, record
 
 
-_DIM_ORDER_COPY_OPS = ("dim_order_ops::_clone_dim_order", "dim_order_ops::_to_dim_order_copy")
+_DIM_ORDER_COPY_OPS = tuple("::".join(parts) for parts in DIM_ORDER_COPIES)
 
 
 def copy_outputs_in_asked_order(program):
