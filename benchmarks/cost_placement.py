@@ -1,7 +1,8 @@
 """`--placement cost` against greedy on the zoo and the user models, by the cost model.
 
 One line per model: greedy's whole-program estimate, the chosen one, the ratio chosen/greedy,
-the Vela memory mode when cost placement chose another than the platform's, and what moved (each decision with its delta; figures are estimates: Vela's cycles for NPU rows,
+the Vela memory mode when cost placement chose another than the platform's, average pools it
+computed over their one window so the NPU takes them, and what moved (each decision with its delta; figures are estimates: Vela's cycles for NPU rows,
 our CPU model for CPU rows, the transition model for hand-overs). Cost placement keeps a move
 only when the recompiled program's estimate drops, so no ratio is above 1.00; a ratio of 0.95 or
 less is the issue's "at least 5% better". Nothing is timed; the figures are the plan's.
@@ -48,6 +49,9 @@ def main() -> None:
         moved = [d for d in placement.decisions if d.moved]
         what = "; ".join(f"p{d.partition} {d.part} ({len(d.nodes)} ops) "
                          f"{d.delta_seconds * 1e3:+.3f} ms" for d in moved)
+        if placement.windows is not None and placement.windows.chosen:
+            pools = ", ".join(placement.windows.pools)
+            what = "; ".join(x for x in (f"{pools} over its window on the NPU", what) if x)
         if placement.memory is not None and placement.memory.chosen:
             what = "; ".join(x for x in (f"Vela {placement.memory.to_mode}", what) if x)
         what = what or "-"

@@ -11,7 +11,9 @@ source names the estimator, so a report can say how much to trust a figure:
   measured          timed on hardware or an FVP
 A sum over several sources keeps all of them, joined by '+', in first-seen order. A model part
 scaled by a calibration file (cost_models/profile_calibration.py) names it:
-"model:mve (calibrated: cortex-m55-board.yaml)".
+"model:mve (calibrated: cortex-m55-board.yaml)"; a model part an instruction calibration raised
+to its estimate (the model's cycles were fewer than the instructions the kernel retires) names it
+as "model:mve (raised to instructions: cortex-m55-qemu.yaml)".
 
 With a calibration, a CPU cost may also carry the model's instruction estimate (instructions
 retired, the unit of a QEMU profile: never cycles) and the model's cycles before a cycles
@@ -25,7 +27,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 _SOURCE_PART = re.compile(r"^(vela|measured|model:(scalar|dsp|mve|portable|transition|memory))"
-                          r"( \(calibrated: [A-Za-z0-9][A-Za-z0-9._-]*\))?$")
+                          r"( \((calibrated|raised to instructions): "
+                          r"[A-Za-z0-9][A-Za-z0-9._-]*\))?$")
 
 
 def _check_source(source: str) -> None:
@@ -35,7 +38,7 @@ def _check_source(source: str) -> None:
         raise ValueError(
             f"Cost source {source!r}: {bad} not one of vela, measured, model:scalar, model:dsp, "
             "model:mve, model:portable, model:transition, model:memory (joined by '+'; a "
-            "calibrated part ends in ' (calibrated: NAME)')"
+            "calibrated part ends in ' (calibrated: NAME)' or ' (raised to instructions: NAME)')"
         )
 
 
@@ -46,7 +49,7 @@ class Cost:
     source: str
     instructions: int | None = None  # the model's estimate of instructions retired
     instructions_source: str | None = None  # "calibrated: NAME (kernel or class)"
-    model_cycles: int | None = None  # the model's cycles before a cycles calibration
+    model_cycles: int | None = None  # the model's cycles where a calibration replaced them
 
     def __post_init__(self) -> None:
         if self.cycles < 0 or self.seconds < 0:

@@ -62,10 +62,11 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memo
         if row.kind == "npu-invocation":
             npu_part = Cost.from_cycles(remainder.get(row.partition, 0), npu_hz, "vela")
             estimate = estimates.get(row.partition)
-            # ethos-u-core-driver cleans/invalidates the data cache over every base region it
-            # hands the NPU: command stream, weights and scratch (which holds the IO).
-            invoke_bytes = (estimate.scratch_bytes + estimate.command_bytes
-                            + estimate.weight_bytes) if estimate else 0
+            # ethos-u-core-driver cleans the data cache over the base regions its flush mask
+            # names before the run and invalidates those of its invalidate mask after it;
+            # ethosu_init sets both masks to the scratch (base pointer 1, which holds the IO)
+            # alone. The command stream and the weights are read-only to the CPU: no maintenance.
+            invoke_bytes = estimate.scratch_bytes if estimate else 0
             driver = transition_cost("npu_invocation", target.cpu, cpu_hz, invoke_bytes)
             cost = Cost(npu_part.cycles + driver.cycles, npu_part.seconds + driver.seconds,
                         "vela+model:transition")

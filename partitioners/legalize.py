@@ -516,6 +516,84 @@ def conv1d_as_conv2d(module: torch.nn.Module, pools_only: bool = False
     return legal, fixes
 
 
+class _PoolWindow(torch.nn.Module):
+    """An average pool whose one window leaves the input's last rows or columns unread,
+    computed over that window only: the input cut to the window's rows and columns, then the
+    same pool at stride 1. There is one window either way, so the values are the same."""
+
+    def __init__(self, pool: torch.nn.AvgPool2d, rows: int, columns: int) -> None:
+        super().__init__()
+        self.rows, self.columns = rows, columns
+        self.pool = torch.nn.AvgPool2d(pool.kernel_size, stride=1, padding=0, ceil_mode=False,
+                                       count_include_pad=pool.count_include_pad,
+                                       divisor_override=pool.divisor_override)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x[:, :, :self.rows, :self.columns])
+
+
+def _pair(value) -> tuple[int, int]:
+    return (int(value), int(value)) if isinstance(value, int) else tuple(int(v) for v in value)
+
+
+def avg_pools_over_their_window(module: torch.nn.Module, example_inputs
+                                ) -> tuple[torch.nn.Module, list[Workaround]]:
+    """A copy of `module` with every `nn.AvgPool2d` that computes one window leaving the input's
+    last rows or columns unread (no padding, floor mode) as `_PoolWindow`, and one Workaround
+    each; `module` itself is untouched.
+
+    The Arm backend lowers such a pool with a negative TOSA padding (the rows no window reads),
+    and its Ethos-U55 check counts that as padding: "Avgpool2d with padding needs kernel dims <
+    8" refuses DS-CNN's (24, 5) pool over 25x5, and a stride above 3 is refused too. Cut to its
+    window and at stride 1, the same pool passes the check. Whether the NPU runs it faster is
+    cost placement's decision (Vela's estimate against the CPU's), so this rewrite is applied
+    only when a policy asks for it (Policy.pool_windows)."""
+    pools = [m for m in module.modules() if type(m) is torch.nn.AvgPool2d]
+    if not pools:
+        return module, []
+    seen: dict[int, set[tuple[int, ...]]] = {}
+    hooks = [pool.register_forward_hook(
+        lambda m, args, _out: seen.setdefault(id(m), set()).add(tuple(args[0].shape)))
+        for pool in pools]
+    try:
+        with torch.no_grad():
+            module(*example_inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    windows = {}
+    for pool in pools:
+        shapes = seen.get(id(pool), set())
+        shape = next(iter(shapes)) if len(shapes) == 1 else None  # one input size only
+        kernel, stride = _pair(pool.kernel_size), _pair(pool.stride or pool.kernel_size)
+        if shape is None or len(shape) != 4 or any(_pair(pool.padding)) or pool.ceil_mode:
+            continue
+        sizes = shape[2:]
+        one_window = all(0 <= n - k < s for n, k, s in zip(sizes, kernel, stride))
+        if one_window and any(n > k for n, k in zip(sizes, kernel)):
+            windows[id(pool)] = (kernel, sizes)
+    if not windows:
+        return module, []
+    legal = copy.deepcopy(module)
+    originals = dict(zip((id(m) for m in legal.modules()), module.modules()))
+    fixes = []
+    for parent_path, parent in list(legal.named_modules()):
+        for name, child in list(parent._modules.items()):
+            found = windows.get(id(originals.get(id(child))))
+            if found is None:
+                continue
+            (rows, columns), sizes = found
+            parent._modules[name] = _PoolWindow(child, rows, columns)
+            path = f"{parent_path}.{name}" if parent_path else name
+            fixes.append(Workaround(
+                path, "ExecuTorch 1.5.1 Arm backend (lowers the rows no window reads as a "
+                "negative padding, which its Ethos-U55 check refuses as padding)",
+                f"AvgPool2d({rows}x{columns}) over {sizes[0]}x{sizes[1]} computed over its one "
+                f"window: the input cut to {rows}x{columns}, then the same pool at stride 1 (the "
+                "same values), so the NPU can run it"))
+    return legal, fixes
+
+
 def runtime_node(program, operator: str, ordinal: int):
     """The `ordinal`-th call (0-based, in execution order) of `operator` ("aten::argmax.out")
     in `program`: how an instruction the runtime names is found among the graph's nodes (the

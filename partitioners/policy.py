@@ -83,6 +83,10 @@ class Policy:
     cost_moved: tuple[str, ...] = ()  # nodes --placement cost moved to the CPU
     # (node, why): nodes whose NPU work the device refused (its runtime or the functional model)
     device_moved: tuple[tuple[str, str], ...] = ()
+    # --placement cost: average pools whose one window leaves rows unread computed over that
+    # window, so the Ethos-U55 check takes them (partitioners/legalize.py,
+    # avg_pools_over_their_window)
+    pool_windows: bool = False
 
     def with_forced_nodes(self, nodes: tuple[str, ...]) -> "Policy":
         """This policy plus `nodes` moved to the CPU by cost placement."""

@@ -260,3 +260,45 @@ def test_a_function_with_no_cost_kind_is_reported_not_silently_dropped():
     with pytest.warns(UserWarning, match="sort"):
         shapes = op_shapes_from_module(Sorts(), (torch.rand(1, 8),))
     assert [op.kind for op in shapes] == ["add"]
+
+
+def test_npu_invocation_maintains_the_cache_over_the_scratch_only():
+    """ethos-u-core-driver's ethosu_init sets its flush and invalidate masks to the scratch
+    (base pointer 1) alone: the command stream and the weights are never maintained, so a
+    partition with ten times the weights pays the same invocation, and one with a larger scratch
+    pays more."""
+    from dataclasses import dataclass
+
+    from cost_models.npu import VelaPartitionEstimate
+    from cost_models.plan_costs import attach_costs
+    from kernels import native_build
+
+    @dataclass(frozen=True)
+    class Row:
+        name: str = "lowered_module_0"
+        kind: str = "npu-invocation"
+        placement: str = "npu"
+        partition: int = 0
+        macs: int = 0
+        op: str = "executorch_call_delegate"
+        info: object = None
+        cost: object = None
+
+    @dataclass(frozen=True)
+    class Target:
+        cpu: str = "cortex-m55"
+        cpu_hz: int = 32_000_000
+        npu_hz: int = 32_000_000
+
+    def invocation(scratch, weights):
+        estimate = VelaPartitionEstimate(0, 0, 0, 0.0, 1.0, 0, scratch, weights, 2_000, {}, ())
+        (row,) = attach_costs((Row(),), Target(), {0: estimate})
+        return row.cost.cycles
+
+    assert invocation(16_000, 29_712) == invocation(16_000, 297_120)
+    assert invocation(32_000, 29_712) - invocation(16_000, 29_712) == 500 * 6  # 500 more lines
+    root, _ = native_build.third_party_root()
+    driver = root / "ethos-u-core-driver" / "src" / "ethosu_driver.c"
+    if driver.is_file():  # the driver the firmware links: its default masks
+        assert ("ethosu_set_basep_cache_mask(drv, (1 << SCRATCH_BASE_ADDR_INDEX), "
+                "(1 << SCRATCH_BASE_ADDR_INDEX));") in driver.read_text()

@@ -226,16 +226,33 @@ def ds_cnn_cost(tmp_path_factory):
     return orchestrator.compile("ds-cnn", out, placement="cost", **U55)
 
 
-def test_cost_placement_moves_ds_cnns_final_linear_to_cmsis_nn(ds_cnn_cost):
-    """With the linear on CMSIS-NN (a 1x1 convolution), the model prices it below its NPU
-    invocation: the move is kept. The figures are estimates (docs/tuning.md quotes them)."""
+def test_cost_placement_runs_ds_cnns_average_pool_on_the_npu_over_its_one_window(ds_cnn_cost):
+    """Greedy leaves the (24, 5) pool over 25x5 on CMSIS-NN: the U55 check refuses the rows its
+    window leaves unread as padding. On the CPU it costs at least the 10,029 instructions the
+    platform's calibration estimates for arm_avgpool_s8 (9,875 on QEMU; the model alone said
+    3,428 cycles). Cut to its window at stride 1 (the same values), the NPU takes it: one
+    partition, no CPU op, and at least 5% faster than greedy by the model (issue 30's figure:
+    4.068 -> 3.719 ms). The figures are estimates (docs/tuning.md quotes them)."""
     placement = ds_cnn_cost.plan.cost_placement
-    (moved,) = [d for d in placement.decisions if d.moved]
-    assert moved.nodes == ("aten_linear_default",) and moved.cpu_seconds < moved.npu_seconds
-    assert placement.chosen_seconds < placement.greedy_seconds
-    (linear,) = [r for r in ds_cnn_cost.plan.rows if r.name == "aten_linear_default"]
-    assert linear.placement == "cmsis-nn" and linear.kernel.startswith("arm_convolve")
-    assert "--placement cost" in linear.reasons[0].message
+    (greedy_pool,) = [r for r in placement.greedy.rows if "avg_pool" in r.op]
+    assert greedy_pool.placement == "cmsis-nn" and greedy_pool.kernel == "arm_avgpool_s8"
+    assert greedy_pool.cost.source == "model:mve (raised to instructions: cortex-m55-qemu.yaml)"
+    assert greedy_pool.cost.model_cycles < greedy_pool.cost.cycles == \
+        greedy_pool.cost.instructions
+    windows = placement.windows
+    assert windows is not None and windows.chosen
+    assert windows.pools == ("aten_avg_pool2d_default",)
+    assert windows.to_seconds == placement.chosen_seconds < windows.from_seconds
+    plan = ds_cnn_cost.plan
+    assert plan.summary.npu_partitions == 1
+    assert all(r.placement == "npu" for r in plan.rows if r.kind == "op")
+    assert placement.chosen_seconds <= 0.95 * placement.greedy_seconds
+    changes = [w["message"] for w in plan.to_json()["summary"]["workarounds"]]
+    assert any(c.startswith("AvgPool2d(24x5) over 25x5 computed over its one window") for c in
+               changes), changes
+    assert any(line.startswith("average pool(s) aten_avg_pool2d_default over their one window, "
+                               "so the NPU runs them, chosen: ") for line in
+               placement.report_lines())
 
 
 def test_cost_placement_tries_the_npu_weights_in_sram_and_keeps_it_for_ds_cnn(ds_cnn_cost):
@@ -247,7 +264,7 @@ def test_cost_placement_tries_the_npu_weights_in_sram_and_keeps_it_for_ds_cnn(ds
     assert memory is not None and memory.chosen and (memory.from_mode, memory.to_mode) == (
         "Shared_Sram", "Sram_Only")
     assert memory.to_seconds < memory.from_seconds == placement.greedy_seconds
-    assert placement.chosen_seconds < memory.to_seconds  # and the final linear moved as well
+    assert placement.chosen_seconds < memory.to_seconds  # and the pool went to the NPU
     plan = ds_cnn_cost.plan
     assert plan.compiled.target.memory_mode == "Sram_Only"
     (image,) = [m for m in plan.summary.memory if m.item.startswith(".pte")]
@@ -260,18 +277,19 @@ def test_cost_placement_tries_the_npu_weights_in_sram_and_keeps_it_for_ds_cnn(ds
 def test_cost_placement_prices_the_ops_at_each_end_of_ds_cnns_big_partition(ds_cnn_cost):
     """Not only whole islands: the first and last costed op of a partition (with the activation
     and layout rows fused after it) are priced on their own rows, Vela's cycles against our CPU
-    model, and reported; on DS-CNN both convolutions are ~13x / ~30x faster on the NPU."""
+    model, and reported; on DS-CNN the first convolution and the final linear are ~13x / ~10x
+    faster on the NPU."""
     placement = ds_cnn_cost.plan.cost_placement
     ends = {d.part: d for d in placement.decisions if d.part != "island"}
     assert set(ends) == {"first ops", "last ops"}
     first, last = ends["first ops"], ends["last ops"]
     assert first.nodes == ("aten_convolution_default",) and first.macs == 320_000
-    assert last.nodes[0] == "aten_convolution_default_8" and last.macs == 512_000
+    assert last.nodes == ("aten_linear_default",) and last.macs == 768
     rows = {r.name: r for r in placement.chosen.rows}  # partition 0 as the decisions saw it
     for end in (first, last):
         assert end.partition == 0 and not end.moved
         assert end.npu_seconds == sum(rows[n].cost.seconds for n in end.nodes)
-        assert end.cpu_seconds > 10 * end.npu_seconds
+        assert end.cpu_seconds > 5 * end.npu_seconds
     lines = placement.report_lines()
     assert any(line.startswith("partition 0's first ops (aten_convolution_default) (1 ops, "
                                "320,000 MACs) kept on the NPU: +") and "[vela] vs CPU" in line
@@ -293,10 +311,11 @@ def test_the_cost_placed_ds_cnn_verifies_on_the_twin_and_the_host_runtime(ds_cnn
 
 
 @pytest.mark.parametrize("placed", ["forced", "cost"])
-def test_ds_cnns_linear_as_a_convolution_passes_verify_qemu(forced_heads, ds_cnn_cost, placed,
+def test_the_forced_and_the_cost_placed_ds_cnn_pass_verify_qemu(forced_heads, ds_cnn_cost, placed,
                                                             capsys):
-    """The MVE form of the 1x1 convolution (the host runtime runs CMSIS-NN's C path): every
-    BundleIO case byte-exact on the M55 with the NPU functional model."""
+    """Every BundleIO case byte-exact on the M55 with the NPU functional model: forced, the
+    linear's 1x1 convolution in its MVE form (the host runtime runs CMSIS-NN's C path); cost,
+    the pool over its window in the one NPU partition."""
     qemu_or_missing()
     pte = forced_heads["ds-cnn"].pte if placed == "forced" else ds_cnn_cost.pte
     verify_qemu_passes(pte, capsys)

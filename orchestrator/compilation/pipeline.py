@@ -54,7 +54,8 @@ from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary
                                    check_boundaries)
 from partitioners.cpu import CpuDecision, route_to_cpu
 from partitioners import quantizable
-from partitioners.legalize import DIM_ORDER_COPIES, conv1d_as_conv2d, same_bytes_order
+from partitioners.legalize import (DIM_ORDER_COPIES, avg_pools_over_their_window,
+                                   conv1d_as_conv2d, same_bytes_order)
 from partitioners.npu import NpuRejection, VelaRun, lower_to_npu
 from partitioners.policy import Policy, unmatched_force_cpu
 from partitioners.records import Workaround
@@ -375,6 +376,10 @@ def _capture_stage(state: CompileState) -> CompileState:
     workarounds = ()
     if state.options.legalize:
         module, fixes = conv1d_as_conv2d(state.model.module, pools_only=bool(state.target.npu))
+        policy = state.options.policy
+        if state.target.npu and policy is not None and policy.pool_windows:
+            module, windows = avg_pools_over_their_window(module, state.model.example_inputs)
+            fixes += windows
         if fixes:
             state = replace(state, model=replace(state.model, module=module))
             workarounds = tuple(fixes)

@@ -1,7 +1,7 @@
 """`--placement cost`: move an NPU island to the CPU when the cost model says the program gets faster.
 
 Greedy placement puts every op the Ethos-U checks accept on the NPU. A small island pays an
-invocation (driver, cache maintenance over its command stream, weights and scratch) that its
+invocation (driver, cache maintenance over its scratch) that its
 few MACs never earn back. Starting from the greedy plan, for each NPU partition:
 
     on the NPU  = the partition's rows: Vela's cycles (vela) + the invocation (model:transition)
@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from cost_models.plan_costs import PORTABLE_COPIES, cpu_op_cost
+from cost_models.profile_calibration import calibrate_cost, row_work
 from orchestrator.errors import OrchestrateError
 from partitioners.policy import Policy
 from partitioners.upstream_cortex_m import substituted_op_names
@@ -94,12 +95,15 @@ class CostPlacement:
     greedy_seconds: float
     chosen_seconds: float
     memory: MemoryDecision | None = None  # the memory mode tried (None: none was)
+    windows: "WindowDecision | None" = None  # average pools over their window (None: none)
 
     def report_lines(self) -> list[str]:
         cpu_hz = self.chosen.compiled.target.cpu_hz
         lines = [d.describe(cpu_hz) for d in self.decisions]
         if self.memory is not None:
             lines.append(self.memory.describe())
+        if self.windows is not None:
+            lines.append(self.windows.describe())
         lines.append(f"whole program (estimate): greedy {self.greedy_seconds * 1e3:.3f} ms, "
                      f"chosen {self.chosen_seconds * 1e3:.3f} ms")
         return lines
@@ -108,8 +112,20 @@ class CostPlacement:
 _FUSED_ACTIVATIONS = ("relu", "clamp", "hardtanh")
 
 
-def _cpu_seconds(row, target, island_has_macs: bool) -> tuple[float, str]:
-    """The row's op on the CPU: as the Cortex-M passes would lower it, by our CPU models."""
+# The CMSIS-NN function an op of this kind runs on the CPU, for the calibration's lookup: the
+# function itself where the kind has one, else its family's prefix, which names no kernel of a
+# calibration file, so its class's model applies (the wrappers pick by geometry).
+_CMSIS_FUNCTION_OF_KIND = {
+    "add": "arm_elementwise_add_s8", "mul": "arm_elementwise_mul_s8",
+    "avg_pool": "arm_avgpool_s8", "max_pool": "arm_max_pool_s8", "softmax": "arm_softmax_s8",
+    "conv": "arm_convolve", "depthwise_conv": "arm_depthwise_conv",
+    "fully_connected": "arm_fully_connected", "batch_matmul": "arm_batch_matmul"}
+
+
+def _cpu_seconds(row, target, island_has_macs: bool, calibration=None) -> tuple[float, str]:
+    """The row's op on the CPU: as the Cortex-M passes would lower it, by our CPU models, under
+    the plan's CPU calibration as the plan prices its CPU rows (cycles at least the instructions
+    the kernel retires)."""
     if row.info is None:
         return 0.0, ""
     parts = row.op.split(".")
@@ -122,6 +138,11 @@ def _cpu_seconds(row, target, island_has_macs: bool) -> tuple[float, str]:
     engine = ("portable-copy" if base in PORTABLE_COPIES else "layout") if row.kind == "layout" \
         else "cmsis-nn" if base in substituted_op_names() else "portable"
     cost = cpu_op_cost(engine, shape, target)
+    if calibration is not None:
+        placement = "cmsis-nn" if engine in ("cmsis-nn", "layout") else "portable"
+        kernel = _CMSIS_FUNCTION_OF_KIND.get(shape.kind) if placement == "cmsis-nn" else base
+        cost = calibrate_cost(cost, placement, row.kind, kernel, calibration, target.cpu_hz,
+                              row_work(row.macs, row.input_shapes, row.output_shape))
     return cost.seconds, cost.source
 
 
@@ -133,9 +154,9 @@ def island_decisions(plan, policy) -> list[Decision]:
         rows = [r for r in plan.rows if r.partition == index and r.placement == "npu"]
         ops = [r for r in rows if r.kind != "npu-invocation"]
         # The whole island: its NPU figure includes the invocation moving it saves.
-        decisions.append(_decision(index, ops, rows, target, policy, "island"))
+        decisions.append(_decision(index, ops, rows, target, policy, "island", plan.calibration))
         if len(ops) > 1:
-            ends.extend(_boundary_decisions(index, ops, target, policy))
+            ends.extend(_boundary_decisions(index, ops, target, policy, plan.calibration))
     return decisions + ends
 
 
@@ -143,7 +164,7 @@ def _costed(row) -> bool:
     return bool(row.macs) or (row.cost is not None and row.cost.seconds > 0)
 
 
-def _boundary_decisions(index: int, ops: list, target, policy) -> list[Decision]:
+def _boundary_decisions(index: int, ops: list, target, policy, calibration) -> list[Decision]:
     """The partition's first and last costed op, each with the uncosted rows (fused
     activations, layout copies Vela removed) between it and the partition's edge."""
     out = []
@@ -151,11 +172,12 @@ def _boundary_decisions(index: int, ops: list, target, policy) -> list[Decision]
     if len(costed) < 2:  # one costed op: moving it is moving the island
         return out
     for part, rows in (("first ops", ops[:costed[0] + 1]), ("last ops", ops[costed[-1]:])):
-        out.append(_decision(index, rows, rows, target, policy, part))
+        out.append(_decision(index, rows, rows, target, policy, part, calibration))
     return out
 
 
-def _decision(index: int, ops: list, npu_rows: list, target, policy, part: str) -> Decision:
+def _decision(index: int, ops: list, npu_rows: list, target, policy, part: str,
+              calibration=None) -> Decision:
     """`ops` moved to the CPU, priced by our CPU models, against `npu_rows`' figures (Vela's,
     and the invocation's when the whole island moves); a candidate when the CPU is faster and
     no keep_npu rule names one of `ops`."""
@@ -163,7 +185,7 @@ def _decision(index: int, ops: list, npu_rows: list, target, policy, part: str) 
     has_macs = any(r.macs for r in ops)
     cpu, sources = 0.0, []
     for row in ops:
-        seconds, source = _cpu_seconds(row, target, has_macs)
+        seconds, source = _cpu_seconds(row, target, has_macs, calibration)
         cpu += seconds
         if source and source not in sources:
             sources.append(source)
@@ -189,6 +211,7 @@ def place_by_cost(plan_fn, policy) -> CostPlacement:
     best, best_seconds = greedy, greedy.summary.latency_seconds or 0.0
     greedy_seconds = best_seconds
     memory, policy, best, best_seconds = _memory_mode(plan_fn, policy, greedy)
+    windows, policy, best, best_seconds = _pool_windows(plan_fn, policy, best, best_seconds)
     decisions = island_decisions(best, policy)
     kept_nodes: tuple[str, ...] = ()
     final = {d.key: d for d in decisions}
@@ -214,7 +237,60 @@ def place_by_cost(plan_fn, policy) -> CostPlacement:
                 decision, moved=False, kept_reason="moving was not faster for the whole program "
                 f"({seconds * 1e3:.3f} ms vs {best_seconds * 1e3:.3f} ms)")
     return CostPlacement(greedy, best, tuple(final[d.key] for d in decisions),
-                         greedy_seconds, best_seconds, memory)
+                         greedy_seconds, best_seconds, memory, windows)
+
+
+# The reason (partitioners/npu.py, node_context) of an average pool the Ethos-U55 check refused
+# for the rows its one window leaves unread.
+_UNREAD_ROWS = "lowers as negative padding"
+
+
+@dataclass(frozen=True)
+class WindowDecision:
+    """Average pools computed over their one window so the NPU takes them, and whether kept."""
+
+    pools: tuple[str, ...]  # the plan rows
+    from_seconds: float  # whole program before (estimate)
+    to_seconds: float | None  # whole program with the pools over their window (None: failed)
+    chosen: bool
+    reason: str
+
+    def describe(self) -> str:
+        verb = "chosen" if self.chosen else "not chosen"
+        figures = (f": {self.from_seconds * 1e3:.3f} ms -> {self.to_seconds * 1e3:.3f} ms whole "
+                   "program [vela + models]" if self.to_seconds is not None else "")
+        return (f"average pool(s) {', '.join(self.pools)} over their one window, so the NPU "
+                f"runs them, {verb}{figures}; {self.reason}")
+
+
+def _pool_windows(plan_fn, policy, best, best_seconds):
+    """(WindowDecision or None, the policy to go on with, its plan, its seconds): where the
+    NPU's check refused an average pool only for the rows its one window leaves unread, the
+    program is also planned with such pools cut to their window (Policy.pool_windows) and kept
+    when its estimate is lower."""
+    pools = tuple(r.name for r in best.rows if r.placement != "npu" and "avg_pool" in r.op
+                  and any(_UNREAD_ROWS in f"{reason.message} {reason.value}"
+                          for reason in r.reasons))
+    if not pools or policy.pool_windows:
+        return None, policy, best, best_seconds
+    trial_policy = replace(policy, pool_windows=True)
+    try:
+        trial = plan_fn(trial_policy)
+    except OrchestrateError as error:
+        return (WindowDecision(pools, best_seconds, None, False, f"planning it failed: {error}"),
+                policy, best, best_seconds)
+    seconds = trial.summary.latency_seconds or 0.0
+    still = [r.name for r in trial.rows if r.placement != "npu" and "avg_pool" in r.op]
+    if still:
+        return (WindowDecision(pools, best_seconds, seconds, False,
+                               f"the NPU still refused {', '.join(still)}"),
+                policy, best, best_seconds)
+    if seconds >= best_seconds:
+        return (WindowDecision(pools, best_seconds, seconds, False, "it is not faster"),
+                policy, best, best_seconds)
+    return (WindowDecision(pools, best_seconds, seconds, True, "Vela's estimate for the pool "
+                           "beats the CPU's (with one CPU/NPU hand-over pair fewer)"),
+            trial_policy, trial, seconds)
 
 
 # The Vela memory mode cost placement also tries, from the platform's: weights in flash -> all

@@ -35,6 +35,7 @@ class Plan:
     estimates: dict[int, VelaPartitionEstimate]
     summary: Summary
     cost_placement: CostPlacement | None = None  # --placement cost
+    calibration: CpuCalibration | None = None  # the CPU calibration its costs used
 
     def refuse_miscompiles(self) -> None:
         """Raise DeviceRefusal when the real runtime refused the program, and UnsupportedModel
@@ -240,7 +241,7 @@ def make_plan(compiled, runner_ops: set[str] | None = None, progress=None,
     state = run_stages(PLAN_STAGES, PlanState(
         compiled, frozenset(runner_ops) if runner_ops is not None else None,
         memory_policy=memory_policy, calibration=calibration), {}, progress)
-    return Plan(compiled, state.rows, state.estimates, state.summary)
+    return Plan(compiled, state.rows, state.estimates, state.summary, calibration=calibration)
 
 
 @dataclass(frozen=True)

@@ -93,22 +93,31 @@ SOURCE_LEGEND = ("cost source: V = Vela estimate; M/D/S = orchestrate CMSIS-NN c
 
 
 def short_source(source: str) -> str:
-    """The table's letters; a part a calibration scaled ends in '*' (calibration_legend)."""
+    """The table's letters; a part a calibration scaled ends in '*', one it raised to its
+    instruction estimate in '^' (calibration_legend)."""
     parts = []
     for part in source.split("+"):
         base, calibrated, _ = part.partition(" (calibrated: ")
-        parts.append(_SOURCE_ABBREVIATION.get(base, base) + ("*" if calibrated else ""))
+        base, raised, _ = base.partition(" (raised to instructions: ")
+        parts.append(_SOURCE_ABBREVIATION.get(base, base) + ("*" if calibrated else "")
+                     + ("^" if raised else ""))
     return "+".join(parts)
 
 
 def calibration_legend(sources) -> str | None:
-    """'* = ...' for the calibration files the given cost sources name, or None."""
-    names = list(dict.fromkeys(m.group(1) for source in sources
-                               for m in re.finditer(r"\(calibrated: ([^)]+)\)", source or "")))
-    if not names:
-        return None
-    return ("* = the cost model's cycles scaled by the calibration " + ", ".join(names)
-            + " (fitted to measured profiles: `orchestrate calibrate`)")
+    """'* = ...' and '^ = ...' for the calibration files the given cost sources name, or None."""
+    sources = [source or "" for source in sources]
+    lines = []
+    for tag, text in (("calibrated", "* = the cost model's cycles scaled by the calibration {} "
+                       "(fitted to measured profiles: `orchestrate calibrate`)"),
+                      ("raised to instructions", "^ = the cost model's cycles raised to the "
+                       "instructions {} estimates for the kernel (QEMU -icount profiles: "
+                       "`orchestrate calibrate`): the model had fewer cycles than instructions")):
+        names = list(dict.fromkeys(m.group(1) for source in sources
+                                   for m in re.finditer(rf"\({tag}: ([^)]+)\)", source)))
+        if names:
+            lines.append(text.format(", ".join(names)))
+    return "; ".join(lines) or None
 
 
 def _ellipsize(text: str, width: int) -> str:

@@ -9,6 +9,7 @@ device says so). Where the units differ they are compared only as a ratio per ke
 from __future__ import annotations
 
 import copy
+import re
 import textwrap
 from typing import TYPE_CHECKING
 
@@ -182,11 +183,12 @@ def render_text(measured: MeasuredPlan, width: int = 100) -> str:
     out.append(wrap(SOURCE_LEGEND))
     sources = [str((op.get("cost") or {}).get(key) or "") for op in ops
                for key in ("source", "instructions_source")]
-    names = sorted({s.split("calibrated: ")[1].split(")")[0].split(" (")[0]
-                    for s in sources if "calibrated: " in s})
+    names = sorted({m.group(1) for s in sources
+                    for m in re.finditer(r"(?:calibrated|raised to instructions): ([^) ]+)", s)})
     if names:
         out.append(wrap(f"calibrated by {', '.join(names)} (`orchestrate calibrate`): * = cycles "
-                        "it scaled; model instr = its instruction estimate"))
+                        "it scaled; ^ = cycles raised to its instruction estimate (the model had "
+                        "fewer); model instr = its instruction estimate"))
     return "\n".join(out)
 
 
