@@ -89,6 +89,10 @@ def _lowered_modules(program):
             yield name, getattr(graph_module, name)
 
 
+# How a placement reason says that a pool's windows leave input rows unread (_rows_left_out).
+UNREAD_ROWS_NOTE = "which the Arm backend lowers as negative padding"
+
+
 def _rows_left_out(node: torch.fx.Node) -> str:
     """For a floor-mode average pool whose windows miss the input's last rows or columns (DS-CNN: a
     (24, 5) window over 25x5): the input's size and what no window reads. The Arm backend
@@ -110,8 +114,7 @@ def _rows_left_out(node: torch.fx.Node) -> str:
         return ""
     what = " and ".join(f"the last {m} {axis}s" if m > 1 else f"the last {axis}"
                         for m, axis in zip(missed, ("row", "column")) if m)
-    return (f"input {sizes[0]}x{sizes[1]}: no window reads {what}, which the Arm backend "
-            "lowers as negative padding")
+    return f"input {sizes[0]}x{sizes[1]}: no window reads {what}, {UNREAD_ROWS_NOTE}"
 
 
 def node_context(node: torch.fx.Node) -> str:

@@ -13,7 +13,9 @@ partition of several ops (its first or last costed op with the activations fused
 moving them saves no invocation, so they are priced by their own rows only (NPU: Vela's cycles;
 CPU: our model), and are a candidate only where the CPU is the faster of the two. Before any
 move, the memory regions: the program planned under Vela's Sram_Only beside the platform's
-Shared_Sram (see place_by_cost). Candidates are forced to the CPU through
+Shared_Sram (see place_by_cost); then, where the Ethos-U55 check refused an average pool only
+for the input rows its one window leaves unread, the program with that pool cut to its window
+(_pool_windows). Candidates are forced to the CPU through
 the placement policy (an Ethos-U operator-support check), the model recompiled and re-planned,
 and the result kept only if its whole-program estimate is lower than greedy's: never worse than
 greedy by the model. Boundary quantize/dequantize rows do not change when an int8 island moves
@@ -240,11 +242,6 @@ def place_by_cost(plan_fn, policy) -> CostPlacement:
                          greedy_seconds, best_seconds, memory, windows)
 
 
-# The reason (partitioners/npu.py, node_context) of an average pool the Ethos-U55 check refused
-# for the rows its one window leaves unread.
-_UNREAD_ROWS = "lowers as negative padding"
-
-
 @dataclass(frozen=True)
 class WindowDecision:
     """Average pools computed over their one window so the NPU takes them, and whether kept."""
@@ -268,8 +265,11 @@ def _pool_windows(plan_fn, policy, best, best_seconds):
     NPU's check refused an average pool only for the rows its one window leaves unread, the
     program is also planned with such pools cut to their window (Policy.pool_windows) and kept
     when its estimate is lower."""
+    from partitioners.npu import UNREAD_ROWS_NOTE  # lazy: heavy (executorch)
+
     pools = tuple(r.name for r in best.rows if r.placement != "npu" and "avg_pool" in r.op
-                  and any(_UNREAD_ROWS in f"{reason.message} {reason.value}"
+                  and tuple(r.output_shape[2:]) == (1, 1)  # one window
+                  and any(UNREAD_ROWS_NOTE in f"{reason.message} {reason.value}"
                           for reason in r.reasons))
     if not pools or policy.pool_windows:
         return None, policy, best, best_seconds
