@@ -414,3 +414,31 @@ def test_view_copies_the_plan_takes_as_free_map_to_no_row():
     assert instruction_positions(view, rows) == {0: [0], 2: [1], 4: [2]}
     with pytest.raises(InstructionMapError, match="2 CPU rows but 5 kernel calls"):
         instruction_positions(view, rows[:2])
+
+
+def test_a_calibration_applies_to_the_models_own_figures_once():
+    """A stored plan made under the platform's calibration can be calibrated again (`plan
+    X.pte --measured X.etdp --calibration-costs FILE`): each calibration starts from the
+    model's own cycles and source, so the result is the same as calibrating the model's
+    figures, whatever calibrated them before."""
+    from cost_models.cost import Cost
+    from cost_models.profile_calibration import calibrate_cost
+
+    shipped = load_calibration(SHIPPED)
+    board = fit([MeasuredRow("board", "pooling", "arm_avgpool_s8", 1000, 2000, "cycles")],
+                "cortex-m55", "board-m55.yaml")
+    model = Cost.from_cycles(3_428, 32_000_000, "model:mve")
+    work = Work(0, 64, 64 * 25 * 5)
+
+    def calibrate(cost, calibration):
+        return calibrate_cost(cost, "cmsis-nn", "op", "arm_avgpool_s8", calibration,
+                              32_000_000, work)
+
+    raised = calibrate(model, shipped)
+    assert raised.source == f"model:mve (raised to instructions: {SHIPPED})"
+    assert raised.cycles == raised.instructions > model.cycles == raised.model_cycles
+    assert calibrate(raised, shipped) == raised
+    scaled = calibrate(raised, board)  # from the model's 3,428 cycles, not the raised ones
+    assert scaled == calibrate(model, board)
+    assert scaled.model_cycles == 3_428 and scaled.instructions is None  # board: cycles only
+    assert scaled.source == "model:mve (calibrated: board-m55.yaml)"
