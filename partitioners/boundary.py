@@ -18,6 +18,12 @@ import torch
 from kernels.catalogue import CHANNELS_LAST, CPU_KERNELS, cortex_m_op_name
 
 
+def same_bytes_order(sizes, first, second) -> bool:
+    """Two dim orders that differ only in where size-1 dimensions sit (the same byte layout)."""
+    keep = [d for d in first if sizes[d] != 1], [d for d in second if sizes[d] != 1]
+    return keep[0] == keep[1] and sorted(first) == sorted(second)
+
+
 @dataclass(frozen=True)
 class BoundaryTensor:
     """One tensor crossing a CPU/NPU boundary, with the layout each side uses."""
@@ -32,7 +38,10 @@ class BoundaryTensor:
 
     @property
     def consistent(self) -> bool:
-        return self.cpu_dim_order == self.npu_dim_order
+        """The two sides lay the bytes out alike: the same dim order, or orders that differ only
+        in where size-1 dimensions sit (a [1, 24, 1, 1] pool output is the same 24 bytes NCHW
+        and NHWC)."""
+        return same_bytes_order(self.shape, self.cpu_dim_order, self.npu_dim_order)
 
     def describe(self) -> str:
         return (f"tensor '{self.tensor}' {self.direction} ({self.delegate}, CPU side "

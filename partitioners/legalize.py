@@ -83,6 +83,7 @@ from torch.export.graph_signature import InputKind
 from kernels.catalogue import CHANNELS_LAST
 from kernels.layout_checks import is_layout_finding, layout_findings
 from kernels.reference import TRANSPOSE_MAX_RANK
+from partitioners.boundary import same_bytes_order
 from partitioners.fused_activation_split import ACTIVATIONS
 from partitioners.records import (MOVED_OFF_CMSIS_KEY, ORIGIN_KEY, REMOVED_COPIES_KEY, Workaround,
                                   quantize_scalar)
@@ -696,12 +697,6 @@ def _nbytes(node) -> int:
 
 
 DIM_ORDER_COPIES = (["dim_order_ops", "_clone_dim_order"], ["dim_order_ops", "_to_dim_order_copy"])
-
-
-def same_bytes_order(sizes, first, second) -> bool:
-    """Two dim orders that differ only in where size-1 dimensions sit (the same byte layout)."""
-    keep = [d for d in first if sizes[d] != 1], [d for d in second if sizes[d] != 1]
-    return keep[0] == keep[1] and sorted(first) == sorted(second)
 
 
 def size1_copy_orders(program) -> list[Workaround]:

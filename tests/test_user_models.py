@@ -126,6 +126,24 @@ def test_twin_runs_a_channels_last_cat_as_the_host_runtime_does(tmp_path):
     assert not torch.equal(run.outputs[0], torch.cat([a, b], 1))
 
 
+def test_a_size1_boundary_tensor_in_either_dim_order_is_one_layout(compiles):
+    """ds_tcn on the Ethos-U55: its AdaptiveAvgPool1d (a 2-D pool on NPU targets) runs on
+    CMSIS-NN and hands a [1, 24, 1, 1] value to the next NPU partition. The CPU writes it
+    channels-last, the partition reads it contiguous: the same 24 bytes, as only size-1
+    dimensions move. The boundary check refused the compile ("layout mismatch at a CPU/NPU
+    boundary") until it compared byte layouts; a real mismatch is still refused (the NCHW test
+    in test_compile.py)."""
+    from partitioners.boundary import BoundaryTensor
+
+    def crossing(shape):
+        return BoundaryTensor("t", "cpu->npu", "d", "c", shape, (0, 2, 3, 1), (0, 1, 2, 3))
+
+    assert crossing((1, 24, 1, 1)).consistent and not crossing((1, 24, 2, 1)).consistent
+    compiled, _ = compiles.get(model_spec("ds_tcn"), "corstone300", "ethos-u55-128")
+    moved = [t for t in compiled.boundaries if t.cpu_dim_order != t.npu_dim_order]
+    assert moved and all(t.consistent and t.shape == (1, 24, 1, 1) for t in moved), moved
+
+
 def test_reference_runs_an_int8_channels_last_max_pool():
     from kernels import reference
     from kernels.reference import RawTensor
