@@ -517,7 +517,7 @@ def conv1d_as_conv2d(module: torch.nn.Module, pools_only: bool = False
     return legal, fixes
 
 
-class _PoolWindow(torch.nn.Module):
+class AvgPool2dWindow(torch.nn.Module):
     """An average pool whose one window leaves the input's last rows or columns unread,
     computed over that window only: the input cut to the window's rows and columns, then the
     same pool at stride 1. There is one window either way, so the values are the same."""
@@ -540,7 +540,7 @@ def _pair(value) -> tuple[int, int]:
 def avg_pools_over_their_window(module: torch.nn.Module, example_inputs
                                 ) -> tuple[torch.nn.Module, list[Workaround]]:
     """A copy of `module` with every `nn.AvgPool2d` that computes one window leaving the input's
-    last rows or columns unread (no padding, floor mode) as `_PoolWindow`, and one Workaround
+    last rows or columns unread (no padding, floor mode) as `AvgPool2dWindow`, and one Workaround
     each; `module` itself is untouched.
 
     The Arm backend lowers such a pool with a negative TOSA padding (the rows no window reads),
@@ -584,7 +584,7 @@ def avg_pools_over_their_window(module: torch.nn.Module, example_inputs
             if found is None:
                 continue
             (rows, columns), sizes = found
-            parent._modules[name] = _PoolWindow(child, rows, columns)
+            parent._modules[name] = AvgPool2dWindow(child, rows, columns)
             path = f"{parent_path}.{name}" if parent_path else name
             fixes.append(Workaround(
                 path, "ExecuTorch 1.5.1 Arm backend (lowers the rows no window reads as a "

@@ -225,7 +225,7 @@ def test_an_average_pool_over_its_one_window_computes_the_same_values():
     legal, fixes = avg_pools_over_their_window(model, (x,))
     assert [f.node for f in fixes] == ["one_window"]
     assert fixes[0].message.startswith("AvgPool2d(24x5) over 25x5 computed over its one window")
-    assert type(legal.one_window).__name__ == "_PoolWindow"
+    assert type(legal.one_window).__name__ == "AvgPool2dWindow"
     assert all(type(getattr(legal, n)) is torch.nn.AvgPool2d for n in ("exact", "several",
                                                                        "padded"))
     assert type(model.one_window) is torch.nn.AvgPool2d  # the given model is untouched

@@ -59,6 +59,9 @@ class Decision:
         return self.cpu_seconds - self.npu_seconds
 
     def describe(self, cpu_hz: int) -> str:
+        if self.kept_reason == WITH_ITS_PARTITION:
+            return (f"partition {self.partition}'s {self.part} ({', '.join(self.nodes)}) moved "
+                    "to the CPU with its whole partition")
         verb = "moved to the CPU" if self.moved else "kept on the NPU"
         cycles = int(round(self.delta_seconds * cpu_hz))
         what = (f"partition {self.partition}" if self.part == "island" else
@@ -68,6 +71,14 @@ class Decision:
                 f"{cycles:+,} CPU-clock cycles (NPU {self.npu_seconds * 1e6:.1f} us [{npu_source}] "
                 f"vs CPU {self.cpu_seconds * 1e6:.1f} us [{self.cpu_sources}])")
         return text + (f"; {self.kept_reason}" if self.kept_reason else "")
+
+
+def _whole_program(before: float, after: float | None) -> str:
+    """'3.970 ms -> 3.719 ms whole program (-251.0 us) [vela + models]'; '' without `after`."""
+    if after is None:
+        return ""
+    return (f"{before * 1e3:.3f} ms -> {after * 1e3:.3f} ms whole program "
+            f"({(after - before) * 1e6:+.1f} us) [vela + models]")
 
 
 @dataclass(frozen=True)
@@ -83,8 +94,7 @@ class MemoryDecision:
 
     def describe(self) -> str:
         verb = "chosen" if self.chosen else "not chosen"
-        figures = (f"{self.from_seconds * 1e3:.3f} ms -> {self.to_seconds * 1e3:.3f} ms whole "
-                   "program [vela + models]" if self.to_seconds is not None else "")
+        figures = _whole_program(self.from_seconds, self.to_seconds)
         return (f"memory: Vela {self.to_mode} instead of the platform's {self.from_mode} {verb}"
                 + (f": {figures}" if figures else "") + f"; {self.reason}")
 
@@ -100,18 +110,19 @@ class CostPlacement:
     windows: "WindowDecision | None" = None  # average pools over their window (None: none)
 
     def report_lines(self) -> list[str]:
+        """The steps in the order they ran: memory mode, pool windows, then the moves (judged
+        on the plan the first two gave)."""
         cpu_hz = self.chosen.compiled.target.cpu_hz
-        lines = [d.describe(cpu_hz) for d in self.decisions]
-        if self.memory is not None:
-            lines.append(self.memory.describe())
-        if self.windows is not None:
-            lines.append(self.windows.describe())
+        lines = [step.describe() for step in (self.memory, self.windows) if step is not None]
+        lines.extend(d.describe(cpu_hz) for d in self.decisions)
         lines.append(f"whole program (estimate): greedy {self.greedy_seconds * 1e3:.3f} ms, "
                      f"chosen {self.chosen_seconds * 1e3:.3f} ms")
         return lines
 
 
 _FUSED_ACTIVATIONS = ("relu", "clamp", "hardtanh")
+# The kept_reason of a partition's end whose whole partition moved.
+WITH_ITS_PARTITION = "its whole partition moved"
 
 
 # The CMSIS-NN function an op of this kind runs on the CPU, for the calibration's lookup: the
@@ -185,16 +196,20 @@ def _decision(index: int, ops: list, npu_rows: list, target, policy, part: str,
     no keep_npu rule names one of `ops`."""
     npu = sum(r.cost.seconds for r in npu_rows if r.cost is not None)
     has_macs = any(r.macs for r in ops)
-    cpu, sources = 0.0, []
+    cpu, sources, tags = 0.0, [], []
     for row in ops:
         seconds, source = _cpu_seconds(row, target, has_macs, calibration)
         cpu += seconds
-        if source and source not in sources:
-            sources.append(source)
+        for piece in source.split("+") if source else ():
+            base, _, tag = piece.partition(" (")
+            for name, found in ((base, sources), (tag.rstrip(")"), tags)):
+                if name and name not in found:
+                    found.append(name)
     keep = next((f"keep_npu rule matches {r.name}" for r in ops
                  if policy is not None and r.name in policy.keep_npu.nodes), "")
     return Decision(index, tuple(r.name for r in ops), sum(r.macs for r in ops), npu, cpu,
-                    "+".join(sources) or "-", cpu < npu and not keep, keep if cpu < npu else "",
+                    "+".join(sources) + (f" ({'; '.join(tags)})" if tags else "") or "-",
+                    cpu < npu and not keep, keep if cpu < npu else "",
                     part=part)
 
 
@@ -220,7 +235,7 @@ def place_by_cost(plan_fn, policy) -> CostPlacement:
     for decision in sorted((d for d in decisions if d.moved), key=lambda d: d.delta_seconds):
         if set(decision.nodes) <= set(kept_nodes):  # its whole island moved already
             final[decision.key] = replace(decision, moved=False,
-                                          kept_reason="its whole partition moved")
+                                          kept_reason=WITH_ITS_PARTITION)
             continue
         try:
             trial = plan_fn(policy.with_forced_nodes(kept_nodes + decision.nodes))
@@ -238,6 +253,10 @@ def place_by_cost(plan_fn, policy) -> CostPlacement:
             final[decision.key] = replace(
                 decision, moved=False, kept_reason="moving was not faster for the whole program "
                 f"({seconds * 1e3:.3f} ms vs {best_seconds * 1e3:.3f} ms)")
+    moved_islands = {d.partition for d in final.values() if d.part == "island" and d.moved}
+    for key, decision in final.items():  # an end of a partition that moved whole moved with it
+        if decision.part != "island" and decision.partition in moved_islands:
+            final[key] = replace(decision, moved=False, kept_reason=WITH_ITS_PARTITION)
     return CostPlacement(greedy, best, tuple(final[d.key] for d in decisions),
                          greedy_seconds, best_seconds, memory, windows)
 
@@ -254,10 +273,25 @@ class WindowDecision:
 
     def describe(self) -> str:
         verb = "chosen" if self.chosen else "not chosen"
-        figures = (f": {self.from_seconds * 1e3:.3f} ms -> {self.to_seconds * 1e3:.3f} ms whole "
-                   "program [vela + models]" if self.to_seconds is not None else "")
+        figures = _whole_program(self.from_seconds, self.to_seconds)
+        figures = f": {figures}" if figures else ""
         return (f"average pool(s) {', '.join(self.pools)} over their one window, so the NPU "
                 f"runs them, {verb}{figures}; {self.reason}")
+
+
+def _window_candidates(plan) -> tuple[str, ...]:
+    """The CPU rows of `plan` that avg_pools_over_their_window cuts: an `nn.AvgPool2d` whose one
+    window (a 1x1 output) the Ethos-U55 check refused for the rows it leaves unread, and whose
+    module computes no other row (a module called on two input sizes is left as it is; so is a
+    functional avg_pool2d, which has no module of its own)."""
+    from partitioners.npu import UNREAD_ROWS_NOTE  # lazy: heavy (executorch)
+
+    pools = [r for r in plan.rows if "avg_pool" in r.op and r.module_type == "AvgPool2d"]
+    shared = {r.module for r in pools if sum(p.module == r.module for p in pools) > 1}
+    return tuple(r.name for r in pools if r.placement != "npu" and r.module not in shared
+                 and tuple(r.output_shape[2:]) == (1, 1)
+                 and any(UNREAD_ROWS_NOTE in f"{reason.message} {reason.value}"
+                         for reason in r.reasons))
 
 
 def _pool_windows(plan_fn, policy, best, best_seconds):
@@ -265,12 +299,7 @@ def _pool_windows(plan_fn, policy, best, best_seconds):
     NPU's check refused an average pool only for the rows its one window leaves unread, the
     program is also planned with such pools cut to their window (Policy.pool_windows) and kept
     when its estimate is lower."""
-    from partitioners.npu import UNREAD_ROWS_NOTE  # lazy: heavy (executorch)
-
-    pools = tuple(r.name for r in best.rows if r.placement != "npu" and "avg_pool" in r.op
-                  and tuple(r.output_shape[2:]) == (1, 1)  # one window
-                  and any(UNREAD_ROWS_NOTE in f"{reason.message} {reason.value}"
-                          for reason in r.reasons))
+    pools = _window_candidates(best)
     if not pools or policy.pool_windows:
         return None, policy, best, best_seconds
     trial_policy = replace(policy, pool_windows=True)
@@ -280,10 +309,9 @@ def _pool_windows(plan_fn, policy, best, best_seconds):
         return (WindowDecision(pools, best_seconds, None, False, f"planning it failed: {error}"),
                 policy, best, best_seconds)
     seconds = trial.summary.latency_seconds or 0.0
-    still = [r.name for r in trial.rows if r.placement != "npu" and "avg_pool" in r.op]
-    if still:
+    if set(_window_candidates(trial)) >= set(pools):  # not one of them reached the NPU
         return (WindowDecision(pools, best_seconds, seconds, False,
-                               f"the NPU still refused {', '.join(still)}"),
+                               "the NPU still refused them over their window"),
                 policy, best, best_seconds)
     if seconds >= best_seconds:
         return (WindowDecision(pools, best_seconds, seconds, False, "it is not faster"),
