@@ -50,11 +50,13 @@ The fit (fit_factors), per unit, on the fit rows only:
 A `cycles` calibration scales the plan's CPU cycles (the plan's cost source says which
 calibration: "model:mve (calibrated: NAME)"); an `instructions` calibration adds an instruction
 estimate beside the cycles and leaves them alone, except where the model's cycles are fewer
-than that estimate: an in-order Cortex-M core retires about one instruction per cycle at best
-in a kernel's loops (the fit over every class gives 0.93 instructions per modelled cycle), so a
-row modelled below the instructions its kernel retires has its cycles raised to them
-("model:mve (raised to instructions: NAME)"; the model's own stay in model_cycles). DS-CNN's
-(24, 5) average pool: 3,428 modelled cycles, 9,875 instructions on QEMU. Modelled cycles are the
+than the instructions the estimate counts for the work the kernel repeats (every term but the
+per-call intercept, a least-squares term that a call far smaller than the fit's extrapolates):
+an in-order Cortex-M core retires about one instruction per cycle at best in a kernel's loops
+(the fit over every class gives 0.93 instructions per modelled cycle), so such a row has its
+cycles raised to them ("model:mve (raised to instructions: NAME)"; the model's own stay in
+model_cycles). DS-CNN's (24, 5) average pool: 3,428 modelled cycles; 8,656 instructions of
+repeated work by the shipped file (10,029 with its per-call term), 9,875 on QEMU. Modelled cycles are the
 plan's (plan.json rows: the CPU model at the plan's memory placement), before any calibration.
 """
 
@@ -622,8 +624,12 @@ def calibrate_cost(cost, placement: str, kind: str, kernel: str | None,
     found = instructions.lookup(row_class, row.kernel) if instructions is not None else None
     if found is not None:
         estimate = int(round(found[0].estimate(row.figure)))
-        if scaled is cost and estimate > cost.cycles:
-            scaled = replace(Cost.from_cycles(estimate, cpu_hz,
+        # The floor counts the work the kernel repeats, not the fit's per-call intercept: that
+        # is a least-squares term, which a call far smaller than the fit's extrapolates
+        # (depthwise: 21,419 instructions per call, for a 4-MAC call too).
+        repeated = estimate - found[0].terms.get("calls", 0.0) * row.calls
+        if scaled is cost and repeated > cost.cycles:
+            scaled = replace(Cost.from_cycles(repeated, cpu_hz,
                                               calibrated_source(cost.source, calibration, True)),
                              model_cycles=cost.cycles)
         scaled = replace(scaled, instructions=estimate,

@@ -9,7 +9,7 @@
 Greedy puts the addition and the final linear on the NPU, each in an island of its own with an
 invocation (driver, cache maintenance over the scratch) around it. `--placement cost` moves the
 linear to CMSIS-NN (per-channel weights: a 1x1 convolution, partitioners/legalize.py) and keeps
-the addition: its 1,024 int8 additions retire about 14,700 instructions on CMSIS-NN (the
+the addition: its 1,024 int8 additions retire about 14,100 instructions on CMSIS-NN (the
 Corstone-300's calibration, fitted to QEMU profiles), more than its NPU island costs
 (tests/test_policy.py).
 """

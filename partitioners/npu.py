@@ -166,9 +166,21 @@ def _stored(value: torch.fx.Node) -> torch.fx.Node:
     return value
 
 
+class VelaRefusal(Exception):
+    """Vela could not compile a partition the Ethos-U partitioner formed (an op its checks
+    accepted and Vela cannot run: a 1-channel convolution of stride (12, 2) on the U55 is a
+    DepthwiseConv2D that "could not run on NPU"): the partition's nodes and Vela's words."""
+
+    def __init__(self, partition: int, nodes: tuple[str, ...], message: str):
+        super().__init__(f"Vela could not compile NPU partition {partition}: {message}")
+        self.partition, self.nodes, self.message = partition, nodes, message
+
+
 @contextlib.contextmanager
-def vela_runs_recorded(work_dir: Path) -> Iterator[list[VelaRun]]:
-    """Give every Vela call its own folder under `work_dir` and record its input and output."""
+def vela_runs_recorded(work_dir: Path, failed: list[int] | None = None
+                       ) -> Iterator[list[VelaRun]]:
+    """Give every Vela call its own folder under `work_dir` and record its input and output;
+    `failed` (when given) receives the index of a call Vela raised in."""
     runs: list[VelaRun] = []
 
     def wrapper(upstream_vela_compile):
@@ -182,10 +194,15 @@ def vela_runs_recorded(work_dir: Path) -> Iterator[list[VelaRun]]:
             flags = list(args)
             if "--verbose-performance" not in flags:
                 flags.append("--verbose-performance")
-            with contextlib.redirect_stdout(_Discard()):
-                result = upstream_vela_compile(tosa_flatbuffer, flags, verbose=False,
-                                               intermediate_path=str(out_dir),
-                                               block_placements=block_placements)
+            try:
+                with contextlib.redirect_stdout(_Discard()):
+                    result = upstream_vela_compile(tosa_flatbuffer, flags, verbose=False,
+                                                   intermediate_path=str(out_dir),
+                                                   block_placements=block_placements)
+            except Exception:
+                if failed is not None:
+                    failed.append(len(runs))
+                raise
             runs.append(VelaRun(len(runs), bytes(tosa_flatbuffer), bytes(result.processed_bytes),
                                 out_dir))
             return result
@@ -229,16 +246,30 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
 
     force = ForceCpuCheck(policy) if policy is not None and policy.forces_cpu() else None
     partitioner = EthosUPartitioner(compile_spec, additional_checks=[force] if force else None)
-    reporters = upstream_ethos_u.capture_reporters(partitioner)
+    tagged: dict[str, tuple[str, ...]] = {}
+    reporters = upstream_ethos_u.capture_reporters(partitioner, tagged)
     kept: list[tuple[str, int, int]] = []
-    with vela_runs_recorded(work_dir) as runs, upstream_ethos_u.live_activations_kept(kept):
-        edge = to_edge_transform_and_lower(
-            quantized_program,
-            partitioner=[partitioner],
-            # The quantized graphs do not pass edge IR validation (mixed dtypes); upstream's
-            # own Arm flow turns it off too.
-            compile_config=EdgeCompileConfig(_check_ir_validity=False),
-        )
+    failed: list[int] = []
+    try:
+        with vela_runs_recorded(work_dir, failed) as runs, \
+                upstream_ethos_u.live_activations_kept(kept):
+            edge = to_edge_transform_and_lower(
+                quantized_program,
+                partitioner=[partitioner],
+                # The quantized graphs do not pass edge IR validation (mixed dtypes); upstream's
+                # own Arm flow turns it off too.
+                compile_config=EdgeCompileConfig(_check_ir_validity=False),
+            )
+    except Exception as error:
+        # The backend compiles the partitions in tag order, one Vela call each.
+        partitions = list(tagged.values())
+        if not failed or failed[0] >= len(partitions):
+            raise
+        cause = error
+        while cause.__cause__ is not None or cause.__context__ is not None:
+            cause = cause.__cause__ or cause.__context__
+        message = " ".join(str(cause).split())[:300]
+        raise VelaRefusal(failed[0], partitions[failed[0]], message) from error
     rejections = rejections_from(reporters)
     for name, rule in (force.forced if force else {}).items():
         previous = rejections.get(name)

@@ -60,6 +60,11 @@ _entry("policy-forced-cpu", "not-npu", "placement policy",
        "forced to the CPU by the placement policy: {rule}")
 _entry("device-refused-npu", "not-npu", "device runtime (EthosUBackend)",
        "moved off the NPU: the device refused its work there ({why}); no --policy needed")
+# How the why of a node Vela refused begins (orchestrator/compilation/pipeline.py).
+VELA_REFUSAL = "Vela could not compile"
+_entry("vela-refused-npu", "not-npu", "Vela (the Ethos-U compiler)",
+       "moved off the NPU: {why}, though the Ethos-U partitioner's checks accepted it; no "
+       "--policy needed")
 _entry("boundary-quantize", "not-npu", "ethos-u partitioner",
        "boundary quantize: converts a float value (model input or CPU result) to int8 for the "
        "next int8 consumer")

@@ -52,17 +52,23 @@ def _tag_number(tag: str) -> tuple[int, str]:
     return (int(digits) if digits else -1, tag)
 
 
-def capture_reporters(partitioner) -> list:
+def capture_reporters(partitioner, tagged: dict | None = None) -> list:
     """Make `partitioner` hand over every WhyNoPartitionReporter it fills while tagging, and
-    return its tags in tag-number order (see the module docstring)."""
+    return its tags in tag-number order (see the module docstring); `tagged` (when given)
+    receives each tag's node names, in the order the backend compiles the partitions."""
     check_version()
     reporters: list = []
     upstream_tag_module = partitioner._tag_module
 
     def tag_module(module, containing_program, reporter, *args, **kwargs):
         reporters.append(reporter)
-        return NumberedTags(
+        tags = NumberedTags(
             upstream_tag_module(module, containing_program, reporter, *args, **kwargs))
+        if tagged is not None:
+            for tag in tags:
+                tagged[tag] = tuple(n.name for n in module.graph.nodes
+                                    if n.meta.get("delegation_tag") == tag)
+        return tags
 
     partitioner._tag_module = tag_module
     return reporters

@@ -56,7 +56,8 @@ from partitioners.cpu import CpuDecision, route_to_cpu
 from partitioners import quantizable
 from partitioners.legalize import (DIM_ORDER_COPIES, avg_pools_over_their_window,
                                    conv1d_as_conv2d, same_bytes_order)
-from partitioners.npu import NpuRejection, VelaRun, lower_to_npu
+from partitioners.npu import NpuRejection, VelaRefusal, VelaRun, lower_to_npu
+from partitioners.reasons import VELA_REFUSAL
 from partitioners.policy import Policy, unmatched_force_cpu
 from partitioners.records import Workaround
 from platforms.arena_planning import Arena, ArenaRecord, arena_slots, planning_algorithm
@@ -412,8 +413,15 @@ def _quantize_stage(state: CompileState) -> CompileState:
 
 def _lower_stage(state: CompileState) -> CompileState:
     """to_edge + EthosUPartitioner + Vela per partition (or the Cortex-M edge config)."""
-    return replace(state, lowered=lower(state.quantized, state.target, state.work_dir,
-                                        state.options.policy))
+    try:
+        return replace(state, lowered=lower(state.quantized, state.target, state.work_dir,
+                                            state.options.policy))
+    except VelaRefusal as error:
+        raise NpuPartitionRefused(
+            f"stage lower failed in upstream code: {error} ({state.target.npu}; the planner "
+            "moves the partition's ops to the CPU and compiles again)", error.nodes,
+            f"{VELA_REFUSAL} the NPU partition it was in for {state.target.npu} "
+            f"({error.message})") from error
 
 
 def _quantize_io_stage(state: CompileState) -> CompileState:
@@ -597,6 +605,14 @@ COMPILE_STAGES = (
 
 class StageError(OrchestrateError):
     """An upstream component raised inside a stage; the message names the stage."""
+
+
+class NpuPartitionRefused(StageError):
+    """Vela could not compile an NPU partition: its nodes, and why (for the plan's reason)."""
+
+    def __init__(self, message: str, nodes: tuple[str, ...], why: str):
+        super().__init__(message)
+        self.nodes, self.why = nodes, why
 
 
 def _root_cause(error: BaseException) -> BaseException:

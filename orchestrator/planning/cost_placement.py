@@ -74,7 +74,7 @@ class Decision:
 
 
 def _whole_program(before: float, after: float | None) -> str:
-    """'3.970 ms -> 3.719 ms whole program (-251.0 us) [vela + models]'; '' without `after`."""
+    """'3.927 ms -> 3.719 ms whole program (-207.7 us) [vela + models]'; '' without `after`."""
     if after is None:
         return ""
     return (f"{before * 1e3:.3f} ms -> {after * 1e3:.3f} ms whole program "

@@ -42,7 +42,7 @@ def plan_request(request: Request, progress=None) -> "Plan":
 def _plan_under(loaded: "LoadedModel", samples: "Calibration", resolved: Resolved, policy,
                 progress) -> "Plan":
     from orchestrator.compilation.pipeline import (  # lazy: heavy (torch, executorch, vela)
-        StageError, compile_model)
+        NpuPartitionRefused, StageError, compile_model)
     from orchestrator.planning.planner import make_plan  # lazy: heavy (torch, executorch, vela)
     from partitioners.policy import Policy  # lazy: heavy (torch)
 
@@ -50,12 +50,21 @@ def _plan_under(loaded: "LoadedModel", samples: "Calibration", resolved: Resolve
     if policy is not None and target.npu and policy.memory_mode \
             and policy.memory_mode != target.memory_mode:  # a cost-placement trial
         target = replace(target, memory_mode=policy.memory_mode)
-    compiled = None
+    compiled = refusal = None
     for _ in range(MAX_DEVICE_MOVES + 1):
         try:
             trial = compile_model(loaded, samples, target, policy=policy,
                                   memory_policy=resolved.memory, io_auto=resolved.io_auto,
                                   progress=progress)
+        except NpuPartitionRefused as error:
+            # Vela refused a partition the Ethos-U checks formed: its ops run on the CPU.
+            moved = dict(policy.device_moved if policy else ())
+            if all(node in moved for node in error.nodes):
+                raise
+            refusal = error
+            policy = (policy or Policy(source="the device check")).with_device_moved(
+                error.nodes, error.why)
+            continue
         except StageError as error:
             if compiled is None:
                 raise
@@ -74,5 +83,7 @@ def _plan_under(loaded: "LoadedModel", samples: "Calibration", resolved: Resolve
         # `full` back from the NPU's int32; Vela's stream for a partition faults the functional
         # model): those ops run on the CPU instead.
         policy = (policy or Policy(source="the device check")).with_device_moved(*refused)
+    if compiled is None:  # Vela refused a partition on every attempt
+        raise refusal
     return make_plan(compiled, resolved.request.runner_ops, progress, resolved.memory,
                      resolved.costs)
