@@ -8,7 +8,7 @@ scheduled (named after its output tensor in the TOSA graph). We use those figure
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -96,14 +96,16 @@ def match_layers_to_ops(estimate: VelaPartitionEstimate, ops: list[tuple[str, in
 
     Vela names layers after TOSA tensors, not after our graph nodes, so ops are matched in
     order by MAC count (conv/linear layers have distinctive counts), and pooling layers in order
-    to the pooling ops of their kind. Layers that match no op (rescales, layout ops Vela
-    inserted, elementwise ops fused differently) are returned as the partition's unattributed
-    cycles, so per-op cycles plus that remainder equal Vela's total.
+    to the pooling ops of their kind. An op Vela computes in pieces (a stride-4 convolution on
+    the U55: 49 Conv2D layers of 225 MACs, one per output position) is consecutive layers of
+    one name, counted together. Layers that match no op (rescales, layout ops Vela inserted,
+    elementwise ops fused differently) are returned as the partition's unattributed cycles, so
+    per-op cycles plus that remainder equal Vela's total.
     """
     cycles: dict[str, int] = {}
     remaining = list(ops)
     attributed = 0
-    for layer in estimate.layers:
+    for layer in _pieces_joined(estimate.layers):
         pool = _POOL_LAYERS.get(layer.original_op)
         for i, (name, macs, op) in enumerate(remaining):
             if (pool is not None and pool in op and not macs) or \
@@ -113,3 +115,17 @@ def match_layers_to_ops(estimate: VelaPartitionEstimate, ops: list[tuple[str, in
                 del remaining[i]
                 break
     return cycles, estimate.cycles - attributed
+
+
+def _pieces_joined(layers) -> list[VelaLayer]:
+    """Consecutive layers of one name and operator (the pieces of one op) as one layer."""
+    joined: list[VelaLayer] = []
+    for layer in layers:
+        last = joined[-1] if joined else None
+        if last is not None and (last.name, last.original_op, last.npu_op) == \
+                (layer.name, layer.original_op, layer.npu_op):
+            joined[-1] = replace(last, cycles=last.cycles + layer.cycles,
+                                 macs=last.macs + layer.macs)
+        else:
+            joined.append(layer)
+    return joined

@@ -302,3 +302,21 @@ def test_npu_invocation_maintains_the_cache_over_the_scratch_only():
     if driver.is_file():  # the driver the firmware links: its default masks
         assert ("ethosu_set_basep_cache_mask(drv, (1 << SCRATCH_BASE_ADDR_INDEX), "
                 "(1 << SCRATCH_BASE_ADDR_INDEX));") in driver.read_text()
+
+
+def test_an_op_vela_computes_in_pieces_gets_the_cycles_of_all_of_them():
+    """Vela computes a stride-4 convolution on the Ethos-U55 as one Conv2D layer per output
+    position, all named after the same TOSA tensor (an outside model's 3->3 5x5 stride-4 conv
+    over 32x32: 49 layers of 225 MACs, 400 cycles each). Matched one layer at a time by MAC
+    count, none matched: the row read 0 cycles ("fused") and the invocation row carried them.
+    The pieces are counted together; a layer of another name stays unattributed."""
+    from cost_models.npu import VelaLayer, VelaPartitionEstimate, match_layers_to_ops
+
+    layers = (VelaLayer("Slice", "MemoryCopy", 8_032, 2_523, "tosa_slice_default"),
+              *[VelaLayer("Conv2D", "Conv2D", 400, 225, "tosa_rescale_default")] * 49)
+    total = 8_032 + 49 * 400
+    estimate = VelaPartitionEstimate(total, total, 11_025, 0.0, 1.0, 0, 0, 0, 0, {}, layers)
+    cycles, remainder = match_layers_to_ops(
+        estimate, [("aten_convolution_default", 7 * 7 * 3 * 3 * 25, "aten.convolution.default"),
+                   ("aten_relu_default", 0, "aten.relu.default")])
+    assert cycles == {"aten_convolution_default": 49 * 400} and remainder == 8_032
