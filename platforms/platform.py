@@ -137,10 +137,13 @@ class Platform:
                                 "NPU (CPU only: --npu none)")
         normalized = npu_name.strip().lower()
         if normalized not in self.npu_options:
+            elsewhere = [name for name in list_platforms() if name != self.name
+                         and normalized in load_platform(name).npu_options]
             raise PlatformError(
                 f"NPU {npu_name!r} is not available on {self.name}; "
                 f"allowed: {', '.join(self.npu_options)}"
-            )
+                + ("; offered by " + ", ".join(f"--platform {name}" for name in elsewhere)
+                   if elsewhere else ""))
         return normalized
 
     def npu_family(self, npu_name: str) -> str:

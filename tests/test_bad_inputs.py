@@ -323,6 +323,13 @@ def test_unknown_npu(tmp_path, capsys):
              "ethos-u99-7")
 
 
+def test_an_npu_of_another_shipped_platform_names_that_platform(tmp_path, capsys):
+    _refused(["plan", "ds-cnn", "--npu", "ethos-u85-256"], tmp_path, capsys,
+             "'ethos-u85-256' is not available on corstone300; allowed: ethos-u55-32")
+    _refused(["plan", "ds-cnn", "--npu", "ethos-u85-256"], tmp_path, capsys,
+             "--platform corstone320")
+
+
 def test_unknown_cpu(tmp_path, capsys):
     _refused(["plan", "ds-cnn", "--cpu", "cortex-a53"], tmp_path, capsys, "cortex-a53")
 
