@@ -247,3 +247,35 @@ def test_a_partitions_outputs_in_any_order_and_its_constants_are_each_matched_to
         (10, "quantize_per_tensor", True), (11, "quantize_per_tensor_3", True),
         (12, "quantize_per_tensor_2", True), (13, "quantize_per_tensor_1", True),
         (14, "gt", True), (15, "quantize_per_tensor_4", True), (16, "gt_1", True)]
+
+
+class _TwoBranches(nn.Module):
+    def forward(self, x):
+        a = _q(x, S_IN)
+        p = _q(_dq(a, S_IN) * 0.3, S_MID)  # branch 1, listed first by the reference
+        r = _q(_dq(a, S_IN) * 0.25, S_MID)  # branch 2: the same shape and scale
+        return _q(_dq(p, S_MID) + _dq(r, S_MID), S_MID)
+
+
+def test_a_branch_the_program_runs_before_the_one_the_reference_lists_first_is_matched():
+    """An NPU partition can hand two branches' values over in the other order than the
+    reference lists them (an outside model's one AvgPool2d called on a 7x7 and an 8x8 input:
+    the program pooled the 8x8 one first). The second branch's value then has only later nodes
+    to go by, and failed against the sum (207 steps) where the node before was its own."""
+    from orchestrator.verification.local_check import ForcedReference, check_locally
+
+    sample = (torch.linspace(-0.6, 0.6, 8).reshape(1, 8),)
+    module = torch.export.export(_TwoBranches(), sample, strict=True).module(check_guards=False)
+    with torch.no_grad():
+        recorder = _Recorder(module)
+        recorder.run(*sample)
+    values = recorder.values
+    written = [(0, "quantize", 10, values["quantize_per_tensor"]),
+               (1, "branch 2", 11, values["quantize_per_tensor_2"]),
+               (2, "branch 1", 12, values["quantize_per_tensor_1"]),
+               (3, "add", 13, values["quantize_per_tensor_3"])]
+    checks = check_locally(ForcedReference(module, sample), written, {}, steps_per_stage=1)
+    assert [c.reference_node for c in checks] == [
+        "quantize_per_tensor", "quantize_per_tensor_2", "quantize_per_tensor_1",
+        "quantize_per_tensor_3"]
+    assert all(c.passed for c in checks), checks

@@ -250,7 +250,7 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
             candidates = [c for c in candidates if not _is_quantize(c) or (
                 int(c.args[2]) == zero_point and abs(float(c.args[1]) - scale) <= 1e-6 * abs(scale))]
         later = [c for c in candidates if forced.order[c] > floor]
-        candidates = later or candidates
+        everywhere, candidates = candidates, later or candidates
         if not candidates:
             moved = _moved_from(op, tensor, sources, known)
             source = None if moved else _movement_source(op, sources, known)
@@ -266,18 +266,16 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
                 checks.append(LocalCheck(instruction, op, value, kind, None, None, None, None,
                                          None, None))
             continue
-        scored = []
-        for candidate in candidates:
-            expected = forced.value(candidate)
-            diff = (tensor.to(torch.int32) - expected.to(torch.int32).reshape(tensor.shape)).abs()
-            stages = max(forced.rounding_stages(candidate), 1)
-            allowed = steps_per_stage * stages if kind == "int8" else 0
-            steps = float(diff.max()) if diff.numel() else 0.0
-            mismatched = int((diff > 0).sum())
-            within = steps <= allowed if kind == "int8" else mismatched == 0
-            scored.append((within, steps, mismatched, forced.order[candidate], stages, allowed,
-                           candidate))
+        scored = _scored(forced, tensor, kind, candidates, steps_per_stage)
         close = [s for s in scored if s[0]]
+        if not close and len(everywhere) > len(candidates):
+            # Execution order is a hint, not a rule: two branches may run in the other order
+            # than the reference lists them (one AvgPool2d called on a 7x7 and an 8x8 input:
+            # the program pooled the 8x8 one first), so a node before the floor may be the one.
+            earlier = _scored(forced, tensor, kind,
+                              [c for c in everywhere if c not in candidates], steps_per_stage)
+            if any(s[0] for s in earlier):
+                scored, close = earlier, [s for s in earlier if s[0]]
         moved_from = None if close else _moved_from(op, tensor, sources, known)
         if moved_from is not None:
             checks.append(_as_moved(instruction, op, value, kind, moved_from))
@@ -312,6 +310,24 @@ _MOVING_KERNELS = _VIEW_KERNELS + _COPY_KERNELS + _PERMUTE_KERNELS
 _SELECTING_KERNELS = ("slice_copy", "split_with_sizes_copy", "split_copy", "select_copy",
                       "unbind_copy", "narrow_copy")
 _BLOCK_SEARCH_MAX = 1 << 20  # elements; a larger source is not searched
+
+
+def _scored(forced: ForcedReference, tensor: torch.Tensor, kind: str, candidates,
+            steps_per_stage: float) -> list[tuple]:
+    """(within its bound, steps, elements that differ, reference order, rounding stages,
+    allowed steps, node) of `tensor` against each candidate reference node."""
+    scored = []
+    for candidate in candidates:
+        expected = forced.value(candidate)
+        diff = (tensor.to(torch.int32) - expected.to(torch.int32).reshape(tensor.shape)).abs()
+        stages = max(forced.rounding_stages(candidate), 1)
+        allowed = steps_per_stage * stages if kind == "int8" else 0
+        steps = float(diff.max()) if diff.numel() else 0.0
+        mismatched = int((diff > 0).sum())
+        within = steps <= allowed if kind == "int8" else mismatched == 0
+        scored.append((within, steps, mismatched, forced.order[candidate], stages, allowed,
+                       candidate))
+    return scored
 
 
 def _as_moved(instruction: int, op: str, value: int, kind: str, moved: str) -> LocalCheck:
