@@ -28,7 +28,9 @@ those, the one within its bound with the smallest difference (the outputs of one
 e.g. a delegate's, are each matched after the previous instruction's matches: they come in no
 order the reference shares, and an NPU partition's constant output listed first put its other
 outputs after the constant's late reference node; a match to a constant, which the program may
-compute long before the reference does, moves that order on for nobody). When none is within
+compute long before the reference does, moves that order on for nobody). When none after
+that order is within its bound, the nodes before it are tried too (two branches may run in the
+other order than the reference lists them). When none is within
 its bound, the value fails against the earliest (a wrong value matches nothing, and the
 earliest unmatched node is the one the program is computing), but it is not forced into the
 reference: a value
