@@ -2,8 +2,9 @@
 placement, let the cost model choose among trial placements. When the device check refuses work
 an NPU partition does (EthosUBackend an output one of its ops computes, or the functional model
 the partition's command stream), or Vela refuses a partition the Ethos-U partitioner formed,
-those ops are moved to the CPU and the model compiled again; the plan's reason for each says so. Where the CPU route of the moved ops fails upstream, the
-refusal stands and names the attempt.
+those ops are moved to the CPU and the model compiled again; the plan's reason for each says
+so. Where the CPU route of the moved ops fails upstream, the refusal stands and names the
+attempt.
 
 This is the body of `orchestrator.plan`; a sweep worker calls it for each configuration (it sits
 below orchestrator.api so that the sweep room, which the API calls, never imports the API back).
