@@ -2,8 +2,9 @@
 
 One line per model: greedy's whole-program estimate, the chosen one, the ratio chosen/greedy,
 the Vela memory mode when cost placement chose another than the platform's, average pools it
-computed over their one window so the NPU takes them, and what moved (each decision with its delta; figures are estimates: Vela's cycles for NPU rows,
-our CPU model for CPU rows, the transition model for hand-overs). Cost placement keeps a move
+computed over their one window so the NPU takes them, and what moved (each decision with its
+delta; figures are estimates: Vela's cycles for NPU rows, our CPU model for CPU rows, the
+transition model for hand-overs). Cost placement keeps a move
 only when the recompiled program's estimate drops, so no ratio is above 1.00; a ratio of 0.95 or
 less is the issue's "at least 5% better". Nothing is timed; the figures are the plan's.
 

@@ -433,8 +433,8 @@ def transition_cost(kind: str, cpu: str, cpu_hz: int, bytes_: int = 0) -> Cost:
 
     npu_invocation: one Ethos-U delegate call; bytes_ = bytes the driver cleans before and
         invalidates after the run: the base regions of its cache masks, which ethosu_init sets
-        to the scratch alone (it holds the IO). Free on cores without a data cache. The IO copies into and out of the scratch are separate
-        layout_copy transitions.
+        to the scratch alone (it holds the IO). Free on cores without a data cache. The IO
+        copies into and out of the scratch are separate layout_copy transitions.
     quantize / dequantize: bytes_ int8 elements converted at a float/int8 boundary.
     layout_copy: bytes_ bytes permuted or copied (NCHW <-> NHWC, IO into/out of NPU scratch).
     """

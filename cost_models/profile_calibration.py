@@ -56,8 +56,9 @@ an in-order Cortex-M core retires about one instruction per cycle at best in a k
 (the fit over every class gives 0.93 instructions per modelled cycle), so such a row has its
 cycles raised to them ("model:mve (raised to instructions: NAME)"; the model's own stay in
 model_cycles). DS-CNN's (24, 5) average pool: 3,428 modelled cycles; 8,656 instructions of
-repeated work by the shipped file (10,029 with its per-call term), 9,875 on QEMU. Modelled cycles are the
-plan's (plan.json rows: the CPU model at the plan's memory placement), before any calibration.
+repeated work by the shipped file (10,029 with its per-call term), 9,875 on QEMU. Modelled
+cycles are the plan's (plan.json rows: the CPU model at the plan's memory placement), before
+any calibration.
 """
 
 from __future__ import annotations
