@@ -270,6 +270,10 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
             continue
         scored = _scored(forced, tensor, kind, candidates, steps_per_stage)
         close = [s for s in scored if s[0]]
+        moved_from = None if close else _moved_from(op, tensor, sources, known)
+        if moved_from is not None:
+            checks.append(_as_moved(instruction, op, value, kind, moved_from))
+            continue
         if not close and len(everywhere) > len(candidates):
             # Execution order is a hint, not a rule: two branches may run in the other order
             # than the reference lists them (one AvgPool2d called on a 7x7 and an 8x8 input:
@@ -278,10 +282,6 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
                               [c for c in everywhere if c not in candidates], steps_per_stage)
             if any(s[0] for s in earlier):
                 scored, close = earlier, [s for s in earlier if s[0]]
-        moved_from = None if close else _moved_from(op, tensor, sources, known)
-        if moved_from is not None:
-            checks.append(_as_moved(instruction, op, value, kind, moved_from))
-            continue
         best = (min(close, key=lambda s: (s[1], s[2], s[3])) if close
                 else min(scored, key=lambda s: s[3]))
         within, steps, mismatched, order, stages, allowed, node = best
