@@ -19,6 +19,7 @@ from executorch.examples.models.mlperf_tiny import (
 from torch import Tensor, nn
 
 from examples import mixed, person_detector
+from examples.zoo_index import ZOO_MODELS, canonical, zoo_names  # noqa: F401 - zoo_names re-exported
 
 Kind = Literal["classifier", "autoencoder", "detector"]
 Factory = Callable[[], tuple[nn.Module, tuple[Tensor, ...]]]
@@ -63,53 +64,21 @@ def _seeded(build: Callable[[], nn.Module], input_shape: tuple[int, ...]) -> Fac
     return factory
 
 
-_ENTRIES = (
-    ZooEntry(
-        name="ds-cnn",
-        description="MLPerf Tiny keyword spotting DS-CNN: 1x1x49x10 MFCC in, 12 class logits out",
-        factory=_seeded(DSCNNKWS, (1, 1, 49, 10)),
-        kind="classifier",
-    ),
-    ZooEntry(
-        name="mobilenet-v1-025",
-        description="MLPerf Tiny visual wake words MobileNetV1 x0.25: 1x3x96x96 in, 2 logits out",
-        factory=_seeded(MobileNetV1025, (1, 3, 96, 96)),
-        kind="classifier",
-    ),
-    ZooEntry(
-        name="resnet8",
-        description="MLPerf Tiny CIFAR-10 ResNet-8: 1x3x32x32 in, 10 class logits out",
-        factory=_seeded(ResNet8, (1, 3, 32, 32)),
-        kind="classifier",
-    ),
-    ZooEntry(
-        name="deep-autoencoder",
-        description="MLPerf Tiny anomaly detection autoencoder: 1x640 in, 1x640 reconstruction out",
-        factory=_seeded(DeepAutoEncoder, (1, 640)),
-        kind="autoencoder",
-    ),
-    ZooEntry(
-        name="person-detector",
-        description="µYOLO-style person detector of U55-supported ops: 1x3x128x128 in, 4x4x5 = 80 out",
-        factory=_seeded(person_detector.PersonDetector, person_detector.INPUT_SHAPE),
-        kind="detector",
-    ),
-    ZooEntry(
-        name="mixed",
-        description="classifier with ops the U55 rejects (stride-4 conv, where, sort): 1x3x32x32 in",
-        factory=_seeded(mixed.MixedModel, mixed.INPUT_SHAPE),
-        kind="classifier",
-    ),
-)
+_FACTORIES: dict[str, Factory] = {
+    "ds-cnn": _seeded(DSCNNKWS, (1, 1, 49, 10)),
+    "mobilenet-v1-025": _seeded(MobileNetV1025, (1, 3, 96, 96)),
+    "resnet8": _seeded(ResNet8, (1, 3, 32, 32)),
+    "deep-autoencoder": _seeded(DeepAutoEncoder, (1, 640)),
+    "person-detector": _seeded(person_detector.PersonDetector, person_detector.INPUT_SHAPE),
+    "mixed": _seeded(mixed.MixedModel, mixed.INPUT_SHAPE),
+}
+# Names, descriptions and kinds are examples/zoo_index.py's (read without torch).
+_ENTRIES = tuple(ZooEntry(model.name, model.description, _FACTORIES[model.name], model.kind)
+                 for model in ZOO_MODELS)
 
 ZOO: dict[str, ZooEntry] = {entry.name: entry for entry in _ENTRIES}
 
 
-def zoo_names() -> tuple[str, ...]:
-    """The canonical (hyphenated) names, in registry order."""
-    return tuple(ZOO)
-
-
 def lookup(name: str) -> ZooEntry | None:
     """The entry for `name`, accepting underscores for hyphens and any case (`DS_CNN`)."""
-    return ZOO.get(name.strip().lower().replace("_", "-"))
+    return ZOO.get(canonical(name))

@@ -7,8 +7,8 @@ helper) uses it too, so one environment variable means one thing everywhere:
 
     ORCHESTRATE_THIRD_PARTY     a folder holding executorch/, cmsis-nn/, flatbuffers/,
                                 ethos-u-core-driver/ (default: ../shared/third_party beside
-                                this repository, else what `orchestrate sources fetch` cloned
-                                into <cache>/sources)
+                                a checkout of this repository, else what `orchestrate sources
+                                fetch` cloned into <cache>/sources)
     ORCHESTRATE_EXECUTORCH_SRC  one tree, overriding the folder above (likewise
     ORCHESTRATE_CMSIS_NN_SRC    ..._CMSIS_NN_SRC)
     ORCHESTRATE_BUILD_JOBS      parallel compile jobs (default: min(2, cores))
@@ -35,6 +35,9 @@ THIRD_PARTY_ENV = "ORCHESTRATE_THIRD_PARTY"
 JOBS_ENV = "ORCHESTRATE_BUILD_JOBS"
 TREE_ENVS = {"executorch": "ORCHESTRATE_EXECUTORCH_SRC", "cmsis-nn": "ORCHESTRATE_CMSIS_NN_SRC"}
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# A checkout has its pyproject.toml beside the packages; an installed wheel (site-packages) has
+# no "beside this repository", so there the default is only the fetched trees.
+IN_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file()
 DEFAULT_THIRD_PARTY = REPO_ROOT.parent / "shared" / "third_party"
 MAX_DEFAULT_JOBS = 2
 
@@ -75,15 +78,25 @@ def fetched_root() -> Path:
 
 def third_party_root(root: str | Path | None = None) -> tuple[Path, str]:
     """The folder of source trees and where that choice came from: `root`, else
-    $ORCHESTRATE_THIRD_PARTY, else ../shared/third_party, else the fetched trees."""
+    $ORCHESTRATE_THIRD_PARTY, else ../shared/third_party beside a checkout, else the fetched
+    trees (also when nothing was fetched: that is where `orchestrate sources fetch` puts them)."""
     if root:
         return Path(root).expanduser().resolve(), "argument"
     if os.environ.get(THIRD_PARTY_ENV):
         return Path(os.environ[THIRD_PARTY_ENV]).expanduser().resolve(), \
             f"${THIRD_PARTY_ENV}"
-    if not DEFAULT_THIRD_PARTY.is_dir() and fetched_root().is_dir():
+    if IN_CHECKOUT and DEFAULT_THIRD_PARTY.is_dir():
+        return DEFAULT_THIRD_PARTY.resolve(), "beside the checkout"
+    if fetched_root().is_dir() and any(fetched_root().iterdir()):
         return fetched_root().resolve(), "orchestrate sources fetch"
-    return DEFAULT_THIRD_PARTY.resolve(), "repository default"
+    return fetched_root().resolve(), "nothing fetched yet"
+
+
+def sources_hint() -> str:
+    """What to do when a source tree is missing: the one sentence every such message ends with."""
+    return (f"set ${THIRD_PARTY_ENV} to a folder holding executorch/, cmsis-nn/, flatbuffers/ and "
+            "ethos-u-core-driver/, or run `orchestrate sources fetch`; `orchestrate doctor` "
+            "shows what this machine can run")
 
 
 def fetched_commit(folder: Path) -> str | None:
@@ -154,13 +167,25 @@ def fetch_sources(urls: dict[str, str] | None = None, into: Path | None = None,
     if unknown:
         raise SourceFetchError(f"unknown source tree(s) {', '.join(sorted(unknown))}; the "
                                f"pinned ones are {', '.join(s.name for s in PINNED)}")
-    for source in PINNED:
-        if source.name in wanted:
-            folder, fetched = fetch_source(source, (urls or {}).get(source.name), into)
-            if log:
-                log(f"{source.name}: {'fetched' if fetched else 'already'} at "
-                    f"{source.commit[:12]} in {folder}")
-    return Path(into) if into else fetched_root()
+    root = Path(into) if into else fetched_root()
+    made = [folder for folder in (root.parent, root) if not folder.exists()]
+    try:
+        for source in PINNED:
+            if source.name in wanted:
+                folder, fetched = fetch_source(source, (urls or {}).get(source.name), root)
+                if log:
+                    log(f"{source.name}: {'fetched' if fetched else 'already'} at "
+                        f"{source.commit[:12]} in {folder}")
+    except BaseException:
+        # A fetch that got nothing (offline, a bad mirror) leaves no empty folder behind: an
+        # empty sources folder would read as "fetched" to the next lookup.
+        for folder in reversed(made):
+            try:
+                folder.rmdir()  # only when empty
+            except OSError:
+                break
+        raise
+    return root
 
 
 def source_tree(name: str, given: str | Path | None = None,

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from kernels.native_build import THIRD_PARTY_ENV, TREE_ENVS, source_tree
+from kernels.native_build import TREE_ENVS, source_tree, sources_hint
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Callable
@@ -146,7 +146,7 @@ def missing_operators(log: str) -> tuple[str, ...]:
 class Sources:
     executorch_src: Path
     cmsis_nn_src: Path
-    origin: str  # "argument", "environment" or "repository default"
+    origin: str  # where the trees were found (kernels.native_build.third_party_root)
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ def find_sources(executorch_src: str | Path | None = None,
                                                "--cmsis-nn-src or " + ENV_CMSIS_NN_SRC)):
         if not path.is_dir():
             raise RuntimeUnavailable(f"no source tree at {path} ({origin}); point {option} "
-                                     f"(or ${THIRD_PARTY_ENV}) at an unmodified checkout")
+                                     f"at an unmodified checkout, or {sources_hint()}")
     origins = {origin for _, origin in chosen}
     return Sources(chosen[0][0], chosen[1][0], "/".join(sorted(origins)))
 

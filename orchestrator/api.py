@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernels.safe_files import DataFileError, load_json
-from orchestrator.artifacts.files import atomic_write_bytes, check_output_file, same_path
+from orchestrator.artifacts.files import (atomic_write_bytes, check_output_file, check_outputs,
+                                          same_path)
 from orchestrator.artifacts.manifest import Manifest
 from orchestrator.artifacts.profile import read_profile
 from orchestrator.errors import UserError
+from orchestrator.machine import MachineReport, check_machine
 from orchestrator.request import Request, resolve
 from platforms import PlatformError, normalize_cpu
 
@@ -73,7 +75,7 @@ def compile(model: str | Request, output, bundle: bool = False, progress=None,  
             **options) -> CompileResult:
     """Compile the request's model to `output` (.pte) with everything the CLI writes beside it;
     `bundle` also writes the BundleIO `.bpte`."""
-    from orchestrator.artifacts.outputs import check_outputs, write_outputs  # lazy: heavy (torch)
+    from orchestrator.artifacts.outputs import write_outputs  # lazy: heavy (torch)
 
     output = Path(output)
     check_outputs(output)
@@ -112,6 +114,13 @@ def sweep(requests, workers: int | None = None, progress=None, executor: str = "
     if progress:
         progress("sweep", "checked", 0.0)  # every request is good: compiling starts
     return sweep_jobs(jobs, workers, progress, executor=executor)
+
+
+def doctor() -> MachineReport:
+    """What this machine can verify and build (orchestrator/machine.py: every method with what
+    it needs, where it looked and the fix; `exit_code` 0 when every required method is here,
+    else 5). Imports nothing heavy and builds nothing."""
+    return check_machine()
 
 
 def size(pte):

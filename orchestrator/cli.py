@@ -9,29 +9,32 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import logging
 import math
 import os
 import shutil
 import signal
 import sys
 import time
-import warnings
 from importlib import metadata
 from pathlib import Path
 
+from examples.zoo_index import ZOO_MODELS
 from kernels.cache_root import cache_root
 from kernels.native_build import (PINNED, SourceFetchError, fetch_sources, fetched_commit,
-                                  source_tree)
+                                  source_tree, sources_hint)
 from orchestrator import api
 from orchestrator.artifacts.manifest import Manifest, artifacts_dir_for
-from orchestrator.artifacts.files import atomic_write_bytes, check_output_file, same_path
+from orchestrator.artifacts.files import (atomic_write_bytes, check_output_file, check_outputs,
+                                          same_path)
 from orchestrator.artifacts.profile import read_profile
 from orchestrator.device_runs.qemu import installed_platform, profile_lines, qemu_profile
 from orchestrator.errors import (GateFailure, NotRun, OrchestrateError, UserError,
                                  VerificationFailure, as_orchestrate_error)
+from orchestrator.logs import quiet_upstream
 from orchestrator.reports.html import render_sweep_html
 from orchestrator.request import Request, load_policy_arg, memory_policy
+from orchestrator.sources.specs import model_spec
+from orchestrator.target import resolve_target
 from orchestrator.verification.methods import FVP, QEMU, RUNTIME, TWIN, VerifyInputs
 from partitioners.reasons import markdown as reasons_markdown
 from platforms.platform import CPU_TIERS, PlatformError, list_platforms, load_platform
@@ -235,9 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "running Ray cluster, e.g. ray:auto, ray:10.0.0.1:6379; the cache folder "
                      "must be on a filesystem its nodes share); needs pip install "
                      "'orchestrate[ray]'")
-    swp.add_argument("--format", default="table", choices=("table", "json", "html"),
-                     help="table (default), json, or html (latency, flash and RAM per "
-                     "configuration)")
+    swp.add_argument("--format", choices=("table", "json", "html"),
+                     help="table, json, or html (latency, flash and RAM per configuration); "
+                     "default: from -o's extension (.json, .html), else table")
     swp.add_argument("-o", "--output", help="write the table to this file (default: standard "
                      "output)")
 
@@ -384,14 +387,23 @@ def build_parser() -> argparse.ArgumentParser:
                          "local git repository) instead of upstream; repeatable (default: the upstream URLs)")
     sources.add_argument("--only", help="comma-separated tree names to fetch (default: all)")
     _add_output_options(sources)
+
+    doctor = sub.add_parser("doctor", help="which verification methods and builds this machine "
+                            "can run, what each lacks and the command that fixes it; exit 5 "
+                            "when a required one is missing")
+    doctor.add_argument("--format", default="table", choices=("table", "json"),
+                        help="table (default) or json")
+    _add_output_options(doctor)
     return parser
 
 
 class _Progress:
-    """Which stage a long command is in and for how long: on stderr, only on a terminal."""
+    """Which stage a long command is in and for how long, on stderr: on a terminal one line
+    rewritten in place; otherwise (a CI log, a redirect) one line per finished stage with the
+    elapsed time, so a compile of minutes shows where it is."""
 
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
+    def __init__(self, enabled: bool, terminal: bool = True):
+        self.enabled, self.terminal = enabled, terminal
         self._clock = time.perf_counter
         self._start = self._clock()
 
@@ -399,6 +411,11 @@ class _Progress:
         if not self.enabled:
             return
         elapsed = self._clock() - self._start
+        if not self.terminal:
+            if event != "start":
+                sys.stderr.write(f"[{elapsed:6.1f}s] {stage} done ({seconds:.1f}s)\n")
+                sys.stderr.flush()
+            return
         if event == "start":
             sys.stderr.write(f"\r\x1b[K[{elapsed:6.1f}s] {stage} ...")
         else:
@@ -406,13 +423,13 @@ class _Progress:
         sys.stderr.flush()
 
     def finish(self) -> None:
-        if self.enabled:
+        if self.enabled and self.terminal:
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
 
 
 def _progress(args) -> _Progress:
-    return _Progress(not getattr(args, "quiet", False) and sys.stderr.isatty())
+    return _Progress(not getattr(args, "quiet", False), sys.stderr.isatty())
 
 
 def _request(args, npu: str | None = None, model: str | None = None,
@@ -469,8 +486,6 @@ def _check_outputs(args, report: str | None = None, pte: str | None = None,
                    pte_option: str = "-o", bundle: bool = False) -> None:
     """Fail before compiling, not after, when an output cannot be written or would overwrite an
     input, another output or something this tool did not write."""
-    from orchestrator.artifacts.outputs import check_outputs  # lazy: heavy (torch)
-
     outputs: list[tuple[str, Path]] = []
     if report:
         check_output_file(Path(report), "-o")
@@ -503,13 +518,6 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def cmd_plan(args) -> int:
-    from orchestrator.artifacts.outputs import write_outputs  # lazy: heavy (torch)
-    from orchestrator.planning.planner import (  # lazy: heavy (torch, executorch, vela)
-        Gates, check_gates)
-    from orchestrator.reports.coverage import (  # lazy: heavy (torch, executorch, vela)
-        render_json, render_markdown)
-    from orchestrator.reports.summary import read_runner_ops  # lazy: heavy (torch)
-
     args.format = _plan_format(args.format, args.output)
     if args.measured:
         return _plan_measured(args)
@@ -520,6 +528,14 @@ def cmd_plan(args) -> int:
                         "folder (plan.json, report.html); give the model to plan it again, or "
                         "--measured FILE.etdp to see a profile beside its plan")
     _check_outputs(args, report=args.output, pte=args.pte, pte_option="--pte")
+    _request_first(args)
+    from orchestrator.artifacts.outputs import write_outputs  # lazy: heavy (torch)
+    from orchestrator.planning.planner import (  # lazy: heavy (torch, executorch, vela)
+        Gates, check_gates)
+    from orchestrator.reports.coverage import (  # lazy: heavy (torch, executorch, vela)
+        render_json, render_markdown)
+    from orchestrator.reports.summary import read_runner_ops  # lazy: heavy (torch)
+
     _policy_first(args)
     runner_ops = read_runner_ops(args.runner_ops) if args.runner_ops else None
     if args.firmware:
@@ -643,14 +659,34 @@ _FORMAT_OF_SUFFIX = {".json": "json", ".md": "markdown", ".markdown": "markdown"
 
 
 def _plan_format(given: str | None, output: str | None) -> str:
+    return _report_format(given, output, ("table", "json", "markdown", "html", "model-explorer"))
+
+
+def _report_format(given: str | None, output: str | None, offered: tuple[str, ...]) -> str:
     """The report format: --format, else the one -o's extension names, else the table. A
-    --format that contradicts the extension (`-o plan.html --format json`) is refused."""
+    --format that contradicts the extension (`-o plan.html --format json`), or an extension
+    naming a format the command does not write, is refused."""
     implied = _FORMAT_OF_SUFFIX.get(Path(output).suffix.lower()) if output else None
+    if implied and implied not in offered and not given:
+        raise UserError(f"-o {output} names a {implied} file, which this command does not "
+                        f"write; use {', '.join(offered)} (--format, or a matching extension)")
     if given and implied and given != implied and not (given == "model-explorer"
                                                       and implied == "json"):
         raise UserError(f"-o {output} names a {implied} file but --format is {given}; drop "
                         f"--format or use a matching extension")
     return given or implied or "table"
+
+
+def _request_first(args, models: list[str] | None = None) -> None:
+    """The model spec(s) and the target, checked before anything heavy is imported: a typo in
+    a name, a path or --platform/--npu/--cpu is answered at once (orchestrator/sources/specs.py,
+    orchestrator/target.py read no torch)."""
+    for model in models or [args.model]:
+        model_spec(model)
+    npus = [args.npu] if not getattr(args, "npus", None) else \
+        [npu.strip() for npu in args.npus.split(",") if npu.strip()]
+    for npu in npus:
+        resolve_target(args.platform, npu=npu, cpu=args.cpu, io=args.io)
 
 
 def _policy_first(args) -> None:
@@ -660,13 +696,14 @@ def _policy_first(args) -> None:
 
 
 def cmd_compile(args) -> int:
-    from orchestrator.artifacts.outputs import write_outputs  # lazy: heavy (torch)
-
     _check_outputs(args, pte=args.output, bundle=args.bundle)
+    _request_first(args)
     _policy_first(args)
     plan = _plan(args)
     plan.refuse_miscompiles()
     compiled = plan.compiled
+    from orchestrator.artifacts.outputs import write_outputs  # lazy: heavy (torch)
+
     art = write_outputs(compiled, Path(args.output), plan.artifact_files())
     s = plan.summary
     print(f"wrote {args.output}: {len(compiled.pte_bytes):,} B, arena {compiled.arena_bytes:,} B "
@@ -728,7 +765,9 @@ def _sweep_models(args) -> list[str]:
 def cmd_sweep(args) -> int:
     from orchestrator.sweeps.local import render_text, to_json  # lazy: heavy (tabulate)
 
+    args.format = _report_format(args.format, args.output, ("table", "json", "html"))
     _check_outputs(args, report=args.output)
+    _request_first(args, _sweep_models(args))
     _policy_first(args)
     try:
         platform = load_platform(args.platform)
@@ -747,7 +786,7 @@ def cmd_sweep(args) -> int:
     warning = None if args.calibration else (
         "warning: calibration: no --calibration given; generated samples calibrate the "
         "quantizer, so accuracy figures are not representative")
-    progress = _SweepProgress(len(jobs), not args.quiet and sys.stderr.isatty(), warning)
+    progress = _SweepProgress(len(jobs), not args.quiet, warning)
     rows = api.sweep(jobs, args.jobs, progress, executor=args.executor)
     progress.finish()
     if args.format == "html":
@@ -757,6 +796,7 @@ def cmd_sweep(args) -> int:
         text = json.dumps(to_json(rows), indent=2) if args.format == "json" else render_text(rows)
     if args.output:
         atomic_write_bytes(Path(args.output), (text + "\n").encode())
+        print(f"wrote {args.output} ({args.format})", file=sys.stderr)
     else:
         print(text)
     return 0
@@ -766,7 +806,7 @@ class _SweepProgress(_Progress):
     """A line per finished configuration: "[  12.3s] 3/6 ds-cnn on ethos-u55-128"."""
 
     def __init__(self, total: int, enabled: bool, warning: str | None = None):
-        super().__init__(enabled)
+        super().__init__(enabled, sys.stderr.isatty())
         self.total, self.done, self.warning = total, 0, warning
 
     def __call__(self, label: str, event: str, seconds: float) -> None:
@@ -918,7 +958,8 @@ def cmd_firmware(args) -> int:
     result = make_firmware(args.pte, args.output, profile=args.profile, platform=args.platform,
                            third_party=args.third_party, build=not args.no_build,
                            method_pool=args.method_pool_bytes,
-                           lto=False if args.no_lto else None, npu_device=args.npu_device)
+                           lto=False if args.no_lto else None, npu_device=args.npu_device,
+                           run=args.run)
     record = result.record
     print(f"wrote {result.folder}: {record['profile']} firmware project for {record['program']} "
           f"on {record['platform']} ({record['cpu']}), {len(record['operators'])} operators "
@@ -954,12 +995,8 @@ def cmd_reasons(args) -> int:
 def known() -> dict:
     """What `orchestrate list` shows: zoo models with their inputs, platforms with their NPU
     options and default CPU, and every CPU with its ISA tier."""
-    from examples import zoo  # lazy: heavy (torch: the zoo's models)
-
-    models = []
-    for name in zoo.zoo_names():
-        entry = zoo.ZOO[name]
-        models.append({"name": name, "description": entry.description, "kind": entry.kind})
+    models = [{"name": m.name, "description": m.description, "kind": m.kind}
+              for m in ZOO_MODELS]
     platforms = []
     for name in list_platforms():
         platform = load_platform(name)
@@ -1006,14 +1043,24 @@ def cmd_sources(args) -> int:
         except SourceFetchError as error:
             raise UserError(f"sources fetch: {error}") from None
         return 0
+    missing = 0
     for source in PINNED:
         folder, origin = source_tree(source.name)
         state = "present" if folder.is_dir() else "missing"
+        missing += not folder.is_dir()
         recorded = fetched_commit(folder) if folder.is_dir() else None
         commit = f", fetched at {recorded[:12]}" if recorded else ""
         print(f"  {source.name:<20} {state:<8} {folder} ({origin}{commit}); pinned "
               f"{source.commit[:12]}")
+    if missing:
+        print(f"{missing} tree(s) missing: {sources_hint()}")
     return 0
+
+
+def cmd_doctor(args) -> int:
+    report = api.doctor()
+    print(json.dumps(report.to_json(), indent=2) if args.format == "json" else report.to_text())
+    return report.exit_code
 
 
 def cmd_list(args) -> int:
@@ -1032,15 +1079,6 @@ def cmd_list(args) -> int:
                                                   for c in data["cpus"]))
     print("\n".join(lines))
     return 0
-
-
-def _quiet_upstream() -> None:
-    # Upstream libraries log deprecation notes and Vela progress; the report is the output.
-    warnings.filterwarnings("ignore")
-    # ERROR too: torch's fake-tensor tracer logs a whole traceback at ERROR level when an upstream
-    # pass fails on a node, which the CPU routing then handles (partitioners/cpu.py).
-    logging.disable(logging.ERROR)
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 
 class Terminated(BaseException):
@@ -1066,13 +1104,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the command line, not a test calling main()
         signal.signal(signal.SIGTERM, _on_sigterm)
     if not args.verbose:
-        _quiet_upstream()
+        quiet_upstream()
     else:
         os.environ["ORCHESTRATE_DEBUG"] = "1"
     handler = {"plan": cmd_plan, "compile": cmd_compile, "sweep": cmd_sweep,
                "verify": cmd_verify, "size": cmd_size, "firmware": cmd_firmware, "reasons": cmd_reasons,
                "calibrate": cmd_calibrate, "list": cmd_list, "cache": cmd_cache,
-               "sources": cmd_sources}[args.command]
+               "sources": cmd_sources, "doctor": cmd_doctor}[args.command]
     try:
         try:
             return handler(args)

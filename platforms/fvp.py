@@ -196,7 +196,8 @@ def run_bpte(
     RunnerElfNotFound (both FvpUnavailable) when the check cannot run here."""
     fvp_binary = find_fvp(platform, npu_name, search_path)
     if fvp_binary is None:
-        raise FvpNotFound(f"{platform.fvp_spec(npu_name).binary} is not on PATH nor in ${FVP_DIR_ENV}")
+        raise FvpNotFound(f"{platform.fvp_spec(npu_name).binary} is not on PATH nor in "
+                          f"${FVP_DIR_ENV}; `orchestrate doctor` shows what this machine can run")
     elf = find_runner_elf(runner_elf)
     if elf is None:
         raise RunnerElfNotFound()

@@ -40,7 +40,7 @@ from types import MappingProxyType
 import yaml
 
 from kernels.cache_root import cache_root
-from kernels.native_build import (THIRD_PARTY_ENV, atomic_write, build_jobs, digest,
+from kernels.native_build import (atomic_write, build_jobs, digest, sources_hint,
                                   third_party_root, tree_digest)
 from platforms.platform import MemoryRegion, Platform, load_platform
 from platforms.runner_protocol import MAILBOX
@@ -149,7 +149,7 @@ def find_qemu() -> Path:
 
 def find_third_party(root: str | Path | None = None) -> ThirdParty:
     """The source snapshot: `root`, else $ORCHESTRATE_THIRD_PARTY, else ../shared/third_party."""
-    base, _origin = third_party_root(root)
+    base, origin = third_party_root(root)
     needed = {
         "executorch": base / "executorch" / "runtime" / "executor" / "method.cpp",
         "cmsis-nn": base / "cmsis-nn" / "Include" / "arm_nnfunctions.h",
@@ -158,7 +158,7 @@ def find_third_party(root: str | Path | None = None) -> ThirdParty:
     missing = [name for name, marker in needed.items() if not marker.is_file()]
     if missing:
         raise ThirdPartySourcesNotFound(
-            f"no {', '.join(missing)} sources in {base} (set ${THIRD_PARTY_ENV})"
+            f"no {', '.join(missing)} sources in {base} ({origin}); {sources_hint()}"
         )
     return ThirdParty(base, base / "executorch", base / "cmsis-nn", base / "flatbuffers",
                       base / "ethos-u-core-driver")
@@ -784,7 +784,7 @@ SECTIONS
         driver = self.tp.ethos_u_driver
         if not (driver / "src" / "ethosu_driver.c").is_file():
             raise ThirdPartySourcesNotFound(
-                f"no Ethos-U core driver in {driver} (set ${THIRD_PARTY_ENV})")
+                f"no Ethos-U core driver in {driver}; {sources_hint()}")
         backend = self.tp.executorch / "backends/arm/runtime"
         npu_dir = self.config.sources_dir / _NPU_DIR
         product = self.config.npu_products[self.npu_product]

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from orchestrator.artifacts.manifest import artifacts_dir_for, is_manifest_folder
 from orchestrator.errors import UserError
 
 _TEMP_PREFIX = ".orchestrate-"
@@ -125,3 +126,23 @@ def _limit(folder: Path, name: str, default: int) -> int:
 
 def _short(text: str) -> str:
     return text if len(text) <= 60 else f"{text[:28]}...{text[-28:]}"
+
+
+def check_outputs(pte_path: Path, option: str = "-o") -> None:
+    """Refuse, before compiling, a .pte path whose outputs cannot be written or would replace
+    something this tool did not write."""
+    pte_path = Path(pte_path)
+    if pte_path.suffix != ".pte":
+        raise UserError(f"{option} '{pte_path}' must end in .pte; pass e.g. {option} model.pte")
+    folder = artifacts_dir_for(pte_path)
+    check_output_file(pte_path, option, companions=[folder])
+    require_ours(folder, option)
+
+
+def require_ours(folder: Path, option: str) -> None:
+    """Refuse to replace a path at `folder` unless it is an artifacts folder this tool wrote."""
+    if (folder.exists() or folder.is_symlink()) and not is_manifest_folder(folder):
+        kind = "link" if folder.is_symlink() else "folder" if folder.is_dir() else "file"
+        raise UserError(f"'{folder}' exists and is a {kind} orchestrate did not write (no "
+                        f"manifest.json in it), so it will not be replaced; move it away or "
+                        f"choose another {option}")

@@ -27,35 +27,14 @@ from pathlib import Path
 
 import torch
 
-from orchestrator.artifacts.files import (check_output_file, folder_of, publish_mode, staged_write,
-                                          write_failed)
-from orchestrator.artifacts.manifest import (MANIFEST_NAME, artifacts_dir_for, is_manifest_folder,
-                                             manifest_json)
-from orchestrator.errors import UserError
+from orchestrator.artifacts.files import (check_outputs, folder_of, publish_mode, require_ours,
+                                          staged_write, write_failed)
+from orchestrator.artifacts.manifest import MANIFEST_NAME, artifacts_dir_for, manifest_json
 from partitioners.npu import npu_delegates
 
 def delegate_partitions(compiled):
     """Ethos-U delegates in program order, each with the Vela run whose payload it carries."""
     return npu_delegates(compiled.final_program, compiled.lowered.vela_runs)
-
-
-def check_outputs(pte_path: Path, option: str = "-o") -> None:
-    """Refuse, before compiling, a .pte path whose outputs cannot be written or would replace
-    something this tool did not write."""
-    pte_path = Path(pte_path)
-    if pte_path.suffix != ".pte":
-        raise UserError(f"{option} '{pte_path}' must end in .pte; pass e.g. {option} model.pte")
-    folder = artifacts_dir_for(pte_path)
-    check_output_file(pte_path, option, companions=[folder])
-    _require_ours(folder, option)
-
-
-def _require_ours(folder: Path, option: str) -> None:
-    if (folder.exists() or folder.is_symlink()) and not is_manifest_folder(folder):
-        kind = "link" if folder.is_symlink() else "folder" if folder.is_dir() else "file"
-        raise UserError(f"'{folder}' exists and is a {kind} orchestrate did not write (no "
-                        f"manifest.json in it), so it will not be replaced; move it away or "
-                        f"choose another {option}")
 
 
 def _atomic_replace_dir(tmp: Path, final: Path) -> None:
@@ -64,7 +43,7 @@ def _atomic_replace_dir(tmp: Path, final: Path) -> None:
     if not (final.exists() or final.is_symlink()):
         tmp.rename(final)
         return
-    _require_ours(final, "-o")
+    require_ours(final, "-o")
     old = Path(tempfile.mkdtemp(prefix=".orchestrate-old-", dir=final.parent))
     final.rename(old / final.name)
     try:

@@ -70,7 +70,13 @@ class CombinedVerdict:
         lines = []
         for result in self.results:
             if result.text:
-                lines.append(result.text)
+                # A method's own report starts with its verdict header ("verify X.pte: PASSED"
+                # when run alone); here it is one section, and the run has one verdict: the
+                # combined one below.
+                head, _, body = result.text.partition("\n")
+                if head.startswith("verify "):
+                    head = f"{result.name} ({head.partition(': ')[2] or result.outcome}):"
+                lines.append(f"{head}\n{body}" if body else head)
         lines.append(f"verify {self.pte}: {self.outcome.upper()}")
         for result in self.results:
             lines.append(f"  {result.name}: {result.outcome}: {result.detail}")

@@ -181,10 +181,13 @@ def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None,
 def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "release",
                   platform: str | None = None, third_party: str | Path | None = None,
                   build: bool = True, method_pool: int | None = None,
-                  lto: bool | None = None, npu_device: str = "hardware") -> FirmwareResult:
+                  lto: bool | None = None, npu_device: str = "hardware",
+                  run: bool = False) -> FirmwareResult:
     """Write the firmware project of a compiled `.pte` into `out_dir` (new, or one this command
     wrote before), and build it unless `build` is False. Nothing is left half-written: the
-    project is made in a sibling temporary folder and renamed into place."""
+    project is made in a sibling temporary folder and renamed into place. With `run` (the
+    caller runs it on QEMU next), what makes a QEMU run impossible is refused before anything
+    is written or built."""
     if profile not in PROFILES:
         raise UserError(f"unknown --profile {profile!r}; choose {' or '.join(PROFILES)}")
     if npu_device not in NPU_DEVICES:
@@ -201,11 +204,36 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
     if not out.parent.is_dir():
         raise UserError(f"output folder {out.parent} does not exist; create it or choose another -o")
     try:
-        board_recipe(target_platform)
-        toolchain = find_toolchain()
-        sources = find_third_party(third_party)
+        recipe = board_recipe(target_platform)
     except QemuUnavailable as error:
         raise NotRun(f"firmware for {target_platform.name}: {error}") from None
+    if run and spec.npu_partitions and npu_device != "qemu-bridge":
+        raise UserError(f"--run runs the firmware on QEMU, which does not model the NPU's "
+                        f"registers that --npu-device {npu_device} drives; add --npu-device "
+                        "qemu-bridge to run it on QEMU, or drop --run and run it on an FVP or "
+                        "the board")
+    if run and not recipe.qemu_runs_it:
+        raise NotRun(f"not run: {target_platform.name} has no QEMU machine in this installation "
+                     f"(its board recipe: {recipe.source}); drop --run and run the ELF on the "
+                     "board")
+    try:
+        # The project itself is generated from the sources (kernel registration from their
+        # operator YAMLs, the program schema's headers), so writing it needs them; only the
+        # build needs the compiler.
+        sources = find_third_party(third_party)
+    except QemuUnavailable as error:
+        detail = str(error).removeprefix("not run: ")
+        raise NotRun(f"not run: firmware for {target_platform.name}: writing the project needs "
+                     "the third-party sources (its kernel registration and schema headers are "
+                     f"generated from them), even with --no-build: {detail}") from None
+    try:
+        toolchain = find_toolchain()
+    except QemuUnavailable as error:
+        if build:
+            detail = str(error).removeprefix("not run: ")
+            raise NotRun(f"not run: firmware for {target_platform.name}: {detail}; or write "
+                         "the project alone with --no-build") from None
+        toolchain = None
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
         record = write_project(spec, target_platform, staging, sources, toolchain, cache_root())

@@ -33,10 +33,8 @@ from torch._export.verifier import Verifier
 
 from examples import zoo
 from orchestrator.errors import UserError
+from orchestrator.sources.specs import model_spec
 
-_MODEL_FORMS = (
-    "a zoo name, path/to/file.py:factory, a .py defining ModelUnderTest and ModelInputs, or a .pt2"
-)
 _CALIBRATION_SUFFIXES = (".pt", ".pth", ".npz")
 _NPZ_INPUT_KEY = re.compile(r"input(\d+)")
 _FORCE_WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"
@@ -79,24 +77,16 @@ class Calibration:
 
 def load_model(spec: str) -> LoadedModel:
     """Resolve a model spec (see the module docstring) into a `LoadedModel`."""
-    entry = zoo.lookup(spec)
-    if entry is not None:
+    form = model_spec(spec)
+    if form.kind == "zoo":
+        entry = zoo.lookup(form.name)
         module, example_inputs = entry.factory()
         return LoadedModel(entry.name, module, example_inputs, f"zoo:{entry.name}", entry.kind)
-
-    file_part, sep, attribute = spec.rpartition(":")
-    if sep and file_part.endswith(".py") and attribute.isidentifier():
-        return _load_factory(_existing_file(file_part, "model file"), attribute)
-    if spec.endswith(".py"):
-        return _load_model_under_test(_existing_file(spec, "model file"))
-    if spec.endswith(".pt2"):
-        return _load_exported_program(_existing_file(spec, "exported program"))
-    if Path(spec).exists():
-        raise UserError(f"model '{spec}' has an unsupported file type; give {_MODEL_FORMS}")
-    raise UserError(
-        f"unknown model '{spec}': zoo models are {', '.join(zoo.zoo_names())}; otherwise give "
-        f"{_MODEL_FORMS}"
-    )
+    if form.kind == "factory":
+        return _load_factory(form.file, form.attribute)
+    if form.kind == "model-file":
+        return _load_model_under_test(form.file)
+    return _load_exported_program(form.file)
 
 
 def load_calibration(
@@ -141,13 +131,6 @@ def _one_line(text: str) -> str:
 def _describe(exc: BaseException) -> str:
     message = _one_line(str(exc))
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
-def _existing_file(path: str, what: str) -> Path:
-    resolved = Path(path).expanduser().resolve()
-    if not resolved.is_file():
-        raise UserError(f"{what} not found: {resolved}; check the path")
-    return resolved
 
 
 def _import_file(path: Path) -> Any:
@@ -658,8 +641,22 @@ def _read_pt(path: Path) -> Any:
     except Exception as exc:
         raise UserError(
             f"calibration file {path} cannot be read by torch.load(weights_only=True) "
-            f"({_describe(exc)}); save plain tensors, lists or tuples of tensors with torch.save"
+            f"({_weights_only_refusal(exc)}); save plain tensors, lists or tuples of tensors "
+            "with torch.save"
         ) from exc
+
+
+def _weights_only_refusal(exc: BaseException) -> str:
+    """What torch's weights-only unpickler objected to, without the advice around it (its
+    message suggests `weights_only=False`, which would run the file's code: never here)."""
+    text = str(exc)
+    if "WeightsUnpickler error:" not in text:
+        return _describe(exc)
+    reason = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
+    named = re.search(r"GLOBAL (\S+)", reason)
+    if named:
+        return f"it names {named.group(1)}, which is code, not tensor data"
+    return f"not a tensor file torch.save wrote: {_one_line(reason).rstrip('.')}"
 
 
 def _read_npz(path: Path) -> dict[str, Tensor]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from tabulate import tabulate
 
 from orchestrator.errors import UserError
+from orchestrator.logs import quiet_upstream, upstream_is_quiet
 from orchestrator.planning.run import plan_request
 from orchestrator.request import Request
 from orchestrator.sweeps.ray_executor import sweep_on_ray
@@ -107,7 +108,11 @@ def sweep_jobs(jobs: list[Request], workers: int | None = None, progress=None,
     # inherit a held lock and hang (seen here: both workers asleep after a plan in the parent);
     # a spawned worker also imports orchestrator first, so its host numerics are pinned.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    # A quiet parent has quiet workers: the initializer runs before the first job's unpickling
+    # imports torch, whose import-time notes would otherwise reach the user's stderr.
+    initializer = quiet_upstream if upstream_is_quiet() else None
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                             initializer=initializer) as pool:
         futures = {pool.submit(run_job, job): index for index, job in enumerate(jobs)}
         for future in as_completed(futures):
             index = futures[future]
