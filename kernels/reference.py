@@ -295,6 +295,11 @@ def _is_tensor_list(value) -> bool:
     return isinstance(value, list) and all(isinstance(v, RawTensor) for v in value)
 
 
+def _is_optional_tensor_list(value) -> bool:
+    return isinstance(value, list) and any(isinstance(v, RawTensor) for v in value) and \
+        all(v is None or isinstance(v, RawTensor) for v in value)
+
+
 def _outs(schema, args) -> list[tuple[object, RawTensor | list[RawTensor]]]:
     """(argument, tensor) per out argument; a `Tensor(a!)[] out` (split, unbind) gives the
     list of its tensors."""
@@ -584,6 +589,9 @@ def _call(opov, schema, args, read, write) -> None:
             converted = read(value)
         elif value and _is_tensor_list(value):
             converted = [read(v) for v in value]
+        elif value and _is_optional_tensor_list(value):
+            # `Tensor?[] indices` (aten::index.Tensor_out): None keeps a dimension whole.
+            converted = [None if v is None else read(v) for v in value]
         else:
             converted = _convert(argument, value)
         if argument.kwarg_only:

@@ -167,13 +167,18 @@ def _stored(value: torch.fx.Node) -> torch.fx.Node:
 
 
 class VelaRefusal(Exception):
-    """Vela could not compile a partition the Ethos-U partitioner formed (an op its checks
-    accepted and Vela cannot run: a 1-channel convolution of stride (12, 2) on the U55 is a
-    DepthwiseConv2D that "could not run on NPU"): the partition's nodes and Vela's words."""
+    """The backend could not compile a partition the Ethos-U partitioner formed: Vela (an op
+    its checks accepted and Vela cannot run: a 1-channel convolution of stride (12, 2) on the
+    U55 is a DepthwiseConv2D that "could not run on NPU"), or, with `by_vela` False, the Arm
+    backend's TOSA lowering before Vela (a Linear + BatchNorm1d whose folded weight stays a
+    float constant the int8 TOSA profile refuses). The partition's nodes and upstream's words."""
 
-    def __init__(self, partition: int, nodes: tuple[str, ...], message: str):
-        super().__init__(f"Vela could not compile NPU partition {partition}: {message}")
+    def __init__(self, partition: int, nodes: tuple[str, ...], message: str,
+                 by_vela: bool = True):
+        who = "Vela could not compile" if by_vela else "the Arm backend could not lower"
+        super().__init__(f"{who} NPU partition {partition}: {message}")
         self.partition, self.nodes, self.message = partition, nodes, message
+        self.by_vela = by_vela
 
 
 @contextlib.contextmanager
@@ -249,9 +254,11 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
     tagged: dict[str, tuple[str, ...]] = {}
     reporters = upstream_ethos_u.capture_reporters(partitioner, tagged)
     kept: list[tuple[str, int, int]] = []
-    failed: list[int] = []
+    failed: list[int] = []  # Vela calls that raised
+    refused: list[int] = []  # backend preprocess calls (partitions) that raised
     try:
         with vela_runs_recorded(work_dir, failed) as runs, \
+                upstream_ethos_u.preprocess_failures_recorded(refused), \
                 upstream_ethos_u.live_activations_kept(kept):
             edge = to_edge_transform_and_lower(
                 quantized_program,
@@ -261,15 +268,18 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
                 compile_config=EdgeCompileConfig(_check_ir_validity=False),
             )
     except Exception as error:
-        # The backend compiles the partitions in tag order, one Vela call each.
-        partitions = list(tagged.values())
-        if not failed or failed[0] >= len(partitions):
+        # The backend compiles the partitions in tag order, one preprocess (TOSA lowering,
+        # then one Vela call) each.
+        # A tag upstream emptied again (its nodes left to other checks) forms no partition.
+        partitions = [nodes for nodes in tagged.values() if nodes]
+        index = refused[0] if refused else failed[0] if failed else None
+        if index is None or index >= len(partitions):
             raise
         cause = error
         while cause.__cause__ is not None or cause.__context__ is not None:
             cause = cause.__cause__ or cause.__context__
         message = " ".join(str(cause).split())[:300]
-        raise VelaRefusal(failed[0], partitions[failed[0]], message) from error
+        raise VelaRefusal(index, partitions[index], message, by_vela=bool(failed)) from error
     rejections = rejections_from(reporters)
     for name, rule in (force.forced if force else {}).items():
         previous = rejections.get(name)

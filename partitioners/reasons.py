@@ -65,6 +65,11 @@ VELA_REFUSAL = "Vela could not compile"
 _entry("vela-refused-npu", "not-npu", "Vela (the Ethos-U compiler)",
        "moved off the NPU: {why}, though the Ethos-U partitioner's checks accepted it; no "
        "--policy needed")
+# How the why of a node the Arm backend could not lower begins.
+LOWERING_REFUSAL = "the Arm backend could not lower"
+_entry("backend-refused-npu", "not-npu", "the Arm backend's TOSA lowering (EthosUBackend)",
+       "moved off the NPU: {why}, though the Ethos-U partitioner's checks accepted it; no "
+       "--policy needed")
 _entry("boundary-quantize", "not-npu", "ethos-u partitioner",
        "boundary quantize: converts a float value (model input or CPU result) to int8 for the "
        "next int8 consumer")

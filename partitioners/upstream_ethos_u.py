@@ -95,6 +95,35 @@ def vela_compile_wrapped(make_wrapper: Callable[[Callable], Callable]) -> Iterat
 
 
 @contextlib.contextmanager
+def preprocess_failures_recorded(failed: list[int]) -> Iterator[None]:
+    """Count the Ethos-U backend's `preprocess` calls (one per partition, in tag order: TOSA
+    lowering, then Vela) and append to `failed` the index of a call that raised, wherever in
+    the backend it raised.
+
+    Called inside `vela_compile_wrapped` (whose lock makes the process-global swap safe)."""
+    check_version()
+    from executorch.backends.arm.ethosu.backend import EthosUBackend  # lazy: heavy (executorch, vela)
+
+    upstream = EthosUBackend.__dict__["preprocess"]
+    calls = [0]
+
+    def counted(edge_program, compile_specs):
+        index = calls[0]
+        calls[0] += 1
+        try:
+            return upstream.__func__(edge_program, compile_specs)
+        except Exception:
+            failed.append(index)
+            raise
+
+    EthosUBackend.preprocess = staticmethod(counted)
+    try:
+        yield
+    finally:
+        EthosUBackend.preprocess = upstream
+
+
+@contextlib.contextmanager
 def live_activations_kept(kept: list[tuple[str, int, int]]) -> Iterator[None]:
     """Keep the ReLUs (and hardtanh(0, max)) whose clamp at zero is live out of the conv fusion.
 
@@ -169,4 +198,9 @@ def contract() -> dict[str, object]:
         "_tag_module": list(inspect.signature(EthosUPartitioner._tag_module).parameters),
         "_rejected_nodes": isinstance(WhyNoPartitionReporter()._rejected_nodes, dict),
         "vela_compile": list(inspect.signature(ethosu_backend.vela_compile).parameters),
+        "EthosUBackend.preprocess": (
+            list(inspect.signature(ethosu_backend.EthosUBackend.__dict__["preprocess"]
+                                   .__func__).parameters)
+            if isinstance(ethosu_backend.EthosUBackend.__dict__.get("preprocess"), staticmethod)
+            else None),
     }

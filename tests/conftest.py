@@ -106,7 +106,7 @@ SHARED_COMPILES = ("test_compile.py", "test_plan.py", "test_verify_zoo.py", "tes
                    "test_size.py", "test_plan_readable.py",
                    "test_golden.py")
 # Files whose tests share nothing but the on-disk caches: every test is a unit of its own.
-PER_TEST_UNITS = ("test_qemu_families.py",)
+PER_TEST_UNITS = ("test_qemu_families.py", "test_peer_symptoms.py")
 _UNIT_FIRST = ("test_architecture.py", "test_upstream_adapters.py", "test_platforms.py",
                "test_cost_cpu.py", "test_local_check.py")
 _LONGEST_FIRST = (*SHARED_COMPILES, "test_qemu_families.py", "test_firmware.py", "test_wheel.py", "test_sweep.py", "test_device_code.py", "test_user_models.py",

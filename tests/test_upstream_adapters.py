@@ -18,6 +18,8 @@ def test_ethos_u_adapter_contract():
     assert contract["_rejected_nodes"] is True  # node -> message
     assert contract["vela_compile"][:2] == ["tosa_flatbuffer", "args"]
     assert {"intermediate_path", "block_placements"} <= set(contract["vela_compile"])
+    # a staticmethod called once per partition by exir's to_backend
+    assert contract["EthosUBackend.preprocess"] == ["edge_program", "compile_specs"]
     # a staticmethod of one node, called by the pass and by the partitioner's support check
     assert contract["_is_fuseable_quantized_activation"] == ["node"]
     assert contract["_is_fuseable_input"] == ["node"]
@@ -95,6 +97,22 @@ def test_vela_compile_is_restored_after_the_wrapper():
     with upstream_ethos_u.vela_compile_wrapped(lambda upstream: "wrapped"):
         assert ethosu_backend.vela_compile == "wrapped"
     assert ethosu_backend.vela_compile is original
+
+
+def test_backend_preprocess_is_restored_and_failures_counted():
+    from executorch.backends.arm.ethosu.backend import EthosUBackend
+
+    from partitioners import upstream_ethos_u
+
+    original = EthosUBackend.__dict__["preprocess"]
+    failed: list[int] = []
+    with upstream_ethos_u.vela_compile_wrapped(lambda upstream: upstream), \
+            upstream_ethos_u.preprocess_failures_recorded(failed):
+        assert EthosUBackend.__dict__["preprocess"] is not original
+        with pytest.raises(Exception):
+            EthosUBackend.preprocess(None, [])  # no program: the backend raises
+    assert failed == [0]
+    assert EthosUBackend.__dict__["preprocess"] is original
 
 
 @pytest.mark.parametrize("module_name", ["partitioners.upstream_ethos_u", "partitioners.upstream_cortex_m",

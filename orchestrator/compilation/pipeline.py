@@ -57,7 +57,7 @@ from partitioners import quantizable
 from partitioners.legalize import (DIM_ORDER_COPIES, avg_pools_over_their_window,
                                    conv1d_as_conv2d, same_bytes_order)
 from partitioners.npu import NpuRejection, VelaRefusal, VelaRun, lower_to_npu
-from partitioners.reasons import VELA_REFUSAL
+from partitioners.reasons import LOWERING_REFUSAL, VELA_REFUSAL
 from partitioners.policy import Policy, unmatched_force_cpu
 from partitioners.records import Workaround
 from platforms.arena_planning import Arena, ArenaRecord, arena_slots, planning_algorithm
@@ -417,10 +417,11 @@ def _lower_stage(state: CompileState) -> CompileState:
         return replace(state, lowered=lower(state.quantized, state.target, state.work_dir,
                                             state.options.policy))
     except VelaRefusal as error:
+        who = VELA_REFUSAL if error.by_vela else LOWERING_REFUSAL
         raise NpuPartitionRefused(
             f"stage lower failed in upstream code: {error} ({state.target.npu}; the planner "
             "moves the partition's ops to the CPU and compiles again)", error.nodes,
-            f"{VELA_REFUSAL} the NPU partition it was in for {state.target.npu} "
+            f"{who} the NPU partition it was in for {state.target.npu} "
             f"({error.message})") from error
 
 

@@ -20,7 +20,7 @@ from kernels.device_ops import device_operator_names
 from kernels.reference import is_portable_elementwise, same_dim_order_family
 from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
 from partitioners.records import MOVED_OFF_CMSIS_KEY, REMOVED_COPIES_KEY, module_of
-from partitioners.reasons import VELA_REFUSAL, Reason, because  # noqa: F401 - Reason: the Plan's
+from partitioners.reasons import LOWERING_REFUSAL, VELA_REFUSAL, Reason, because  # noqa: F401 - Reason: the Plan's
 
 PLACEMENTS = ("npu", "cmsis-nn", "portable")
 ROW_KINDS = ("op", "boundary-quantize", "boundary-dequantize", "layout", "npu-invocation")
@@ -155,7 +155,8 @@ def _not_npu_reason(origin: str, lowered_stage, pre_cpu, npu: str | None, kind: 
     rejection = lowered_stage.npu_rejections.get(origin)
     if rejection is not None and rejection.device_refusal:
         key = "vela-refused-npu" if rejection.device_refusal.startswith(VELA_REFUSAL) \
-            else "device-refused-npu"
+            else "backend-refused-npu" \
+            if rejection.device_refusal.startswith(LOWERING_REFUSAL) else "device-refused-npu"
         return because(key, rejection.context, why=rejection.device_refusal)
     if rejection is not None and rejection.policy_rule:
         return because("policy-forced-cpu", rejection.context, rule=rejection.policy_rule)

@@ -217,7 +217,9 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def as_tuple(value) -> tuple:
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    """A model's outputs as the program's flat output list: nested tuples and lists (an LSTM's
+    `output, (h, c)`) flattened in pytree order, as export flattens them."""
+    return tuple(torch.utils._pytree.tree_leaves(value))
 
 
 def quantized_steps(raw: torch.Tensor, value: torch.Tensor, quantized: torch.Tensor, scale, zero_point):

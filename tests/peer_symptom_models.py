@@ -1,0 +1,66 @@
+"""Small modules of the shapes ExecuTorch's own Cortex-M and Arm backend tests use
+(backends/cortex_m/test/{ops,models}, backends/arm/test/models), each one a symptom the peer
+suite found (benchmarks/peer_suite.py runs the whole set). `file.py:factory` model sources."""
+
+import torch
+from torch import Tensor, nn
+
+
+def _seeded(module: nn.Module) -> nn.Module:
+    with torch.no_grad():
+        for bn in module.modules():
+            if isinstance(bn, nn.modules.batchnorm._BatchNorm):
+                bn.running_mean.normal_(0.0, 0.5)
+                bn.running_var.uniform_(0.5, 1.5)
+    return module.eval()
+
+
+class LstmTuple(nn.Module):
+    """backends/cortex_m/test/ops/test_lstm.py: the forward returns the LSTM's own tuple."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, batch_first=True)
+
+    def forward(self, x: Tensor):
+        return self.lstm(x)
+
+
+def lstm_tuple():
+    torch.manual_seed(0)
+    return _seeded(LstmTuple()), (torch.randn(1, 5, 8),)
+
+
+class IndexSelectColumns(nn.Module):
+    """Silero VAD's `x[:, :, idx]`: aten.index.Tensor with None for the leading dimensions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("idx", torch.tensor([0, 2, 3]))
+        self.linear = nn.Linear(3, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear(x[:, :, self.idx])
+
+
+def index_none():
+    torch.manual_seed(0)
+    return _seeded(IndexSelectColumns()), (torch.randn(1, 4, 6),)
+
+
+class LinearBn(nn.Module):
+    """backends/cortex_m/test/models/test_nn_functional.py's linear_bn: F.linear then
+    BatchNorm1d(8) on a (2, 16) input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 16))
+        self.bn = nn.BatchNorm1d(8)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.bn(nn.functional.linear(x, self.weight))
+
+
+def linear_bn():
+    torch.manual_seed(0)
+    return _seeded(LinearBn()), (torch.linspace(-1, 1, 32).reshape(2, 16),)
