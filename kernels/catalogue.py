@@ -57,6 +57,34 @@ CPU_KERNELS: dict[str, CpuKernel] = {
 }
 
 
+# CMSIS-NN's arm_transpose_conv_wrapper_s8 computes a transposed convolution as a stride-1
+# convolution of the zero-upscaled input ("reverse conv") when both strides are at most 2 and the
+# input has more than REVERSE_TCOL_EFFICIENT_THRESHOLD channels (Include/arm_nnsupportfunctions.h),
+# else with arm_transpose_conv_s8's rolling row buffer.
+REVERSE_TCOL_EFFICIENT_THRESHOLD = 16
+
+
+def transpose_conv_rows_dropped(input_channels: int, stride: tuple[int, int],
+                                padding: tuple[int, int]) -> str | None:
+    """Why arm_transpose_conv_s8 computes wrong values for this geometry, or None.
+
+    Its row loop writes the `stride_h` output rows an input row completes only when none of
+    them is cropped by the top padding (`if (skip_rows_top == 0)`), so when `padding_h` is not
+    a multiple of `stride_h` the first partly-cropped group of rows, which holds real output
+    rows, is never written and every later row lands one group early (measured: stride 2,
+    padding 1, kernel 3 or 4, 4 input channels: 89 of 98 outputs differ, by up to 164 steps,
+    on the host's C path and on QEMU's Cortex-M55 alike). The reverse-conv path does not
+    share the loop."""
+    stride_h, stride_w = stride
+    padding_h = padding[0]
+    reverse = stride_h <= 2 and stride_w <= 2 and input_channels > REVERSE_TCOL_EFFICIENT_THRESHOLD
+    if reverse or padding_h <= 0 or padding_h % stride_h == 0:
+        return None
+    return (f"arm_transpose_conv_s8 drops the output rows of its first input row when the "
+            f"padding ({padding_h}) is not a multiple of the stride ({stride_h}) "
+            f"({input_channels} input channels: not its reverse-conv path)")
+
+
 def cortex_m_op_name(target) -> str | None:
     """`quantized_conv2d` for `cortex_m.quantized_conv2d.default`, None for any other op."""
     text = str(getattr(target, "_op", target))

@@ -726,9 +726,39 @@ def size1_copy_orders(program) -> list[Workaround]:
     return fixes
 
 
+def odd_orders_made_contiguous(program) -> list[Workaround]:
+    """A CPU op's output whose dim order is neither contiguous nor channels-last (up to where
+    size-1 dimensions sit) is declared contiguous.
+
+    Fake-tensor stride propagation gives a broadcast of a (2, 1, 2, 1) by a (1, 2, 1, 2)
+    channels-last operand the order (0, 3, 2, 1). No portable kernel takes such a layout (they
+    check all-contiguous or all-channels-last), and upstream's own dim-order copy cannot express
+    it (`get_memory_format` raises "Failed to map a given dim_order"), so a copy back into it
+    ended the compile in an internal error. The values are the same; only their layout moves."""
+    fixes = []
+    for node in program.graph_module.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem \
+                or "call_delegate" in str(node.target):
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.dim() < 3:
+            continue
+        shape, order = list(val.shape), [int(d) for d in val.dim_order()]
+        standard = [list(range(val.dim()))] + ([list(CHANNELS_LAST)] if val.dim() == 4 else [])
+        if any(same_bytes_order(shape, order, known) for known in standard):
+            continue
+        node.meta["val"] = val.contiguous()
+        fixes.append(Workaround(
+            node.meta.get(ORIGIN_KEY, node.name),
+            "ExecuTorch 1.5.1 dim orders (broadcast strides give one no kernel or copy takes)",
+            f"the {shape} output's dim order {tuple(order)} is neither contiguous nor "
+            "channels-last; it is laid out contiguous"))
+    return fixes
+
+
 def legalize_for_device(program) -> list[Workaround]:
     """Apply every rewrite above to the final CPU-side program, in place."""
-    fixes = (identity_copies_removed(program)
+    fixes = (odd_orders_made_contiguous(program) + identity_copies_removed(program)
              + scalarize_constant_operands(program) + sort_values_via_topk(program)
              + float_linear_via_matmul(program) + wide_transpose_to_portable(program)
              + copy_to_kernel_layouts(program))

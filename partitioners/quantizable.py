@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 from torch._decomp import get_decompositions
 
+from kernels.catalogue import transpose_conv_rows_dropped
 from partitioners.records import Workaround, module_of
 
 _RECURRENT_OPS = ("gru", "lstm", "rnn_tanh", "rnn_relu")
@@ -149,6 +150,63 @@ def explicit_rank_broadcast(module: torch.fx.GraphModule) -> list[Workaround]:
     if fixes:
         module.recompile()
     return fixes
+
+
+def transpose_conv_padding_cropped(module: torch.fx.GraphModule) -> list[Workaround]:
+    """A transposed convolution whose height padding CMSIS-NN's row loop gets wrong
+    (kernels/catalogue.py: transpose_conv_rows_dropped) computed with the padding rounded down
+    to a multiple of the stride, and the rows that padding would have cropped sliced off (in
+    place); the rewrite's report. The same values: a transposed convolution's padding only
+    crops its full output, so cropping fewer rows and slicing the rest off is the same
+    tensor, and the kernel then takes a geometry it computes right."""
+    target = torch.ops.aten.conv_transpose2d.input
+    fixes = []
+    for node in list(module.graph.nodes):
+        if node.op != "call_function" or node.target != target:
+            continue
+        args = list(node.args) + [None] * (8 - len(node.args))
+        source, out = args[0].meta.get("val"), node.meta.get("val")
+        stride = _pair(args[3], 1)
+        padding = _pair(args[4], 0)
+        if not isinstance(source, torch.Tensor) or not isinstance(out, torch.Tensor) \
+                or source.dim() != 4:
+            continue
+        why = transpose_conv_rows_dropped(int(source.shape[1]), stride, padding)
+        if why is None:
+            continue
+        extra = padding[0] % stride[0]
+        # conv_transpose2d.input(input, weight, bias=None, stride=1, padding=0, ...)
+        new_args = (list(node.args) + [None, 1, 0][len(node.args) - 2:])[:max(5, len(node.args))]
+        new_args[4] = [padding[0] - extra, padding[1]]
+        node.args = tuple(new_args)
+        node.meta["val"] = out.new_empty((out.shape[0], out.shape[1], out.shape[2] + 2 * extra,
+                                          out.shape[3]))
+        with module.graph.inserting_after(node):
+            crop = module.graph.call_function(torch.ops.aten.slice.Tensor,
+                                              (node, 2, extra, extra + out.shape[2]))
+        crop.meta.update({k: v for k, v in node.meta.items()
+                          if k in ("nn_module_stack", "stack_trace", "source_fn_stack")})
+        crop.meta["val"] = out
+        for user in list(node.users):
+            if user is not crop:
+                user.replace_input_with(node, crop)
+        fixes.append(Workaround(
+            _module_path(node), "CMSIS-NN arm_transpose_conv_s8 (rows of a padded first input "
+            "row dropped)",
+            f"{why}: computed with height padding {padding[0] - extra} and {extra} row(s) "
+            f"sliced off each end, the same values"))
+    if fixes:
+        module.recompile()
+    return fixes
+
+
+def _pair(value, default: int) -> tuple[int, int]:
+    if value is None:
+        return default, default
+    if isinstance(value, int):
+        return value, value
+    value = list(value)
+    return (int(value[0]), int(value[-1]))
 
 
 _HARDSWISH_PRODUCERS = ("conv", "linear", "batch_norm")  # DecomposeHardswishPass's fused inputs

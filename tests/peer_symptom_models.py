@@ -64,3 +64,32 @@ class LinearBn(nn.Module):
 def linear_bn():
     torch.manual_seed(0)
     return _seeded(LinearBn()), (torch.linspace(-1, 1, 32).reshape(2, 16),)
+
+
+class Mul(nn.Module):
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return x * y
+
+
+def mul_broadcast_3():
+    """backends/cortex_m/test/ops/test_mul.py's broadcast_3: (2, 1, 2, 1) * (1, 2, 1, 2); the
+    product's strides give it dim order (0, 3, 2, 1) (an internal error in the device check)."""
+    return Mul().eval(), (torch.linspace(-2, 2, 4).reshape(2, 1, 2, 1),
+                          torch.linspace(-5, 5, 4).reshape(1, 2, 1, 2))
+
+
+class TransposeConvRelu(nn.Module):
+    """backends/cortex_m/test/ops/test_conv_transpose.py's stride-2, padding-1 layer with bias,
+    then ReLU: a geometry arm_transpose_conv_s8 computes wrong (kernels/catalogue.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, bias=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.relu(self.up(x))
+
+
+def transpose_conv_relu():
+    torch.manual_seed(0)
+    return TransposeConvRelu().eval(), (torch.randn(1, 4, 4, 4),)

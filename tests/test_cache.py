@@ -84,3 +84,26 @@ def test_a_change_to_the_projects_own_rewrites_re_keys_the_cache(private_cache, 
     with open(tmp_path / "partitioners/quantizable.py", "a") as rewrites:
         rewrites.write("\n# a new rewrite\n")
     assert cache.quantized_key(model, samples, target, True) != before
+
+
+def test_the_key_follows_a_modules_constructor_settings(private_cache):
+    """Two models of one class whose settings differ only in a constructor argument that is in
+    neither the source nor a tensor (a transposed convolution's padding: the same weight
+    shapes) are two entries; they shared one, and the second compiled as the first."""
+    import torch
+
+    from orchestrator.artifacts.cache import quantized_key
+    from orchestrator.sources.loader import LoadedModel, load_calibration
+    from orchestrator.target import resolve_target
+
+    def model(padding: int) -> LoadedModel:
+        torch.manual_seed(0)
+        module = torch.nn.Sequential(torch.nn.ConvTranspose2d(4, 2, 4, stride=2,
+                                                              padding=padding)).eval()
+        return LoadedModel("tconv", module, (torch.randn(1, 4, 4, 4),), "zoo:tconv", "unknown")
+
+    target = resolve_target("corstone300", npu="none")
+    padded, unpadded = model(1), model(0)
+    samples = load_calibration(None, padded.example_inputs)
+    assert quantized_key(padded, samples, target, True) != \
+        quantized_key(unpadded, samples, target, True)

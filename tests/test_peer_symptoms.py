@@ -17,7 +17,7 @@ def _verified(factory: str, tmp_path, capsys, *target: str) -> str:
     pte = tmp_path / f"{factory}.pte"
     assert main(["compile", f"{MODELS}:{factory}", *target, "-o", str(pte), "--quiet"]) == 0, \
         capsys.readouterr().err
-    capsys.readouterr()
+    assert "cannot run this program" not in capsys.readouterr().err
     code = main(["verify", str(pte), "--samples", "2"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -76,3 +76,58 @@ def test_a_partition_the_arm_backend_cannot_lower_leaves_the_npu_with_its_words(
     assert code in (0, 2), err
     if code == 2:
         assert len(err) == 1 and "aten::addmm" in err[0], err
+
+
+def test_a_broadcast_whose_strides_give_an_odd_dim_order_compiles_and_runs(tmp_path, capsys):
+    """The product of a (2, 1, 2, 1) and a (1, 2, 1, 2) is laid out contiguous (its strides
+    said (0, 3, 2, 1), which no kernel or upstream copy takes: an internal error), and the plan
+    checks the kernels' dim orders as the program stores them (a size-1 dimension's place made
+    it warn that the device cannot run the program, which it ran)."""
+    host_runtime_or_missing().close()
+    qemu_or_missing()
+    out = _verified("mul_broadcast_3", tmp_path, capsys, "--npu", "none")
+    assert _methods(out) == {"twin": "passed", "host runtime": "passed",
+                             "QEMU Cortex-M55": "passed"}, out
+
+
+def test_cmsis_nn_transpose_conv_drops_rows_when_padding_is_not_a_multiple_of_stride(tmp_path):
+    """Upstream's behaviour, shown: compiled as upstream does (no rewrites), the real kernel's
+    output (host runtime: CMSIS-NN's C path) differs from the transposed convolution's values
+    (the twin, which matches the quantized reference)."""
+    import torch
+
+    from kernels.runtime import HostRuntime, ensure_library, find_sources
+    from orchestrator.artifacts.outputs import write_outputs
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.sources.loader import load_calibration, load_model
+    from orchestrator.target import resolve_target
+    from orchestrator.verification.twin import run_twin
+
+    host_runtime_or_missing().close()
+    loaded = load_model(f"{MODELS}:transpose_conv_relu")
+    compiled = compile_model(loaded, load_calibration(None, loaded.example_inputs),
+                             resolve_target("corstone300", npu="none"), legalize=False)
+    pte = tmp_path / "upstream.pte"
+    write_outputs(compiled, pte)
+    sample = (torch.randn(1, 4, 4, 4, generator=torch.Generator().manual_seed(1)),)
+    runtime = HostRuntime(ensure_library(find_sources()))
+    try:
+        device = runtime.run(pte, sample).outputs[0]
+    finally:
+        runtime.close()
+    twin = run_twin(pte, sample).outputs[0]
+    differ = int((device != twin).sum())
+    assert differ > device.numel() // 2, (differ, device.numel())
+
+
+def test_that_transpose_conv_runs_on_cmsis_nn_with_the_right_values(tmp_path, capsys):
+    """compile crops with a padding the kernel gets right and slices the rest off: CMSIS-NN
+    still runs it, and the twin, the host runtime and QEMU agree."""
+    host_runtime_or_missing().close()
+    qemu_or_missing()
+    out = _verified("transpose_conv_relu", tmp_path, capsys, "--npu", "none")
+    assert _methods(out) == {"twin": "passed", "host runtime": "passed",
+                             "QEMU Cortex-M55": "passed"}, out
+    plan = json.loads((tmp_path / "transpose_conv_relu.artifacts" / "plan.json").read_text())
+    conv = next(o for o in plan["ops"] if o["op"] == "aten.convolution.default")
+    assert conv["placement"] == "cmsis-nn" and conv["kernel"] == "arm_transpose_conv_wrapper_s8"

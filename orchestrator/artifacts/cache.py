@@ -6,7 +6,8 @@ program serves every Ethos-U55/U65 configuration of a sweep, and a re-plan with 
 policy. The key is a SHA-256 over everything they read:
 
 - the model: the source of every module class in it (or a GraphModule's code, or a .pt2's
-  bytes), every parameter and buffer (bytes), the example inputs' shapes and dtypes;
+  bytes), every submodule's plain settings (stride, padding, a scale: what a constructor
+  argument sets), every parameter and buffer (bytes), the example inputs' shapes and dtypes;
 - the calibration samples (bytes);
 - the quantizer: EthosUQuantizer with the NPU family's TOSA specification, or CortexMQuantizer;
 - the export layout (channels_last), the torch / executorch / torchao versions, and the host
@@ -76,6 +77,28 @@ def _module_code(module: torch.nn.Module) -> bytes | None:
     return "\n".join(sources).encode()
 
 
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def _plain(value) -> bool:
+    if isinstance(value, _PLAIN):
+        return True
+    return isinstance(value, (tuple, list)) and all(_plain(v) for v in value)
+
+
+def _module_config(module: torch.nn.Module) -> bytes:
+    """Every submodule's own settings that are neither code nor tensors: a ConvTranspose2d's
+    stride and padding, a user module's `self.scale = 2.0`. Two factories building one class
+    with other constructor arguments (`nn.ConvTranspose2d(4, 2, 4, stride=2, padding=0)` and
+    `padding=1`: the same source, the same weight shapes) shared one cache entry without them."""
+    lines = []
+    for name, sub in module.named_modules():
+        settings = sorted((key, repr(value)) for key, value in vars(sub).items()
+                          if not key.startswith("_") and _plain(value))
+        lines.append(f"{name}:{type(sub).__qualname__}:{settings}")
+    return "\n".join(lines).encode()
+
+
 def _tensor_bytes(tensor: torch.Tensor) -> bytes:
     tensor = tensor.detach().cpu().contiguous()
     header = f"{tensor.dtype}{tuple(tensor.shape)}".encode()
@@ -102,6 +125,7 @@ def quantized_key(model, calibration, target, channels_last: bool,
     digest = hashlib.sha256()
     digest.update(f"orchestrate-cache {FORMAT}\n".encode())
     digest.update(code)
+    digest.update(_module_config(model.module))
     if model.source.startswith("pt2:"):
         digest.update(Path(model.source[4:]).read_bytes())
     for name, tensor in [*model.module.state_dict().items()]:

@@ -213,6 +213,7 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
         fixes += quantizable.explicit_rank_broadcast(module)
         fixes += quantizable.hardswish_as_elementwise(module)
         fixes += quantizable.activations_before_squeeze(module)
+        fixes += quantizable.transpose_conv_padding_cropped(module)
     prepared = prepare_pt2e(module, _quantizer(target))
     with torch.no_grad(), numerics.single_threaded():
         for sample in calibration.samples:

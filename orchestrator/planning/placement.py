@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import torch
+from executorch.exir.tensor import dim_order_from_stride
 
 from cost_models.cost import Cost
 from cost_models.graph_shapes import NodeInfo, describe, op_name
@@ -254,7 +255,11 @@ def op_key(target) -> str:
 
 
 def _dim_order_faults(node: torch.fx.Node) -> tuple[Reason, ...]:
-    """The portable elementwise kernels' dim-order check, applied to this node's tensors."""
+    """The portable elementwise kernels' dim-order check, applied to this node's tensors with
+    the dim orders the serialized program gives them: upstream derives each from the strides
+    (`dim_order_from_stride`), which places a size-1 dimension otherwise than torch's
+    `dim_order()` (a channels-last (2, 1, 2, 1) is (0, 1, 2, 3) in the program, (0, 2, 1, 3)
+    to torch), and the kernel compares the serialized arrays."""
     key = op_key(node.target)
     if not is_portable_elementwise(key):
         return ()
@@ -262,7 +267,7 @@ def _dim_order_faults(node: torch.fx.Node) -> tuple[Reason, ...]:
     for value in [*node.all_input_nodes, node]:
         val = value.meta.get("val")
         if isinstance(val, torch.Tensor):
-            orders.append(tuple(int(d) for d in val.dim_order()))
+            orders.append(tuple(int(d) for d in dim_order_from_stride(val.stride())))
     if same_dim_order_family(orders):
         return ()
     return (because("dim-order-family", op=key, orders=", ".join(str(o) for o in orders)),)
