@@ -93,3 +93,20 @@ class TransposeConvRelu(nn.Module):
 def transpose_conv_relu():
     torch.manual_seed(0)
     return TransposeConvRelu().eval(), (torch.randn(1, 4, 4, 4),)
+
+
+class Conv3d(nn.Module):
+    """backends/arm/test/ops' conv3d shape: a 5-D weight (channels-last export converted every
+    parameter with `module.to`, which raises on rank 5: an internal error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv3d(2, 4, 3, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv(x)
+
+
+def conv3d():
+    torch.manual_seed(0)
+    return Conv3d().eval(), (torch.randn(1, 2, 4, 6, 6),)

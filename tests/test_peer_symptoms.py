@@ -131,3 +131,15 @@ def test_that_transpose_conv_runs_on_cmsis_nn_with_the_right_values(tmp_path, ca
     plan = json.loads((tmp_path / "transpose_conv_relu.artifacts" / "plan.json").read_text())
     conv = next(o for o in plan["ops"] if o["op"] == "aten.convolution.default")
     assert conv["placement"] == "cmsis-nn" and conv["kernel"] == "arm_transpose_conv_wrapper_s8"
+
+
+def test_a_conv3d_is_refused_in_one_line_naming_the_kernel_not_an_internal_error(tmp_path,
+                                                                                 capsys):
+    """CPU-only, no CMSIS-NN or portable kernel takes a 5-D convolution: exit 2, one line."""
+    code = main(["compile", f"{MODELS}:conv3d", "--npu", "none", "-o",
+                 str(tmp_path / "c3.pte"), "--quiet"])
+    err = [line for line in capsys.readouterr().err.splitlines()
+           if line.startswith("orchestrate: ")]
+    assert code == 2, err
+    assert len(err) == 1 and "aten::convolution" in err[0] and "internal" not in err[0], err
+    assert not (tmp_path / "c3.pte").exists()

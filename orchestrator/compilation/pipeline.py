@@ -144,12 +144,23 @@ def _to_channels_last(value):
     return value
 
 
+def _parameters_channels_last(module: torch.nn.Module) -> None:
+    """Every 4-D parameter and buffer in NHWC strides, in place. (`module.to(memory_format=
+    torch.channels_last)` raises "required rank 4 tensor" on a Conv3d's 5-D weight, which
+    ended such a model in an internal error instead of the one-line refusal below.)"""
+    with torch.no_grad():
+        for sub in module.modules():
+            for tensor in [*sub.parameters(recurse=False), *sub.buffers(recurse=False)]:
+                if tensor.dim() == 4:
+                    tensor.data = tensor.data.contiguous(memory_format=torch.channels_last)
+
+
 def capture(model: LoadedModel, channels_last: bool = True) -> Captured:
     """torch.export in channels_last, so every CPU/NPU boundary is NHWC on both sides."""
     module = model.module.eval()
     inputs = tuple(model.example_inputs)
     if channels_last:
-        module = module.to(memory_format=torch.channels_last)  # parameters; inputs below
+        _parameters_channels_last(module)  # inputs below
         inputs = tuple(_to_channels_last(x) for x in inputs)
     # Dynamo prints the partial graph of a failed trace on stderr; the one-line error below
     # says what failed (ORCHESTRATE_DEBUG=1 / --verbose shows the dump).
