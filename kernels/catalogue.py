@@ -85,6 +85,37 @@ def transpose_conv_rows_dropped(input_channels: int, stride: tuple[int, int],
             f"({input_channels} input channels: not its reverse-conv path)")
 
 
+def mve_conv_1xn_refusal(input_nchw: tuple[int, ...], weight_ohwi: tuple[int, ...],
+                         output_nchw: tuple[int, ...], stride: tuple[int, int],
+                         padding: tuple[int, int], dilation: tuple[int, int]) -> dict | None:
+    """The fields of the MVE refusal of a cortex_m::quantized_conv2d, or None.
+
+    arm_convolve_wrapper_s8 takes arm_convolve_1_x_n_s8 for an input of height 1 and a filter
+    of height 1 with dilation 1 along the width, input channels equal to the filter's and
+    stride_w x channels a multiple of 4 (arm_nn_is_convolve_1_x_n; a 1x1 filter without padding
+    takes the 1x1 kernel first). Its MVE path requires `pad_w * 2 + total_pad % 2 ==
+    total_pad`, total_pad = (out_w - 1) x stride_w + k_w - in_w, and returns
+    ARM_CMSIS_NN_FAILURE otherwise (Source/ConvolutionFunctions/arm_convolve_1_x_n_s8.c): a
+    PyTorch padding whose last columns the stride never reaches (two stride-2 Conv1d of kernel
+    3, padding 1) fails on the Cortex-M55 and passes on the host's C path."""
+    _, in_c, in_h, in_w = input_nchw
+    _, k_h, k_w, w_c = weight_ohwi
+    out_w = output_nchw[3]
+    stride_h, stride_w = stride
+    pad_h, pad_w = padding
+    if k_h == 1 and k_w == 1 and pad_h == 0 and pad_w == 0 and tuple(dilation) == (1, 1):
+        return None  # arm_convolve_1x1_s8*
+    if not (in_h == 1 and dilation[1] == 1 and k_h == 1 and (stride_w * in_c) % 4 == 0
+            and in_c == w_c):
+        return None
+    total = (out_w - 1) * stride_w + k_w - in_w
+    asym = total % 2
+    if pad_w * 2 + asym == total:
+        return None
+    return {"channels": in_c, "stride": stride_w, "padding": pad_w, "asym": asym,
+            "total": total}
+
+
 def cortex_m_op_name(target) -> str | None:
     """`quantized_conv2d` for `cortex_m.quantized_conv2d.default`, None for any other op."""
     text = str(getattr(target, "_op", target))

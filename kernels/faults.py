@@ -55,6 +55,13 @@ DEVICE_FAULTS: tuple[FaultEntry, ...] = (
                "{op} supports tensor rank 1 to {max_rank}, got rank {rank}: the kernel returns "
                "InvalidArgument on the device (transpose_out: expected tensor rank in "
                "[1, {max_rank}], got {rank})"),
+    FaultEntry("mve-conv-1xn-padding", "CMSIS-NN arm_convolve_1_x_n_s8, MVE path "
+               "(ARM_MATH_MVEI)",
+               "{op} is a 1xN convolution (input height 1, {channels} channels, stride {stride}) "
+               "that arm_convolve_wrapper_s8 hands to arm_convolve_1_x_n_s8, whose MVE path "
+               "requires twice the padding plus {asym} to equal the {total} column(s) of "
+               "padding the output uses; with padding {padding} it returns "
+               "ARM_CMSIS_NN_FAILURE (-3) on the {tier} tier (the host's C path accepts it)"),
     # EthosUBackend's delegate I/O copies (EthosUBackend.cpp), checked by the twin
     # (orchestrator/verification/twin.py): the backend logs the error and returns InvalidProgram.
     FaultEntry("npu-input-type", "EthosUBackend input copy (EthosUBackend.cpp)",

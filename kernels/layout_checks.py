@@ -8,7 +8,8 @@ CPU/NPU boundaries:
 - CMSIS-NN kernels that read 4-D activations as NHWC (conv, depthwise, pool, ...) need their
   input channels-last;
 - the raw-byte cortex_m kernels (add, mul, minimum, linear, ...) walk every operand in lockstep
-  with the output: operands of the output's shape need its dim_order;
+  with the output: operands of the output's shape need its dim_order; a broadcasting maximum or
+  minimum walks each tensor as the row-major layout of its sizes: all contiguous;
 - cortex_m::transpose (op_transpose.cpp) hands `arm_transpose_s8` the input's and the output's
   sizes and never their dim_order: it reads the input's bytes as the row-major layout of its
   sizes and writes the output's likewise, so both must be contiguous (a CRNN's permute of a
@@ -45,6 +46,12 @@ def is_layout_finding(check: str) -> bool:
 
 
 _VIEWS = frozenset({"view_copy", "_unsafe_view", "view"})
+# cortex_m ops whose kernel broadcasts by handing CMSIS-NN the tensors' sizes as its n, h, w, c
+# (op_maximum.cpp, op_minimum.cpp: "Create CMSIS-NN dims directly from tensor sizes"): a
+# broadcast walks every tensor's bytes as the row-major layout of its sizes, so all must be
+# contiguous (a (1, 2, 3, 1) by (4, 1, 1, 3) maximum in channels-last: 44 of 72 outputs wrong,
+# the same on the host and on QEMU).
+_BROADCAST_BY_SIZES = frozenset({"maximum", "minimum"})
 _RAW_WALK_PORTABLE = frozenset({"cat", "split_with_sizes_copy", "split_copy", "unbind_copy"}
                                | {name.split("::")[1] for name in SIZES_WALK_KERNELS})
 
@@ -111,6 +118,16 @@ def layout_findings(node: torch.fx.Node) -> list[tuple[str, dict]]:
             findings.append(("transpose-rank", {"op": "cortex_m::transpose",
                                                 "rank": inputs[0][1].dim(),
                                                 "max_rank": TRANSPOSE_MAX_RANK}))
+    if namespace == "cortex_m" and op in _BROADCAST_BY_SIZES and out is not None:
+        tensors = list(_tensor_inputs(node))
+        if any(tuple(t.shape) != tuple(out.shape) for _, t in tensors):
+            walked = tensors + [(node, out)]
+            for arg, t in walked:
+                if layouts_differ(tuple(t.shape), _order(t), tuple(range(t.dim()))):
+                    findings.append(("layout-raw-walk", {"op": f"cortex_m::{op}",
+                                                         "tensor": tensors[0][0].name,
+                                                         "order": _order(t)}))
+                    break
     if namespace == "aten" and (op in _VIEWS or op in _RAW_WALK_PORTABLE):
         for arg, t in _tensor_inputs(node):
             if layouts_differ(tuple(t.shape), _order(t), tuple(range(t.dim()))):

@@ -110,3 +110,33 @@ class Conv3d(nn.Module):
 def conv3d():
     torch.manual_seed(0)
     return Conv3d().eval(), (torch.randn(1, 2, 4, 6, 6),)
+
+
+class Conv1dStride2(nn.Module):
+    """Two stride-2 Conv1d (kernel 3, padding 1) with BatchNorm1d and ReLU, as upstream's
+    Conv1d tests and Silero VAD stack them: 1xN convolutions the MVE kernel refuses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.b1 = nn.Conv1d(4, 8, 3, stride=2, padding=1), nn.BatchNorm1d(8)
+        self.c2, self.b2 = nn.Conv1d(8, 8, 3, stride=2, padding=1), nn.BatchNorm1d(8)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))))
+
+
+def conv1d_stride2():
+    torch.manual_seed(0)
+    return _seeded(Conv1dStride2()), (torch.randn(1, 4, 32),)
+
+
+class Maximum(nn.Module):
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return torch.maximum(x, y)
+
+
+def maximum_broadcast_rank4():
+    """backends/cortex_m/test/ops/test_maximum.py's broadcast_rank4: (1, 2, 3, 1) and
+    (4, 1, 1, 3), which op_maximum.cpp broadcasts over the raw bytes by the sizes."""
+    return Maximum().eval(), (torch.linspace(-4, 4, 6).reshape(1, 2, 3, 1),
+                              torch.linspace(-6, 6, 12).reshape(4, 1, 1, 3))

@@ -143,3 +143,45 @@ def test_a_conv3d_is_refused_in_one_line_naming_the_kernel_not_an_internal_error
     assert code == 2, err
     assert len(err) == 1 and "aten::convolution" in err[0] and "internal" not in err[0], err
     assert not (tmp_path / "c3.pte").exists()
+
+
+def _faults(plan_json: Path) -> list[str]:
+    plan = json.loads(plan_json.read_text())
+    return [fault["check"] for op in plan["ops"] for fault in op.get("device_faults", [])]
+
+
+def test_the_mve_kernels_refusal_is_judged_before_the_plan_says_runs(tmp_path, capsys):
+    """On the Cortex-M55 the plan names the MVE 1xN convolution's refusal (the host's C path,
+    which the device check runs, accepts it) and --require-runnable fails; QEMU's M55 refuses
+    the program with the kernel's own status (upstream's behaviour); the M33's DSP path has no
+    such rule."""
+    m55 = tmp_path / "m55.json"
+    assert main(["plan", f"{MODELS}:conv1d_stride2", "--npu", "none", "--format", "json",
+                 "-o", str(m55), "--quiet", "--require-runnable"]) == 3
+    mve = "CMSIS-NN arm_convolve_1_x_n_s8, MVE path (ARM_MATH_MVEI)"
+    assert _faults(m55).count(mve) == 2, _faults(m55)
+    m33 = tmp_path / "m33.json"
+    assert main(["plan", f"{MODELS}:conv1d_stride2", "--npu", "none", "--cpu", "cortex-m33",
+                 "--format", "json", "-o", str(m33), "--quiet"]) == 0
+    assert mve not in _faults(m33)
+    capsys.readouterr()
+
+    qemu_or_missing()
+    pte = tmp_path / "m55.pte"
+    assert main(["compile", f"{MODELS}:conv1d_stride2", "--npu", "none", "-o", str(pte),
+                 "--quiet"]) == 0
+    assert "arm_convolve_1_x_n_s8" in capsys.readouterr().err  # the warning names it
+    assert main(["verify", "--qemu", str(pte)]) == 4
+    assert "arm_convolve_wrapper_s8 failed with status -3" in capsys.readouterr().err
+
+
+def test_a_broadcasting_maximum_walks_contiguous_tensors(tmp_path, capsys):
+    """cortex_m::maximum hands CMSIS-NN the sizes as n, h, w, c: a broadcast of channels-last
+    tensors paired the wrong elements (44 of 72 outputs, the twin agreeing with the kernel and
+    both off the reference); every tensor is now copied contiguous around it, and all agree
+    with the reference."""
+    host_runtime_or_missing().close()
+    qemu_or_missing()
+    out = _verified("maximum_broadcast_rank4", tmp_path, capsys, "--npu", "none")
+    assert _methods(out) == {"twin": "passed", "host runtime": "passed",
+                             "QEMU Cortex-M55": "passed"}, out

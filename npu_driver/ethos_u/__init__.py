@@ -139,6 +139,12 @@ def execute_backend_invocation(command_stream: bytes, regions: list,
     is sized by what the stream uses, so a Dedicated_Sram program can be computed; the bytes
     it needs are in `Counters.region_sizes`."""
     absent = tuple(i for i in (FAST_SCRATCH_REGION,) if i < len(regions) and not len(regions[i]))
+    # The weights region is the program's constant data (in flash where the firmware executes
+    # the .pte in place): read-only here as in run_partition, so the twin, the host runtime
+    # and the QEMU bridge refuse a stream that writes it alike (the bridge and the host
+    # runtime handed it over writable, and passed what the twin refused).
+    if regions and regions[WEIGHTS_REGION] is not None:
+        regions[WEIGHTS_REGION] = memoryview(regions[WEIGHTS_REGION]).toreadonly()
     return execute(command_stream, regions, accelerator, growable_regions=absent)
 
 

@@ -16,7 +16,8 @@ from executorch.exir.tensor import dim_order_from_stride
 from cost_models.cost import Cost
 from cost_models.graph_shapes import NodeInfo, describe, op_name
 from kernels.layout_checks import layout_findings
-from kernels.catalogue import CPU_KERNELS, cortex_m_op_name, specialised_function
+from kernels.catalogue import (CPU_KERNELS, cortex_m_op_name, mve_conv_1xn_refusal,
+                               specialised_function)
 from kernels.device_ops import device_operator_names
 from kernels.reference import is_portable_elementwise, same_dim_order_family
 from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
@@ -236,7 +237,8 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
                 _not_cmsis_reason(origin, node.target, decisions.get(origin), aten_target))
         current = describe(node)
         faults = (_dim_order_faults(node) if placement == "portable" else ()) + tuple(
-            because(check, **fields) for check, fields in layout_findings(node))
+            because(check, **fields) for check, fields in layout_findings(node)) + \
+            _tier_faults(node, target.tier)
         rows.append(OpPlacement(
             name=origin, op=info.op, kind=kind, placement=placement, partition=None,
             kernel=kernel, tier=target.tier if placement == "cmsis-nn" else None,
@@ -252,6 +254,24 @@ def op_key(target) -> str:
     text = op_name(target)
     parts = text.split(".")
     return f"{parts[0]}::{parts[1]}" if len(parts) >= 2 else text
+
+
+def _tier_faults(node: torch.fx.Node, tier: str) -> tuple[Reason, ...]:
+    """What the tier's own kernel path refuses that the host's C path (which the device check
+    runs) accepts: the MVE 1xN convolution's padding rule (kernels/catalogue.py)."""
+    if tier != "mve" or "quantized_conv2d" not in str(node.target):
+        return ()
+    vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args[:2]]
+    out = node.meta.get("val")
+    if not all(isinstance(v, torch.Tensor) and v.dim() == 4 for v in (*vals, out)):
+        return ()
+    refusal = mve_conv_1xn_refusal(tuple(vals[0].shape), tuple(vals[1].shape),
+                                   tuple(out.shape), tuple(node.args[3]), tuple(node.args[4]),
+                                   tuple(node.args[5]))
+    if refusal is None:
+        return ()
+    return (because("mve-conv-1xn-padding", op="cortex_m::quantized_conv2d", tier=tier,
+                    **refusal),)
 
 
 def _dim_order_faults(node: torch.fx.Node) -> tuple[Reason, ...]:
