@@ -200,6 +200,81 @@ def transpose_conv_padding_cropped(module: torch.fx.GraphModule) -> list[Workaro
     return fixes
 
 
+def grouped_transpose_conv_split(module: torch.fx.GraphModule) -> list[Workaround]:
+    """A transposed convolution of `groups` > 1 as one ungrouped transposed convolution per
+    group, on its slice of the input channels, concatenated (in place); the rewrite's report.
+
+    Upstream's Cortex-M pass turns a quantized grouped transposed convolution into
+    `cortex_m::quantized_transpose_conv2d` without its groups (CMSIS-NN's transpose kernels
+    have none): a (4, 4, 3, 3) weight of groups=2 became 4 output channels where the model has
+    8, and verify ended in an internal error; CortexMQuantizer leaves it float instead (3,600
+    MACs on the portable kernel). Ungrouped, each group is a transposed convolution every
+    engine takes, with the same values."""
+    target = torch.ops.aten.conv_transpose2d.input
+    fixes = []
+    for node in list(module.graph.nodes):
+        if node.op != "call_function" or node.target != target or len(node.args) < 7:
+            continue
+        groups = int(node.args[6])
+        x, weight, bias = node.args[0], node.args[1], node.args[2]
+        if groups <= 1 or not isinstance(weight, torch.fx.Node) or weight.op != "get_attr":
+            continue
+        w = _attribute(module, weight.target)
+        b = _attribute(module, bias.target) if isinstance(bias, torch.fx.Node) and \
+            bias.op == "get_attr" else None
+        if w is None or (bias is not None and b is None):
+            continue
+        cin_g, cout_g = w.shape[0] // groups, w.shape[1]
+        outputs = []
+        with module.graph.inserting_before(node):
+            for g in range(groups):
+                w_name = _new_attribute(module, f"{weight.target}_group{g}",
+                                        w[g * cin_g:(g + 1) * cin_g].detach().clone())
+                b_node = None
+                if b is not None:
+                    b_name = _new_attribute(module, f"{bias.target}_group{g}",
+                                            b[g * cout_g:(g + 1) * cout_g].detach().clone())
+                    b_node = module.graph.get_attr(b_name)
+                part = module.graph.call_function(torch.ops.aten.slice.Tensor,
+                                                  (x, 1, g * cin_g, (g + 1) * cin_g))
+                conv = module.graph.call_function(
+                    target, (part, module.graph.get_attr(w_name), b_node, *node.args[3:6], 1,
+                             *node.args[7:]))
+                for made in (part, conv):
+                    made.meta.update({k: v for k, v in node.meta.items()
+                                      if k in ("nn_module_stack", "stack_trace",
+                                               "source_fn_stack")})
+                outputs.append(conv)
+            joined = module.graph.call_function(torch.ops.aten.cat.default, (outputs, 1))
+        joined.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+        node.replace_all_uses_with(joined)
+        module.graph.erase_node(node)
+        fixes.append(Workaround(
+            _module_path(joined), "ExecuTorch 1.5.1 Cortex-M passes (transposed convolution "
+            "groups dropped)",
+            f"a transposed convolution of {groups} groups computed as {groups} ungrouped ones "
+            f"on {cin_g} input channels each, concatenated: the same values"))
+    if fixes:
+        module.graph.eliminate_dead_code()
+        module.recompile()
+    return fixes
+
+
+def _attribute(module: torch.nn.Module, dotted: str):
+    value = module
+    for part in str(dotted).split("."):
+        value = getattr(value, part, None)
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _new_attribute(module: torch.nn.Module, base: str, value: torch.Tensor) -> str:
+    name = base.replace(".", "_")
+    while hasattr(module, name):
+        name += "_"
+    module.register_parameter(name, torch.nn.Parameter(value, requires_grad=False))
+    return name
+
+
 def _pair(value, default: int) -> tuple[int, int]:
     if value is None:
         return default, default

@@ -140,3 +140,19 @@ def maximum_broadcast_rank4():
     (4, 1, 1, 3), which op_maximum.cpp broadcasts over the raw bytes by the sizes."""
     return Maximum().eval(), (torch.linspace(-4, 4, 6).reshape(1, 2, 3, 1),
                               torch.linspace(-6, 6, 12).reshape(4, 1, 1, 3))
+
+
+class GroupedTransposeConv(nn.Module):
+    """backends/cortex_m/test/ops/test_conv_transpose.py's groups=2 layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.ConvTranspose2d(4, 8, 3, stride=2, padding=1, groups=2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.up(x)
+
+
+def grouped_transpose_conv():
+    torch.manual_seed(0)
+    return GroupedTransposeConv().eval(), (torch.randn(1, 4, 4, 4),)

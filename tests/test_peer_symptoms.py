@@ -185,3 +185,15 @@ def test_a_broadcasting_maximum_walks_contiguous_tensors(tmp_path, capsys):
     out = _verified("maximum_broadcast_rank4", tmp_path, capsys, "--npu", "none")
     assert _methods(out) == {"twin": "passed", "host runtime": "passed",
                              "QEMU Cortex-M55": "passed"}, out
+
+
+def test_a_grouped_transpose_conv_runs_on_cmsis_nn_per_group(tmp_path, capsys):
+    """CPU-only, CortexMQuantizer left a groups=2 transposed convolution float on the portable
+    kernel; split per group, every MAC runs on CMSIS-NN and every method agrees."""
+    host_runtime_or_missing().close()
+    qemu_or_missing()
+    out = _verified("grouped_transpose_conv", tmp_path, capsys, "--npu", "none")
+    assert _methods(out) == {"twin": "passed", "host runtime": "passed",
+                             "QEMU Cortex-M55": "passed"}, out
+    plan = json.loads((tmp_path / "grouped_transpose_conv.artifacts" / "plan.json").read_text())
+    assert plan["summary"]["macs"]["portable"] == 0 and plan["summary"]["macs"]["cmsis-nn"] > 0
