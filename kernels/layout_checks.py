@@ -120,7 +120,8 @@ def layout_findings(node: torch.fx.Node) -> list[tuple[str, dict]]:
                                                 "max_rank": TRANSPOSE_MAX_RANK}))
     if namespace == "cortex_m" and op in _BROADCAST_BY_SIZES and out is not None:
         tensors = list(_tensor_inputs(node))
-        if any(tuple(t.shape) != tuple(out.shape) for _, t in tensors):
+        # A one-element operand (a hardswish's clamp bound) reads the same in any layout.
+        if any(tuple(t.shape) != tuple(out.shape) and t.numel() > 1 for _, t in tensors):
             walked = tensors + [(node, out)]
             for arg, t in walked:
                 if layouts_differ(tuple(t.shape), _order(t), tuple(range(t.dim()))):

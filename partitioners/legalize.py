@@ -360,9 +360,11 @@ def copy_to_kernel_layouts(program) -> list[Workaround]:
                 if isinstance(node.args[0], (list, tuple))
                 else [t for t in node.all_input_nodes if _val(t) is not None])
             for source in targets:
-                if tuple(_val(source).dim_order()) == order:
+                wanted = order if check != "layout-raw-walk" else \
+                    tuple(range(_val(source).dim()))  # each operand contiguous in its own rank
+                if tuple(_val(source).dim_order()) == wanted:
                     continue
-                copy = _layout_copy(graph, graph.inserting_before(node), source, order,
+                copy = _layout_copy(graph, graph.inserting_before(node), source, wanted,
                                     f"{origin}:to_kernel_layout", cache)
                 _replace_input(node, source, copy)
             copied_back = check == "layout-raw-walk" and \
