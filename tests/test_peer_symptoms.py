@@ -14,6 +14,10 @@ MODELS = Path(__file__).resolve().parent / "peer_symptom_models.py"
 
 
 def _verified(factory: str, tmp_path, capsys, *target: str) -> str:
+    """Compile `factory` for `target` (no "cannot run" warning) and `verify` it: the twin, the
+    host runtime and QEMU's Cortex-M55 each pass. What verify printed."""
+    host_runtime_or_missing().close()
+    qemu_or_missing()
     pte = tmp_path / f"{factory}.pte"
     assert main(["compile", f"{MODELS}:{factory}", *target, "-o", str(pte), "--quiet"]) == 0, \
         capsys.readouterr().err
@@ -21,6 +25,8 @@ def _verified(factory: str, tmp_path, capsys, *target: str) -> str:
     code = main(["verify", str(pte), "--samples", "2"])
     out = capsys.readouterr().out
     assert code == 0, out
+    assert _methods(out) == {"twin": "passed", "host runtime": "passed",
+                             "QEMU Cortex-M55": "passed"}, out
     return out
 
 
@@ -36,22 +42,14 @@ def _methods(out: str) -> dict[str, str]:
 def test_an_lstm_returning_its_tuple_verifies_on_every_method(tmp_path, capsys):
     """Its outputs are `output, (h, c)`: verify compares the program's three flat outputs with
     the model's nested ones (it raised AttributeError: 'tuple' object has no attribute 'float')."""
-    host_runtime_or_missing().close()
-    qemu_or_missing()
     out = _verified("lstm_tuple", tmp_path, capsys, "--npu", "none")
-    assert _methods(out) == {"twin": "passed", "host runtime": "passed",
-                             "QEMU Cortex-M55": "passed"}, out
     assert "output 2 " in out, out  # output, h and c: three program outputs compared
 
 
 def test_an_index_with_whole_dimensions_runs_in_the_twin(tmp_path, capsys):
     """aten::index.Tensor_out with `Tensor?[]` indices holding None: the twin computed nothing
     (torch refused the list) and so no method ran; now all three pass."""
-    host_runtime_or_missing().close()
-    qemu_or_missing()
-    out = _verified("index_none", tmp_path, capsys, "--npu", "none")
-    assert _methods(out) == {"twin": "passed", "host runtime": "passed",
-                             "QEMU Cortex-M55": "passed"}, out
+    _verified("index_none", tmp_path, capsys, "--npu", "none")
 
 
 def test_a_partition_the_arm_backend_cannot_lower_leaves_the_npu_with_its_words(tmp_path,
@@ -83,11 +81,7 @@ def test_a_broadcast_whose_strides_give_an_odd_dim_order_compiles_and_runs(tmp_p
     said (0, 3, 2, 1), which no kernel or upstream copy takes: an internal error), and the plan
     checks the kernels' dim orders as the program stores them (a size-1 dimension's place made
     it warn that the device cannot run the program, which it ran)."""
-    host_runtime_or_missing().close()
-    qemu_or_missing()
-    out = _verified("mul_broadcast_3", tmp_path, capsys, "--npu", "none")
-    assert _methods(out) == {"twin": "passed", "host runtime": "passed",
-                             "QEMU Cortex-M55": "passed"}, out
+    _verified("mul_broadcast_3", tmp_path, capsys, "--npu", "none")
 
 
 def test_cmsis_nn_transpose_conv_drops_rows_when_padding_is_not_a_multiple_of_stride(tmp_path):
@@ -123,11 +117,7 @@ def test_cmsis_nn_transpose_conv_drops_rows_when_padding_is_not_a_multiple_of_st
 def test_that_transpose_conv_runs_on_cmsis_nn_with_the_right_values(tmp_path, capsys):
     """compile crops with a padding the kernel gets right and slices the rest off: CMSIS-NN
     still runs it, and the twin, the host runtime and QEMU agree."""
-    host_runtime_or_missing().close()
-    qemu_or_missing()
-    out = _verified("transpose_conv_relu", tmp_path, capsys, "--npu", "none")
-    assert _methods(out) == {"twin": "passed", "host runtime": "passed",
-                             "QEMU Cortex-M55": "passed"}, out
+    _verified("transpose_conv_relu", tmp_path, capsys, "--npu", "none")
     plan = json.loads((tmp_path / "transpose_conv_relu.artifacts" / "plan.json").read_text())
     conv = next(o for o in plan["ops"] if o["op"] == "aten.convolution.default")
     assert conv["placement"] == "cmsis-nn" and conv["kernel"] == "arm_transpose_conv_wrapper_s8"
@@ -180,20 +170,12 @@ def test_a_broadcasting_maximum_walks_contiguous_tensors(tmp_path, capsys):
     tensors paired the wrong elements (44 of 72 outputs, the twin agreeing with the kernel and
     both off the reference); every tensor is now copied contiguous around it, and all agree
     with the reference."""
-    host_runtime_or_missing().close()
-    qemu_or_missing()
-    out = _verified("maximum_broadcast_rank4", tmp_path, capsys, "--npu", "none")
-    assert _methods(out) == {"twin": "passed", "host runtime": "passed",
-                             "QEMU Cortex-M55": "passed"}, out
+    _verified("maximum_broadcast_rank4", tmp_path, capsys, "--npu", "none")
 
 
 def test_a_grouped_transpose_conv_runs_on_cmsis_nn_per_group(tmp_path, capsys):
     """CPU-only, CortexMQuantizer left a groups=2 transposed convolution float on the portable
     kernel; split per group, every MAC runs on CMSIS-NN and every method agrees."""
-    host_runtime_or_missing().close()
-    qemu_or_missing()
-    out = _verified("grouped_transpose_conv", tmp_path, capsys, "--npu", "none")
-    assert _methods(out) == {"twin": "passed", "host runtime": "passed",
-                             "QEMU Cortex-M55": "passed"}, out
+    _verified("grouped_transpose_conv", tmp_path, capsys, "--npu", "none")
     plan = json.loads((tmp_path / "grouped_transpose_conv.artifacts" / "plan.json").read_text())
     assert plan["summary"]["macs"]["portable"] == 0 and plan["summary"]["macs"]["cmsis-nn"] > 0
