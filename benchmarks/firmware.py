@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.firmware import load_record, make_firmware, firmware_run_lines  # noqa: E402
 from orchestrator.firmware.footprint import footprint  # noqa: E402
-from platforms.runner_build import build_firmware, read_operators  # noqa: E402
+from kernels.native.operators import read_operators  # noqa: E402
+from platforms.firmware_recipe import build_firmware  # noqa: E402
 
 MODELS = ("ds-cnn", "mobilenet-v1-025", "resnet8", "deep-autoencoder")
 

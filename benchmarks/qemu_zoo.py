@@ -114,7 +114,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from platforms.qemu import run_bpte_on_qemu
-    from platforms.runner_build import QemuUnavailable, build_firmware, read_operators
+    from kernels.native.errors import QemuUnavailable
+    from kernels.native.operators import read_operators
+    from platforms.firmware_recipe import build_firmware
 
     out = args.out or Path(tempfile.mkdtemp(prefix="qemu-zoo-"))
     out.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,9 @@
 """The one folder every build and compile cache of orchestrate lives under.
 
 `$ORCHESTRATE_CACHE_DIR` when set, else `$XDG_CACHE_HOME/orchestrate`, else
-`~/.cache/orchestrate`. The host-runtime library (kernels/host_runtime), the Corstone runner
-firmware (platforms/runner_build.py) and the capture/quantization cache (orchestrator/artifacts/cache.py) each keep
-a subfolder of it.
+`~/.cache/orchestrate`. Every native build (kernels/native/: the host-runtime library, the
+runner firmware, the fetched sources) and the capture/quantization cache
+(orchestrator/artifacts/cache.py) each keep a subfolder of it.
 """
 
 from __future__ import annotations

@@ -28,19 +28,18 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-
-from kernels.native_build import TREE_ENVS, source_tree, sources_hint
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from kernels.host_runtime.build import (BuiltLibrary, HostRuntimeUnavailable, build,
-                                        default_cache_dir)
 from kernels.host_runtime.session import (InstructionOutput, LibraryError, RawValue, RuntimeSession,
                                           SessionError)
 from kernels.host_runtime.worker import receive, send
+from kernels.native.errors import HostRuntimeUnavailable
+from kernels.native.host import BuiltLibrary, build, default_cache_dir
+from kernels.native.sources import TREE_ENVS, source_tree, sources_hint
 from kernels.program_view import ProgramView
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -146,7 +145,7 @@ def missing_operators(log: str) -> tuple[str, ...]:
 class Sources:
     executorch_src: Path
     cmsis_nn_src: Path
-    origin: str  # where the trees were found (kernels.native_build.third_party_root)
+    origin: str  # where the trees were found (kernels.native.sources.third_party_root)
 
 
 @dataclass(frozen=True)
@@ -176,7 +175,7 @@ class RuntimeRun:
 
 def find_sources(executorch_src: str | Path | None = None,
                  cmsis_nn_src: str | Path | None = None) -> Sources:
-    """Where the upstream sources are (kernels.native_build.source_tree: argument, then the
+    """Where the upstream sources are (kernels.native.sources.source_tree: argument, then the
     tree's variable, then $ORCHESTRATE_THIRD_PARTY, then ../shared/third_party). Raises
     RuntimeUnavailable when a tree is not there."""
     chosen = [source_tree("executorch", executorch_src), source_tree("cmsis-nn", cmsis_nn_src)]

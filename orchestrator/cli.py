@@ -20,8 +20,8 @@ from pathlib import Path
 
 from examples.zoo_index import ZOO_MODELS
 from kernels.cache_root import cache_root
-from kernels.native_build import (PINNED, SourceFetchError, fetch_sources, fetched_commit,
-                                  source_tree, sources_hint)
+from kernels.native.sources import (PINNED, SourceFetchError, fetch_sources, fetched_commit,
+                                    source_tree, sources_hint)
 from orchestrator import api
 from orchestrator.artifacts.manifest import Manifest, artifacts_dir_for
 from orchestrator.artifacts.files import (atomic_write_bytes, check_output_file, check_outputs,

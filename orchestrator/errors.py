@@ -7,7 +7,7 @@ failed gate (3), a failed verification (4) and a check that could not run (5).
 from npu_driver.payload import PayloadError
 from platforms.fvp import FvpUnavailable
 from platforms.platform import PlatformError
-from platforms.runner_build import QemuUnavailable
+from kernels.native.errors import QemuUnavailable
 
 
 class OrchestrateError(Exception):

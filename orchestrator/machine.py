@@ -15,11 +15,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernels.native_build import PINNED, THIRD_PARTY_ENV, source_tree, third_party_root
+from kernels.native.errors import QemuUnavailable
+from kernels.native.sources import PINNED, THIRD_PARTY_ENV, source_tree, third_party_root
+from kernels.native.toolchains import find_qemu, find_toolchain
 from platforms import PlatformError, list_platforms, load_platform
 from platforms.fvp import FVP_DIR_ENV, find_fvp
-from platforms.runner_build import (QemuUnavailable, find_qemu, find_toolchain,
-                                    load_firmware_config, platform_title)
+from platforms.firmware_recipe import load_firmware_config, platform_title
 
 ARM_TOOLCHAIN_FIX = ("apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi "
                      "libstdc++-arm-none-eabi-newlib (or set $ORCHESTRATE_ARM_TOOLCHAIN)")

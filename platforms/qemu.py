@@ -1,4 +1,5 @@
-"""Run a BundleIO `.bpte` on QEMU with the platform's runner firmware (platforms/runner_build.py).
+"""Run a BundleIO `.bpte` on QEMU with the platform's runner firmware (platforms/firmware_recipe.py,
+kernels/native/runner.py).
 
 QEMU's `mps3-an547` machine is the Corstone-300 FPGA image (SSE-300, Cortex-M55 with MVE) without
 an Ethos-U model. One firmware serves every program with the same operators: the harness writes a
@@ -29,10 +30,13 @@ from types import MappingProxyType
 from platforms.fvp import parse_runner_log
 from platforms.platform import MemoryRegion, Platform, load_platform
 from platforms.qemu_npu_bridge import BridgeServer
-from platforms.runner_build import (Firmware, FirmwareConfig, NoEthosUInQemu, NoRunnerForPlatform,
-                                    QemuUnavailable, build_firmware, core_name, find_qemu,
-                                    load_firmware_config, platform_title, ram_regions,
-                                    read_operators)
+from kernels.native.errors import QemuUnavailable
+from kernels.native.operators import read_operators
+from kernels.native.runner import Firmware
+from kernels.native.toolchains import find_qemu
+from platforms.firmware_recipe import (FirmwareConfig, NoEthosUInQemu, NoRunnerForPlatform,
+                                       build_firmware, core_name, load_firmware_config,
+                                       platform_title, ram_regions)
 from platforms.runner_protocol import (CALIBRATION, CASE_RESULT, CASE_TICKS, CONSTANT_SEGMENT,
                                        ET_LOG_PREFIX, EXECUTE, EXIT_MEANING, MAILBOX,
                                        MAILBOX_MAGIC, MAILBOX_PLANNED, MAILBOX_VERSION,

@@ -35,7 +35,9 @@ def host_runtime_or_missing():
 
 def qemu_or_missing() -> None:
     """Return when the Corstone-300 runner can be built and run on QEMU here."""
-    from platforms.runner_build import QemuUnavailable, find_qemu, find_third_party, find_toolchain
+    from kernels.native.errors import QemuUnavailable
+    from kernels.native.sources import find_third_party
+    from kernels.native.toolchains import find_qemu, find_toolchain
 
     try:
         find_toolchain()

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("orchestrator", "partitioners", "cost_models", "kernels", "npu_driver", "platforms",
             "examples")
 # Who may import whom: orchestrator sits on top; partitioners use kernels' catalogue; platforms
-# use kernels' cache root (the runner firmware builds the device kernels); the rest are leaves
+# use kernels' native-build room (kernels/native/: the runner firmware); the rest are leaves
 # (examples: the model zoo, imported by the model loader).
 ALLOWED = {
     "orchestrator": set(PACKAGES),
@@ -235,11 +235,12 @@ def test_the_reasons_document_is_generated_from_the_catalogue():
 
 def test_one_variable_points_every_native_build_at_the_third_party_sources(tmp_path, monkeypatch):
     """$ORCHESTRATE_THIRD_PARTY means one thing to the host runtime and the runner firmware
-    (kernels/native_build.py): both look in the folder it names and say so."""
+    (kernels/native/sources.py): both look in the folder it names and say so."""
     import pytest
 
     from kernels.runtime import RuntimeUnavailable, find_sources
-    from platforms.runner_build import ThirdPartySourcesNotFound, find_third_party
+    from kernels.native.errors import ThirdPartySourcesNotFound
+    from kernels.native.sources import find_third_party
 
     empty = tmp_path / "sources"
     empty.mkdir()

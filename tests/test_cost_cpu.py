@@ -271,7 +271,7 @@ def test_npu_invocation_maintains_the_cache_over_the_scratch_only():
 
     from cost_models.npu import VelaPartitionEstimate
     from cost_models.plan_costs import attach_costs
-    from kernels import native_build
+    from kernels.native import sources as native_sources
 
     @dataclass(frozen=True)
     class Row:
@@ -297,7 +297,7 @@ def test_npu_invocation_maintains_the_cache_over_the_scratch_only():
 
     assert invocation(16_000, 29_712) == invocation(16_000, 297_120)
     assert invocation(32_000, 29_712) - invocation(16_000, 29_712) == 500 * 6  # 500 more lines
-    root, _ = native_build.third_party_root()
+    root, _ = native_sources.third_party_root()
     driver = root / "ethos-u-core-driver" / "src" / "ethosu_driver.c"
     if driver.is_file():  # the driver the firmware links: its default masks
         assert ("ethosu_set_basep_cache_mask(drv, (1 << SCRATCH_BASE_ADDR_INDEX), "

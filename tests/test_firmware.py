@@ -16,7 +16,7 @@ from orchestrator.errors import NotRun, UserError
 from orchestrator.firmware import load_record, make_firmware, run_on_qemu
 from orchestrator.firmware.footprint import footprint
 from orchestrator.verification.twin import run_twin
-from platforms.firmware_project import BUILD_DIR, ELF_NAME
+from orchestrator.firmware.spec import BUILD_DIR, ELF_NAME
 from tests.device_tools import missing, qemu_or_missing
 
 
@@ -61,7 +61,7 @@ def test_model_io_header_states_the_programs_io(program, project):
 
 def test_release_firmware_on_qemu_gives_the_twins_bytes(program, project):
     from orchestrator.firmware import example_input_bytes, logical_input
-    from platforms.firmware_project import IoTensor
+    from orchestrator.firmware.spec import IoTensor
 
     run = run_on_qemu(project.folder)
     assert run.exit_code == 0, run.log

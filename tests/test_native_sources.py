@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from kernels import native_build
+from kernels.native import sources as native_sources
 from orchestrator.cli import main
 
 MARKERS = {"executorch": "runtime/executor/method.cpp", "cmsis-nn": "Include/arm_nnfunctions.h",
@@ -26,7 +26,7 @@ def _git(*args, cwd):
 def mirrors(tmp_path, monkeypatch):
     """Four local repositories, PINNED at their commits, and a cache and no default sources."""
     pinned, urls = [], {}
-    for source in native_build.PINNED:
+    for source in native_sources.PINNED:
         repo = tmp_path / "mirrors" / source.name
         (repo / MARKERS[source.name]).parent.mkdir(parents=True)
         (repo / MARKERS[source.name]).write_text(f"// {source.name}\n")
@@ -40,8 +40,8 @@ def mirrors(tmp_path, monkeypatch):
         _git("commit", "-q", "-m", "later", cwd=repo)
         pinned.append(replace(source, url=str(repo), commit=commit))
         urls[source.name] = str(repo)
-    monkeypatch.setattr(native_build, "PINNED", tuple(pinned))
-    monkeypatch.setattr(native_build, "DEFAULT_THIRD_PARTY", tmp_path / "no-shared")
+    monkeypatch.setattr(native_sources, "PINNED", tuple(pinned))
+    monkeypatch.setattr(native_sources, "DEFAULT_THIRD_PARTY", tmp_path / "no-shared")
     monkeypatch.setenv("ORCHESTRATE_CACHE_DIR", str(tmp_path / "cache"))
     for name in ("ORCHESTRATE_THIRD_PARTY", "ORCHESTRATE_EXECUTORCH_SRC",
                  "ORCHESTRATE_CMSIS_NN_SRC"):
@@ -52,22 +52,22 @@ def mirrors(tmp_path, monkeypatch):
 def test_fetch_clones_each_pinned_commit_and_the_builds_find_the_trees(mirrors, tmp_path,
                                                                        capsys):
     from kernels.runtime import find_sources
-    from platforms.runner_build import find_third_party
+    from kernels.native.sources import find_third_party
 
     assert main(["sources", "fetch"]) == 0
     root = tmp_path / "cache" / "sources"
-    for source in native_build.PINNED:
+    for source in native_sources.PINNED:
         tree = root / source.name
         assert (tree / MARKERS[source.name]).is_file()
         assert not (tree / "later.txt").exists()  # the pinned commit, not the branch head
-        assert native_build.fetched_commit(tree) == source.commit
+        assert native_sources.fetched_commit(tree) == source.commit
     assert find_third_party().root == root.resolve()
     sources = find_sources()
     assert sources.executorch_src == (root / "executorch").resolve()
     assert sources.cmsis_nn_src == (root / "cmsis-nn").resolve()
     capsys.readouterr()
     assert main(["sources", "fetch"]) == 0  # already there: nothing fetched again
-    assert capsys.readouterr().out.count(": already at ") == len(native_build.PINNED)
+    assert capsys.readouterr().out.count(": already at ") == len(native_sources.PINNED)
     assert main(["sources"]) == 0
     assert "orchestrate sources fetch" in capsys.readouterr().out
 

@@ -3,7 +3,7 @@ itself against the host twin with the real ExecuTorch runtime and CMSIS-NN kerne
 
 Skipped with "not run: ..." where the arm-none-eabi toolchain, qemu-system-arm or the third-party
 sources are missing. The firmware is built once per operator set and cached (see
-platforms/runner_build.py), so only the first session on a machine pays for the build.
+platforms/firmware_recipe.py, kernels/native/runner.py), so only the first session on a machine pays for the build.
 """
 
 from __future__ import annotations
@@ -18,19 +18,11 @@ from tests.device_tools import in_ci, missing
 
 from platforms import load_platform
 from platforms.qemu import _plan_regions, run_bpte_on_qemu
-from platforms.runner_build import (
-    KernelsMissing,
-    NoEthosUInQemu,
-    QemuNotFound,
-    QemuUnavailable,
-    build_firmware,
-    find_qemu,
-    find_third_party,
-    find_toolchain,
-    load_firmware_config,
-    read_operators,
-    select_operators,
-)
+from kernels.native.errors import KernelsMissing, QemuNotFound, QemuUnavailable
+from kernels.native.operators import read_operators, select_operators
+from kernels.native.sources import find_third_party
+from kernels.native.toolchains import find_qemu, find_toolchain
+from platforms.firmware_recipe import NoEthosUInQemu, build_firmware, load_firmware_config
 
 
 def _why_not_runnable() -> str | None:

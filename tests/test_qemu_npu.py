@@ -4,7 +4,7 @@ each command stream over semihosting to the host, where the Ethos-U55/U65 functi
 it (platforms/qemu_npu_bridge.py, orchestrator/device_runs/qemu_npu.py).
 
 One firmware build per module (the `firmware` fixture; cached across sessions by
-platforms/runner_build.py). Under CI=true a missing toolchain, QEMU or source tree fails these tests
+platforms/firmware_recipe.py). Under CI=true a missing toolchain, QEMU or source tree fails these tests
 (tests/device_tools.py); locally it skips them.
 """
 
@@ -121,7 +121,8 @@ def firmware(ds_cnn):
     """The NPU build of the runner for ds-cnn's operators: built once for this module."""
     qemu_or_missing()
     from orchestrator.artifacts.manifest import Manifest
-    from platforms.runner_build import build_firmware, read_operators
+    from kernels.native.operators import read_operators
+    from platforms.firmware_recipe import build_firmware
 
     return build_firmware(read_operators(Manifest.load(ds_cnn).file("operators.txt")),
                           npu_product="ethos-u55")

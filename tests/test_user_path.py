@@ -112,13 +112,14 @@ def test_an_installed_package_names_the_fetch_not_a_path_beside_site_packages(
         tmp_path, monkeypatch, capsys):
     """Outside a checkout there is no ../shared/third_party: the default is the fetched trees,
     and every message says how to get the sources."""
-    from kernels import native_build
-    from platforms.runner_build import QemuUnavailable, find_third_party
+    from kernels.native import sources as native_sources
+    from kernels.native.errors import QemuUnavailable
+    from kernels.native.sources import find_third_party
 
-    monkeypatch.setattr(native_build, "IN_CHECKOUT", False)
+    monkeypatch.setattr(native_sources, "IN_CHECKOUT", False)
     monkeypatch.delenv("ORCHESTRATE_THIRD_PARTY", raising=False)
     monkeypatch.setenv("ORCHESTRATE_CACHE_DIR", str(tmp_path / "cache"))
-    root, origin = native_build.third_party_root()
+    root, origin = native_sources.third_party_root()
     assert root == (tmp_path / "cache" / "sources").resolve() and origin == "nothing fetched yet"
     with pytest.raises(QemuUnavailable) as refused:
         find_third_party()

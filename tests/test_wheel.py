@@ -2,7 +2,7 @@
 the device commands work from it, outside the checkout.
 
 An editable install reads the checkout, so the rest of the suite cannot see a file the wheel
-forgot (13 C and header files once: the runner's `npu/` folder and `platforms/firmware/`).
+forgot (13 C and header files once: the runner's `npu/` folder and the firmware templates, then in `platforms/firmware/`).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _user_venv(wheel: Path, where: Path) -> Path:
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """`argv` as a user runs it: no PYTHONPATH, the third-party sources named by
     $ORCHESTRATE_THIRD_PARTY (an installed package has no checkout to find them beside)."""
-    from kernels.native_build import THIRD_PARTY_ENV, third_party_root
+    from kernels.native.sources import THIRD_PARTY_ENV, third_party_root
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
     env[THIRD_PARTY_ENV] = str(third_party_root()[0])
@@ -93,7 +93,7 @@ def test_installed_wheel_runs_a_hybrid_program_on_qemu_and_its_firmware(wheel, t
     """From a venv outside the checkout with only the wheel installed: compile a U55-128
     program, `verify --qemu` it (the runner with its NPU bridge is built from the wheel's C
     sources) and `firmware --npu-device qemu-bridge --run` it (the release firmware's sources
-    are the wheel's `platforms/firmware/`)."""
+    are the wheel's `orchestrator/firmware/templates/`)."""
     qemu_or_missing()
     orchestrate = _user_venv(wheel, tmp_path / "venv")
     work = tmp_path / "work"

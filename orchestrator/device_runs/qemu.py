@@ -27,7 +27,8 @@ from orchestrator.errors import NotRun, UserError, VerificationFailure
 from orchestrator.verification.methods import QEMU, MethodResult
 from platforms.platform import PlatformError, list_platforms, load_platform
 from platforms.qemu import run_bpte_on_qemu
-from platforms.runner_build import QemuUnavailable, load_firmware_config
+from kernels.native.errors import QemuUnavailable
+from platforms.firmware_recipe import load_firmware_config
 from platforms.runner_protocol import EXECUTE
 
 if TYPE_CHECKING:  # types only: platforms.qemu is imported where a run needs it

@@ -1,7 +1,8 @@
 """`orchestrate firmware`: from a compiled `.pte` to a firmware project a product team builds.
 
-This room owns the step from a checked artifacts folder to `platforms.firmware_project`'s
-project: the program's inputs and outputs read from the `.pte` (kernels.program_view), the
+This room owns the step from a checked artifacts folder to a firmware project (`project.py`,
+writing what `generated.py` renders from a `FirmwareSpec`, `spec.py`): the program's inputs and
+outputs read from the `.pte` (kernels.program_view), the
 memory placement read from the plan the compile wrote, the example inputs, the atomic write of
 the project folder, its build (CMake), its run on QEMU (`run_on_qemu`) and its measured
 footprint (`footprint.py`, `orchestrate size --firmware`).
@@ -23,19 +24,21 @@ import torch
 
 from kernels.cache_root import cache_root
 from kernels.dtypes import SCALAR_TYPE_NAMES
+from kernels.native.errors import FirmwareBuildError, QemuUnavailable
+from kernels.native.sources import find_third_party
+from kernels.native.toolchains import find_toolchain
 from kernels.program_view import ProgramView, Value
 from kernels.safe_files import DataFileError, load_json
 from orchestrator.artifacts.manifest import Manifest
 from orchestrator.device_runs.qemu import fast_scratch_bytes, installed_platform
 from orchestrator.device_runs.qemu_npu import QemuNpuHandler
 from orchestrator.errors import NotRun, UserError
+from orchestrator.firmware.project import build_project, write_project
+from orchestrator.firmware.spec import (BUILD_DIR, ELF_NAME, NPU_DEVICES, PROFILES, RECORD_NAME,
+                                        FirmwareSpec, IoTensor, PlannedBuffer)
 from orchestrator.verification.twin import load_twin, run_twin
-from platforms.firmware_project import (BUILD_DIR, ELF_NAME, NPU_DEVICES, PROFILES,
-                                        RECORD_NAME, FirmwareSpec, IoTensor, PlannedBuffer,
-                                        board_recipe, build_project, write_project)
+from platforms.firmware_recipe import board_recipe
 from platforms.qemu import run_elf
-from platforms.runner_build import (FirmwareBuildError, QemuUnavailable, find_third_party,
-                                    find_toolchain)
 
 # The method pool holds the runtime's per-method structures: an EValue per value (16 B on a
 # 32-bit core), a TensorImpl with its sizes, dim order and strides per tensor, the argument

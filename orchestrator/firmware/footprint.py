@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import UserError
-from platforms.firmware_project import BUILD_DIR, MAP_NAME
-from platforms.runner_build import QemuUnavailable, find_toolchain
+from kernels.native.errors import QemuUnavailable
+from kernels.native.toolchains import find_toolchain
+from orchestrator.firmware.spec import BUILD_DIR, MAP_NAME
 
 # Output sections by what they take.
 _FLASH_CODE = (".vectors", ".text", ".ARM.extab", ".ARM.exidx", ".preinit_array", ".init_array",

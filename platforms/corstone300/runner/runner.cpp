@@ -239,7 +239,7 @@ void report_mismatch(Method& method, const bundled_program_flatbuffer::BundledMe
 }
 
 #if defined(ET_EVENT_TRACER_ENABLED)
-// The trace build (platforms/runner_build.py, trace=True): for every instruction of the method, its
+// The trace build (kernels/native/runner.py, trace=True): for every instruction of the method, its
 // clock ticks and a CRC-32 of each tensor its kernel logged (the outputs), so a mismatch can be
 // traced to the first operator whose bytes differ from the host twin's, and the whole inference
 // (Method::execute); `verify --qemu --profile` writes these as an ETDump. Records are printed after

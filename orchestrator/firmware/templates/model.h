@@ -1,5 +1,5 @@
 /*
- * The model's C API, generated into every `orchestrate firmware` project (platforms/firmware/).
+ * The model's C API, generated into every `orchestrate firmware` project (orchestrator/firmware/templates/).
  *
  *   model_init() once: loads the program embedded in the firmware and its method, with every
  *   buffer in the memory region the plan chose (model_memory.c, memory.ld).

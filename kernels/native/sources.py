@@ -1,9 +1,8 @@
-"""What every native build of orchestrate shares: where the third-party sources are, how many
-jobs to run, how inputs are hashed into a cache key and how a result is written.
+"""Where the third-party sources of every native build are: the folder, each tree, the pinned
+commits `orchestrate sources fetch` clones, and the content digest of what a firmware reads.
 
-Used by the host runtime (kernels/host_runtime/build.py, kernels/runtime.py) and the Corstone
-runner firmware (platforms/runner_build.py); a new native part (a release firmware, a native
-helper) uses it too, so one environment variable means one thing everywhere:
+One environment variable means one thing to the host runtime (kernels/native/host.py), the
+runner firmware (kernels/native/runner.py) and `orchestrate firmware`'s projects:
 
     ORCHESTRATE_THIRD_PARTY     a folder holding executorch/, cmsis-nn/, flatbuffers/,
                                 ethos-u-core-driver/ (default: ../shared/third_party beside
@@ -11,16 +10,12 @@ helper) uses it too, so one environment variable means one thing everywhere:
                                 fetch` cloned into <cache>/sources)
     ORCHESTRATE_EXECUTORCH_SRC  one tree, overriding the folder above (likewise
     ORCHESTRATE_CMSIS_NN_SRC    ..._CMSIS_NN_SRC)
-    ORCHESTRATE_BUILD_JOBS      parallel compile jobs (default: min(2, cores))
-    ORCHESTRATE_CACHE_DIR       the cache root every build keeps a subfolder of
-                                (kernels/cache_root.py)
 
 Source trees are read where they lie and never copied into the project.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -29,17 +24,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernels.cache_root import cache_root
+from kernels.native.cache import build_cache, tree_digest
+from kernels.native.errors import ThirdPartySourcesNotFound
 
 THIRD_PARTY_ENV = "ORCHESTRATE_THIRD_PARTY"
-JOBS_ENV = "ORCHESTRATE_BUILD_JOBS"
 TREE_ENVS = {"executorch": "ORCHESTRATE_EXECUTORCH_SRC", "cmsis-nn": "ORCHESTRATE_CMSIS_NN_SRC"}
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 # A checkout has its pyproject.toml beside the packages; an installed wheel (site-packages) has
 # no "beside this repository", so there the default is only the fetched trees.
 IN_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file()
 DEFAULT_THIRD_PARTY = REPO_ROOT.parent / "shared" / "third_party"
-MAX_DEFAULT_JOBS = 2
 
 
 @dataclass(frozen=True)
@@ -201,47 +195,40 @@ def source_tree(name: str, given: str | Path | None = None,
     return base / name, origin
 
 
-def build_jobs() -> int:
-    """Parallel compile jobs: $ORCHESTRATE_BUILD_JOBS, else min(2, cores)."""
-    named = os.environ.get(JOBS_ENV)
-    if named and named.isdigit() and int(named) > 0:
-        return int(named)
-    return max(1, min(MAX_DEFAULT_JOBS, os.cpu_count() or 1))
+@dataclass(frozen=True)
+class ThirdParty:
+    """The source trees a firmware is compiled from."""
+
+    root: Path
+    executorch: Path
+    cmsis_nn: Path
+    flatbuffers: Path
+    ethos_u_driver: Path  # the Ethos-U core driver (only an NPU build needs it)
 
 
-def build_cache(kind: str) -> Path:
-    """The cache folder of one kind of build (`host_runtime`, `firmware`, ...)."""
-    return cache_root() / kind
+def find_third_party(root: str | Path | None = None) -> ThirdParty:
+    """The source snapshot: `root`, else $ORCHESTRATE_THIRD_PARTY, else ../shared/third_party."""
+    base, origin = third_party_root(root)
+    needed = {
+        "executorch": base / "executorch" / "runtime" / "executor" / "method.cpp",
+        "cmsis-nn": base / "cmsis-nn" / "Include" / "arm_nnfunctions.h",
+        "flatbuffers": base / "flatbuffers" / "include" / "flatbuffers" / "flatbuffers.h",
+    }
+    missing = [name for name, marker in needed.items() if not marker.is_file()]
+    if missing:
+        raise ThirdPartySourcesNotFound(
+            f"no {', '.join(missing)} sources in {base} ({origin}); {sources_hint()}"
+        )
+    return ThirdParty(base, base / "executorch", base / "cmsis-nn", base / "flatbuffers",
+                      base / "ethos-u-core-driver")
 
 
-def digest(*parts: str | bytes) -> str:
-    """SHA-256 of `parts`, each terminated so ("ab", "c") and ("a", "bc") differ."""
-    hashed = hashlib.sha256()
-    for part in parts:
-        hashed.update(part.encode() if isinstance(part, str) else part)
-        hashed.update(b"\0")
-    return hashed.hexdigest()
-
-
-def tree_digest(paths: Iterable[Path], relative_to: Path) -> str:
-    """Content digest of every file under `paths`, named relative to `relative_to`."""
-    hashed = hashlib.sha256()
-    for top in paths:
-        files = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file())
-        for path in files:
-            hashed.update(str(path.relative_to(relative_to)).encode() + b"\0")
-            hashed.update(hashlib.sha256(path.read_bytes()).digest())
-    return hashed.hexdigest()
-
-
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write `path` through a temporary sibling, so a reader never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data.encode() if isinstance(data, str) else data)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+def source_tree_digest(third_party: ThirdParty) -> str:
+    """The content digest of every source tree a firmware build reads."""
+    et = third_party.executorch
+    return tree_digest(
+        [et / "runtime", et / "kernels", et / "backends/cortex_m", et / "devtools/bundled_program",
+         et / "extension", et / "schema", et / "codegen", third_party.cmsis_nn / "Include",
+         third_party.cmsis_nn / "Source", third_party.flatbuffers / "include"],
+        third_party.root,
+    )

@@ -40,14 +40,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernels.native_build import build_cache, build_jobs
+from kernels.native.cache import build_cache
+from kernels.native.errors import HostRuntimeUnavailable
+from kernels.native.operators import ETHOS_U_BACKEND_SOURCES
+from kernels.native.toolchains import HostToolchain, build_jobs, find_host_toolchain, torchgen_yaml_dir
 
 LIBRARY_NAME = "liborchestrate_host_runtime.so"
-CSRC = Path(__file__).resolve().parent / "csrc"
+# Our entry points and the host stand-in for the Ethos-U core driver, beside the runtime's
+# session and worker.
+CSRC = Path(__file__).resolve().parent.parent / "host_runtime" / "csrc"
 # The four translation units of the Ethos-U backend's Cortex-M flavour (backends/arm/CMakeLists.txt
-# builds the same set for bare metal; the Cortex-A flavour drives a Linux kernel driver instead).
-ETHOS_U_SOURCES = ("EthosUBackend.cpp", "EthosUBackend_Cortex_M.cpp", "EthosUBackend_IoMemcpy.cpp",
-                   "VelaBinStream.cpp")
+# builds the same set for bare metal; the Cortex-A flavour drives a Linux kernel driver instead),
+# as the runner compiles them.
+ETHOS_U_SOURCES = ETHOS_U_BACKEND_SOURCES
 # The portable utilities whose symbols the Cortex-M ops use and libexecutorch.so lacks: the ops
 # call get_broadcast_target_size (broadcast_util.cpp), which calls repeat_tensor
 # (repeat_util.cpp); the rest of cortex_m_ops_common.h's utilities are header-only. The link's
@@ -69,18 +74,6 @@ CMSIS_DEFINES = ("ARM_NN_ENABLE_F32=0", "ARM_NN_ENABLE_F16=0")
 ETHOS_U_UNDEFINED = ("ET_EVENT_TRACER_ENABLED",)
 
 
-class HostRuntimeUnavailable(RuntimeError):
-    """The host runtime cannot be built or loaded here: sources, compiler or the wheel's runtime
-    library are missing, or the build failed. A check that needs it did not run."""
-
-
-@dataclass(frozen=True)
-class Toolchain:
-    cc: str
-    cxx: str
-    versions: str  # first line of `cc --version` and `c++ --version`, part of the cache key
-
-
 @dataclass(frozen=True)
 class Wheel:
     """The installed executorch wheel's C++ runtime: headers and the shared library."""
@@ -95,7 +88,7 @@ class BuildPlan:
     executorch_src: Path
     cmsis_nn_src: Path
     wheel: Wheel
-    toolchain: Toolchain
+    toolchain: HostToolchain
     cortex_m_ops: tuple[Path, ...]
     portable_util: tuple[Path, ...]
     ethos_u: tuple[Path, ...]
@@ -133,23 +126,6 @@ def find_wheel() -> Wheel:
         "include/executorch) to build the host kernels against")
 
 
-def find_toolchain() -> Toolchain:
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if not cc or not cxx:
-        raise HostRuntimeUnavailable("no C/C++ compiler found (gcc/g++ or $CC/$CXX) to build the "
-                                     "host runtime")
-    versions = []
-    for compiler in (cc, cxx):
-        try:
-            out = subprocess.run([compiler, "--version"], capture_output=True, text=True,
-                                 timeout=60, check=True).stdout
-        except (OSError, subprocess.SubprocessError) as error:
-            raise HostRuntimeUnavailable(f"compiler {compiler} does not run: {error}") from None
-        versions.append(out.splitlines()[0] if out else compiler)
-    return Toolchain(cc, cxx, " | ".join(versions))
-
-
 def _require(path: Path, what: str, option: str) -> Path:
     if not path.exists():
         raise HostRuntimeUnavailable(f"{what} not found at {path} (set {option})")
@@ -182,7 +158,7 @@ def plan_build(executorch_src: Path, cmsis_nn_src: Path) -> BuildPlan:
     if not cmsis_nn:
         raise HostRuntimeUnavailable(f"no CMSIS-NN sources under {cmsis / 'Source'}")
     glue = tuple(sorted(CSRC.glob("*.cpp")))
-    plan = BuildPlan(et, cmsis, find_wheel(), find_toolchain(), cortex_m_ops, portable_util,
+    plan = BuildPlan(et, cmsis, find_wheel(), find_host_toolchain(), cortex_m_ops, portable_util,
                      ethos_u, cmsis_nn, glue, operators_yaml)
     return BuildPlan(**{**plan.__dict__, "key": _cache_key(plan)})
 
@@ -209,7 +185,7 @@ def _hashed_files(plan: BuildPlan) -> list[tuple[str, Path]]:
             for path in root.rglob(pattern):
                 files[f"{role}/{path.relative_to(root)}"] = path
     files["wheel/libexecutorch.so"] = plan.wheel.library
-    files["build.py"] = Path(__file__).resolve()
+    files["host.py"] = Path(__file__).resolve()
     return sorted(files.items())
 
 
@@ -235,9 +211,7 @@ def _run(command: list[str], what: str, cwd: Path | None = None, env: dict | Non
 def _generate_registration(plan: BuildPlan, work: Path) -> Path:
     """Run the source tree's own codegen on operators.yaml (what the Cortex-M CMakeLists does
     through generate_bindings_for_kernels), with --manual-registration."""
-    import torchgen  # lazy: heavy (torchgen)
-
-    packaged = Path(torchgen.__file__).resolve().parent / "packaged" / "ATen" / "native"
+    packaged = torchgen_yaml_dir()
     # The codegen imports itself as `executorch.codegen`; a link named `executorch` to the tree
     # puts this tree's codegen first, whatever the installed wheel carries.
     root = work / "src"
@@ -307,7 +281,7 @@ def _link(plan: BuildPlan, work: Path, output: Path) -> None:
 def build(executorch_src: Path, cmsis_nn_src: Path, cache_dir: Path | None = None,
           jobs: int | None = None, log=None) -> BuiltLibrary:
     """The host runtime library for these sources: from the cache, or built now (`jobs`
-    compilers at once, default kernels.native_build.build_jobs()). Raises
+    compilers at once, default kernels.native.toolchains.build_jobs()). Raises
     HostRuntimeUnavailable when it cannot be built."""
     plan = plan_build(executorch_src, cmsis_nn_src)
     jobs = jobs or build_jobs()

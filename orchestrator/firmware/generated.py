@@ -1,211 +1,38 @@
-"""`orchestrate firmware`'s project: a folder that builds one program into firmware with CMake.
-
-What goes in (written by `write_project`):
-
-    CMakeLists.txt        the targets: runtime core, prim ops, each kernel library, CMSIS-NN, the
-                          model and the board, from the third-party sources (ORCHESTRATE_THIRD_PARTY)
-    cmake/arm-none-eabi-gcc.cmake   the toolchain file used when the user names none
-    memory.ld             the linker script: the platform's regions, each section where the plan
-                          put it (code, the .pte, every arena, the weights, pools, stack)
-    model/model_io.h      the program's inputs and outputs (shapes, element types, byte layout,
-                          int8 scales and zero points) and the buffer sizes
-    model/model.h, model.cpp   the C API: model_init(), model_run(inputs, outputs)
-    model/model_memory.c  every buffer in the section of its region; model_pte.S embeds the .pte
-    generated/            ExecuTorch's codegen for the program's operators only (selective build)
-                          and flatc's schema headers
-    board/                the platform's board support (startup, semihosting console, counters)
-    main.c, example_io.h/.c  an example that runs the model once and prints the outputs
-    firmware.json         what was generated, for `orchestrate size --firmware`
-
-The C and C++ sources the project gets are the files beside this module
-(`platforms/firmware/`) and the platform's runner board support; the runtime, kernels and
-CMSIS-NN are compiled from the unmodified third-party sources in place, never copied.
-
-Profiles: `release` builds the runtime with -Os and the kernels with -O3, without logging or the
-program verifier, and links newlib-nano; `check` keeps ExecuTorch's logs on the console and
-verifies the program's internal consistency when it loads (-O2 throughout).
+"""The text of `orchestrate firmware`'s generated files: model/model_io.h, model/model_memory.c,
+model/model_pte.S, example_io.h/.c, memory.ld (the plan's memory placement over the platform's
+regions, with the sections every firmware shares from kernels/native/linker.py), the CMake
+toolchain file and CMakeLists.txt (the runtime, the selected kernels and CMSIS-NN compiled in
+place from the third-party sources).
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
-import shutil
-import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernels.dtypes import ELEMENT_BYTES
-from kernels.native_build import build_jobs
-from kernels.safe_files import load_yaml
+from kernels.native.linker import code_sections, data_sections, symbol
+from kernels.native.operators import ETHOS_U_BACKEND_SOURCES, cmsis_nn_sources, runtime_sources
+from kernels.native.sources import ThirdParty
+from kernels.native.toolchains import Toolchain
+from orchestrator.firmware.spec import BOARD_FILES, ELF_NAME, MAP_NAME, FirmwareSpec
+from platforms.firmware_recipe import BoardRecipe
 from platforms.platform import Platform
-from platforms.runner_build import (FirmwareBuildError, NoRunnerForPlatform, ThirdParty,
-                                    Toolchain, cmsis_nn_sources, code_sections, data_sections,
-                                    kernel_libraries, kernel_registration, load_firmware_config,
-                                    runtime_sources, schema_headers, select_operators,
-                                    source_tree_digest)
 
-PROFILES = ("release", "check")
-TEMPLATES = Path(__file__).resolve().parent / "firmware"
-RECORD_NAME = "firmware.json"
-ELF_NAME = "firmware.elf"
-MAP_NAME = "firmware.map"
-BUILD_DIR = "build"
 _C_TYPES = {"uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
             "int64": "int64_t", "float32": "float", "float64": "double", "bool": "bool"}
 # Bytes each buffer is aligned to: ExecuTorch's tensors and CMSIS-NN's MVE loads.
 _ALIGNMENT = 16
 # The .pte's own alignment: its segments are aligned relative to its start.
 _IMAGE_ALIGNMENT = 64
-# The board files of a platform's runner that a firmware takes (runner.cpp and the log-format
-# printf are the check runner's own).
-_BOARD_FILES = ("board.h", "startup.c", "semihosting.c", "counters.c")
-
-
-@dataclass(frozen=True)
-class IoTensor:
-    """One input or output of the program's method, as the application hands its bytes over."""
-
-    name: str  # input0, output0, ...
-    dtype: str  # kernels.dtypes name: int8, float32, int64, bool, ...
-    sizes: tuple[int, ...]
-    dim_order: tuple[int, ...]
-    scale: float | None = None  # int8 program I/O (--io int8): the quantization
-    zero_point: int | None = None
-
-    @property
-    def elements(self) -> int:
-        return math.prod(self.sizes)
-
-    @property
-    def nbytes(self) -> int:
-        return self.elements * ELEMENT_BYTES[self.dtype]
-
-
-@dataclass(frozen=True)
-class PlannedBuffer:
-    mem_id: int
-    region: str
-    size_bytes: int
-
-
-@dataclass(frozen=True)
-class FirmwareSpec:
-    """Everything a project is generated from: the program, its I/O and the plan's memory."""
-
-    program_name: str
-    pte: bytes
-    pte_sha256: str
-    method: str
-    operators: tuple[str, ...]
-    inputs: tuple[IoTensor, ...]
-    outputs: tuple[IoTensor, ...]
-    image_region: str
-    planned: tuple[PlannedBuffer, ...]
-    weights_region: str | None  # None: the weights are read in place from the image
-    weights_bytes: int
-    temp_pool_bytes: int  # the kernels' scratch (CMSIS-NN buffers), from the plan
-    method_pool_bytes: int  # the runtime's per-method structures
-    example_inputs: tuple[bytes, ...]
-    example_source: str  # where the example inputs come from
-    profile: str
-    plan_source: str  # what the memory placement above came from
-    # Link-time optimization (release default): about a fifth less code; the footprint then
-    # attributes each function by its name, after inlining.
-    lto: bool = False
-    # NPU partitions: the Ethos-U family the program delegates to ("ethos-u55"), where the
-    # driver's device layer goes ("hardware": the NPU's registers and interrupt; "qemu-bridge":
-    # the runner's semihosting bridge to the host's functional model), the fast scratch, and the
-    # region of the temp pool, which holds the NPU scratch (the plan's npu scratch region).
-    npu_partitions: int = 0
-    npu_accelerator: str | None = None  # "ethos-u55-128"
-    npu_product: str | None = None
-    npu_device: str = "hardware"
-    fast_scratch_bytes: int = 0
-    temp_region: str | None = None
-
-
-@dataclass(frozen=True)
-class BoardRecipe:
-    """How a project is built for a platform: the platform's runner recipe
-    (runner/firmware.yaml) where it has one, else a generic one read off the platform YAML."""
-
-    cpu: str
-    cpu_flags: tuple[str, ...]
-    optimization: str  # the check profile's, and the runtime's in release when not -Os
-    code_regions: tuple[str, ...]  # code goes to the first
-    boot_region: str  # where the vector table lies
-    data_region: str  # .data, .bss, the stack
-    runtime_region: str  # the method and temp pools
-    stack_bytes: int
-    sources_dir: Path  # the board support files (_BOARD_FILES)
-    source: str  # where this recipe comes from, for firmware.json and the docs
-    qemu_runs_it: bool  # the platform's QEMU machine runs this build (run_on_qemu)
-    npu_products: dict[str, str] = field(default_factory=dict)  # family -> driver define
-    npu_base_address: int = 0
-    npu_irq: int | None = None  # the NPU's external interrupt number
-
-
-_RUNNER_BOARD = Path(__file__).resolve().parent / "corstone300" / "runner"
-NPU_DEVICES = ("hardware", "qemu-bridge")
 # Bytes of npu_new.cpp's pool per NPU partition: EthosUBackend's ExecutionHandle (its VelaHandles
 # and a platform state pointer, well under this on a 32-bit core).
 _NPU_HANDLE_BYTES = 256
-_ETHOS_U_BACKEND = ("EthosUBackend.cpp", "EthosUBackend_Cortex_M.cpp",
-                    "EthosUBackend_IoMemcpy.cpp", "VelaBinStream.cpp")
 _DEVICE_LAYER = {"ethos-u55": "ethosu_device_u55_u65.c", "ethos-u65": "ethosu_device_u55_u65.c",
                  "ethos-u85": "ethosu_device_u85.c"}
-_GENERIC_STACK_BYTES = 16384
-
-
-def board_recipe(platform: Platform) -> BoardRecipe:
-    """The platform's runner recipe, or a generic Armv8-M one from its YAML: code in the regions
-    that hold code (the first is the boot region), data and the pools in the first RAM region
-    that holds arenas (a TCM before an SRAM), the Corstone-300 runner's board support (reset
-    handler, semihosting console, SysTick counters: Armv8-M generic, replaced for a product)."""
-    try:
-        config = load_firmware_config(platform)
-    except NoRunnerForPlatform:
-        config = None
-    if config is not None:
-        return BoardRecipe(config.cpu, tuple(config.cpu_flags), config.optimization,
-                           tuple(config.code_regions), config.boot_region, config.data_region,
-                           config.runtime_region, config.stack_bytes, config.sources_dir,
-                           f"{config.runner_dir.name}/firmware.yaml of {platform.name}", True,
-                           dict(config.npu_products), config.npu_base_address,
-                           config.npu_irq)
-    cores = load_yaml(TEMPLATES / "cores.yaml")
-    cpu = platform.cpu_default
-    if cpu not in cores:
-        raise NoRunnerForPlatform(
-            f"platform {platform.name} has no runner recipe and its CPU {cpu} is not one the "
-            f"generic board support builds for ({', '.join(cores)}: Armv8-M mainline); add "
-            f"{Path(platform.source_file).parent}/runner/firmware.yaml")
-    code = [r.name for r in platform.memories if r.may_hold("code")]
-    ram = sorted((r for r in platform.memories if r.kind != "flash" and r.may_hold("arena")),
-                 key=lambda r: r.kind != "tcm")
-    if not code or not ram:
-        raise NoRunnerForPlatform(
-            f"platform {platform.name} names no region that holds code"
-            if not code else f"platform {platform.name} names no RAM region that holds arenas")
-    return BoardRecipe(cpu, tuple(cores[cpu]), "-O2", tuple(code), code[0], ram[0].name,
-                       ram[0].name, _GENERIC_STACK_BYTES, _RUNNER_BOARD,
-                       f"generic Armv8-M recipe from {Path(platform.source_file).name} "
-                       "(no runner/firmware.yaml)", False)
-
-
-def _symbol(name: str) -> str:
-    return re.sub(r"\W", "_", name)
 
 
 def _c_list(values: Sequence[int]) -> str:
     return "{" + ", ".join(str(v) for v in values) + "}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Generated text
 
 
 def model_io_header(spec: FirmwareSpec) -> str:
@@ -277,7 +104,7 @@ def model_io_header(spec: FirmwareSpec) -> str:
 
 def model_memory_source(spec: FirmwareSpec, runtime_region: str) -> str:
     def buffer(name: str, region: str, size: int) -> str:
-        return (f'__attribute__((section(".noinit.{_symbol(region)}.{name}"), '
+        return (f'__attribute__((section(".noinit.{symbol(region)}.{name}"), '
                 f"aligned({_ALIGNMENT}))) uint8_t {name}[{max(size, _ALIGNMENT)}];")
 
     lines = ["/* Generated by `orchestrate firmware`: every buffer in the section of the region "
@@ -361,13 +188,13 @@ def example_io_source(spec: FirmwareSpec) -> str:
 def linker_script(spec: FirmwareSpec, platform: Platform, config: BoardRecipe,
                   code_region: str) -> str:
     regions = platform.memories
-    code, data, boot = _symbol(code_region), _symbol(config.data_region), _symbol(config.boot_region)
-    image = _symbol(spec.image_region)
+    code, data, boot = symbol(code_region), symbol(config.data_region), symbol(config.boot_region)
+    image = symbol(spec.image_region)
     used = {spec.image_region, config.runtime_region, spec.temp_region or config.runtime_region,
             *(p.region for p in spec.planned),
             *((spec.weights_region,) if spec.weights_region else ())}
     memory = "\n".join(
-        f"  {_symbol(r.name)} (rwx) : ORIGIN = {r.base_address:#010x}, LENGTH = {r.size_bytes:#x}"
+        f"  {symbol(r.name)} (rwx) : ORIGIN = {r.base_address:#010x}, LENGTH = {r.size_bytes:#x}"
         for r in regions)
     vectors_apart = boot != code
     boot_section = (f"  .vectors : {{ KEEP(*(.vectors)) KEEP(*(.vectors.irq)) }} > {boot} :boot\n"
@@ -379,8 +206,8 @@ def linker_script(spec: FirmwareSpec, platform: Platform, config: BoardRecipe,
     image_section = (f"  .model_pte : ALIGN({_IMAGE_ALIGNMENT}) {{ KEEP(*(.model_pte)) }} > "
                      f"{image}{'' if image_in_code else ' :image'}\n")
     noinit = "\n".join(
-        f"  .noinit_{_symbol(name)} (NOLOAD) : ALIGN({_ALIGNMENT}) "
-        f"{{ *(.noinit.{_symbol(name)}.*) }} > {_symbol(name)} :none"
+        f"  .noinit_{symbol(name)} (NOLOAD) : ALIGN({_ALIGNMENT}) "
+        f"{{ *(.noinit.{symbol(name)}.*) }} > {symbol(name)} :none"
         for name in sorted(used))
     return f"""/* Generated by `orchestrate firmware` from {platform.source_file.name} and the plan's
  * memory placement ({spec.plan_source}): do not edit. */
@@ -466,7 +293,7 @@ def _npu_cmake(spec: FirmwareSpec, config: BoardRecipe, third_party: ThirdParty,
     extra_include = "\n  ${CMAKE_CURRENT_LIST_DIR}/board/npu"
     sources = "\n".join(
         [f"  ${{ORCHESTRATE_THIRD_PARTY}}/{(backend / name).relative_to(tp)}"
-         for name in _ETHOS_U_BACKEND]
+         for name in ETHOS_U_BACKEND_SOURCES]
         + [f"  ${{ORCHESTRATE_THIRD_PARTY}}/{(driver / 'src' / 'ethosu_driver.c').relative_to(tp)}"]
         + [f"  {path}" for path in (*device, "board/npu_semaphore.c", "board/npu_new.cpp")])
     return f"""
@@ -520,7 +347,7 @@ target_link_libraries({name}_kernels PUBLIC executorch_headers)""")
     kernel_targets = " ".join(f"{name}_kernels" for name, s in kernel_sources.items() if s)
     npu = _npu_cmake(spec, config, third_party, runtime_opt) if spec.npu_partitions else ""
     npu_objects = " $<TARGET_OBJECTS:ethos_u>" if spec.npu_partitions else ""
-    board_c = " ".join(f"board/{name}" for name in _BOARD_FILES if name.endswith(".c"))
+    board_c = " ".join(f"board/{name}" for name in BOARD_FILES if name.endswith(".c"))
     pal = ("board/pal_release.cpp board/snprintf_min.c" if release
            else "board/pal.cpp board/printf_c99.c")
     link_extra = ("--specs=nano.specs -Wl,--wrap=snprintf" if release
@@ -541,7 +368,7 @@ cmake_minimum_required(VERSION 3.20)
 if(NOT CMAKE_TOOLCHAIN_FILE)
   set(CMAKE_TOOLCHAIN_FILE "${{CMAKE_CURRENT_LIST_DIR}}/cmake/arm-none-eabi-gcc.cmake")
 endif()
-project({_symbol(spec.program_name)}_firmware C CXX ASM)
+project({symbol(spec.program_name)}_firmware C CXX ASM)
 
 set(ORCHESTRATE_THIRD_PARTY "{tp}" CACHE PATH
     "ExecuTorch, CMSIS-NN and flatbuffers sources (orchestrate sources show)")
@@ -634,179 +461,3 @@ target_link_options({ELF_NAME} PRIVATE ${{CPU_FLAGS}} {lto} -ffunction-sections 
   "-Wl,-Map=${{CMAKE_CURRENT_BINARY_DIR}}/{MAP_NAME}")
 set_target_properties({ELF_NAME} PROPERTIES LINK_DEPENDS "${{CMAKE_CURRENT_LIST_DIR}}/memory.ld"){no_lto}
 """
-
-
-# ---------------------------------------------------------------------------------------------
-# Writing and building
-
-
-def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_party: ThirdParty,
-                  toolchain: Toolchain | None, cache: Path) -> dict:
-    """Write the project into `folder` (which must be empty or new); return firmware.json's
-    record. Raises FirmwareBuildError / QemuUnavailable subclasses when the platform has no
-    firmware recipe or an operator has no kernel in the sources."""
-    if spec.profile not in PROFILES:
-        raise ValueError(f"unknown profile {spec.profile!r}")
-    config = board_recipe(platform)
-    if spec.npu_partitions:
-        check_npu(spec, platform, config, third_party)
-    selection = select_operators(spec.operators, third_party)
-    libraries = kernel_libraries(third_party)
-    tree = source_tree_digest(third_party)
-    registrations, kernel_sources = [], {}
-    for name, operators in selection.by_library.items():
-        kernel_sources[name] = list(selection.sources[name])
-        if not operators:
-            continue
-        generated = kernel_registration(third_party, cache / "corstone-runner", tree,
-                                        libraries[name], operators)
-        target = folder / "generated" / name
-        target.mkdir(parents=True)
-        for file in sorted(generated.iterdir()):
-            if file.suffix in (".cpp", ".h"):
-                shutil.copy2(file, target / file.name)
-        registrations.append(f"generated/{name}/RegisterCodegenUnboxedKernelsEverything.cpp")
-        kernel_sources[name] = list(selection.sources[name])
-    schema = schema_headers(third_party, cache / "corstone-runner")
-    shutil.copytree(schema / "executorch" / "schema", folder / "generated" / "schema" /
-                    "executorch" / "schema")
-    for name in ("model.h", "model.cpp", "model_memory.h"):
-        _copy(TEMPLATES / name, folder / "model" / name)
-    (folder / "model" / "model.pte").write_bytes(spec.pte)
-    (folder / "model" / "model_io.h").write_text(model_io_header(spec))
-    (folder / "model" / "model_memory.c").write_text(
-        model_memory_source(spec, config.runtime_region))
-    (folder / "model" / "model_pte.S").write_text(model_pte_assembly())
-    for name in _BOARD_FILES:
-        _copy(config.sources_dir / name, folder / "board" / name)
-    if spec.profile == "release":
-        for name in ("pal_release.cpp", "snprintf_min.c"):
-            _copy(TEMPLATES / name, folder / "board" / name)
-    else:
-        for name in ("pal.cpp", "printf_c99.c"):
-            _copy(config.sources_dir / name, folder / "board" / name)
-    if spec.npu_partitions:
-        for name in ("npu_semaphore.c", "npu_new.cpp"):
-            _copy(TEMPLATES / name, folder / "board" / name)
-        bridge = spec.npu_device == "qemu-bridge"
-        name = "npu_qemu_bridge.c" if bridge else "npu_hardware.c"
-        _copy(TEMPLATES / name, folder / "board" / name)
-        for path in sorted((config.sources_dir / "npu").iterdir()):
-            if path.suffix == ".h" or (bridge and path.suffix == ".c"):
-                _copy(path, folder / "board" / "npu" / path.name)
-    _copy(TEMPLATES / "main.c", folder / "main.c")
-    (folder / "example_io.h").write_text(example_io_header(spec))
-    (folder / "example_io.c").write_text(example_io_source(spec))
-    # The first code region; build_project moves the code on when the linker says it does not fit.
-    code_region = config.code_regions[0]
-    (folder / "memory.ld").write_text(linker_script(spec, platform, config, code_region))
-    (folder / "cmake").mkdir()
-    (folder / "cmake" / "arm-none-eabi-gcc.cmake").write_text(toolchain_file(toolchain))
-    kernel_count = sum(len(ops) for ops in selection.by_library.values()) + len(selection.prim) + 64
-    (folder / "CMakeLists.txt").write_text(
-        cmakelists(spec, platform, config, third_party, kernel_sources, registrations,
-                   kernel_count))
-    record = {
-        "firmware_version": 1,
-        "program": f"{spec.program_name}.pte",
-        "pte_sha256": spec.pte_sha256,
-        "pte_bytes": len(spec.pte),
-        "platform": platform.name,
-        "cpu": config.cpu,
-        "cpu_hz": platform.cpu_hz,
-        "board": config.source,
-        "qemu_runs_it": config.qemu_runs_it,
-        "profile": spec.profile,
-        "lto": spec.lto,
-        "npu": ({"partitions": spec.npu_partitions, "product": spec.npu_product,
-                 "device": spec.npu_device, "fast_scratch_bytes": spec.fast_scratch_bytes}
-                if spec.npu_partitions else None),
-        "operators": list(spec.operators),
-        "kernel_libraries": {name: list(ops) for name, ops in selection.by_library.items() if ops},
-        "memory": {
-            "source": spec.plan_source,
-            "code_region": code_region,
-            "image_region": spec.image_region,
-            "data_region": config.data_region,
-            "runtime_region": config.runtime_region,
-            "planned": [{"mem_id": p.mem_id, "region": p.region, "bytes": p.size_bytes}
-                        for p in spec.planned],
-            "weights_region": spec.weights_region,
-            "weights_bytes": spec.weights_bytes if spec.weights_region else 0,
-            "method_pool_bytes": spec.method_pool_bytes,
-            "temp_pool_bytes": spec.temp_pool_bytes,
-            "temp_region": spec.temp_region or config.runtime_region,
-            "stack_bytes": config.stack_bytes,
-        },
-        "example_inputs": spec.example_source,
-        "inputs": [_tensor_record(t) for t in spec.inputs],
-        "outputs": [_tensor_record(t) for t in spec.outputs],
-    }
-    (folder / RECORD_NAME).write_text(json.dumps(record, indent=1) + "\n")
-    return record
-
-
-def check_npu(spec: FirmwareSpec, platform: Platform, config: BoardRecipe,
-              third_party: ThirdParty) -> None:
-    """Raise NoRunnerForPlatform when this platform's recipe cannot build the program's NPU."""
-    if spec.npu_product not in config.npu_products:
-        raise NoRunnerForPlatform(
-            f"the program delegates to {spec.npu_product or 'an NPU'}; the {platform.name} board "
-            f"recipe ({config.source}) builds {', '.join(config.npu_products) or 'no NPU'}")
-    if spec.npu_device not in NPU_DEVICES:
-        raise ValueError(f"unknown NPU device layer {spec.npu_device!r}")
-    if spec.npu_device == "hardware" and (config.npu_irq is None or not config.npu_base_address):
-        raise NoRunnerForPlatform(
-            f"the {platform.name} recipe ({config.source}) names no NPU register address and "
-            "interrupt (npu: base_address, irq) for a hardware build; --npu-device qemu-bridge "
-            "builds for QEMU")
-    if not (third_party.ethos_u_driver / "src" / "ethosu_driver.c").is_file():
-        raise NoRunnerForPlatform(f"no Ethos-U core driver in {third_party.ethos_u_driver}")
-
-
-def _tensor_record(tensor: IoTensor) -> dict:
-    return {"name": tensor.name, "dtype": tensor.dtype, "sizes": list(tensor.sizes),
-            "dim_order": list(tensor.dim_order), "bytes": tensor.nbytes,
-            "scale": tensor.scale, "zero_point": tensor.zero_point}
-
-
-def _copy(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(source, target)
-
-
-def build_project(folder: Path, spec: FirmwareSpec, platform: Platform,
-                  jobs: int | None = None) -> Path:
-    """Configure and build with CMake; the ELF. The code goes to the first of the recipe's code
-    regions it fits in (the linker decides; memory.ld and firmware.json are rewritten for the
-    next region and only the link runs again). FirmwareBuildError carries the tool's last
-    lines."""
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        raise FirmwareBuildError("no cmake on PATH (apt-get install cmake)")
-    config = board_recipe(platform)
-    build = folder / BUILD_DIR
-    _run_tool([cmake, "-S", str(folder), "-B", str(build), "-DCMAKE_BUILD_TYPE=None"])
-    tried = []
-    for region in config.code_regions:
-        if tried:
-            (folder / "memory.ld").write_text(linker_script(spec, platform, config, region))
-            record = json.loads((folder / RECORD_NAME).read_text())
-            record["memory"]["code_region"] = region
-            (folder / RECORD_NAME).write_text(json.dumps(record, indent=1) + "\n")
-        try:
-            _run_tool([cmake, "--build", str(build), "-j", str(jobs or build_jobs())])
-            return build / ELF_NAME
-        except FirmwareBuildError as error:
-            if "will not fit in region" not in str(error) and "overflowed by" not in str(error):
-                raise
-            tried.append(f"{region}: " + next((line.strip() for line in str(error).splitlines()
-                                               if "overflowed by" in line), "does not fit"))
-    raise FirmwareBuildError("the firmware fits in none of the code regions: " + "; ".join(tried))
-
-
-def _run_tool(argv: list[str]) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise FirmwareBuildError(f"{' '.join(Path(a).name if i == 0 else a for i, a in enumerate(argv[:2]))} "
-                                 f"failed:\n{(result.stdout + result.stderr)[-4000:]}")
