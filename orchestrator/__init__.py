@@ -1,7 +1,28 @@
 """orchestrate: one ExecuTorch .pte for a Cortex-M + Ethos-U microcontroller, every op placed.
 
-The Python API (`plan`, `compile`, `verify`, `sweep`, `size`, `measure`, `calibrate`) is in
-orchestrator/api.py; the CLI is a shell over it.
+The Python API (orchestrator/api.py) has a function for every `orchestrate` command; the CLI
+parses, calls one and prints what it returns:
+
+    plan(model, **target)          where every op runs and why, with costs and memory: a Plan
+    compile(model, output)         the .pte and its artifacts folder: a CompileResult
+    write_program(plan, output)    a planned program written as compile writes it
+    check_gates(plan, ...)         plan's CI gates: raises GateFailure (exit 3)
+    verify(pte)                    the host twin alone, op by op: a VerifyReport
+    verify_all(pte, method)        every method (twin, host runtime, QEMU, FVP; --profile): a Verification
+    sweep(requests)                one model planned for many targets: a row each
+    size(pte)                      where every byte of a .pte goes: a SizeReport
+    firmware(pte, output)          a firmware project (built, run on QEMU): a FirmwareProject
+    firmware_size(folder)          flash and RAM of a built firmware per component: a FirmwareSize
+    measure(program, profile)      a measured profile beside the plan: a MeasuredPlan
+    calibrate(profiles, cpu)       the CPU cost model fitted to profiles: a Calibrated
+    sources()                      the third-party source trees native builds use: Sources
+    fetch_sources(mirrors)         clone the pinned source trees into the cache
+    doctor()                       what this machine can verify and build: a MachineReport
+    known()                        zoo models, platforms and CPUs (`orchestrate list`): Known
+    reasons()                      every placement reason a plan can give, as Markdown
+    cache(clear=False)             the cache folders and their sizes: CacheFolders
+
+Errors are orchestrator.errors.OrchestrateError subclasses, each with the CLI's exit code.
 """
 
 from orchestrator import numerics as _numerics
@@ -10,6 +31,10 @@ from orchestrator import numerics as _numerics
 _numerics.pin()
 
 from orchestrator.api import (  # noqa: E402,A004
-    CompileResult, calibrate, compile, measure, plan, size, sweep, verify)
+    CompileResult, cache, calibrate, check_gates, compile, doctor, fetch_sources, firmware,
+    firmware_size, known, measure, plan, reasons, size, sources, sweep, verify, verify_all,
+    write_program)
 
-__all__ = ["CompileResult", "calibrate", "compile", "measure", "plan", "size", "sweep", "verify"]
+__all__ = ["CompileResult", "cache", "calibrate", "check_gates", "compile", "doctor",
+           "fetch_sources", "firmware", "firmware_size", "known", "measure", "plan", "reasons",
+           "size", "sources", "sweep", "verify", "verify_all", "write_program"]

@@ -1,5 +1,8 @@
 """The Python API: the same verbs as the CLI, which is a thin shell over them.
 
+Every `orchestrate` command is a function here (`help(orchestrator)` lists them); each returns
+a value (a Plan, a report, a dataclass of orchestrator/results.py) and prints nothing.
+
     import orchestrator
     plan = orchestrator.plan("ds-cnn", platform="corstone300", npu="ethos-u55-128")
     print(plan.summary.npu_mac_coverage_pct, plan.to_json()["summary"])
@@ -16,23 +19,37 @@ functions, so every path resolves and checks a request the same way. Errors are
 from __future__ import annotations
 
 import hashlib
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from examples.zoo_index import ZOO_MODELS
+from kernels.cache_root import cache_root
+from kernels.native.sources import (PINNED, SourceFetchError, fetched_commit, source_tree,
+                                    sources_hint)
+from kernels.native.sources import fetch_sources as fetch_pinned_sources
 from kernels.safe_files import DataFileError, load_json
 from orchestrator.artifacts.files import (atomic_write_bytes, check_output_file, check_outputs,
                                           same_path)
 from orchestrator.artifacts.manifest import Manifest
 from orchestrator.artifacts.profile import read_profile
-from orchestrator.errors import UserError
+from orchestrator.errors import NotRun, UserError
 from orchestrator.machine import MachineReport, check_machine
 from orchestrator.request import Request, resolve
+from orchestrator.results import (VERIFY_METHODS, CacheEntry, CacheFolder, CpuInfo,
+                                  FirmwareProject, FirmwareSize, Known, PlatformInfo, ProfileRun,
+                                  SourceTree, Sources, Verification, ZooModel)
+from orchestrator.verification.methods import FVP, QEMU, RUNTIME, TWIN, MethodResult, VerifyInputs
+from partitioners.reasons import markdown as reasons_markdown
 from platforms import PlatformError, normalize_cpu
+from platforms.platform import CPU_TIERS, list_platforms, load_platform
 
 if TYPE_CHECKING:  # the compile stack imports torch and ExecuTorch (seconds): imported on use
-    from orchestrator.planning.measured import MeasuredPlan
-    from orchestrator.planning.planner import Plan
+    from orchestrator.reports.measured import MeasuredPlan
+    from orchestrator.planning.plan import Plan
+    from orchestrator.verification.twin import TwinProgram
 
 
 @dataclass(frozen=True)
@@ -75,11 +92,17 @@ def compile(model: str | Request, output, bundle: bool = False, progress=None,  
             **options) -> CompileResult:
     """Compile the request's model to `output` (.pte) with everything the CLI writes beside it;
     `bundle` also writes the BundleIO `.bpte`."""
+    output = Path(output)
+    check_outputs(output)
+    return write_program(plan(as_request(model, **options), progress=progress), output, bundle)
+
+
+def write_program(made: "Plan", output, bundle: bool = False) -> CompileResult:
+    """Write a planned program as `compile` does: the `.pte` and its artifacts folder (a
+    program the device would compute wrongly is refused first); `bundle` adds the `.bpte`."""
     from orchestrator.artifacts.outputs import write_outputs  # lazy: heavy (torch)
 
     output = Path(output)
-    check_outputs(output)
-    made = plan(as_request(model, **options), progress=progress)
     made.refuse_miscompiles()
     artifacts = write_outputs(made.compiled, output, made.artifact_files())
     if bundle:
@@ -87,6 +110,18 @@ def compile(model: str | Request, output, bundle: bool = False, progress=None,  
 
         write_bundle(output, output.with_suffix(".bpte"))
     return CompileResult(output, artifacts, made)
+
+
+def check_gates(made: "Plan", min_npu_coverage_pct: float | None = None,
+                max_partitions: int | None = None, require_fit: bool = False,
+                require_runner_ops: bool = False, require_runnable: bool = False) -> None:
+    """Raise GateFailure (exit 3) naming every CI gate the plan fails (`plan`'s --fail-under-npu-
+    coverage, --max-partitions, --require-fit, --runner-ops, --require-runnable)."""
+    from orchestrator.planning.planner import Gates  # lazy: heavy (torch, executorch, vela)
+    from orchestrator.planning.planner import check_gates as check  # lazy: heavy (torch)
+
+    check(made, Gates(min_npu_coverage_pct, max_partitions, require_fit, require_runner_ops,
+                      require_runnable))
 
 
 def sweep(requests, workers: int | None = None, progress=None, executor: str = "local"):
@@ -225,3 +260,207 @@ def measure(program: "Plan | str | Path", profile: str | Path,
         plan_json, view, pte = program.to_json(), program.compiled.program_view, \
             program.compiled.pte_bytes
     return measure_plan(view, plan_json, read_profile(profile), hashlib.sha256(pte).hexdigest())
+
+
+def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
+               per_op: bool = False, max_steps: float = 1, npu_model: str = "auto",
+               platform=None, timeout_s: int = 600, executorch_src=None, cmsis_nn_src=None,
+               runner_elf=None, atol: float = 0.0, profile: bool = False, profile_out=None,
+               on_result: Callable[[MethodResult], None] | None = None) -> Verification:
+    """Verify a `.pte` as `orchestrate verify` does: by every method this machine has, or the
+    ones `method` names; a Verification (`.passed`, `.verdict`, `.error()`).
+
+    `method`: auto (every method, one combined verdict; orchestrator/device_runs/combined.py),
+    twin, executorch (the host runtime), both (twin, then runtime), qemu or fvp (the runner on
+    the installed platform). Named methods run in order and stop at the first that cannot run
+    or cannot check in full; `on_result(result)` hears each one that ran as it finishes.
+    `profile` (qemu only): also run the runner's trace build and write its ETDump to
+    `profile_out` (default: PROGRAM.etdp). A missing program, a platform that is not installed
+    (qemu, fvp) or a profile that cannot be written is a UserError before anything runs."""
+    from orchestrator.device_runs.combined import (  # lazy: heavy (numpy, vela)
+        load_program, verifier, verify_all as combined_verdict)
+    from orchestrator.device_runs.qemu import installed_platform  # lazy: heavy (numpy, vela)
+
+    pte = Path(pte)
+    if method not in VERIFY_METHODS:
+        raise UserError(f"unknown verify method {method!r}; choose {', '.join(VERIFY_METHODS)}")
+    if not pte.is_file():
+        raise UserError(f"'{pte}' not found; give a .pte written by `orchestrate compile`")
+    if (profile or profile_out) and method != "qemu":
+        raise UserError("--profile runs the runner's trace build on QEMU: add --qemu")
+    if profile_out and not profile:
+        raise UserError("--profile-out names where --profile writes: add --profile")
+    if method == "auto":
+        verdict = combined_verdict(pte, samples=samples, calibration=calibration, per_op=per_op,
+                                   max_steps=max_steps, executorch_src=executorch_src,
+                                   cmsis_nn_src=cmsis_nn_src, platform=platform,
+                                   timeout_s=timeout_s, npu_model=npu_model,
+                                   runner_elf=runner_elf)
+        return Verification(pte, method, verdict.results, verdict)
+    program = load_program(pte)  # the one read of the program and its artifacts
+    profile_path = Path(profile_out) if profile_out else pte.with_suffix(".etdp")
+    if method in ("qemu", "fvp"):
+        # Asked for by name, a platform the manifest names that is not installed is the user's
+        # error (exit 2); inside the default verify it is that method's "not run".
+        installed_platform(program.require_manifest().target, platform)
+        if profile:  # refused before anything runs
+            check_output_file(profile_path, "--profile-out")
+            if same_path(profile_path, pte):
+                raise UserError(f"--profile-out '{profile_path}' is the program; choose another")
+    inputs = VerifyInputs(samples=samples, calibration=calibration, per_op=per_op,
+                          max_steps=max_steps, npu_model=npu_model, platform=platform,
+                          timeout_s=timeout_s, executorch_src=executorch_src,
+                          cmsis_nn_src=cmsis_nn_src, runner_elf=runner_elf, atol=atol)
+    names = {"twin": (TWIN,), "executorch": (RUNTIME,), "both": (TWIN, RUNTIME),
+             "qemu": (QEMU,), "fvp": (FVP,)}[method]
+    results: list[MethodResult] = []
+    for name in names:
+        result = verifier(name).run(program, inputs)
+        results.append(result)
+        if result.outcome == "not-run":
+            break
+        if on_result:
+            on_result(result)
+        if result.outcome in ("partial", "inconclusive") and all(
+                r.outcome != "failed" for r in results):
+            break
+    verification = Verification(pte, method, tuple(results))
+    if not profile or verification.error() is not None:
+        return verification
+    untraced = (results[0].report or {}).get("instructions")
+    return Verification(pte, method, tuple(results),
+                        profile=_profile_on_qemu(program, profile_path, platform, timeout_s,
+                                                 atol, npu_model, untraced))
+
+
+def _profile_on_qemu(program: "TwinProgram", path: Path, platform, timeout_s: int, atol: float,
+                     npu_model: str, untraced: int | None) -> ProfileRun:
+    """The trace build's run, written as an ETDump and read back with ExecuTorch's reader."""
+    from orchestrator.device_runs.qemu import (  # lazy: heavy (numpy, vela)
+        installed_platform, profile_lines, qemu_profile)
+
+    target = program.require_manifest().target
+    profiled = qemu_profile(program, installed_platform(target, platform), timeout_s, atol=atol,
+                            npu_model=npu_model)
+    # Its per-case totals include the tracer's own work (output CRCs): only the profile's
+    # figures, which have it removed, are shown.
+    head = (f"profile: the runner's trace build on QEMU ({profiled.result.method}): PASS "
+            f"({len(profiled.result.cases)} cases); the tracer's own work is removed from every "
+            "figure below")
+    atomic_write_bytes(path, profiled.etdump)
+    return ProfileRun(path, (head, *profile_lines(read_profile(path), path, untraced,
+                                                  program.pte_path)))
+
+
+def firmware(pte, output, profile: str = "release", platform=None, third_party=None,
+             build: bool = True, method_pool_bytes: int | None = None, lto: bool | None = None,
+             npu_device: str = "hardware", run: bool = False,
+             on_written: Callable[[FirmwareProject], None] | None = None) -> FirmwareProject:
+    """Write (and `build`) the firmware project of a compiled `.pte` into `output`
+    (orchestrator/firmware/: runtime, the program's kernels, linker script from its plan,
+    model_io.h); `run` also runs the built example on QEMU and compares its outputs with the
+    host twin's (`run_passed`). `on_written(project)` hears the project once it is written and
+    built, before the run."""
+    from orchestrator.firmware import firmware_run_lines, make_firmware  # lazy: heavy (torch)
+
+    if run and not build:
+        raise UserError("--run needs the build: drop --no-build, or build the project and run "
+                        "it yourself")
+    made = make_firmware(pte, output, profile=profile, platform=platform,
+                         third_party=third_party, build=build, method_pool=method_pool_bytes,
+                         lto=lto, npu_device=npu_device, run=run)
+    project = FirmwareProject(made.folder, made.record, made.elf)
+    if on_written:
+        on_written(project)
+    if not run or made.elf is None:
+        return project
+    lines, passed = firmware_run_lines(made.folder, Path(pte))
+    return FirmwareProject(made.folder, made.record, made.elf, tuple(lines), passed)
+
+
+def firmware_size(folder, run: bool = False, pte_bytes: bytes | None = None) -> FirmwareSize:
+    """The flash and RAM of a project `firmware` built, per component from its linker map;
+    `run` measures the stack's high-water mark on QEMU; with `pte_bytes`, a build of another
+    program is a UserError."""
+    from orchestrator.firmware import load_record, run_on_qemu  # lazy: heavy (torch)
+    from orchestrator.firmware.footprint import footprint  # lazy: heavy (torch)
+
+    record = load_record(folder)
+    if pte_bytes is not None:
+        digest = hashlib.sha256(pte_bytes).hexdigest()
+        if record.get("pte_sha256") != digest:
+            raise UserError(f"the firmware in {folder} was built from another program (SHA-256 "
+                            f"{str(record.get('pte_sha256'))[:12]}..., this plan's program is "
+                            f"{digest[:12]}...); build this one with `orchestrate firmware "
+                            "PROGRAM.pte -o DIR`")
+    stack_used = None
+    if run:
+        result = run_on_qemu(folder)
+        if result.exit_code != 0 or result.stack_used_bytes is None:
+            raise NotRun(f"the firmware's run on QEMU ended with exit code {result.exit_code} "
+                         "before reporting its stack; nothing was measured")
+        stack_used = result.stack_used_bytes
+    return FirmwareSize(Path(folder), record, footprint(folder, stack_used))
+
+
+def sources() -> Sources:
+    """The third-party source trees the native builds use: where each is found, whether it is
+    there, the commit fetched and the one pinned. Reads no tree."""
+    trees = []
+    for source in PINNED:
+        folder, origin = source_tree(source.name)
+        present = folder.is_dir()
+        trees.append(SourceTree(source.name, folder, origin, present,
+                                fetched_commit(folder) if present else None, source.commit))
+    found = Sources(tuple(trees), "")
+    return Sources(found.trees, sources_hint()) if found.missing else found
+
+
+def fetch_sources(mirrors: dict[str, str] | None = None, names: list[str] | None = None,
+                  log: Callable[[str], None] | None = None) -> Path:
+    """Clone the pinned commits of the source trees (`names`, default all) into the cache,
+    each from `mirrors[name]` when given; the folder they are in. `log` hears a line a tree."""
+    try:
+        return fetch_pinned_sources(mirrors or {}, names=names, log=log)
+    except SourceFetchError as error:
+        raise UserError(f"sources fetch: {error}") from None
+
+
+def cache(clear: bool = False) -> tuple[CacheFolder, ...]:
+    """Where the caches are (compiles, host runtime, firmware) and each entry's size; `clear`
+    removes every entry."""
+    from orchestrator.artifacts.cache import cache_dir  # lazy: heavy (torch)
+
+    roots = []
+    for root in (cache_root(), cache_dir()):
+        if root is not None and root not in roots:
+            roots.append(root)
+    folders = []
+    for root in roots:
+        entries = []
+        for part in (sorted(root.iterdir()) if root.is_dir() else []):
+            size = sum(f.stat().st_size for f in part.rglob("*") if f.is_file()) \
+                if part.is_dir() else part.stat().st_size
+            entries.append(CacheEntry(part.name, size))
+            if clear:
+                shutil.rmtree(part, ignore_errors=True) if part.is_dir() else part.unlink()
+        folders.append(CacheFolder(root, tuple(entries), clear))
+    return tuple(folders)
+
+
+def known() -> Known:
+    """What this installation knows (`orchestrate list`): zoo models with their inputs,
+    platforms with their NPU options and default CPU, every CPU with its ISA tier."""
+    platforms = []
+    for name in list_platforms():
+        platform = load_platform(name)
+        platforms.append(PlatformInfo(name, platform.cpu_default, platform.cpu_hz,
+                                      tuple(platform.npu_options), platform.npu_default,
+                                      platform.npu_hz))
+    return Known(tuple(ZooModel(m.name, m.description, m.kind) for m in ZOO_MODELS),
+                 tuple(platforms), tuple(CpuInfo(cpu, tier) for cpu, tier in CPU_TIERS.items()))
+
+
+def reasons() -> str:
+    """Every placement reason a plan can give, as Markdown (partitioners/REASONS.md)."""
+    return reasons_markdown()
