@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from kernels.native.cores import cores
 from kernels.safe_files import DataFileError, load_yaml
 
 
@@ -33,21 +34,9 @@ _FVP_REQUIRED_PLACEHOLDERS = ("elf", "bpte", "timeout_s")
 # The cmsis_nn backend each core runs best, mirroring the most capable entry of
 # executorch.backends.cortex_m.target_config._SUPPORTED_BACKENDS (tests check the two agree).
 # scalar: Armv6-M / Armv7-M / Armv8-M Baseline; dsp: the DSP extension of Armv7E-M or
-# Armv8-M Mainline; mve: Helium (Armv8.1-M Mainline).
-CPU_TIERS: Mapping[str, str] = MappingProxyType(
-    {
-        "cortex-m0": "scalar",
-        "cortex-m0plus": "scalar",
-        "cortex-m3": "scalar",
-        "cortex-m23": "scalar",
-        "cortex-m4": "dsp",
-        "cortex-m7": "dsp",
-        "cortex-m33": "dsp",
-        "cortex-m35p": "dsp",
-        "cortex-m55": "mve",
-        "cortex-m85": "mve",
-    }
-)
+# Armv8-M Mainline; mve: Helium (Armv8.1-M Mainline). Read from the core table
+# (kernels/native/cores.yaml), whose flags give each core's firmware that same tier.
+CPU_TIERS: Mapping[str, str] = MappingProxyType({name: core.tier for name, core in cores().items()})
 
 _NPU_NAME = re.compile(r"^ethos-(u\d+)-(\d+)$")
 

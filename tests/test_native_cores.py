@@ -10,16 +10,22 @@ import pytest
 from kernels.native.cores import cores
 from kernels.native.errors import QemuUnavailable
 from kernels.native.toolchains import find_toolchain
-from platforms import load_platform
+from platforms import CPU_TIERS, cpu_tier, load_platform
 from platforms.firmware_recipe import board_recipe, load_firmware_config
 from tests.device_tools import missing
 
-TIERS = ("cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m23",
+TIERS = ("cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m23", "cortex-m4", "cortex-m7",
          "cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85")
 
 
 def test_the_table_covers_every_cortex_m_tier():
     assert tuple(cores()) == TIERS
+
+
+def test_the_platforms_isa_tier_is_the_tables():
+    assert dict(CPU_TIERS) == {name: core.tier for name, core in cores().items()}
+    assert [cpu_tier(name) for name in ("cortex-m0plus", "cortex-m4", "cortex-m85")] == [
+        "scalar", "dsp", "mve"]
 
 
 def test_the_generic_board_recipe_builds_for_the_cores_with_a_stack_limit_register():
@@ -47,8 +53,8 @@ def _predefined(flags: tuple[str, ...]) -> dict[str, str]:
 
 @pytest.mark.parametrize("name", TIERS)
 def test_cmsis_nn_selects_the_kernels_the_table_names(name):
-    """arm_nn_math_types.h: ARM_MATH_DSP when __ARM_FEATURE_DSP == 1, ARM_MATH_MVEI when
-    __ARM_FEATURE_MVE & 1."""
+    """The core's tier is what its flags compile: arm_nn_math_types.h defines ARM_MATH_DSP when
+    __ARM_FEATURE_DSP == 1, ARM_MATH_MVEI when __ARM_FEATURE_MVE & 1."""
     core = cores()[name]
     macros = _predefined(core.flags)
     selected = (("ARM_MATH_DSP",) if macros.get("__ARM_FEATURE_DSP") == "1" else ()) + (

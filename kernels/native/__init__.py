@@ -5,8 +5,8 @@
                    sources fetch` clones), and the digest of what a firmware reads
     toolchains.py  the programs a build runs, found once each (host C/C++, arm-none-eabi, flatc,
                    torchgen's tables, QEMU) with their variables, and the parallel jobs
-    cores.py       the Cortex-M cores as data (cores.yaml): compiler flags, architecture, the
-                   CMSIS-NN kernels (C, DSP, MVE) the flags select
+    cores.py       the Cortex-M cores as data (cores.yaml): ISA tier (the CMSIS-NN kernels:
+                   scalar, DSP, MVE), compiler flags, architecture
     cache.py       cache folders, input digests, atomic writes and folder publication
     operators.py   the kernel libraries, a program's operator selection, ExecuTorch's codegen for
                    it, flatc's schema headers, the runtime and CMSIS-NN sources

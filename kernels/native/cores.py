@@ -1,6 +1,6 @@
-"""The Cortex-M cores a firmware is built for, as data (cores.yaml beside this module): the
-compiler flags of each, its architecture, the CMSIS-NN kernels those flags select, and whether
-the shipped board support runs on it."""
+"""The Cortex-M cores, as data (cores.yaml beside this module): the ISA tier of each (which
+CMSIS-NN kernels it runs), the compiler flags a firmware for it is built with, its
+architecture, and whether the shipped board support runs on it."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from types import MappingProxyType
 from kernels.safe_files import load_yaml
 
 CORES_FILE = Path(__file__).resolve().parent / "cores.yaml"
-# What CMSIS-NN's arm_nn_math_types.h defines for each selection.
-CMSIS_NN_DEFINES = {"c": (), "dsp": ("ARM_MATH_DSP",), "mve": ("ARM_MATH_DSP", "ARM_MATH_MVEI")}
+# What CMSIS-NN's arm_nn_math_types.h defines for each tier.
+CMSIS_NN_DEFINES = {"scalar": (), "dsp": ("ARM_MATH_DSP",), "mve": ("ARM_MATH_DSP", "ARM_MATH_MVEI")}
 
 
 @dataclass(frozen=True)
@@ -22,13 +22,13 @@ class Core:
     name: str  # "cortex-m55"
     flags: tuple[str, ...]  # every source is compiled and linked with these
     architecture: str  # "armv8.1-m.main"
-    cmsis_nn: str  # "c", "dsp" or "mve": what CMSIS-NN compiles for these flags
+    tier: str  # "scalar", "dsp" or "mve": which CMSIS-NN kernels these flags compile
     msplim: bool  # has the stack limit register the shipped board support sets
 
     @property
     def cmsis_nn_defines(self) -> tuple[str, ...]:
         """ARM_MATH_DSP / ARM_MATH_MVEI as CMSIS-NN's headers define them for these flags."""
-        return CMSIS_NN_DEFINES[self.cmsis_nn]
+        return CMSIS_NN_DEFINES[self.tier]
 
 
 @cache
@@ -37,7 +37,7 @@ def cores() -> Mapping[str, Core]:
     table = load_yaml(CORES_FILE)
     return MappingProxyType({
         name: Core(name, tuple(str(f) for f in entry["flags"]), str(entry["architecture"]),
-                   str(entry["cmsis_nn"]), bool(entry["msplim"]))
+                   str(entry["tier"]), bool(entry["msplim"]))
         for name, entry in table.items()})
 
 
