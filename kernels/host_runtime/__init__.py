@@ -1,2 +1,3 @@
-"""The host build of the device runtime's CPU kernels and Ethos-U backend (see build.py), and the
-process that runs programs with it (session.py, worker.py). The public API is kernels.runtime."""
+"""The process that runs programs with the host build of the device runtime's CPU kernels and
+Ethos-U backend (session.py, worker.py), and that build's own C++ (csrc/); the build itself is
+kernels/native/host.py. The public API is kernels.runtime."""
