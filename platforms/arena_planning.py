@@ -28,32 +28,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from platforms.memory_fit import KIND_PREFERENCE
-from platforms.memory_placement import check_policy, read_cost
+from platforms.memory_placement import Arena, ArenaSlot, check_policy, read_cost
 from platforms.platform import PlatformError
-
-
-@dataclass(frozen=True)
-class ArenaSlot:
-    """One planned buffer: the region it goes to and the bytes it may take there (None: no
-    limit; the last region takes what the others cannot)."""
-
-    region: str
-    budget: int | None
-
-
-@dataclass(frozen=True)
-class Arena:
-    """One ExecuTorch planned buffer as compiled: its mem_id, region, size and tensor count."""
-
-    mem_id: int
-    region: str
-    bytes: int
-    tensors: int
-    budget: int | None = None
-
-    def to_json(self) -> dict:
-        return {"mem_id": self.mem_id, "region": self.region, "bytes": self.bytes,
-                "tensors": self.tensors, "budget": self.budget}
 
 
 def arena_slots(platform, policy) -> tuple[ArenaSlot, ...]:

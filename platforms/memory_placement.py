@@ -34,17 +34,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kernels.safe_files import DataFileError, load_yaml
 from platforms.memory_fit import MemoryUse, free_space, place
 from platforms.platform import PlatformError
 
-if TYPE_CHECKING:  # the arena planner imports ExecuTorch's memory planning
-    from platforms.arena_planning import Arena
-
 WEIGHTS_ITEM = "cpu weights (constant segment, copied at boot)"
 POLICY_KEYS = ("weights", "arena", "keep_free")
+
+
+@dataclass(frozen=True)
+class ArenaSlot:
+    """One planned buffer: the region it goes to and the bytes it may take there (None: no
+    limit; the last region takes what the others cannot)."""
+
+    region: str
+    budget: int | None
+
+
+@dataclass(frozen=True)
+class Arena:
+    """One ExecuTorch planned buffer as compiled: its mem_id, region, size and tensor count."""
+
+    mem_id: int
+    region: str
+    bytes: int
+    tensors: int
+    budget: int | None = None
+
+    def to_json(self) -> dict:
+        return {"mem_id": self.mem_id, "region": self.region, "bytes": self.bytes,
+                "tensors": self.tensors, "budget": self.budget}
 
 
 @dataclass(frozen=True)
@@ -121,7 +141,7 @@ class MemoryPlacement:
     weights_source: str
     image_region: str | None
     policy: MemoryPolicy
-    # Each planned buffer (platforms.arena_planning.Arena) with its region's read cost
+    # Each planned buffer (Arena) with its region's read cost
     # (cycles per byte, None: no figure) and that figure's source; the first is the fastest.
     arenas: tuple[tuple[Arena, float | None, str], ...] = ()
     gain_cycles: int = 0  # CPU cycles per inference the weights copy saves (cost model)

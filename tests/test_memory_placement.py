@@ -160,7 +160,8 @@ def test_auto_does_not_copy_weights_the_cost_model_sees_no_gain_in(compiles, tmp
 def test_the_split_keeps_the_most_accessed_tensors_in_the_fast_slot():
     """The eviction order: fewest accesses first, the largest of equals first; the fast slot keeps
     all it can within its budget (here a buffer's size is the sum of its tensors)."""
-    from platforms.arena_planning import ArenaSlot, Tensor, split
+    from platforms.arena_planning import Tensor, split
+    from platforms.memory_placement import ArenaSlot
 
     tensors = [Tensor("a", 100, 2), Tensor("b", 400, 2), Tensor("c", 300, 5), Tensor("d", 50, 3)]
     sizes = {t.key: t.bytes for t in tensors}
@@ -252,8 +253,7 @@ def test_a_sram_only_programs_image_goes_to_sram_or_does_not_fit(pte_bytes, fits
     the plan put the image in QSPI flash regardless, so its figures and its fit disagreed. Now
     the image of a program with NPU partitions compiled for Sram_Only goes to an SRAM region
     (Corstone-300: bram, then sram) or does not fit; without Sram_Only it stays in flash."""
-    from platforms.arena_planning import Arena
-    from platforms.memory_placement import place_program
+    from platforms.memory_placement import Arena, place_program
     from platforms.platform import load_platform
 
     platform = load_platform("corstone300")

@@ -128,8 +128,51 @@ def firmware(ds_cnn):
                           npu_product="ethos-u55")
 
 
-def test_ds_cnn_on_the_ethos_u55_passes_verify_qemu(ds_cnn, firmware, capsys):
+def _count_reads(monkeypatch, pte) -> dict:
+    """Counters of every read of the program and its artifacts: the .pte's bytes, its parse,
+    the manifest's hash check, each reference program."""
+    from pathlib import Path
+
+    from kernels.program_view import ProgramView
+    from orchestrator.artifacts.manifest import Manifest
+    from orchestrator.verification import twin
+
+    counts = {"pte bytes": 0, "ProgramView.read": 0, "Manifest.load": 0}
+    read_bytes, view_read, manifest_load = Path.read_bytes, ProgramView.read, Manifest.load.__func__
+    load_reference = twin.load_reference
+
+    def counted_read_bytes(self):
+        counts["pte bytes"] += self.resolve() == Path(pte).resolve()
+        return read_bytes(self)
+
+    def counted_view_read(cls, data, *args, **kwargs):
+        counts["ProgramView.read"] += 1
+        return view_read(data, *args, **kwargs)
+
+    def counted_manifest_load(cls, *args, **kwargs):
+        counts["Manifest.load"] += 1
+        return manifest_load(cls, *args, **kwargs)
+
+    def counted_reference(path):
+        counts[path.name] = counts.get(path.name, 0) + 1
+        return load_reference(path)
+
+    monkeypatch.setattr(Path, "read_bytes", counted_read_bytes)
+    monkeypatch.setattr(ProgramView, "read", classmethod(counted_view_read))
+    monkeypatch.setattr(Manifest, "load", classmethod(counted_manifest_load))
+    monkeypatch.setattr(twin, "load_reference", counted_reference)
+    return counts
+
+
+def test_ds_cnn_on_the_ethos_u55_passes_verify_qemu_reading_its_files_once(
+        ds_cnn, firmware, capsys, monkeypatch):
+    """The QEMU method is handed the one view of the program `verify` read: the .pte is read,
+    parsed and hash-checked once (the platform check, the bundle, the bridge's NPU partitions
+    and the report all use it), the float reference (the bundle's inputs) loaded once."""
+    counts = _count_reads(monkeypatch, ds_cnn)
     out = verify_qemu_passes(ds_cnn, capsys)
+    assert counts == {"pte bytes": 1, "ProgramView.read": 1, "Manifest.load": 1,
+                      "float.pt2": 1}, out
     assert f"method: {METHOD}" in out
     npu = npu_line(out)
     invocations, commands = (int(n.replace(",", "")) for n in

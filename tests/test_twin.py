@@ -199,7 +199,7 @@ def test_nchw_export_fails_verify_at_the_npu_to_cpu_boundary(mixed_u55_nchw):
 
 
 def test_corrupted_tosa_artifact_is_refused(mixed_u55, tmp_path):
-    from orchestrator.verification.twin import TwinError
+    from orchestrator.verification.program import TwinError
     from orchestrator.verification.twin_verify import verify
 
     pte = tmp_path / mixed_u55.name
@@ -228,7 +228,8 @@ def test_corrupted_tosa_artifact_is_refused(mixed_u55, tmp_path):
 
 
 def test_missing_artifacts_folder_is_refused(mixed_u55, tmp_path):
-    from orchestrator.verification.twin import TwinError, run_twin
+    from orchestrator.verification.program import TwinError
+    from orchestrator.verification.twin import run_twin
 
     pte = tmp_path / mixed_u55.name
     shutil.copy2(mixed_u55, pte)
@@ -243,7 +244,8 @@ def test_bundle_carries_twin_inputs_and_outputs(ds_cnn_u55, tmp_path):
 
     from orchestrator.verification.bundle import write_bundle
     from orchestrator.verification.twin import load_twin
-    from orchestrator.verification.twin_verify import device_inputs, load_reference, sample_inputs
+    from orchestrator.verification.program import load_reference
+    from orchestrator.verification.twin_verify import device_inputs, sample_inputs
 
     bpte = write_bundle(ds_cnn_u55, tmp_path / "ds.bpte", samples=4)
     bundle = deserialize_from_flatbuffer_to_bundled_program(bpte.read_bytes())

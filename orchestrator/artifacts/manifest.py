@@ -159,10 +159,11 @@ class Manifest:
         return next((p for p in self.partitions if p.payload_sha256 == payload_sha256), None)
 
     @classmethod
-    def load(cls, pte_path, action: str = "verify") -> "Manifest":
+    def load(cls, pte_path, action: str = "verify", pte_bytes: bytes | None = None) -> "Manifest":
         """The manifest beside `pte_path`, after checking the `.pte` and every file the
         manifest lists against their SHA-256; a UserError names the first that differs and
-        says what it refuses to do (`action`)."""
+        says what it refuses to do (`action`). `pte_bytes`: the program as the caller already
+        read it, so the bytes checked are the bytes it goes on to use."""
         pte_path = Path(pte_path)
         folder = artifacts_dir_for(pte_path)
         manifest_path = folder / MANIFEST_NAME
@@ -191,7 +192,8 @@ class Manifest:
                             f"`orchestrate compile` ({error}); re-run `orchestrate compile`") \
                 from None
         expected = written["pte"]["sha256"]
-        actual = hashlib.sha256(pte_path.read_bytes()).hexdigest()
+        actual = hashlib.sha256(pte_bytes if pte_bytes is not None
+                                else pte_path.read_bytes()).hexdigest()
         if actual != expected:
             raise UserError(f"refusing to {action}: {pte_path} does not match its artifacts (its "
                             f"SHA-256 is {actual[:12]}..., {manifest_path} records "

@@ -60,8 +60,8 @@ from partitioners.npu import NpuRejection, VelaRefusal, VelaRun, lower_to_npu
 from partitioners.reasons import LOWERING_REFUSAL, VELA_REFUSAL
 from partitioners.policy import Policy, unmatched_force_cpu
 from partitioners.records import Workaround
-from platforms.arena_planning import Arena, ArenaRecord, arena_slots, planning_algorithm
-from platforms.memory_placement import MemoryPolicy
+from platforms.arena_planning import ArenaRecord, arena_slots, planning_algorithm
+from platforms.memory_placement import Arena, MemoryPolicy
 
 if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
     from executorch.exir import EdgeProgramManager

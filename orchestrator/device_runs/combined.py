@@ -39,14 +39,17 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from orchestrator.artifacts.manifest import Manifest
 from orchestrator.device_runs.qemu import installed_platform, run_qemu
 from orchestrator.errors import NotRun, UserError
 from orchestrator.verification.methods import (FVP, QEMU, RUNTIME, TWIN, MethodResult,
                                                 Verifier, VerifyInputs)
 from orchestrator.verification.npu import NpuModelCannotRun, NpuModelFault
 from platforms.fvp import FvpUnavailable, find_fvp, find_runner_elf, run_bpte
+
+if TYPE_CHECKING:  # the twin imports torch (seconds): loaded in verify_all
+    from orchestrator.verification.twin import TwinProgram
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ class TwinMethod:
 
     name, device_code = TWIN, False
 
-    def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
+    def run(self, program: TwinProgram, inputs: VerifyInputs) -> MethodResult:
         from orchestrator.verification.twin import TwinCannotRun  # lazy: heavy (torch)
         from orchestrator.verification.twin_verify import (  # lazy: heavy (torch)
             render_text, report_json, verify)
@@ -114,7 +117,7 @@ class HostRuntimeMethod:
 
     name, device_code = RUNTIME, True
 
-    def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
+    def run(self, program: TwinProgram, inputs: VerifyInputs) -> MethodResult:
         from orchestrator.device_runs.runtime_verify import (render_text, report_json,  # lazy: heavy (torch)
                                                              verify_runtime)
 
@@ -136,7 +139,7 @@ class QemuMethod:
 
     name, device_code = QEMU, True
 
-    def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
+    def run(self, program: TwinProgram, inputs: VerifyInputs) -> MethodResult:
         return run_qemu(program, inputs.platform, inputs.timeout_s, npu_model=inputs.npu_model,
                         atol=inputs.atol)
 
@@ -147,10 +150,10 @@ class FvpMethod:
 
     name, device_code = FVP, True
 
-    def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
+    def run(self, program: TwinProgram, inputs: VerifyInputs) -> MethodResult:
         from orchestrator.verification.bundle import write_bundle  # lazy: heavy (torch)
 
-        target = Manifest.load(program).target
+        target = program.require_manifest().target
         try:
             platform = installed_platform(target, inputs.platform)
         except UserError as error:
@@ -163,7 +166,8 @@ class FvpMethod:
         try:
             if find_fvp(platform, npu) is None or find_runner_elf(inputs.runner_elf) is None:
                 # Said the harness's way (which binary, which variable), before any bundle.
-                run_bpte(platform, npu, program, runner_elf=inputs.runner_elf, timeout_s=1)
+                run_bpte(platform, npu, program.pte_path, runner_elf=inputs.runner_elf,
+                         timeout_s=1)
             with tempfile.TemporaryDirectory(prefix="orchestrate-fvp-") as folder:
                 bpte = write_bundle(program, Path(folder) / "program.bpte")
                 result = run_bpte(platform, npu, bpte, runner_elf=inputs.runner_elf,
@@ -249,18 +253,24 @@ def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False,
                            "not run: " + "; ".join(f"{r.name}: {r.detail}" for r in results))
 
 
+def load_program(pte) -> TwinProgram:
+    """The `.pte` and its artifacts folder read once, as data (hash-checked manifest, payloads,
+    TOSA graphs and their I/O): the value every method of one verify is handed."""
+    from orchestrator.verification.twin import load_twin  # lazy: heavy (torch)
+
+    return load_twin(pte)
+
+
 def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
                max_steps: int = 1, executorch_src=None, cmsis_nn_src=None,
                platform=None, timeout_s: int = 600, methods=(TWIN, RUNTIME, QEMU, FVP),
                npu_model: str = "auto", runner_elf=None) -> CombinedVerdict:
     """Every method in `methods` that this machine has, and their verdict together; the NPU
     partitions computed as `npu_model` chooses (orchestrator/verification/npu.py)."""
-    from orchestrator.verification.twin import load_twin  # lazy: heavy (torch)
-
     pte = Path(pte)
-    twin = load_twin(pte)
+    twin = load_program(pte)  # the one read of the program and its artifacts
     choice = twin.npu_executor(npu_model).choice  # a choice that cannot apply is refused first
     inputs = VerifyInputs(samples, calibration, per_op, max_steps, npu_model, platform,
                           timeout_s, executorch_src, cmsis_nn_src, runner_elf)
-    results = tuple(method.run(pte, inputs) for method in VERIFIERS if method.name in methods)
+    results = tuple(method.run(twin, inputs) for method in VERIFIERS if method.name in methods)
     return combine(pte, results, has_npu=bool(twin.partitions), npu_stream=choice != "tosa")

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.artifacts.manifest import Manifest
 from orchestrator.artifacts.profile import (DWT_CYCLES, METHOD_EXECUTE, QEMU_ICOUNT, Clock,
                                             Profile, TraceEvent, etdump_bytes)
 from orchestrator.errors import NotRun, UserError, VerificationFailure
@@ -77,21 +76,22 @@ def installed_platform(target: dict, override=None):
     return load_platform(key)
 
 
-def qemu_on_checked_pte(pte: Path, platform, timeout_s: int = 600, atol: float = 0.0,
+def qemu_on_checked_pte(program, platform, timeout_s: int = 600, atol: float = 0.0,
                         samples: int = 4, npu_model: str = "auto", trace: bool = False):
-    """Run a fresh BundleIO of `pte` (the caller has checked it against its manifest: a .bpte
-    lying beside it is covered by no hash) on the platform's runner in QEMU; `trace`: the
-    runner's trace build (per-instruction scopes, platforms/qemu.py)."""
+    """Run a fresh BundleIO of the program (a loaded TwinProgram, or a `.pte` path, checked
+    against its manifest: a .bpte lying beside it is covered by no hash) on the platform's
+    runner in QEMU; `trace`: the runner's trace build (per-instruction scopes,
+    platforms/qemu.py)."""
     from orchestrator.verification.bundle import write_bundle  # lazy: heavy (torch)
+    from orchestrator.verification.twin import as_program  # lazy: heavy (torch)
 
     npu = {}
-    twin = None
-    target = Manifest.load(pte).target
+    twin = as_program(program)
+    manifest = twin.require_manifest()
+    target = manifest.target
     if target.get("npu"):
         from orchestrator.device_runs.qemu_npu import QemuNpuHandler  # lazy: heavy (numpy, vela)
-        from orchestrator.verification.twin import load_twin  # lazy: heavy (torch)
 
-        twin = load_twin(pte)
         if twin.partitions:
             npu = {"npu_handler": QemuNpuHandler(twin, target["npu"], npu_model),
                    "npu": target["npu"],
@@ -99,9 +99,9 @@ def qemu_on_checked_pte(pte: Path, platform, timeout_s: int = 600, atol: float =
     with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
         # A hybrid program's expectation is the TOSA graphs' (what Vela was given): the NPU
         # half runs on QEMU's side of the bridge, where the stream is checked against them.
-        bpte = write_bundle(pte, Path(folder) / "program.bpte", samples=samples,
+        bpte = write_bundle(twin, Path(folder) / "program.bpte", samples=samples,
                             npu_model="tosa" if npu else "auto")
-        return run_bpte_on_qemu(bpte, Manifest.load(pte).file("operators.txt"), platform,
+        return run_bpte_on_qemu(bpte, manifest.file("operators.txt"), platform,
                                 timeout_s=timeout_s, atol=atol, trace=trace, **npu)
 
 
@@ -114,12 +114,16 @@ class QemuProfile:
     clock: Clock
 
 
-def qemu_profile(pte: Path, platform, timeout_s: int = 600, atol: float = 0.0,
+def qemu_profile(program, platform, timeout_s: int = 600, atol: float = 0.0,
                  samples: int = 4, npu_model: str = "auto") -> QemuProfile:
-    """Run the checked `pte` on the runner's trace build in QEMU and make the ETDump of its
-    trace (orchestrator/artifacts/profile.py): one run per inference, its times in instructions
-    retired (the SysTick ticks calibrated against QEMU's -icount) or in DWT cycles where the
-    core counts them. Raises VerificationFailure when the traced run does not pass."""
+    """Run the checked program (a loaded TwinProgram, or a `.pte` path) on the runner's trace
+    build in QEMU and make the ETDump of its trace (orchestrator/artifacts/profile.py): one run
+    per inference, its times in instructions retired (the SysTick ticks calibrated against
+    QEMU's -icount) or in DWT cycles where the core counts them. Raises VerificationFailure
+    when the traced run does not pass."""
+    from orchestrator.verification.twin import as_program  # lazy: heavy (torch)
+
+    pte = as_program(program)
     result = qemu_on_checked_pte(pte, platform, timeout_s, atol=atol, samples=samples,
                                  npu_model=npu_model, trace=True)
     if result.passed is not True:
@@ -138,7 +142,7 @@ def qemu_profile(pte: Path, platform, timeout_s: int = 600, atol: float = 0.0,
     details = {"runner": f"{result.runner} runner firmware, trace build",
                "core": result.core, "method": result.method,
                "tracer": "its own ticks (output CRCs, bookkeeping) removed from every scope"}
-    etdump = etdump_bytes(events, clock, per_tick, hashlib.sha256(pte.read_bytes()).hexdigest(),
+    etdump = etdump_bytes(events, clock, per_tick, hashlib.sha256(pte.pte_bytes).hexdigest(),
                           details)
     return QemuProfile(result, etdump, clock)
 
@@ -222,20 +226,23 @@ def qemu_lines(result) -> list[str]:
     return lines
 
 
-def run_qemu(pte: Path, platform_override=None, timeout_s: int = 600,
+def run_qemu(program, platform_override=None, timeout_s: int = 600,
              samples: int = 4, npu_model: str = "auto", atol: float = 0.0) -> MethodResult:
-    from orchestrator.verification.twin import load_twin  # lazy: heavy (torch)
+    """The QEMU method on the program (a loaded TwinProgram, or a `.pte` path)."""
+    from orchestrator.verification.twin import as_program  # lazy: heavy (torch)
 
-    target = Manifest.load(pte).target
+    twin = as_program(program)
+    pte = twin.pte_path
+    target = twin.require_manifest().target
     try:
         platform = installed_platform(target, platform_override)
     except UserError as error:
         return MethodResult(QEMU, "not-run", str(error), True)
-    reason = qemu_unavailable_reason(target, bool(load_twin(pte).partitions), platform)
+    reason = qemu_unavailable_reason(target, bool(twin.partitions), platform)
     if reason is not None:
         return MethodResult(QEMU, "not-run", reason, True)
     try:
-        result = qemu_on_checked_pte(pte, platform, timeout_s, atol=atol, samples=samples,
+        result = qemu_on_checked_pte(twin, platform, timeout_s, atol=atol, samples=samples,
                                      npu_model=npu_model)
     except (NotRun, QemuUnavailable) as error:
         return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True)

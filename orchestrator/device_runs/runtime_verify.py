@@ -29,7 +29,6 @@ import hashlib
 import math
 import statistics
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -37,14 +36,14 @@ import torch
 from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, NpuInvocation,
                              RuntimeFailure, RuntimeUnavailable, find_sources, logical)
 from orchestrator import numerics
-from orchestrator.artifacts.manifest import Manifest
 from orchestrator.errors import NotRun, UserError
 from kernels.program_view import KernelCall
 from kernels.reference import HOST_TIER, MVE_ONLY_SEMANTICS
 from orchestrator.verification.npu import NpuExecutor
-from orchestrator.verification.twin import ETHOS_U_BACKEND, TwinProgram, load_twin
+from orchestrator.verification.program import ETHOS_U_BACKEND
+from orchestrator.verification.twin import TwinProgram, as_program
 from orchestrator.verification.twin_verify import (as_tuple, float_output, output_quantization, quantized_steps,
-                                 device_inputs, load_reference, sample_inputs)
+                                 device_inputs, sample_inputs)
 
 CPU_ONLY_METHOD = RUNTIME_METHOD
 
@@ -332,11 +331,12 @@ def _per_op(twin: TwinProgram, twin_run, runtime_run) -> tuple[OpAgreement, ...]
     return tuple(rows)
 
 
-def verify_runtime(pte_path, samples: int = 4, calibration: str | None = None,
+def verify_runtime(program, samples: int = 4, calibration: str | None = None,
                    per_op: bool = False, runtime: HostRuntime | None = None,
                    repeat: int = 1, executorch_src: str | None = None,
                    cmsis_nn_src: str | None = None, npu_model: str = "auto") -> RuntimeReport:
-    """Run the `.pte` through the host runtime and the twin on `samples` inputs and compare.
+    """Run the program (a loaded TwinProgram, or a `.pte` path) through the host runtime and
+    the twin on `samples` inputs and compare.
 
     `runtime` reuses a running HostRuntime; otherwise one is built from the sources
     (`kernels.runtime.find_sources`: arguments, environment, ../shared/third_party) and closed
@@ -345,11 +345,11 @@ def verify_runtime(pte_path, samples: int = 4, calibration: str | None = None,
     if samples < 1 or repeat < 1:
         raise UserError(f"--samples and the repeat count must be at least 1 (got {samples} and "
                         f"{repeat})")
-    pte_path = Path(pte_path)
-    manifest = Manifest.load(pte_path)  # the program run is the one compile recorded
-    twin = load_twin(pte_path)
-    float_program, _ = load_reference(manifest.file("float.pt2"))
-    _, quantized_module = load_reference(manifest.file("quantized.pt2"))
+    twin = as_program(program)
+    twin.require_manifest()  # the program run is the one compile recorded
+    pte_path = twin.pte_path
+    float_program, _ = twin.reference("float.pt2")
+    _, quantized_module = twin.reference("quantized.pt2")
     inputs, source = sample_inputs(float_program, samples, calibration)
     owned = runtime is None
     try:
@@ -390,7 +390,7 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
     for index, sample in enumerate(inputs):
         device = device_inputs(twin, sample)
         try:
-            run = runtime.run(pte_path, device, npu=handler, repeat=repeat)
+            run = runtime.run(twin.pte_bytes, device, npu=handler, repeat=repeat)
         except RuntimeFailure as failure:
             error = str(failure)
             break
@@ -430,7 +430,7 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
         traced = first_differing if first_differing is not None else 0
         device = device_inputs(twin, inputs[traced])
         try:
-            traced_run = runtime.run(pte_path, device, npu=handler, trace=True)
+            traced_run = runtime.run(twin.pte_bytes, device, npu=handler, trace=True)
             rows = _per_op(twin, twin.run(device, keep_intermediates=True,
                                           npu=twin.npu_executor(npu.choice)), traced_run)
             divergence = next((r for r in rows if not r.equal), None)

@@ -37,7 +37,7 @@ from orchestrator.artifacts.profile import OPERATOR_CALL
 from orchestrator.errors import UserError
 
 if TYPE_CHECKING:  # the value it reads (orchestrator.api.measure makes it)
-    from orchestrator.planning.measured import MeasuredPlan
+    from orchestrator.reports.measured import MeasuredPlan
 
 DEFAULT_BOUND = 0.15  # the issue's +-15% per op class
 

@@ -25,104 +25,18 @@ Every figure here is an estimate; its sources are named in each decision.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 from cost_models.plan_costs import PORTABLE_COPIES, cpu_op_cost
 from cost_models.profile_calibration import calibrate_cost, row_work
 from orchestrator.errors import OrchestrateError
+from orchestrator.planning.plan import (WITH_ITS_PARTITION, CostPlacement, Decision,
+                                        MemoryDecision, WindowDecision)
 from partitioners.policy import Policy
 from partitioners.upstream_cortex_m import substituted_op_names
 
-if TYPE_CHECKING:  # types only; the modules import heavy upstream packages
-    from orchestrator.planning.planner import Plan
-
-
-@dataclass(frozen=True)
-class Decision:
-    partition: int
-    nodes: tuple[str, ...]
-    macs: int
-    npu_seconds: float  # vela + model:transition
-    cpu_seconds: float  # model:<tier> / model:portable
-    cpu_sources: str
-    moved: bool
-    kept_reason: str = ""  # why a cheaper-on-CPU island stayed (keep_npu rule)
-    part: str = "island"  # island (the whole partition) | first ops | last ops
-
-    @property
-    def key(self) -> tuple[int, str]:
-        return self.partition, self.part
-
-    @property
-    def delta_seconds(self) -> float:
-        return self.cpu_seconds - self.npu_seconds
-
-    def describe(self, cpu_hz: int) -> str:
-        if self.kept_reason == WITH_ITS_PARTITION:
-            return (f"partition {self.partition}'s {self.part} ({', '.join(self.nodes)}) moved "
-                    "to the CPU with its whole partition")
-        verb = "moved to the CPU" if self.moved else "kept on the NPU"
-        cycles = int(round(self.delta_seconds * cpu_hz))
-        what = (f"partition {self.partition}" if self.part == "island" else
-                f"partition {self.partition}'s {self.part} ({', '.join(self.nodes)})")
-        npu_source = "vela + model:transition" if self.part == "island" else "vela"
-        text = (f"{what} ({len(self.nodes)} ops, {self.macs:,} MACs) {verb}: "
-                f"{cycles:+,} CPU-clock cycles (NPU {self.npu_seconds * 1e6:.1f} us [{npu_source}] "
-                f"vs CPU {self.cpu_seconds * 1e6:.1f} us [{self.cpu_sources}])")
-        return text + (f"; {self.kept_reason}" if self.kept_reason else "")
-
-
-def _whole_program(before: float, after: float | None) -> str:
-    """'3.927 ms -> 3.719 ms whole program (-207.7 us) [vela + models]'; '' without `after`."""
-    if after is None:
-        return ""
-    return (f"{before * 1e3:.3f} ms -> {after * 1e3:.3f} ms whole program "
-            f"({(after - before) * 1e6:+.1f} us) [vela + models]")
-
-
-@dataclass(frozen=True)
-class MemoryDecision:
-    """The Vela memory mode tried beside the platform's, and whether it was kept."""
-
-    from_mode: str
-    to_mode: str
-    from_seconds: float  # whole program, greedy placement (estimate)
-    to_seconds: float | None  # whole program under `to_mode` (None: it could not be planned)
-    chosen: bool
-    reason: str
-
-    def describe(self) -> str:
-        verb = "chosen" if self.chosen else "not chosen"
-        figures = _whole_program(self.from_seconds, self.to_seconds)
-        return (f"memory: Vela {self.to_mode} instead of the platform's {self.from_mode} {verb}"
-                + (f": {figures}" if figures else "") + f"; {self.reason}")
-
-
-@dataclass(frozen=True)
-class CostPlacement:
-    greedy: Plan
-    chosen: Plan  # the plan kept (greedy's when moving made nothing faster)
-    decisions: tuple[Decision, ...]
-    greedy_seconds: float
-    chosen_seconds: float
-    memory: MemoryDecision | None = None  # the memory mode tried (None: none was)
-    windows: "WindowDecision | None" = None  # average pools over their window (None: none)
-
-    def report_lines(self) -> list[str]:
-        """The steps in the order they ran: memory mode, pool windows, then the moves (judged
-        on the plan the first two gave)."""
-        cpu_hz = self.chosen.compiled.target.cpu_hz
-        lines = [step.describe() for step in (self.memory, self.windows) if step is not None]
-        lines.extend(d.describe(cpu_hz) for d in self.decisions)
-        lines.append(f"whole program (estimate): greedy {self.greedy_seconds * 1e3:.3f} ms, "
-                     f"chosen {self.chosen_seconds * 1e3:.3f} ms")
-        return lines
-
 
 _FUSED_ACTIVATIONS = ("relu", "clamp", "hardtanh")
-# The kept_reason of a partition's end whose whole partition moved.
-WITH_ITS_PARTITION = "its whole partition moved"
 
 
 # The CMSIS-NN function an op of this kind runs on the CPU, for the calibration's lookup: the
@@ -259,24 +173,6 @@ def place_by_cost(plan_fn, policy) -> CostPlacement:
             final[key] = replace(decision, moved=False, kept_reason=WITH_ITS_PARTITION)
     return CostPlacement(greedy, best, tuple(final[d.key] for d in decisions),
                          greedy_seconds, best_seconds, memory, windows)
-
-
-@dataclass(frozen=True)
-class WindowDecision:
-    """Average pools computed over their one window so the NPU takes them, and whether kept."""
-
-    pools: tuple[str, ...]  # the plan rows
-    from_seconds: float  # whole program before (estimate)
-    to_seconds: float | None  # whole program with the pools over their window (None: failed)
-    chosen: bool
-    reason: str
-
-    def describe(self) -> str:
-        verb = "chosen" if self.chosen else "not chosen"
-        figures = _whole_program(self.from_seconds, self.to_seconds)
-        figures = f": {figures}" if figures else ""
-        return (f"average pool(s) {', '.join(self.pools)} over their one window, so the NPU "
-                f"runs them, {verb}{figures}; {self.reason}")
 
 
 def _window_candidates(plan) -> tuple[str, ...]:

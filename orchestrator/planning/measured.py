@@ -13,120 +13,13 @@ compared only as a ratio, never as the same quantity.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
-from cost_models.profile_calibration import MeasuredRow, op_class
 from kernels.program_view import DelegateCall, KernelCall, ProgramView
 from orchestrator.artifacts.profile import DELEGATE_CALL, OPERATOR_CALL, Profile
 from orchestrator.errors import OrchestrateError, UserError
 from orchestrator.planning.instructions import InstructionMapError, instruction_positions
-
-
-@dataclass(frozen=True)
-class MeasuredCall:
-    """One instruction of the program as the profile measured it (median over its runs)."""
-
-    instruction: int
-    kind: str  # OPERATOR_CALL or DELEGATE_CALL
-    operator: str  # the program's operator ("cortex_m::quantized_conv2d.out") or the backend
-    rows: tuple[int, ...]  # positions of the plan rows it runs (plan.json "ops")
-    partition: int | None  # the NPU partition of a delegate call
-    value: int  # the whole instruction, in the profile's clock
-    kernel_value: int | None  # the kernel's scope alone, when the profile has it
-
-
-@dataclass(frozen=True)
-class KernelClass:
-    """The CPU rows that run one kernel: the model's cycles over the measured figure."""
-
-    kernel: str
-    calls: int
-    modelled_cycles: int
-    measured: int
-
-    @property
-    def ratio(self) -> float | None:
-        return self.modelled_cycles / self.measured if self.measured else None
-
-
-@dataclass(frozen=True)
-class MeasuredPlan:
-    """A plan (its plan.json) with the profile's figures for every instruction."""
-
-    plan: Mapping = field(repr=False)  # plan.json of the program: Plan.to_json() or its artifacts'
-    profile: Profile
-    program_sha256: str
-    calls: tuple[MeasuredCall, ...]  # program order
-    total: int | None  # Method::execute, median over runs; None when the profile lacks it
-
-    @property
-    def ops(self) -> Sequence[Mapping]:
-        return self.plan["ops"]
-
-    def call_of_row(self) -> dict[int, MeasuredCall]:
-        return {row: call for call in self.calls for row in call.rows}
-
-    def kernel_calls_total(self) -> int:
-        return sum(call.value for call in self.calls if call.kind == OPERATOR_CALL)
-
-    def cpu_modelled_cycles(self) -> int:
-        """The model's CPU cycles over the rows the kernel calls run."""
-        return sum(_cycles(self.ops[row]) for call in self.calls if call.kind == OPERATOR_CALL
-                   for row in call.rows)
-
-    def by_kernel(self) -> tuple[KernelClass, ...]:
-        """CPU rows grouped by the kernel they run (CMSIS-NN function or portable kernel), the
-        costliest measured first."""
-        groups: dict[str, tuple[int, int, int]] = {}
-        for call in self.calls:
-            if call.kind != OPERATOR_CALL:
-                continue
-            for row in call.rows:  # one CPU row per kernel call
-                op = self.ops[row]
-                name = str(op.get("kernel") or op.get("op"))
-                calls, cycles, measured = groups.get(name, (0, 0, 0))
-                groups[name] = (calls + 1, cycles + _cycles(op), measured + call.value)
-        classes = [KernelClass(name, *figures) for name, figures in groups.items()]
-        return tuple(sorted(classes, key=lambda c: -c.measured))
-
-    def cpu_rows(self, program: str) -> tuple[MeasuredRow, ...]:
-        """Each kernel call of a CPU row: the model's cycles (before any cycles calibration: a
-        fit to scaled figures would calibrate twice) beside the call's measured figure, with
-        the row's op class and kernel; the instruction estimate when the plan has one."""
-        rows = []
-        for call in self.calls:
-            if call.kind != OPERATOR_CALL or not call.rows:
-                continue
-            ops = [self.ops[row] for row in call.rows]
-            first = ops[0]
-            row_class = op_class(first["placement"], first["kind"], first.get("kernel"))
-            costs = [op.get("cost") for op in ops]
-            if row_class is None or any(cost is None for cost in costs):
-                continue
-            estimates = [cost.get("instructions") for cost in costs]
-            rows.append(MeasuredRow(
-                program, row_class, str(first.get("kernel") or first.get("op")),
-                sum(int(cost.get("model_cycles", cost["cycles"])) for cost in costs),
-                int(call.value), self.profile.clock.unit,
-                None if None in estimates else sum(estimates)))
-        return tuple(rows)
-
-    def to_json(self) -> dict:
-        """plan.json with a `measured` block per op and in the summary (plan.schema.json)."""
-        from orchestrator.reports.measured import measured_json  # lazy: heavy (executorch, vela)
-
-        return measured_json(self)
-
-    def to_text(self, width: int = 100) -> str:
-        from orchestrator.reports.measured import render_text  # lazy: heavy (executorch, vela)
-
-        return render_text(self, width)
-
-
-def _cycles(op: Mapping) -> int:
-    cost = op.get("cost") or {}
-    return int(cost.get("cycles") or 0)
+from orchestrator.reports.measured import MeasuredCall, MeasuredPlan
 
 
 def kernel_name(operator) -> str:

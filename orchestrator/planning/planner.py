@@ -8,76 +8,17 @@ from cost_models.cpu import MemoryTimings, calibrated_weight_cycles_per_byte
 from cost_models.npu import VelaPartitionEstimate, read_vela_dir
 from cost_models.plan_costs import attach_costs
 from cost_models.profile_calibration import CpuCalibration, calibrate_cost, row_work
-from kernels.layout_checks import is_layout_finding
-from orchestrator.compilation import device_check
-from orchestrator.compilation.pipeline import Compiled, Stage, UnsupportedModel, run_stages
+from orchestrator.compilation.pipeline import Compiled, Stage, run_stages
 from orchestrator.errors import GateFailure, UserError
-from orchestrator.planning.cost_placement import CostPlacement
 from orchestrator.planning.placement import OpPlacement, missing_kernel_faults
+from orchestrator.planning.plan import Plan
 from orchestrator.planning.structure import module_groups, recurrences
-from orchestrator.reports.coverage import render_json, render_markdown, render_text, to_json
 from orchestrator.reports.summary import Summary, constant_segment_bytes, summarize
-from orchestrator.reports.explorer import OverlayError, render_node_data
-from orchestrator.reports.html import plan_html
 from partitioners.npu import npu_delegates
 from partitioners.records import ORIGIN_KEY
 from platforms import PlatformError
-from platforms.arena_planning import Arena, arena_slots
-from platforms.memory_placement import MemoryPlacement, MemoryPolicy, place_program
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Every op's placement with its reasons and costs, and the summary the gates read."""
-
-    compiled: Compiled
-    rows: tuple[OpPlacement, ...]  # with costs
-    estimates: dict[int, VelaPartitionEstimate]
-    summary: Summary
-    cost_placement: CostPlacement | None = None  # --placement cost
-    calibration: CpuCalibration | None = None  # the CPU calibration its costs used
-
-    def refuse_miscompiles(self) -> None:
-        """Raise DeviceRefusal when the real runtime refused the program, and UnsupportedModel
-        when a CPU kernel would read a tensor in another layout than it has: such a program
-        loads and runs, and computes wrong numbers (kernels/layout_checks.py)."""
-        device_check.refuse(self.compiled.device_run, self.compiled.target.npu)
-        found = [(row.name, fault) for row in self.rows for fault in row.device_faults
-                 if is_layout_finding(fault.key)]
-        if found:
-            name, fault = found[0]
-            raise UnsupportedModel(
-                f"not writing a program that computes wrong numbers: {len(found)} layout "
-                f"fault(s), first at {name}: {fault.message}; `orchestrate plan` lists them all "
-                "(a CPU-only program that mixes channels-last and contiguous tensors between CPU "
-                "kernels: keep the model's tensors 4-D channels-last through reshapes/splits, or "
-                "place those ops on the NPU)")
-
-    def to_json(self) -> dict:
-        """The plan as plan.json holds it (schema: orchestrator/plan.schema.json)."""
-        return to_json(self.compiled, self.rows, self.summary)
-
-    def to_markdown(self) -> str:
-        return render_markdown(self.compiled, self.rows, self.summary)
-
-    def to_text(self, width: int = 100, all_rows: bool = False) -> str:
-        """The terminal report; an unrolled recurrence is one line unless `all_rows`."""
-        return render_text(self.compiled, self.rows, self.summary, width, all_rows)
-
-    def to_html(self) -> str:
-        """One self-contained page: timeline, memory map, sortable op table."""
-        return plan_html(self)
-
-    def artifact_files(self) -> dict[str, bytes]:
-        """What the plan adds to an artifacts folder: plan.json, operators.txt, report.html."""
-        files = {"plan.json": render_json(self.compiled, self.rows, self.summary).encode(),
-                 "operators.txt": "".join(f"{op}\n" for op in self.summary.operators).encode(),
-                 "report.html": self.to_html().encode()}
-        try:
-            files["model_explorer.json"] = render_node_data(self).encode()
-        except OverlayError:
-            pass  # rows and instructions do not line up: no overlay rather than a wrong one
-        return files
+from platforms.arena_planning import arena_slots
+from platforms.memory_placement import Arena, MemoryPlacement, MemoryPolicy, place_program
 
 
 def vela_estimates(compiled) -> dict[int, VelaPartitionEstimate]:

@@ -21,7 +21,7 @@ from orchestrator.request import Request, Resolved, resolve
 MAX_DEVICE_MOVES = 4
 
 if TYPE_CHECKING:  # the compile stack imports torch and ExecuTorch (seconds): imported on use
-    from orchestrator.planning.planner import Plan
+    from orchestrator.planning.plan import Plan
     from orchestrator.sources.loader import Calibration, LoadedModel
 
 

@@ -15,13 +15,13 @@ ambiguous for size-1 dims (DS-CNN's input is [1, 1, 49, 10] with dim_order (0, 2
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
-from orchestrator.artifacts.manifest import Manifest
 from orchestrator.artifacts.files import atomic_write_bytes
 from orchestrator.errors import UserError
-from orchestrator.verification.twin import TwinRun, load_twin
-from orchestrator.verification.twin_verify import device_inputs, load_reference, sample_inputs
+from orchestrator.verification.twin import TwinRun, as_program
+from orchestrator.verification.twin_verify import device_inputs, sample_inputs
 
 METHOD_NAME = "forward"
 
@@ -32,8 +32,9 @@ def _patch(bundled_tensor, spec, data: bytes) -> None:
     bundled_tensor.data = data
 
 
-def write_bundle(pte_path, bpte_path, samples: int = 4, npu_model: str = "auto") -> Path:
-    """Write `bpte_path` with `samples` seeded inputs and the twin's outputs as expected values;
+def write_bundle(program, bpte_path, samples: int = 4, npu_model: str = "auto") -> Path:
+    """Write `bpte_path` with `samples` seeded inputs and the twin's outputs as expected values
+    for the program (a loaded TwinProgram, or a `.pte` path);
     the twin computes the NPU partitions as `npu_model` chooses (orchestrator/verification/npu.py:
     "tosa" makes the partitions' TOSA graphs, what Vela was given, the expectation)."""
     from executorch.devtools.bundled_program.config import (  # lazy: heavy (executorch devtools)
@@ -44,13 +45,13 @@ def write_bundle(pte_path, bpte_path, samples: int = 4, npu_model: str = "auto")
         serialize_from_bundled_program_to_flatbuffer,
     )
 
-    pte_path, bpte_path = Path(pte_path), Path(bpte_path)
+    bpte_path = Path(bpte_path)
     if bpte_path.suffix != ".bpte":
         raise UserError(f"bundle '{bpte_path}' must end in .bpte")
     if not bpte_path.parent.is_dir():
         raise UserError(f"output folder '{bpte_path.parent}' does not exist")
-    twin = load_twin(pte_path)
-    float_program, _ = load_reference(Manifest.load(pte_path).file("float.pt2"))
+    twin = as_program(program)
+    float_program, _ = twin.reference("float.pt2")
     inputs, _source = sample_inputs(float_program, samples, None)
     cases, runs = [], []
     for sample in inputs:
@@ -58,8 +59,14 @@ def write_bundle(pte_path, bpte_path, samples: int = 4, npu_model: str = "auto")
         run: TwinRun = twin.run(program_inputs, npu=twin.npu_executor(npu_model))
         runs.append(run)
         cases.append(MethodTestCase(inputs=list(program_inputs), expected_outputs=list(run.outputs)))
-    bundle = BundledProgram(None, [MethodTestSuite(METHOD_NAME, cases)], pte_file_path=str(pte_path))
-    schema = bundle.serialize_to_schema()  # cached: the patches below are what gets serialized
+    # Upstream reads the program from a file: hand it the bytes the twin ran and the manifest
+    # checked, never the .pte again (it may have changed since).
+    with tempfile.TemporaryDirectory(prefix="orchestrate-bundle-") as folder:
+        pte_copy = Path(folder) / "program.pte"
+        pte_copy.write_bytes(twin.pte_bytes)
+        bundle = BundledProgram(None, [MethodTestSuite(METHOD_NAME, cases)],
+                                pte_file_path=str(pte_copy))
+        schema = bundle.serialize_to_schema()  # cached: the patches below are what gets serialized
     (suite,) = schema.method_test_suites
     for case, run in zip(suite.test_cases, runs):
         for value, spec, data in zip(case.inputs, twin.input_specs, run.input_bytes):

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # the twin imports torch (seconds)
+    from orchestrator.verification.twin import TwinProgram
 
 TWIN, RUNTIME, QEMU, FVP = "twin", "host runtime", "QEMU Cortex-M55", "Corstone FVP"
 
@@ -52,7 +55,9 @@ class Verifier(Protocol):
     name: str  # TWIN, RUNTIME, QEMU, FVP, ...
     device_code: bool  # it executes the device's own runtime and kernels
 
-    def run(self, program: Path, inputs: VerifyInputs) -> MethodResult:
-        """Verify `program` (a `.pte` with its artifacts folder); never raises for a machine
-        that lacks what the method needs: that is a "not-run" result saying why."""
+    def run(self, program: TwinProgram, inputs: VerifyInputs) -> MethodResult:
+        """Verify `program`: the `.pte` and its artifacts folder as `verify` read them, once,
+        for every method (orchestrator/verification/twin.py `load_twin`); a method reads no
+        file of it again. Never raises for a machine that lacks what the method needs: that is
+        a "not-run" result saying why."""
         ...

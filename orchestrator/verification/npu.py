@@ -34,7 +34,7 @@ from orchestrator.errors import NotRun, UserError, VerificationFailure
 
 if TYPE_CHECKING:
     from npu_driver.ethos_u import Counters
-    from orchestrator.verification.twin import NpuPartition
+    from orchestrator.verification.program import NpuPartition
 
 NPU_MODELS = ("auto", "stream", "tosa", "both")
 STREAM_METHOD = "Vela command stream executed by the Ethos-U55/U65 functional model"

@@ -22,7 +22,6 @@ ProgramView (kernels/program_view.py) the way `runtime/executor/method.cpp` does
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -36,37 +35,19 @@ from kernels.program_view import (DelegateCall, FreeCall, JumpFalseCall, KernelC
                                   ProgramView, Value)
 from kernels.reference import KernelError, KernelFault, LayoutRead, RawTensor
 from kernels.upstream_runtime import UpstreamVersionError
-from npu_driver.payload import EthosUPayload, PayloadError, parse_payload
-from npu_driver.tosa_twin import TosaGraphIO, TosaTwinError, check_against_payload, graph_io
-from orchestrator.verification.npu import NpuExecutor
 from orchestrator.artifacts.manifest import MANIFEST_NAME, Manifest, artifacts_dir_for
-from orchestrator.errors import NotRun, UserError
-
-ETHOS_U_BACKEND = "EthosUBackend"
+from orchestrator.errors import NotRun
+from orchestrator.verification.npu import NpuExecutor
+from orchestrator.verification.program import (ETHOS_U_BACKEND, NpuPartition, TwinError,
+                                               load_partitions, load_reference)
 # EthosUBackend.cpp accepts these (ExecuTorch dtype, Vela element size) pairs for inputs.
 _NPU_INPUT_TYPES = {(torch.int32, 4), (torch.int8, 1), (torch.uint8, 1), (torch.int16, 2),
                     (torch.bool, 1)}
 
 
-class TwinError(UserError):
-    """The twin cannot run this program faithfully (missing or mismatched artifacts, bad input)."""
-
-
 class TwinCannotRun(NotRun):
     """The program is fine as far as we know, but the twin has no host execution for one of its
     instructions: verification did not run (exit 5), which is neither a pass nor the user's fault."""
-
-
-@dataclass(frozen=True)
-class NpuPartition:
-    """An Ethos-U delegate with the TOSA graph Vela compiled for it."""
-
-    index: int
-    delegate_name: str  # lowered_module_<k>, from the manifest
-    tosa_relpath: str
-    payload: EthosUPayload
-    tosa_bytes: bytes
-    io: TosaGraphIO
 
 
 @dataclass(frozen=True)
@@ -124,6 +105,19 @@ class TwinProgram:
     config: dict  # config methods, e.g. {"input0_scale": 0.03, ...}
     isa_tier: str | None = None  # the core's ISA tier from the manifest: kernels differ per tier
     manifest: Manifest | None = field(default=None, repr=False)  # None: no artifacts folder
+    # The reference programs of the artifacts folder, read on first use (name -> program, module)
+    references: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def require_manifest(self, action: str = "verify") -> Manifest:
+        """The hash-checked manifest; without an artifacts folder, the one-line refusal."""
+        return self.manifest if self.manifest is not None else Manifest.load(self.pte_path,
+                                                                             action)
+
+    def reference(self, name: str):
+        """(ExportedProgram, module) of `float.pt2` or `quantized.pt2`, loaded once as data."""
+        if name not in self.references:
+            self.references[name] = load_reference(self.require_manifest().file(name))
+        return self.references[name]
 
     @staticmethod
     def _spec(value: Value) -> TensorSpec:
@@ -173,55 +167,6 @@ class TwinProgram:
         return _Execution(self, keep_intermediates, npu or self.npu_executor()).run(tuple(inputs))
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _load_partitions(pte_path: Path, view: ProgramView,
-                     manifest: Manifest | None) -> tuple[NpuPartition, ...]:
-    if not view.delegates:
-        return ()
-    if manifest is None:
-        manifest_path = artifacts_dir_for(pte_path) / MANIFEST_NAME
-        raise TwinError(f"refusing to verify: {pte_path.name} has {len(view.delegates)} Ethos-U "
-                        f"delegate(s) but {manifest_path} is missing; the twin needs the "
-                        "artifacts folder `orchestrate compile` writes next to the .pte")
-    partitions = []
-    for delegate in view.delegates:
-        index = delegate.index
-        if delegate.backend != ETHOS_U_BACKEND:
-            raise TwinError(f"delegate {index} targets backend {delegate.backend}; the twin runs "
-                            f"{ETHOS_U_BACKEND} delegates only")
-        if not delegate.inline:
-            raise TwinError(f"delegate {index}'s payload is not inline after deserialization")
-        payload_bytes = delegate.payload
-        digest = _sha256(payload_bytes)
-        entry = manifest.partition_of_payload(digest)
-        if entry is None:
-            raise TwinError(f"refusing to verify: delegate {index} of {pte_path.name} (payload "
-                            f"sha256 {digest[:16]}) is not in {MANIFEST_NAME}; the artifacts "
-                            "folder belongs to a different compile")
-        tosa_path = manifest.file(entry.tosa)
-        if not tosa_path.is_file():
-            raise TwinError(f"refusing to verify: TOSA artifact {entry.tosa} of delegate "
-                            f"{entry.delegate} is missing from {manifest.folder}")
-        tosa_bytes = tosa_path.read_bytes()
-        actual = _sha256(tosa_bytes)
-        if actual != entry.tosa_sha256:
-            raise TwinError(f"refusing to verify: TOSA artifact {entry.tosa} does not match "
-                            f"delegate {entry.delegate} (sha256 {actual[:16]} != "
-                            f"{entry.tosa_sha256[:16]})")
-        try:
-            payload = parse_payload(payload_bytes)
-            io = graph_io(tosa_bytes)
-            check_against_payload(io, payload, f"{entry.delegate} ({entry.tosa})")
-        except (PayloadError, TosaTwinError) as error:
-            raise TwinError(f"refusing to verify: {error}") from None
-        partitions.append(NpuPartition(index, entry.delegate, entry.tosa, payload,
-                                       tosa_bytes, io))
-    return tuple(partitions)
-
-
 def load_twin(pte_path) -> TwinProgram:
     """Parse the `.pte` and resolve every Ethos-U delegate to its hash-checked TOSA graph."""
     pte_path = Path(pte_path)
@@ -238,10 +183,16 @@ def load_twin(pte_path) -> TwinProgram:
     if view.has_data_segments:
         raise TwinError(f"{pte_path.name} has mutable or named data segments, which the twin "
                         "does not load")
-    manifest = Manifest.load(pte_path) if (artifacts_dir_for(pte_path) / MANIFEST_NAME).is_file() \
-        else None
-    return TwinProgram(pte_path, pte_bytes, view, _load_partitions(pte_path, view, manifest),
+    manifest = (Manifest.load(pte_path, pte_bytes=pte_bytes)
+                if (artifacts_dir_for(pte_path) / MANIFEST_NAME).is_file() else None)
+    return TwinProgram(pte_path, pte_bytes, view, load_partitions(pte_path, view, manifest),
                        dict(view.config), manifest.isa_tier if manifest else None, manifest)
+
+
+def as_program(program) -> TwinProgram:
+    """`program` when it is already loaded (one verify reads its files once), else the `.pte`
+    path it names, loaded."""
+    return program if isinstance(program, TwinProgram) else load_twin(program)
 
 
 def run_twin(pte_path, inputs: tuple[torch.Tensor, ...], keep_intermediates: bool = False,

@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import torch
 
-from orchestrator.artifacts.manifest import Manifest
 from orchestrator import numerics
 from orchestrator.errors import UserError
-from orchestrator.sources.loader import load_calibration, read_exported_program
+from orchestrator.sources.loader import load_calibration
 from orchestrator.verification.local_check import ForcedReference, LocalCheck, check_locally
 from orchestrator.verification.npu import NpuExecutor, npu_lines, with_plan_macs
-from orchestrator.verification.twin import DeviceFault, TwinError, TwinProgram, TwinRun, load_twin
+from orchestrator.verification.program import TwinError
+from orchestrator.verification.twin import DeviceFault, TwinProgram, TwinRun, as_program
 
 CPU_METHOD = "twin (cortex_m and portable reference kernels"
 CPU_ONLY_METHOD = f"{CPU_METHOD}; the program has no NPU partition)"
@@ -123,19 +122,6 @@ def _degenerate(runs, float_outs) -> str | None:
         return (f"the float model's outputs are all below 1e-6 in magnitude (max {peak:.2g}): "
                 "give trained weights or representative inputs")
     return None
-
-
-def load_reference(path: Path):
-    """A reference program from the artifacts folder, loaded as data: an artifacts folder may
-    come from someone else, and nothing in it may run code (see read_exported_program)."""
-    import torchao.quantization.pt2e  # noqa: F401 - registers quantized_decomposed for loading  # lazy: heavy (torchao)
-
-    if not path.is_file():
-        raise TwinError(f"refusing to verify: reference program {path} is missing; re-run "
-                        "`orchestrate compile` to write the artifacts folder")
-    program = read_exported_program(
-        path, "re-run `orchestrate compile` to rewrite the artifacts folder")
-    return program, program.module(check_guards=False)
 
 
 def _model_inputs(float_program) -> tuple[torch.Tensor, ...]:
@@ -416,23 +402,24 @@ def _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
     return f"FAILED by {method}: " + "; ".join(reasons)
 
 
-def verify(pte_path, samples: int = 16, calibration: str | None = None, per_op: bool = False,
+def verify(program, samples: int = 16, calibration: str | None = None, per_op: bool = False,
            max_steps: float = 1, npu_model: str = "auto") -> VerifyReport:
-    """Run the `.pte` in the twin on `samples` inputs; check every value it writes locally
-    (`orchestrator.verification.local_check`, `max_steps` int8 steps per rounding stage) and report the
-    end-to-end error against both references as figures."""
+    """Run the program (a loaded TwinProgram, or a `.pte` path) in the twin on `samples` inputs;
+    check every value it writes locally (`orchestrator.verification.local_check`, `max_steps`
+    int8 steps per rounding stage) and report the end-to-end error against both references as
+    figures."""
     if samples < 1 or not (max_steps >= 0):
         # Zero samples would make every comparison vacuously true: never a pass.
         raise UserError(f"--samples must be at least 1 and --max-steps at least 0 (got "
                         f"{samples} and {max_steps})")
-    pte_path = Path(pte_path)
+    twin = as_program(program)
     # The TOSA graphs and references beside the .pte describe it only if its bytes are the ones
     # `compile` recorded: a .pte edited or swapped after compiling must not borrow their pass.
-    manifest = Manifest.load(pte_path)
-    twin = load_twin(pte_path)
+    manifest = twin.require_manifest()
+    pte_path = twin.pte_path
     npu = twin.npu_executor(npu_model)
-    float_program, float_module = load_reference(manifest.file("float.pt2"))
-    _, quantized_module = load_reference(manifest.file("quantized.pt2"))
+    float_program, float_module = twin.reference("float.pt2")
+    _, quantized_module = twin.reference("quantized.pt2")
     inputs, source = sample_inputs(float_program, samples, calibration)
     qparams = _program_qparams(twin)
     runs, quantized_outs, float_outs, local = [], [], [], []
