@@ -343,7 +343,7 @@ def _aten_name(node) -> str:
 
 def activations_before_squeeze(module: torch.fx.GraphModule) -> list[Workaround]:
     """An activation applied to a squeezed convolution output (`torch.relu(conv1d(x))`, once
-    legalize.conv1d_as_conv2d has made the Conv1d a 1xK Conv2d and squeezed its output back)
+    module_forms.conv1d_as_conv2d has made the Conv1d a 1xK Conv2d and squeezed its output back)
     applied before the squeeze instead (in place); the rewrite's report.
 
     Upstream's Cortex-M activation fusion folds a ReLU into the CMSIS-NN convolution's output

@@ -329,3 +329,15 @@ def test_help_imports_no_heavy_package():
                          cwd=ROOT, check=True)
     loaded = set(run.stderr.split())
     assert loaded & {"torch", "torchao", "executorch", "ethosu", "tosa", "numpy", "ray"} == set()
+
+
+# Generated data, not code a reader walks through.
+LONG_FILES_ALLOWED: set[str] = set()
+
+
+def test_no_module_is_longer_than_800_lines():
+    """A module a newcomer reads in one sitting: over 800 lines it holds two rooms' work."""
+    long = {str(path.relative_to(ROOT)): n for path in _modules().values()
+            if (n := len(path.read_text().splitlines())) > 800
+            and str(path.relative_to(ROOT)) not in LONG_FILES_ALLOWED}
+    assert long == {}

@@ -537,7 +537,7 @@ def test_a_functional_relu_after_a_conv1d_folds_into_the_cmsis_nn_convolution():
     (158,779 QEMU instructions against 111,123 for the same layers in an nn.Sequential),
     because the Conv1d's 2-D form squeezes its output before the ReLU reads it. The ReLU now
     comes before the squeeze, where upstream's fusion folds it; the values are the same."""
-    from partitioners.legalize import conv1d_as_conv2d
+    from partitioners.module_forms import conv1d_as_conv2d
     from partitioners.quantizable import activations_before_squeeze
 
     class Functional(torch.nn.Module):
@@ -563,7 +563,7 @@ def test_on_an_npu_target_only_the_1d_pools_take_their_2d_form():
     AdaptiveAvgPool1d stayed a float portable op between two U55 partitions (1.308 ms by the
     model; 0.515 ms in one partition with the pool in its 2-D form)."""
     from examples.user_models import conv1d_audio
-    from partitioners.legalize import conv1d_as_conv2d
+    from partitioners.module_forms import conv1d_as_conv2d
 
     model, (x,) = conv1d_audio()
     npu_form, fixes = conv1d_as_conv2d(model, pools_only=True)

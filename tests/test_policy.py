@@ -201,12 +201,12 @@ def test_a_softmax_forced_to_the_cpu_runs_in_float_where_upstream_has_no_int8_ro
 
 
 def test_an_average_pool_over_its_one_window_computes_the_same_values():
-    """partitioners/legalize.py, avg_pools_over_their_window: only a pool with one window that
+    """partitioners/module_forms.py, avg_pools_over_their_window: only a pool with one window that
     leaves the input's last rows or columns unread is rewritten, and the copy computes the same
     values; the model given stays as it was."""
     import torch
 
-    from partitioners.legalize import avg_pools_over_their_window
+    from partitioners.module_forms import avg_pools_over_their_window
 
     class Pools(torch.nn.Module):
         def __init__(self):

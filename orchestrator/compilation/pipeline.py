@@ -54,8 +54,8 @@ from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary
                                    check_boundaries)
 from partitioners.cpu import CpuDecision, route_to_cpu
 from partitioners import quantizable
-from partitioners.legalize import (DIM_ORDER_COPIES, avg_pools_over_their_window,
-                                   conv1d_as_conv2d, same_bytes_order)
+from partitioners.legalize import DIM_ORDER_COPIES, same_bytes_order
+from partitioners.module_forms import avg_pools_over_their_window, conv1d_as_conv2d
 from partitioners.npu import NpuRejection, VelaRefusal, VelaRun, lower_to_npu
 from partitioners.reasons import LOWERING_REFUSAL, VELA_REFUSAL
 from partitioners.policy import Policy, unmatched_force_cpu

@@ -1,0 +1,220 @@
+"""The user's modules in the form the device kernels take, rewritten before capture.
+
+Each rewrite keeps the module's meaning, leaves the user's module untouched (it works on a
+copy) and is reported in the plan as a `Workaround`:
+
+- `CortexMQuantizer` (ExecuTorch 1.5.1) annotates `conv2d` but not `conv1d`, so on a CPU-only
+  target every 1-D convolution stays a float portable convolution (seconds per inference where
+  CMSIS-NN's int8 kernel takes milliseconds). Before capture, each `nn.Conv1d` becomes the same
+  convolution as a 1xK `nn.Conv2d` over an unsqueezed input (`conv1d_as_conv2d`), which the
+  quantizer annotates and the Cortex-M passes route to CMSIS-NN; stride, padding, dilation and
+  groups carry over, so depthwise, dilated and strided 1-D convolutions keep their meaning.
+- The Arm backend's Ethos-U55 check refuses an average pool whose windows leave the last
+  rows or columns unread (it counts the negative TOSA padding as padding); cut to its one
+  window (`avg_pools_over_their_window`, `AvgPool2dWindow`), the same pool passes. Applied only
+  when a policy asks for it (cost placement tries it and keeps it when Vela's estimate wins).
+
+The rewrites of the exported program (what the portable kernels cannot run as built) are
+partitioners/legalize.py.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from partitioners.records import Workaround
+
+
+def _conv2d_of(conv: torch.nn.Conv1d) -> torch.nn.Conv2d:
+    padding = conv.padding if isinstance(conv.padding, str) else (0, conv.padding[0])
+    conv2d = torch.nn.Conv2d(conv.in_channels, conv.out_channels, (1, conv.kernel_size[0]),
+                             (1, conv.stride[0]), padding, (1, conv.dilation[0]), conv.groups,
+                             conv.bias is not None, conv.padding_mode)
+    with torch.no_grad():
+        conv2d.weight.copy_(conv.weight.unsqueeze(2))
+        if conv.bias is not None:
+            conv2d.bias.copy_(conv.bias)
+    return conv2d
+
+
+def _batchnorm2d_of(bn: torch.nn.BatchNorm1d) -> torch.nn.BatchNorm2d:
+    bn2d = torch.nn.BatchNorm2d(bn.num_features, bn.eps, bn.momentum, bn.affine,
+                                bn.track_running_stats)
+    bn2d.load_state_dict(bn.state_dict())
+    return bn2d
+
+
+def _pool2d_of(pool: torch.nn.Module) -> torch.nn.Module:
+    if isinstance(pool, torch.nn.AdaptiveAvgPool1d):
+        size = pool.output_size if isinstance(pool.output_size, int) else pool.output_size[0]
+        return torch.nn.AdaptiveAvgPool2d((1, size))
+    kernel, stride, padding = (pool.kernel_size[0] if isinstance(pool.kernel_size, tuple)
+                               else pool.kernel_size,
+                               pool.stride[0] if isinstance(pool.stride, tuple) else pool.stride,
+                               pool.padding[0] if isinstance(pool.padding, tuple)
+                               else pool.padding)
+    if isinstance(pool, torch.nn.AvgPool1d):
+        return torch.nn.AvgPool2d((1, kernel), (1, stride), (0, padding), pool.ceil_mode,
+                                  pool.count_include_pad)
+    return torch.nn.MaxPool2d((1, kernel), (1, stride), (0, padding), (1, pool.dilation),
+                              ceil_mode=pool.ceil_mode)
+
+
+_POOLS_1D = (torch.nn.AvgPool1d, torch.nn.MaxPool1d, torch.nn.AdaptiveAvgPool1d)
+_ACTIVATIONS = (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.Hardtanh)
+
+
+class _As2d(torch.nn.Module):
+    """1-D layers computed as their 2-D forms over an unsqueezed [N, C, 1, L] input (see the
+    module docstring): a Conv1d with the BatchNorm1d and activation that follow it in the same
+    Sequential (kept together, so the quantizer folds the norm and fuses the activation into
+    the CMSIS-NN convolution), or a 1-D pool."""
+
+    def __init__(self, layers: list[torch.nn.Module]) -> None:
+        super().__init__()
+        self.layers = torch.nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x.unsqueeze(-2)).squeeze(-2)
+
+
+def _describe(layer: torch.nn.Module) -> str:
+    if isinstance(layer, torch.nn.Conv1d):
+        return (f"Conv1d({layer.in_channels}, {layer.out_channels}, kernel "
+                f"{layer.kernel_size[0]}, stride {layer.stride[0]}, dilation "
+                f"{layer.dilation[0]}, groups {layer.groups})")
+    return type(layer).__name__
+
+
+def conv1d_as_conv2d(module: torch.nn.Module, pools_only: bool = False
+                     ) -> tuple[torch.nn.Module, list[Workaround]]:
+    """A copy of `module` with every `nn.Conv1d` (with the BatchNorm1d and ReLU that follow it
+    in a Sequential) and every 1-D pool as its 2-D form, and one Workaround per group;
+    `module` itself is untouched. `pools_only` (an NPU target, whose quantizer takes Conv1d but
+    not the 1-D pools: an AdaptiveAvgPool1d stayed a float portable op between two NPU
+    partitions): the pools only."""
+    converted = (lambda m: type(m) in _POOLS_1D) if pools_only else \
+        (lambda m: type(m) is torch.nn.Conv1d or type(m) in _POOLS_1D)
+    if not any(converted(m) for m in module.modules()):
+        return module, []
+    legal = copy.deepcopy(module)
+    fixes = []
+    for parent_path, parent in list(legal.named_modules()):
+        names = list(parent._modules)
+        skip = set()
+        for position, name in enumerate(names):
+            child = parent._modules[name]
+            if name in skip or not converted(child):
+                continue
+            group = [child]
+            if type(child) is torch.nn.Conv1d and isinstance(parent, torch.nn.Sequential):
+                following = names[position + 1:position + 3]
+                for other in following:
+                    layer = parent._modules[other]
+                    if len(group) == 1 and type(layer) is torch.nn.BatchNorm1d:
+                        group.append(layer)
+                    elif type(layer) in _ACTIVATIONS:
+                        group.append(layer)
+                        break
+                    else:
+                        break
+            layers = [(_conv2d_of(m) if type(m) is torch.nn.Conv1d else
+                       _batchnorm2d_of(m) if type(m) is torch.nn.BatchNorm1d else
+                       _pool2d_of(m) if type(m) in _POOLS_1D else copy.deepcopy(m))
+                      for m in group]
+            replacement = _As2d(layers)
+            replacement.train(child.training)
+            parent._modules[name] = replacement
+            for folded_name in names[position + 1:position + len(group)]:
+                parent._modules[folded_name] = torch.nn.Identity()
+                skip.add(folded_name)
+            path = f"{parent_path}.{name}" if parent_path else name
+            what = " + ".join(_describe(m) for m in group)
+            fixes.append(Workaround(
+                path, "ExecuTorch 1.5.1 EthosUQuantizer (annotates 2-D pools, not 1-D ones)"
+                if pools_only else "ExecuTorch 1.5.1 CortexMQuantizer (annotates 2-D "
+                "convolutions and pools, not 1-D ones)",
+                f"{what} compiled as the same 1xK 2-D layer(s) over an unsqueezed input, so it "
+                "is quantized and runs " + ("on the NPU" if pools_only else "on CMSIS-NN")
+                + " (upstream leaves it a float portable op)"))
+    return legal, fixes
+
+
+class AvgPool2dWindow(torch.nn.Module):
+    """An average pool whose one window leaves the input's last rows or columns unread,
+    computed over that window only: the input cut to the window's rows and columns, then the
+    same pool at stride 1. There is one window either way, so the values are the same."""
+
+    def __init__(self, pool: torch.nn.AvgPool2d, rows: int, columns: int) -> None:
+        super().__init__()
+        self.rows, self.columns = rows, columns
+        self.pool = torch.nn.AvgPool2d(pool.kernel_size, stride=1, padding=0, ceil_mode=False,
+                                       count_include_pad=pool.count_include_pad,
+                                       divisor_override=pool.divisor_override)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x[:, :, :self.rows, :self.columns])
+
+
+def _pair(value) -> tuple[int, int]:
+    return (int(value), int(value)) if isinstance(value, int) else tuple(int(v) for v in value)
+
+
+def avg_pools_over_their_window(module: torch.nn.Module, example_inputs
+                                ) -> tuple[torch.nn.Module, list[Workaround]]:
+    """A copy of `module` with every `nn.AvgPool2d` that computes one window leaving the input's
+    last rows or columns unread (no padding, floor mode) as `AvgPool2dWindow`, and one Workaround
+    each; `module` itself is untouched.
+
+    The Arm backend lowers such a pool with a negative TOSA padding (the rows no window reads),
+    and its Ethos-U55 check counts that as padding: "Avgpool2d with padding needs kernel dims <
+    8" refuses DS-CNN's (24, 5) pool over 25x5, and a stride above 3 is refused too. Cut to its
+    window and at stride 1, the same pool passes the check. Whether the NPU runs it faster is
+    cost placement's decision (Vela's estimate against the CPU's), so this rewrite is applied
+    only when a policy asks for it (Policy.pool_windows)."""
+    pools = [m for m in module.modules() if type(m) is torch.nn.AvgPool2d]
+    if not pools:
+        return module, []
+    seen: dict[int, set[tuple[int, ...]]] = {}
+    hooks = [pool.register_forward_hook(
+        lambda m, args, _out: seen.setdefault(id(m), set()).add(tuple(args[0].shape)))
+        for pool in pools]
+    try:
+        with torch.no_grad():
+            module(*example_inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    windows = {}
+    for pool in pools:
+        shapes = seen.get(id(pool), set())
+        shape = next(iter(shapes)) if len(shapes) == 1 else None  # one input size only
+        kernel, stride = _pair(pool.kernel_size), _pair(pool.stride or pool.kernel_size)
+        if shape is None or len(shape) != 4 or any(_pair(pool.padding)) or pool.ceil_mode:
+            continue
+        sizes = shape[2:]
+        one_window = all(0 <= n - k < s for n, k, s in zip(sizes, kernel, stride))
+        if one_window and any(n > k for n, k in zip(sizes, kernel)):
+            windows[id(pool)] = (kernel, sizes)
+    if not windows:
+        return module, []
+    legal = copy.deepcopy(module)
+    originals = dict(zip((id(m) for m in legal.modules()), module.modules()))
+    fixes = []
+    for parent_path, parent in list(legal.named_modules()):
+        for name, child in list(parent._modules.items()):
+            found = windows.get(id(originals.get(id(child))))
+            if found is None:
+                continue
+            (rows, columns), sizes = found
+            parent._modules[name] = AvgPool2dWindow(child, rows, columns)
+            path = f"{parent_path}.{name}" if parent_path else name
+            fixes.append(Workaround(
+                path, "ExecuTorch 1.5.1 Arm backend (lowers the rows no window reads as a "
+                "negative padding, which its Ethos-U55 check refuses as padding)",
+                f"AvgPool2d({rows}x{columns}) over {sizes[0]}x{sizes[1]} computed over its one "
+                f"window: the input cut to {rows}x{columns}, then the same pool at stride 1 (the "
+                "same values), so the NPU can run it"))
+    return legal, fixes
