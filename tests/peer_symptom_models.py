@@ -156,3 +156,15 @@ class GroupedTransposeConv(nn.Module):
 def grouped_transpose_conv():
     torch.manual_seed(0)
     return GroupedTransposeConv().eval(), (torch.randn(1, 4, 4, 4),)
+
+
+class Div(nn.Module):
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return x / y
+
+
+def div_rank_4():
+    """backends/cortex_m/test/ops/test_div.py's rank-4 tensor division: verify's generated
+    (randn) denominators cross zero, and some quantize to their zero point."""
+    return Div().eval(), (torch.linspace(-8, 8, 96).reshape(2, 3, 4, 4),
+                          torch.linspace(1, 5, 96).reshape(2, 3, 4, 4))

@@ -102,6 +102,9 @@ class LocalCheck:
     rounding_stages: int | None  # requantizations between the forced inputs and this value
     allowed_steps: float | None  # steps_per_stage x rounding_stages (bool: 0 mismatches)
     passed: bool | None  # None when unmatched
+    # elements the reference leaves undefined (a division by a denominator quantized to zero:
+    # ±inf or NaN there), not compared
+    undefined: int = 0
 
 
 class ForcedReference:
@@ -268,7 +271,8 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
                 checks.append(LocalCheck(instruction, op, value, kind, None, None, None, None,
                                          None, None))
             continue
-        scored = _scored(forced, tensor, kind, candidates, steps_per_stage)
+        undefined = entry[6] if len(entry) > 6 else None
+        scored = _scored(forced, tensor, kind, candidates, steps_per_stage, undefined)
         close = [s for s in scored if s[0]]
         moved_from = None if close else _moved_from(op, tensor, sources, known)
         if moved_from is not None:
@@ -279,7 +283,8 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
             # than the reference lists them (one AvgPool2d called on a 7x7 and an 8x8 input:
             # the program pooled the 8x8 one first), so a node before the floor may be the one.
             earlier = _scored(forced, tensor, kind,
-                              [c for c in everywhere if c not in candidates], steps_per_stage)
+                              [c for c in everywhere if c not in candidates], steps_per_stage,
+                              undefined)
             if any(s[0] for s in earlier):
                 scored, close = earlier, [s for s in earlier if s[0]]
         best = (min(close, key=lambda s: (s[1], s[2], s[3])) if close
@@ -297,7 +302,8 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
             missed.setdefault(node, []).append(len(checks))
         checks.append(LocalCheck(instruction, op, value, kind, node.name,
                                  steps if kind == "int8" else None, mismatched,
-                                 stages, allowed if kind == "int8" else None, within))
+                                 stages, allowed if kind == "int8" else None, within,
+                                 int(undefined.sum()) if undefined is not None else 0))
     return tuple(checks)
 
 
@@ -315,13 +321,16 @@ _BLOCK_SEARCH_MAX = 1 << 20  # elements; a larger source is not searched
 
 
 def _scored(forced: ForcedReference, tensor: torch.Tensor, kind: str, candidates,
-            steps_per_stage: float) -> list[tuple]:
+            steps_per_stage: float, undefined: torch.Tensor | None = None) -> list[tuple]:
     """(within its bound, steps, elements that differ, reference order, rounding stages,
-    allowed steps, node) of `tensor` against each candidate reference node."""
+    allowed steps, node) of `tensor` against each candidate reference node; elements
+    `undefined` marks (the reference has no number there) are not compared."""
     scored = []
     for candidate in candidates:
         expected = forced.value(candidate)
         diff = (tensor.to(torch.int32) - expected.to(torch.int32).reshape(tensor.shape)).abs()
+        if undefined is not None:
+            diff = diff.masked_fill(undefined.reshape(diff.shape), 0)
         stages = max(forced.rounding_stages(candidate), 1)
         allowed = steps_per_stage * stages if kind == "int8" else 0
         steps = float(diff.max()) if diff.numel() else 0.0

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from kernels.program_view import KernelCall
 from orchestrator import numerics
 from orchestrator.errors import UserError
 from orchestrator.sources.loader import load_calibration
@@ -105,6 +106,8 @@ class VerifyReport:
     npu_execution: dict[str, dict] = field(default_factory=dict)
     # every value it compared passed, but some it wrote had no reference node: not a pass
     partial: bool = False
+    # "instruction op: N element(s)" the reference leaves undefined, over all samples
+    undefined_elements: tuple[str, ...] = ()
 
 
 def _degenerate(runs, float_outs) -> str | None:
@@ -267,11 +270,35 @@ def _program_qparams(twin: TwinProgram) -> dict[int, tuple[float, int]]:
     return known
 
 
-def _written(run: TwinRun, view=None):
-    """(instruction, op, EValue, tensor, input EValues, input tensors) for every int8 or bool
-    tensor the program wrote; the input tensors are those of its inputs that are not its own
-    outputs, a view the memory plan aliases to another value (written by no instruction: a
-    reshape before a Cortex-M transpose) read from the last value written at its place."""
+# cortex_m::quantized_div.out(input1, zp1, input2, zp2, out_zp, out_scale, out) writes its
+# output zero point where the denominator's code is its zero point (op_quantized_div.cpp:
+# `denominator != 0 ? numerator / denominator : 0`); the quantized reference divides by a
+# dequantized 0 there, ±inf or NaN, which no int8 value approximates.
+QUANTIZED_DIV = "cortex_m::quantized_div"
+DIV_BY_ZERO = (f"{QUANTIZED_DIV} writes its output zero point where the denominator quantized "
+               "to its zero point (op_quantized_div.cpp); the quantized reference is +-inf or NaN "
+               "there")
+
+
+def _undefined_quotients(twin: TwinProgram | None, run: TwinRun, instruction: int):
+    """The elements a quantized_div at `instruction` divided by a zero denominator, or None."""
+    call = twin.view.instructions[instruction] if twin is not None else None
+    if not isinstance(call, KernelCall) or call.operator.name != QUANTIZED_DIV:
+        return None
+    denominator = run.intermediates.get(call.args[2])
+    if denominator is None:
+        return None
+    mask = denominator.to(torch.int32) == int(_scalar(twin, call.args[3]))
+    return mask if bool(mask.any()) else None
+
+
+def _written(run: TwinRun, view=None, twin: TwinProgram | None = None):
+    """(instruction, op, EValue, tensor, input EValues, input tensors, undefined elements) for
+    every int8 or bool tensor the program wrote; the input tensors are those of its inputs that
+    are not its own outputs, a view the memory plan aliases to another value (written by no
+    instruction: a reshape before a Cortex-M transpose) read from the last value written at its
+    place; the undefined elements (None: none) those where the reference has no number
+    (`_undefined_quotients`)."""
     latest: dict[tuple[int, int], torch.Tensor] = {}  # (mem_id, offset) -> last written there
 
     def place(value: int):
@@ -297,10 +324,14 @@ def _written(run: TwinRun, view=None):
                 tensor = tensor if tensor is not None else aliased(v)
                 if tensor is not None:
                     inputs[v] = tensor
+        undefined = _undefined_quotients(twin, run, entry.instruction) if entry.kind == \
+            "kernel" else None
         for value in entry.outputs:
             tensor = run.intermediates.get(value)
             if tensor is not None and tensor.dtype in (torch.int8, torch.bool):
-                yield entry.instruction, entry.op, value, tensor, tuple(entry.inputs), inputs
+                yield (entry.instruction, entry.op, value, tensor, tuple(entry.inputs), inputs,
+                       undefined if undefined is not None and undefined.numel() ==
+                       tensor.numel() else None)
         for value in entry.outputs:
             tensor = run.intermediates.get(value)
             where = place(value)
@@ -310,7 +341,7 @@ def _written(run: TwinRun, view=None):
 
 def _local_checks(twin, run, quantized_module, sample, qparams, steps_per_stage):
     forced = ForcedReference(quantized_module, sample)
-    return check_locally(forced, _written(run, twin.view), qparams, steps_per_stage)
+    return check_locally(forced, _written(run, twin.view, twin), qparams, steps_per_stage)
 
 
 def _boundary_names(twin: TwinProgram) -> dict[tuple[str, str, int], str]:
@@ -453,12 +484,30 @@ def verify(program, samples: int = 16, calibration: str | None = None, per_op: b
                if partial else
                _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
                         max_steps, method))
+    undefined = _undefined(local)
+    if undefined:
+        verdict += (f"; not compared: {sum(undefined.values())} element(s) where "
+                    f"{QUANTIZED_DIV} divided by a denominator quantized to zero (the reference "
+                    "is +-inf or NaN there)")
     return VerifyReport(
         str(pte_path), method, len(inputs), source, max_steps, outputs, faults,
         _layout_events(runs[0]) if runs else (), divergence,
         local[worst] if per_op and local else (), checked, unmatched, seconds,
         numerics_passed, passed, verdict, inconclusive,
-        with_plan_macs(npu.tally.to_json(), manifest), partial)
+        with_plan_macs(npu.tally.to_json(), manifest), partial,
+        tuple(f"{key}: {n} element(s)" for key, n in undefined.items()))
+
+
+def _undefined(local) -> dict[str, int]:
+    """"instruction op" -> elements not compared (the reference has no number there), over
+    every sample."""
+    counts: dict[str, int] = {}
+    for checks in local:
+        for check in checks:
+            if check.undefined:
+                key = f"instruction {check.instruction} {check.op}"
+                counts[key] = counts.get(key, 0) + check.undefined
+    return counts
 
 
 def _badness(checks) -> tuple:
@@ -524,6 +573,8 @@ def render_text(report: VerifyReport) -> str:
                   f"{_fmt(c.allowed_steps)}, {c.rounding_stages or 0} stage(s)), "
                   f"{'-' if c.mismatched is None else c.mismatched} differ"
                   f"{_local_mark(c)}" for c in report.per_op]
+    if report.undefined_elements:
+        lines.append(f"  not compared: {'; '.join(report.undefined_elements)}: {DIV_BY_ZERO}")
     if report.unmatched_values:
         lines.append(f"  not checked locally (no reference node of that shape and dtype): "
                      f"{'; '.join(report.unmatched_values[:5])}")
