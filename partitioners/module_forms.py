@@ -24,6 +24,7 @@ import copy
 
 import torch
 
+from kernels.catalogue import mve_conv_1xn_refusal
 from partitioners.records import Workaround
 
 
@@ -217,4 +218,101 @@ def avg_pools_over_their_window(module: torch.nn.Module, example_inputs
                 f"AvgPool2d({rows}x{columns}) over {sizes[0]}x{sizes[1]} computed over its one "
                 f"window: the input cut to {rows}x{columns}, then the same pool at stride 1 (the "
                 "same values), so the NPU can run it"))
+    return legal, fixes
+
+
+class WidthPaddedConv2d(torch.nn.Module):
+    """A convolution whose width padding is an explicit pad of its input (`left` columns of
+    zeros before, `right` after, or the input's last `-right` columns dropped, which no window
+    reads), then the same convolution without width padding: the same windows over the same
+    values, so the same result."""
+
+    def __init__(self, conv: torch.nn.Conv2d, left: int, right: int) -> None:
+        super().__init__()
+        self.left, self.right = left, right
+        self.conv = copy.deepcopy(conv)
+        self.conv.padding = (conv.padding[0], 0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.nn.functional.pad(x, (self.left, max(self.right, 0)))
+        if self.right < 0:
+            x = x[:, :, :, :x.shape[3] + self.right]
+        return self.conv(x)
+
+
+def _recorded_inputs(module: torch.nn.Module, layers: list, example_inputs) -> dict:
+    """id(layer) -> the input shapes each of `layers` saw when `module` ran `example_inputs`."""
+    seen: dict[int, set[tuple[int, ...]]] = {}
+    hooks = [layer.register_forward_hook(
+        lambda m, args, _out: seen.setdefault(id(m), set()).add(tuple(args[0].shape)))
+        for layer in layers]
+    try:
+        with torch.no_grad():
+            module(*example_inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def mve_1xn_padding_explicit(module: torch.nn.Module, example_inputs
+                             ) -> tuple[torch.nn.Module, list[Workaround]]:
+    """A copy of `module` with every `nn.Conv2d` that CMSIS-NN's MVE 1xN kernel refuses
+    (kernels.catalogue.mve_conv_1xn_refusal: a width padding whose last columns the stride never
+    reaches) as `WidthPaddedConv2d`, and one Workaround each; `module` itself is untouched.
+
+    arm_convolve_1_x_n_s8 requires on the MVE core that the padding it is given is the padding
+    its windows read (`pad_w * 2 + total_pad % 2 == total_pad`): a stride-2 Conv1d of kernel 3
+    and padding 1 over an even length gives `status -3` on the Cortex-M55 while the C path runs
+    it. With the padding explicit and the convolution unpadded, the total padding is 0 and the
+    same CMSIS-NN kernel runs it on the MVE core."""
+    convs = [m for m in module.modules() if type(m) is torch.nn.Conv2d
+             and not isinstance(m.padding, str) and m.padding_mode == "zeros"]
+    if not convs:
+        return module, []
+    seen = _recorded_inputs(module, convs, example_inputs)
+    found = {}
+    for conv in convs:
+        shapes = seen.get(id(conv), set())
+        if len(shapes) != 1:
+            continue
+        (shape,) = shapes
+        if len(shape) != 4:
+            continue
+        out_w = ((shape[3] + 2 * conv.padding[1] - conv.dilation[1] * (conv.kernel_size[1] - 1)
+                  - 1) // conv.stride[1]) + 1
+        out_h = ((shape[2] + 2 * conv.padding[0] - conv.dilation[0] * (conv.kernel_size[0] - 1)
+                  - 1) // conv.stride[0]) + 1
+        weight = (conv.out_channels, *conv.kernel_size, conv.in_channels // conv.groups)
+        refusal = mve_conv_1xn_refusal(shape, weight, (shape[0], conv.out_channels, out_h, out_w),
+                                       conv.stride, conv.padding, conv.dilation)
+        if refusal is None or conv.padding[1] == 0:
+            continue
+        # Columns the last window reads past the input, beyond the left padding (negative:
+        # trailing input columns no window reads, dropped).
+        right = refusal["total"] - conv.padding[1]
+        found[id(conv)] = (conv.padding[1], right, shape, refusal)
+    if not found:
+        return module, []
+    legal = copy.deepcopy(module)
+    originals = dict(zip((id(m) for m in legal.modules()), module.modules()))
+    fixes = []
+    for parent_path, parent in list(legal.named_modules()):
+        for name, child in list(parent._modules.items()):
+            entry = found.get(id(originals.get(id(child))))
+            if entry is None:
+                continue
+            left, right, shape, refusal = entry
+            parent._modules[name] = WidthPaddedConv2d(child, left, right)
+            path = f"{parent_path}.{name}" if parent_path else name
+            edge = (f"{right} column(s) of zeros after" if right > 0 else
+                    f"its last {-right} column(s), which no window reads, dropped" if right < 0
+                    else "none after")
+            fixes.append(Workaround(
+                path, "CMSIS-NN arm_convolve_1_x_n_s8, MVE path (refuses a padding its windows "
+                f"do not read: padding {refusal['padding']}, total {refusal['total']}; "
+                "status -3 on the Cortex-M55)",
+                f"Conv2d over {shape[2]}x{shape[3]} computed with its width padding explicit "
+                f"({left} column(s) of zeros before, {edge}) and no padding in the "
+                "convolution: the same windows, which the MVE kernel accepts"))
     return legal, fixes

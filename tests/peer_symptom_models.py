@@ -130,6 +130,13 @@ def conv1d_stride2():
     return _seeded(Conv1dStride2()), (torch.randn(1, 4, 32),)
 
 
+def conv2d_1xn_stride2():
+    """The 1xN Conv2d a stride-2 Conv1d of kernel 3 and padding 1 becomes (1x32 input)."""
+    torch.manual_seed(0)
+    return _seeded(nn.Conv2d(4, 8, (1, 3), stride=(1, 2), padding=(0, 1))), (
+        torch.randn(1, 4, 1, 32),)
+
+
 class Maximum(nn.Module):
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
         return torch.maximum(x, y)

@@ -140,29 +140,52 @@ def _faults(plan_json: Path) -> list[str]:
     return [fault["check"] for op in plan["ops"] for fault in op.get("device_faults", [])]
 
 
-def test_the_mve_kernels_refusal_is_judged_before_the_plan_says_runs(tmp_path, capsys):
-    """On the Cortex-M55 the plan names the MVE 1xN convolution's refusal (the host's C path,
-    which the device check runs, accepts it) and --require-runnable fails; QEMU's M55 refuses
-    the program with the kernel's own status (upstream's behaviour); the M33's DSP path has no
-    such rule."""
-    m55 = tmp_path / "m55.json"
-    assert main(["plan", f"{MODELS}:conv1d_stride2", "--npu", "none", "--format", "json",
-                 "-o", str(m55), "--quiet", "--require-runnable"]) == 3
-    mve = "CMSIS-NN arm_convolve_1_x_n_s8, MVE path (ARM_MATH_MVEI)"
-    assert _faults(m55).count(mve) == 2, _faults(m55)
-    m33 = tmp_path / "m33.json"
-    assert main(["plan", f"{MODELS}:conv1d_stride2", "--npu", "none", "--cpu", "cortex-m33",
-                 "--format", "json", "-o", str(m33), "--quiet"]) == 0
-    assert mve not in _faults(m33)
-    capsys.readouterr()
+def test_the_mve_1xn_kernel_refuses_a_padding_its_windows_do_not_read(tmp_path, capsys):
+    """Upstream's behaviour, shown: compiled as upstream does (no rewrites), a 1xN convolution
+    whose last padding column no stride-2 window reaches is named by the plan on the
+    Cortex-M55 (the host's C path, which the device check runs, accepts it; the M33's DSP path
+    has no such rule) and QEMU's M55 refuses it with the kernel's own status."""
+    from orchestrator.artifacts.outputs import write_outputs
+    from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.planning.planner import make_plan
+    from orchestrator.sources.loader import load_calibration, load_model
+    from orchestrator.target import resolve_target
+
+    mve = "ARM_CMSIS_NN_FAILURE (-3) on the mve tier"
+    loaded = load_model(f"{MODELS}:conv2d_1xn_stride2")
+    calibration = load_calibration(None, loaded.example_inputs)
+    plans = {cpu: make_plan(compile_model(loaded, calibration, resolve_target(
+        "corstone300", npu="none", cpu=cpu), legalize=False)) for cpu in ("cortex-m55",
+                                                                            "cortex-m33")}
+    faults = {cpu: [f.message for row in plan.rows for f in row.device_faults]
+              for cpu, plan in plans.items()}
+    assert sum(mve in f for f in faults["cortex-m55"]) == 1, faults
+    assert not any(mve in f for f in faults["cortex-m33"]), faults
+    assert plans["cortex-m55"].summary.device_faults  # --require-runnable would exit 3
 
     qemu_or_missing()
-    pte = tmp_path / "m55.pte"
-    assert main(["compile", f"{MODELS}:conv1d_stride2", "--npu", "none", "-o", str(pte),
-                 "--quiet"]) == 0
-    assert "arm_convolve_1_x_n_s8" in capsys.readouterr().err  # the warning names it
+    pte = tmp_path / "upstream.pte"
+    write_outputs(plans["cortex-m55"].compiled, pte)
+    capsys.readouterr()
     assert main(["verify", "--qemu", str(pte)]) == 4
     assert "arm_convolve_wrapper_s8 failed with status -3" in capsys.readouterr().err
+
+
+def test_the_mve_1xn_convolutions_run_with_their_padding_explicit(tmp_path, capsys):
+    """compile makes each such padding an explicit pad and the convolution unpadded: the same
+    windows, which the MVE kernel accepts. Two stride-2 Conv1d (Silero VAD's shape) run on
+    CMSIS-NN on QEMU's M55, the plan says runs, and every method agrees."""
+    plan = tmp_path / "m55.json"
+    assert main(["plan", f"{MODELS}:conv1d_stride2", "--npu", "none", "--format", "json",
+                 "-o", str(plan), "--quiet", "--require-runnable"]) == 0
+    written = json.loads(plan.read_text())
+    assert not _faults(plan)
+    assert sum("arm_convolve_1_x_n_s8, MVE path" in w["upstream"]
+               for w in written["summary"]["workarounds"]) == 2, written["summary"]["workarounds"]
+    _verified("conv1d_stride2", tmp_path, capsys, "--npu", "none")
+    convs = [o for o in json.loads((tmp_path / "conv1d_stride2.artifacts" / "plan.json")
+                                   .read_text())["ops"] if o["op"] == "aten.convolution.default"]
+    assert len(convs) == 2 and all(o["placement"] == "cmsis-nn" for o in convs), convs
 
 
 def test_a_broadcasting_maximum_walks_contiguous_tensors(tmp_path, capsys):

@@ -55,7 +55,8 @@ from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary
 from partitioners.cpu import CpuDecision, route_to_cpu
 from partitioners import quantizable
 from partitioners.legalize import DIM_ORDER_COPIES, same_bytes_order
-from partitioners.module_forms import avg_pools_over_their_window, conv1d_as_conv2d
+from partitioners.module_forms import (avg_pools_over_their_window, conv1d_as_conv2d,
+                                       mve_1xn_padding_explicit)
 from partitioners.npu import NpuRejection, VelaRefusal, VelaRun, lower_to_npu
 from partitioners.reasons import LOWERING_REFUSAL, VELA_REFUSAL
 from partitioners.policy import Policy, unmatched_force_cpu
@@ -391,6 +392,9 @@ def _capture_stage(state: CompileState) -> CompileState:
     workarounds = ()
     if state.options.legalize:
         module, fixes = conv1d_as_conv2d(state.model.module, pools_only=bool(state.target.npu))
+        if not state.target.npu and state.target.tier == "mve":
+            module, explicit = mve_1xn_padding_explicit(module, state.model.example_inputs)
+            fixes += explicit
         policy = state.options.policy
         if state.target.npu and policy is not None and policy.pool_windows:
             module, windows = avg_pools_over_their_window(module, state.model.example_inputs)
