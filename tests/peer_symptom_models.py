@@ -175,3 +175,10 @@ def div_rank_4():
     (randn) denominators cross zero, and some quantize to their zero point."""
     return Div().eval(), (torch.linspace(-8, 8, 96).reshape(2, 3, 4, 4),
                           torch.linspace(1, 5, 96).reshape(2, 3, 4, 4))
+
+
+def dilated_transpose_conv():
+    """backends/cortex_m/test/ops/test_conv_transpose.py's dilation-2 case."""
+    torch.manual_seed(0)
+    return _seeded(nn.ConvTranspose2d(2, 4, 3, dilation=2, bias=False)), (
+        torch.linspace(0, 30, 128).reshape(1, 2, 8, 8).to(memory_format=torch.channels_last),)

@@ -227,3 +227,19 @@ def test_a_division_by_a_denominator_quantized_to_zero_is_named_not_failed(tmp_p
     finally:
         runtime.close()
     assert torch.count_nonzero(device) == 0
+
+
+def test_a_dilated_transpose_conv_is_refused_where_cmsis_nn_would_run_it(tmp_path, capsys):
+    """On the U55 the NPU leaves a dilation-2 transposed convolution to the CPU, where
+    upstream's Cortex-M pass hands it to CMSIS-NN's arm_transpose_conv_s8, which has no
+    dilation (570 of 576 outputs wrong on the host runtime and QEMU, measured by the peer
+    suite): refused in one line naming the op and what to do. CPU-only, the portable kernel
+    runs it and every method agrees."""
+    code = main(["compile", f"{MODELS}:dilated_transpose_conv", "--npu", "ethos-u55-128",
+                 "-o", str(tmp_path / "u55.pte"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "dilation (2, 2)" in err and \
+        "arm_transpose_conv_s8" in err and "--npu none" in err, err
+    assert not (tmp_path / "u55.pte").exists()
+    _verified("dilated_transpose_conv", tmp_path, capsys, "--npu", "none")

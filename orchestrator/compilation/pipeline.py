@@ -450,29 +450,43 @@ def _quantize_io_stage(state: CompileState) -> CompileState:
                    pre_cpu=snapshot_pre_cpu(lowered.edge.exported_program()))
 
 
-def _refuse_grouped_transpose_conv(edge_program, npu: str) -> None:
-    """A quantized grouped transposed convolution left on the CPU of an NPU target: upstream's
-    Cortex-M pass makes it `cortex_m::quantized_transpose_conv2d` without its groups (a
-    groups=2 layer of 8 output channels computed 4, and verify ended in an internal error),
-    and no float path takes its per-channel weights. Refused in one line; CPU-only, the
-    compile splits it per group (partitioners/quantizable.py)."""
+def _refuse_transpose_conv_cmsis_nn_misreads(edge_program, npu: str) -> None:
+    """A quantized transposed convolution left on the CPU of an NPU target that CMSIS-NN would
+    compute wrong: upstream's Cortex-M pass makes it `cortex_m::quantized_transpose_conv2d`
+    without its groups (a groups=2 layer of 8 output channels computed 4, and verify ended in
+    an internal error), or with a dilation CMSIS-NN's transposed convolution ignores
+    (arm_transpose_conv_s8 has none; dilation 2: 570 of 576 outputs wrong on the host runtime
+    and QEMU, the twin right); no float path takes its per-channel weights. Refused in one
+    line; CPU-only, the compile splits a grouped one per group (partitioners/quantizable.py)
+    and leaves a dilated one to the portable kernel."""
     for node in edge_program.graph.nodes:
         if node.op != "call_function" or "convolution" not in str(node.target):
             continue
         args = list(node.args) + [None] * 9
-        if args[6] and args[8] and int(args[8]) > 1:
+        if not args[6]:
+            continue
+        if args[8] and int(args[8]) > 1:
             raise UnsupportedModel(
                 f"a transposed convolution of {int(args[8])} groups ({node.name}) stays on the "
                 f"CPU for {npu}, where ExecuTorch's Cortex-M passes drop its groups (CMSIS-NN's "
                 "transposed convolution has none) and no float kernel takes its per-channel "
                 "weights; compile it CPU-only (--npu none: one CMSIS-NN transposed convolution "
                 "per group), or use groups=1")
+        if args[5] and any(int(d) != 1 for d in args[5]):
+            raise UnsupportedModel(
+                f"a transposed convolution of dilation {tuple(int(d) for d in args[5])} "
+                f"({node.name}) stays on the CPU for {npu}, where ExecuTorch's Cortex-M passes "
+                "hand it to CMSIS-NN's arm_transpose_conv_s8, which has no dilation and "
+                "computes other values, and no float kernel takes its per-channel weights; "
+                "compile it CPU-only (--npu none: the portable kernel runs it), or use "
+                "dilation=1")
 
 
 def _route_cpu_stage(state: CompileState) -> CompileState:
     """CortexMPassManager for the core's ISA tier, then the device legalizations."""
     if state.target.npu:
-        _refuse_grouped_transpose_conv(state.lowered.edge.exported_program(), state.target.npu)
+        _refuse_transpose_conv_cmsis_nn_misreads(state.lowered.edge.exported_program(),
+                                                 state.target.npu)
     forced = [name for name, r in state.lowered.npu_rejections.items()
               if r.policy_rule or r.device_refusal]
     program, decisions, workarounds = route_to_cpu(state.lowered.edge, state.target.cpu,
