@@ -209,7 +209,8 @@ def grouped_transpose_conv_split(module: torch.fx.GraphModule) -> list[Workaroun
     have none): a (4, 4, 3, 3) weight of groups=2 became 4 output channels where the model has
     8, and verify ended in an internal error; CortexMQuantizer leaves it float instead (3,600
     MACs on the portable kernel). Ungrouped, each group is a transposed convolution every
-    engine takes, with the same values."""
+    engine takes, with the same values (an NPU target: `grouped_transpose_conv_block_diagonal`,
+    since EthosUQuantizer leaves the slices float)."""
     target = torch.ops.aten.conv_transpose2d.input
     fixes = []
     for node in list(module.graph.nodes):
@@ -254,6 +255,55 @@ def grouped_transpose_conv_split(module: torch.fx.GraphModule) -> list[Workaroun
             "groups dropped)",
             f"a transposed convolution of {groups} groups computed as {groups} ungrouped ones "
             f"on {cin_g} input channels each, concatenated: the same values"))
+    if fixes:
+        module.graph.eliminate_dead_code()
+        module.recompile()
+    return fixes
+
+
+def grouped_transpose_conv_block_diagonal(module: torch.fx.GraphModule) -> list[Workaround]:
+    """On an NPU target, a transposed convolution of `groups` > 1 as one ungrouped transposed
+    convolution whose weight is the groups' weights on its block diagonal and zero elsewhere
+    (in place); the rewrite's report.
+
+    EthosUQuantizer quantizes a grouped transposed convolution's bias with per-channel scales
+    taken along the weight's second dimension, the output channels of one group (4 where the
+    bias of groups=2 has 8: an internal error at quantize), and what the NPU leaves of it
+    reaches upstream's Cortex-M pass, which drops the groups. Slicing the input per group (the
+    CPU-only rewrite) leaves the slices unquantized under EthosUQuantizer. Ungrouped with zero
+    weights across groups, the same values come out (a zero weight quantizes to 0 exactly);
+    the engines compute `groups` times the MACs."""
+    target = torch.ops.aten.conv_transpose2d.input
+    fixes = []
+    for node in list(module.graph.nodes):
+        if node.op != "call_function" or node.target != target or len(node.args) < 7:
+            continue
+        groups = int(node.args[6])
+        weight = node.args[1]
+        if groups <= 1 or not isinstance(weight, torch.fx.Node) or weight.op != "get_attr":
+            continue
+        w = _attribute(module, weight.target)
+        if w is None:
+            continue
+        cin_g, cout_g = w.shape[0] // groups, w.shape[1]
+        full = torch.zeros(w.shape[0], cout_g * groups, *w.shape[2:], dtype=w.dtype)
+        for g in range(groups):
+            full[g * cin_g:(g + 1) * cin_g, g * cout_g:(g + 1) * cout_g] = \
+                w[g * cin_g:(g + 1) * cin_g].detach()
+        name = _new_attribute(module, f"{weight.target}_ungrouped", full)
+        with module.graph.inserting_before(node):
+            ungrouped = module.graph.get_attr(name)
+        ungrouped.meta.update(weight.meta)  # the quantizer reads the weight's value there
+        if isinstance(weight.meta.get("val"), torch.Tensor):
+            ungrouped.meta["val"] = weight.meta["val"].new_empty(full.shape)
+        node.args = (node.args[0], ungrouped, *node.args[2:6], 1, *node.args[7:])
+        fixes.append(Workaround(
+            _module_path(node), "ExecuTorch 1.5.1 EthosUQuantizer (a grouped transposed "
+            "convolution's bias quantized with one group's channel scales) and Cortex-M passes "
+            "(its groups dropped)",
+            f"a transposed convolution of {groups} groups computed as one ungrouped transposed "
+            f"convolution with the groups' weights on the block diagonal: the same values, "
+            f"{groups}x the MACs"))
     if fixes:
         module.graph.eliminate_dead_code()
         module.recompile()

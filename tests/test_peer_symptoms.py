@@ -243,3 +243,14 @@ def test_a_dilated_transpose_conv_is_refused_where_cmsis_nn_would_run_it(tmp_pat
         "arm_transpose_conv_s8" in err and "--npu none" in err, err
     assert not (tmp_path / "u55.pte").exists()
     _verified("dilated_transpose_conv", tmp_path, capsys, "--npu", "none")
+
+
+def test_a_grouped_transpose_conv_with_bias_runs_on_the_u55(tmp_path, capsys):
+    """EthosUQuantizer quantized a grouped transposed convolution's bias with one group's
+    channel scales (an internal error at quantize: 'The size of tensor a (8) must match the
+    size of tensor b (4)'); as one ungrouped transposed convolution with the groups' weights
+    on its block diagonal, the NPU runs all of it and every method agrees."""
+    _verified("grouped_transpose_conv", tmp_path, capsys, "--npu", "ethos-u55-128")
+    plan = json.loads((tmp_path / "grouped_transpose_conv.artifacts" / "plan.json").read_text())
+    assert plan["summary"]["npu_mac_coverage_pct"] == 100.0, plan["summary"]["macs"]
+    assert any("block diagonal" in w["message"] for w in plan["summary"]["workarounds"])

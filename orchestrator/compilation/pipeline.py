@@ -226,8 +226,9 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
         fixes += quantizable.hardswish_as_elementwise(module)
         fixes += quantizable.activations_before_squeeze(module)
         fixes += quantizable.transpose_conv_padding_cropped(module)
-    if legalize and not target.npu:
-        fixes += quantizable.grouped_transpose_conv_split(module)
+    if legalize:
+        fixes += (quantizable.grouped_transpose_conv_block_diagonal(module) if target.npu
+                  else quantizable.grouped_transpose_conv_split(module))
     prepared = prepare_pt2e(module, _quantizer(target))
     with torch.no_grad(), numerics.single_threaded():
         for sample in calibration.samples:
