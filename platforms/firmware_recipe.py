@@ -78,20 +78,27 @@ class FirmwareConfig:
     qemu_args: tuple[str, ...]
     text: str  # the file, hashed into the build key
     npu_irq: int | None = None  # the NPU's external interrupt (npu.irq), for firmware on silicon
+    # The memory map is a QEMU machine's (platforms/qemu_machines/), not the compile platform's:
+    # the plan's memory placement names regions this machine does not have.
+    machine_map: bool = False
 
     @property
     def core_text(self) -> str:
-        """What ran the code, e.g. "Cortex-M55 + MVE on QEMU mps3-an547" or, for a build of
-        another core, "Cortex-M85 build on QEMU's Cortex-M55 (mps3-an547)"."""
+        """What ran the code, e.g. "Cortex-M55 + MVE on QEMU mps3-an547", "Cortex-M4 + DSP on
+        QEMU mps2-an386" or, for a build of another core, "Cortex-M85 build (Armv8.1-M, MVE) on
+        QEMU's Cortex-M55 (mps3-an547)"."""
+        built = core(self.cpu)
         if self.cpu == self.qemu_cpu:
-            return f"{core_name(self.cpu)} + MVE on QEMU {self.qemu_machine}"
-        return (f"{core_name(self.cpu)} build (Armv8.1-M + MVE) on QEMU's "
-                f"{core_name(self.qemu_cpu)} ({self.qemu_machine})")
+            return f"{core_name(self.cpu)}{_TIER_TEXT[built.tier]} on QEMU {self.qemu_machine}"
+        return (f"{core_name(self.cpu)} build ({_architecture_text(built.architecture)}, "
+                f"{built.tier} kernels) on QEMU's {core_name(self.qemu_cpu)} "
+                f"({self.qemu_machine})")
 
     def method(self, platform_name: str) -> str:
-        return f"{platform_title(platform_name)} CPU in QEMU: real kernels, no timing" \
+        where = self.qemu_machine if self.machine_map else platform_title(platform_name)
+        return f"{where} CPU in QEMU: real kernels, no timing" \
             if self.cpu == self.qemu_cpu else \
-            (f"{platform_title(platform_name)} {core_name(self.cpu)} build in QEMU's "
+            (f"{where} {core_name(self.cpu)} build in QEMU's "
              f"{core_name(self.qemu_cpu)}: real kernels, no timing")
 
     def npu_product(self, npu: str | None) -> str | None:
@@ -106,6 +113,17 @@ class FirmwareConfig:
                 if base <= address and address + size_bytes <= base + memory.size_bytes:
                     return memory
         return None
+
+
+_TIER_TEXT = {"scalar": " (scalar)", "dsp": " + DSP", "mve": " + MVE"}
+
+
+def _architecture_text(architecture: str) -> str:
+    """ "armv8.1-m.main" -> "Armv8.1-M Mainline"."""
+    name, profile = (architecture.rsplit(".", 1) + [""])[:2] if architecture.endswith(
+        (".main", ".base")) else (architecture, "")
+    name = name.replace("armv", "Armv").replace("7e-", "7E-").replace("-m", "-M")
+    return f"{name} {'Mainline' if profile == 'main' else 'Baseline'}" if profile else name
 
 
 def core_name(cpu: str) -> str:
@@ -198,7 +216,8 @@ def runner_spec(platform: Platform, config: FirmwareConfig,
                              f"{', '.join(config.npu_products) or 'no NPU'}, not {npu_product}")
     return RunnerSpec(
         platform=platform.name,
-        described_by=f"{platform.source_file.name} and {config.runner_dir.name}/{FIRMWARE_CONFIG}",
+        described_by=(f"{platform.source_file.name}" if config.machine_map else
+                      f"{platform.source_file.name} and {config.runner_dir.name}/{FIRMWARE_CONFIG}"),
         core=core(config.cpu),
         optimization=config.optimization,
         cmsis_nn_optimization=config.cmsis_nn_optimization,

@@ -34,9 +34,11 @@ from kernels.native.errors import QemuUnavailable
 from kernels.native.operators import read_operators
 from kernels.native.runner import Firmware
 from kernels.native.toolchains import find_qemu
+from kernels.native.runner import build_runner
 from platforms.firmware_recipe import (FirmwareConfig, NoEthosUInQemu, NoRunnerForPlatform,
-                                       build_firmware, core_name, load_firmware_config,
-                                       platform_title, ram_regions)
+                                       core_name, load_firmware_config, platform_title,
+                                       ram_regions, runner_spec)
+from platforms.qemu_machines import qemu_runner
 from platforms.runner_protocol import (CALIBRATION, CASE_RESULT, CASE_TICKS, CONSTANT_SEGMENT,
                                        ET_LOG_PREFIX, EXECUTE, EXIT_MEANING, MAILBOX,
                                        MAILBOX_MAGIC, MAILBOX_PLANNED, MAILBOX_VERSION,
@@ -99,6 +101,9 @@ class QemuResult:
     runner: str = "Corstone-300"
     core: str = ""
     core_note: str = ""
+    # Where the memory map came from when it is a QEMU machine's rather than the platform's
+    # (a core the platform's runner is not built for): the plan's placement is not reproduced.
+    memory_note: str = ""
 
     def summary(self) -> str:
         counted = (f", {self.instructions:,} instructions per inference (icount; not cycles)"
@@ -159,6 +164,7 @@ def run_bpte_on_qemu(
     npu_handler=None,
     npu: str | None = None,
     npu_fast_scratch_bytes: int = 0,
+    cpu: str | None = None,
 ) -> QemuResult:
     """Build or reuse the runner for the program's operators and run the .bpte on QEMU.
 
@@ -178,10 +184,16 @@ def run_bpte_on_qemu(
     (the accelerator, e.g. "ethos-u55-128"): the firmware's NPU build links EthosUBackend and the
     Ethos-U core driver and hands each command stream to the handler over semihosting;
     `npu_fast_scratch_bytes` is the fast scratch (base address 2) it sets aside.
-    `QemuResult.npu_invocations` and `.npu_commands` count what the handler ran."""
+    `QemuResult.npu_invocations` and `.npu_commands` count what the handler ran.
+
+    `cpu` is the core the program was compiled for (the platform's default when None): the
+    platform's runner runs it when built for that core, else the QEMU machine that runs the
+    core's build (platforms/qemu_machines/), with that machine's memory map instead of the
+    plan's placement (`QemuResult.memory_note` says so)."""
     bpte_path, operators_txt = Path(bpte_path), Path(operators_txt)
     platform = load_platform(platform) if isinstance(platform, str) else platform
-    config = load_firmware_config(platform)
+    compiled_for = platform.name
+    platform, config = qemu_runner(platform, cpu)
     npu_product = None
     if program_has_ethos_u(bpte_path):
         if npu_handler is None:
@@ -196,11 +208,12 @@ def run_bpte_on_qemu(
                 f"runner's NPU bridge serves {', '.join(config.npu_products) or 'no NPU'}; "
                 "nothing was run")
     qemu = find_qemu()
-    firmware = build_firmware(read_operators(operators_txt), platform, third_party=third_party,
-                              cache_dir=cache_dir, jobs=jobs, trace=trace,
-                              npu_product=npu_product)
+    firmware = build_runner(read_operators(operators_txt),
+                            runner_spec(platform, config, npu_product), third_party=third_party,
+                            cache_dir=cache_dir, jobs=jobs, trace=trace)
 
-    chosen = _plan_regions(operators_txt)
+    # A QEMU machine's map has none of the plan's regions (they are the platform's).
+    chosen = {} if config.machine_map else _plan_regions(operators_txt)
     image_region = platform.memory(chosen.get("image", config.default_program_region))
     ram = {r.name for r in ram_regions(platform, config)}
     planned = tuple(r if r in ram else config.default_planned_region
@@ -238,6 +251,11 @@ def run_bpte_on_qemu(
                      {"image": image_region.name, "planned": ",".join(planned),
                       "runtime": config.runtime_region, "weights": weights_region},
                      image_address, platform)
+    if config.machine_map:
+        result = dataclasses.replace(result, memory_note=(
+            f"QEMU {config.qemu_machine}'s own memory map, not the plan's placement (which names "
+            f"{compiled_for}'s regions): image in {image_region.name}, planned buffers in "
+            f"{','.join(planned)}, allocators in {config.runtime_region}"))
     if bridge is None:
         return result
     return dataclasses.replace(result, method=npu_method(npu, config, platform.name), npu=npu,
@@ -271,7 +289,8 @@ def _image_address(platform: Platform, config: FirmwareConfig, firmware: Firmwar
     if config.qemu_backing(region.base_address, region.size_bytes) is None:
         raise NoRunnerForPlatform(f"QEMU's {config.qemu_machine} has no memory for region {region.name}")
     start = firmware.free_start.get(region.name, region.base_address)
-    if start <= platform.fvp_load_address < region.base_address + region.size_bytes:
+    if (platform.fvp_load_address is not None
+            and start <= platform.fvp_load_address < region.base_address + region.size_bytes):
         start = platform.fvp_load_address
     address = (start + _IMAGE_ALIGNMENT - 1) // _IMAGE_ALIGNMENT * _IMAGE_ALIGNMENT
     end = region.base_address + region.size_bytes

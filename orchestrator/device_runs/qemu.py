@@ -27,7 +27,7 @@ from orchestrator.verification.methods import QEMU, MethodResult
 from platforms.platform import PlatformError, list_platforms, load_platform
 from platforms.qemu import run_bpte_on_qemu
 from kernels.native.errors import QemuUnavailable
-from platforms.firmware_recipe import load_firmware_config
+from platforms.qemu_machines import qemu_runner
 from platforms.runner_protocol import EXECUTE
 
 if TYPE_CHECKING:  # types only: platforms.qemu is imported where a run needs it
@@ -39,21 +39,20 @@ def qemu_unavailable_reason(target: dict, has_npu: bool, platform) -> str | None
     runner/firmware.yaml says which core the firmware is built for and which NPU families its
     semihosting bridge serves: a hybrid Ethos-U55/U65 program has its NPU invocations executed
     by the functional model, an Ethos-U85 one (Corstone-320) has them computed from the
-    partitions' TOSA graphs."""
+    partitions' TOSA graphs. A CPU-only program for another core runs on the QEMU machine that
+    runs that core's build (platforms/qemu_machines/); a core no machine runs is named."""
     try:
-        config = load_firmware_config(platform)
+        _, config = qemu_runner(platform, target.get("cpu") or None)
     except QemuUnavailable as error:
         return str(error).removeprefix("not run: ")
     npu = str(target.get("npu") or "")
     if has_npu and config.npu_product(npu) is None:
         served = ", ".join(config.npu_products) or "no NPU"
+        runner = (f"the {platform.name} runner's NPU bridge serves {served}" if
+                  not config.machine_map else
+                  f"the runner built for the {target.get('cpu')} there serves no NPU")
         return (f"the program delegates to {npu or 'the Ethos-U'}; QEMU's {config.qemu_machine} "
-                f"has no Ethos-U, and the {platform.name} runner's NPU bridge serves {served}")
-    cpu = target.get("cpu")
-    if cpu and cpu != config.cpu:
-        return (f"the program is compiled for {cpu}; the {platform.name} runner on QEMU is built "
-                f"for the {config.cpu}, whose kernels would not run the program's tier as "
-                "compiled")
+                f"has no Ethos-U, and {runner}")
     return None
 
 
@@ -102,7 +101,8 @@ def qemu_on_checked_pte(program, platform, timeout_s: int = 600, atol: float = 0
         bpte = write_bundle(twin, Path(folder) / "program.bpte", samples=samples,
                             npu_model="tosa" if npu else "auto")
         return run_bpte_on_qemu(bpte, manifest.file("operators.txt"), platform,
-                                timeout_s=timeout_s, atol=atol, trace=trace, **npu)
+                                timeout_s=timeout_s, atol=atol, trace=trace,
+                                cpu=target.get("cpu") or None, **npu)
 
 
 @dataclass(frozen=True)
@@ -212,6 +212,8 @@ def qemu_lines(result) -> list[str]:
                  result.summary()]
     if result.core_note:
         lines.append(f"core: {result.core_note}")
+    if result.memory_note:
+        lines.append(f"memory: {result.memory_note}")
     if result.weights_region:
         lines.append(f"weights: constant segment ({result.weights_bytes:,} B) read from "
                      f"{result.weights_region} at {result.weights_address:#x}")

@@ -1,11 +1,15 @@
 /*
- * Reset and fault handling for the Cortex-M55 of Corstone-300: vector table, memory
- * initialisation, FPU/MVE enable, C/C++ constructors, and a fault report on the console.
+ * Reset and fault handling for every Cortex-M the runner is built for (the Corstone-300's M55
+ * and the QEMU machines of platforms/qemu_machines/: M3, M4, M7, M33, M55): vector table, memory
+ * initialisation, FPU/MVE enable, C/C++ constructors, and a fault report on the console. What a
+ * core lacks is left out by the architecture GCC predefines from its -mcpu: the stack limit
+ * register and the SecureFault/SAU registers (Armv8-M only), the FPU enable (cores without one),
+ * the IT block of the fault handler (Armv6-M and Armv8-M Baseline have none).
  *
- * The CPU resets in Secure state with the SAU off, so every address is Secure and the firmware
- * links at the secure aliases the platform YAML lists (ITCM 0x1000_0000, DTCM 0x3000_0000, ...).
- * The SSE-300 boots from the vector table at address 0, the ITCM seen through its non-secure
- * alias, which is where the linker script puts .vectors.
+ * On the Corstone-300 and the AN505 the CPU resets in Secure state with the SAU off, so every
+ * address is Secure and the firmware links at the secure aliases; the Armv7-M machines have no
+ * security. The core boots from the vector table at the boot region's start (QEMU's reset VTOR
+ * for the machine), which is where the linker script puts .vectors.
  */
 #include <stdint.h>
 #include <string.h>
@@ -23,6 +27,13 @@
 #define SCB_BFAR 0xE000ED38u
 #define SAU_SFSR 0xE000EDE4u
 #define SAU_SFAR 0xE000EDE8u
+
+#if __ARM_ARCH >= 8 && defined(__ARM_ARCH_ISA_THUMB) && __ARM_ARCH_ISA_THUMB == 2
+#define RUNNER_ARMV8M_MAINLINE 1 /* MSPLIM, SecureFault, the SAU's fault registers */
+#endif
+#if __ARM_ARCH_ISA_THUMB == 2
+#define RUNNER_HAS_SHCSR_FAULTS 1 /* MemManage, BusFault, UsageFault: Armv7-M and Mainline */
+#endif
 
 extern uint32_t __stack_top[];
 extern uint32_t __stack_limit[];
@@ -72,13 +83,21 @@ __attribute__((section(".vectors"), used)) const vector_t runner_vectors[16] = {
 
 __attribute__((noreturn)) void Reset_Handler(void) {
   REG32(SCB_VTOR) = (uint32_t)runner_vectors;
+#ifdef RUNNER_ARMV8M_MAINLINE
   /* A stack overflow faults (UsageFault STKOF) instead of corrupting .bss below the stack. */
   __asm__ volatile("msr msplim, %0" : : "r"(__stack_limit));
+#endif
+#if defined(__ARM_FP) || defined(__ARM_FEATURE_MVE)
   /* CP10/CP11 full access: the FPU and MVE (Helium) share these enables on Armv8.1-M. */
   REG32(SCB_CPACR) |= (0xFu << 20);
+#endif
   __asm__ volatile("dsb\n isb" ::: "memory");
+#ifdef RUNNER_ARMV8M_MAINLINE
   /* MemManage, BusFault, UsageFault and SecureFault report themselves, not as HardFault. */
   REG32(SCB_SHCSR) |= (1u << 16) | (1u << 17) | (1u << 18) | (1u << 19);
+#elif defined(RUNNER_HAS_SHCSR_FAULTS)
+  REG32(SCB_SHCSR) |= (1u << 16) | (1u << 17) | (1u << 18);
+#endif
 
   size_t data_bytes = (size_t)((uint8_t*)__data_end - (uint8_t*)__data_start);
   if (__data_load != __data_start) {
@@ -114,23 +133,41 @@ __attribute__((used, noreturn)) void runner_fault_report(const uint32_t* frame) 
   sh_print(exception < 8 ? names[exception] : "exception");
   print_hex("PC", frame[6]);
   print_hex("LR", frame[5]);
+#ifdef RUNNER_HAS_SHCSR_FAULTS
   print_hex("CFSR", REG32(SCB_CFSR));
   print_hex("HFSR", REG32(SCB_HFSR));
   print_hex("MMFAR", REG32(SCB_MMFAR));
   print_hex("BFAR", REG32(SCB_BFAR));
+#endif
+#ifdef RUNNER_ARMV8M_MAINLINE
   print_hex("SFSR", REG32(SAU_SFSR));
   print_hex("SFAR", REG32(SAU_SFAR));
+#endif
   sh_print("\n");
   sh_exit(RUNNER_EXIT_FAULT);
 }
 
 __attribute__((naked)) void Fault_Handler(void) {
+#if __ARM_ARCH_ISA_THUMB == 2
   __asm__ volatile(
       "tst lr, #4\n"
       "ite eq\n"
       "mrseq r0, msp\n"
       "mrsne r0, psp\n"
       "b runner_fault_report\n");
+#else
+  /* No IT block and no TST immediate on Armv6-M / Armv8-M Baseline. */
+  __asm__ volatile(
+      "movs r0, #4\n"
+      "mov r1, lr\n"
+      "tst r0, r1\n"
+      "bne 1f\n"
+      "mrs r0, msp\n"
+      "b 2f\n"
+      "1: mrs r0, psp\n"
+      "2: ldr r1, =runner_fault_report\n"
+      "bx r1\n");
+#endif
 }
 
 void Default_Handler(void) {
