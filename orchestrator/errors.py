@@ -10,6 +10,17 @@ from platforms.platform import PlatformError
 from kernels.native.errors import QemuUnavailable
 
 
+def one_line(text: str) -> str:
+    """Collapse a message that may span lines (e.g. a chained error) into one line."""
+    return " ".join(text.split())
+
+
+def describe_error(exc: BaseException) -> str:
+    """An exception as `Type: its message on one line`, for a one-line error to the user."""
+    message = one_line(str(exc))
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
 class OrchestrateError(Exception):
     """Base of every error the tool raises deliberately."""
 

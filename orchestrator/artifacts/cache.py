@@ -40,7 +40,7 @@ import torch
 from kernels.cache_root import cache_root
 from orchestrator import numerics
 from orchestrator.errors import UserError
-from orchestrator.sources.loader import read_exported_program
+from orchestrator.sources.pt2 import read_exported_program
 from orchestrator.target import compile_spec
 from partitioners.records import Workaround
 

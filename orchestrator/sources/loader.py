@@ -6,22 +6,19 @@ Model specs, tried in this order:
   - `path/to/file.py` defining `ModelUnderTest` (a module instance) and `ModelInputs` (a tuple
     of tensors), the convention of ExecuTorch's backends/arm/scripts/aot_arm_compiler.py;
   - `path/to/program.pt2`, an ExportedProgram saved with torch.export.save, loaded as data: a
-    model .py is code and runs, a .pt2 never runs anything (`read_exported_program`).
+    model .py is code and runs, a .pt2 never runs anything (orchestrator/sources/pt2.py).
+
+Data a user gives beside the model: calibration samples (`load_calibration`) and labelled sets
+to measure accuracy on (`load_dataset`).
 
 Every way a spec or a calibration file can be wrong raises `UserError` with one line that names
 the offender and says what to do; nothing here lets a raw traceback reach the user.
 """
 
-import contextlib
 import importlib.util
-import io
-import json
-import logging
-import os
 import re
 import sys
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,30 +26,14 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch._export.verifier import Verifier
 
 from examples import zoo
-from orchestrator.errors import UserError
+from orchestrator.errors import UserError, describe_error, one_line
+from orchestrator.sources.pt2 import read_exported_program
 from orchestrator.sources.specs import model_spec
 
 _CALIBRATION_SUFFIXES = (".pt", ".pth", ".npz")
 _NPZ_INPUT_KEY = re.compile(r"input(\d+)")
-_FORCE_WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"
-# Names in a .pt2's program description end up in generated Python source (fx codegen pastes
-# get_attr targets into `getattr(self, "...")`, placeholder targets into the signature).
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_]+(?:[.\-][A-Za-z0-9_]+)*", re.ASCII)
-_NAME_KEYS = frozenset({"name", "as_name", "parameter_name", "buffer_name", "tensor_constant_name",
-                        "custom_obj_name", "user_input_name", "forward_arg_names"})
-_NAME_MAPS = frozenset({"tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values"})
-_TARGET_KEYS = frozenset({"target", "as_operator"})
-# What torch's serializer writes for a call: an op overload, an operator/math builtin, a sym op.
-_OPERATOR_NAME = re.compile(
-    r"torch\.ops\.[A-Za-z_]\w*\.[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?|_operator\.[a-z_]+|"
-    r"math\.[a-z_]+|torch\.(?:_?sym_\w+)",
-    re.ASCII,
-)
-
-
 @dataclass(frozen=True)
 class LoadedModel:
     """An eval-mode module with the example inputs it is exported with, and where it came from."""
@@ -123,14 +104,82 @@ def load_calibration(
     return Calibration(samples, generated=False, source=source, warning=None)
 
 
-def _one_line(text: str) -> str:
-    """Collapse a message that may span lines (e.g. a chained error) into one line."""
-    return " ".join(text.split())
+@dataclass(frozen=True)
+class Dataset:
+    """A labelled (or unlabelled) set to measure a program's accuracy on: samples as
+    `load_calibration` reads them, and one integer class label per sample (None: no labels,
+    a regression or an autoencoder, judged by its error against the float model)."""
+
+    samples: tuple[tuple[Tensor, ...], ...]
+    labels: Tensor | None  # int64 [N]
+    source: str
 
 
-def _describe(exc: BaseException) -> str:
-    message = _one_line(str(exc))
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+def load_dataset(path: str, example_inputs: tuple[Tensor, ...],
+                 labels: str | None = "labels") -> Dataset:
+    """Read a labelled set: a .pt (a dict of tensors) or .npz file, or a folder of them, whose
+    array named `labels` (or the name `labels` gives) holds one integer class per sample and
+    whose other arrays are the inputs as `--calibration` takes them (input0, input1, ... or
+    one unnamed array). `labels` may instead name a file (.pt/.npz/.npy) of labels; None: no
+    labels. Checked as data: no pickled code, shapes against the model's inputs, one label
+    per sample, integer labels."""
+    resolved = Path(path).expanduser().resolve()
+    files = (sorted(p for p in resolved.iterdir() if p.suffix in _CALIBRATION_SUFFIXES)
+             if resolved.is_dir() else [resolved] if resolved.is_file() else [])
+    if not files:
+        raise UserError(f"dataset {resolved} is not a .pt/.npz file or a folder of them; check "
+                        "the --dataset path")
+    label_file = None
+    if labels is not None and Path(labels).suffix in (".pt", ".pth", ".npz", ".npy") and \
+            Path(labels).expanduser().is_file():
+        label_file = Path(labels).expanduser().resolve()
+    key = None if label_file is not None or labels is None else labels
+    samples: list[tuple[Tensor, ...]] = []
+    found: list[Tensor] = []
+    for file in files:
+        arrays = _named_arrays(file)
+        if key is not None:
+            if key not in arrays:
+                raise UserError(f"dataset {file} has no array named '{key}' ({', '.join(arrays)}); "
+                                "store the labels under that name, or give --labels FILE or "
+                                "--labels none")
+            found.append(arrays.pop(key))
+        samples.extend(_samples_from_named_arrays(arrays, file, example_inputs))
+    if not samples:
+        raise UserError(f"dataset {resolved} holds no samples; save at least one")
+    if label_file is not None:
+        arrays = ({"labels": torch.from_numpy(np.load(label_file, allow_pickle=False))}
+                  if label_file.suffix == ".npy" else _named_arrays(label_file))
+        if len(arrays) != 1:
+            raise UserError(f"labels file {label_file} holds {len(arrays)} arrays; save one")
+        found = list(arrays.values())
+    label_tensor = None
+    if found:
+        label_tensor = torch.cat([t.reshape(-1) if t.dim() <= 1 or t.shape[-1] == 1
+                                  else t for t in found])
+        if label_tensor.dim() != 1 or label_tensor.dtype.is_floating_point or \
+                label_tensor.dtype == torch.bool:
+            raise UserError(f"the labels of {resolved} are {label_tensor.dtype} of shape "
+                            f"{_shape(tuple(label_tensor.shape))}; save one integer class per "
+                            "sample")
+        if len(label_tensor) != len(samples):
+            raise UserError(f"dataset {resolved} has {len(samples)} samples and "
+                            f"{len(label_tensor)} labels; give one label per sample")
+        label_tensor = label_tensor.to(torch.int64)
+    source = f"{'folder' if resolved.is_dir() else 'file'}:{resolved}"
+    return Dataset(tuple(samples), label_tensor, source)
+
+
+def _named_arrays(path: Path) -> dict[str, Tensor]:
+    if path.suffix == ".npz":
+        return _read_npz(path)
+    if path.suffix in (".pt", ".pth"):
+        data = _read_pt(path)
+        if isinstance(data, dict) and all(isinstance(k, str) for k in data):
+            return dict(data)
+        raise UserError(f"dataset file {path} holds a {type(data).__name__}; save a dict of "
+                        "tensors (inputs and labels) with torch.save")
+    raise UserError(f"dataset file {path} is neither .pt nor .npz; save it in one of those")
 
 
 def _import_file(path: Path) -> Any:
@@ -151,7 +200,7 @@ def _import_file(path: Path) -> Any:
     except (Exception, SystemExit) as exc:
         del sys.modules[module_name]
         raise UserError(
-            f"importing {path} raised {_describe(exc)}; fix the file (run it with python to see "
+            f"importing {path} raised {describe_error(exc)}; fix the file (run it with python to see "
             "the traceback)"
         ) from exc
     finally:
@@ -188,7 +237,7 @@ def _load_factory(path: Path, attribute: str) -> LoadedModel:
     try:
         result = factory()
     except (Exception, SystemExit) as exc:
-        raise UserError(f"{source}() raised {_describe(exc)}; fix the factory") from exc
+        raise UserError(f"{source}() raised {describe_error(exc)}; fix the factory") from exc
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
         raise UserError(
             f"{source}() returned {_type_name(result)}; it must return "
@@ -255,7 +304,7 @@ def _check_forward(module: nn.Module, example_inputs: tuple[Tensor, ...], source
             output = module(*example_inputs)
     except (Exception, SystemExit) as exc:
         raise UserError(
-            f"{source}: forward on the example inputs raised {_describe(exc)[:300]}; fix the "
+            f"{source}: forward on the example inputs raised {describe_error(exc)[:300]}; fix the "
             "model (run it with python to see the traceback)"
         ) from exc
     leaves = torch.utils._pytree.tree_leaves(output)
@@ -297,262 +346,6 @@ class _ExportedModule(nn.Module):
     def train(self, mode: bool = True) -> "_ExportedModule":
         self.training = mode
         return self
-
-
-def read_exported_program(path: Path, remedy: str) -> torch.export.ExportedProgram:
-    """Load a saved ExportedProgram, refusing every part of it that could run code when loaded.
-
-    `torch.export.load` unpickles parts of an archive with `torch.load(weights_only=False)` (the
-    sample inputs once a weights-only attempt fails, pickled weights and constants) or plain
-    `pickle.loads` (opaque constants), loads AOTInductor shared libraries, evaluates symbolic
-    shape strings with `sympy.sympify` (which calls `eval`) and pastes names into generated
-    Python source. So the archive is checked first, with torch's own zip reader and on the very
-    bytes that are then loaded: each pickled part must load with `torch.load(weights_only=True)`,
-    and the program description may hold no symbolic shape, guard code, object constant or name
-    that is not a plain identifier. The load itself runs with TORCH_FORCE_WEIGHTS_ONLY_LOAD set,
-    so no torch.load inside it can unpickle an arbitrary object, and every call in the loaded
-    graph must be a torch operator. `remedy` ends each message: what the user should do.
-    """
-    from torch.export.pt2_archive._package import load_pt2  # lazy: heavy (torch._dynamo, sympy)
-
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path} cannot be read ({_describe(exc)}); check the file") from exc
-    _Pt2Check(path, data, remedy).run()
-    # torch.export.load logs a full traceback at WARNING when the archive fails, then retries
-    # a legacy format that reads the zip with a second parser and unpickles its parts;
-    # load_pt2 is its first half, without that fallback.
-    export_log = logging.getLogger("torch.export")
-    previous_level = export_log.level
-    export_log.setLevel(logging.ERROR)
-    try:
-        with _weights_only_unpickling():
-            programs = load_pt2(io.BytesIO(data)).exported_programs
-    except Exception as exc:
-        raise UserError(
-            f"{path} could not be loaded as an ExportedProgram ({_describe(exc)[:300]}); {remedy}"
-        ) from exc
-    finally:
-        export_log.setLevel(previous_level)
-    if "model" not in programs:
-        raise UserError(f"{path} holds no program named 'model'; {remedy}")
-    program = programs["model"]
-    _check_graph_calls(program, path, remedy)
-    return program
-
-
-@contextlib.contextmanager
-def _weights_only_unpickling():
-    """Every torch.load in the block unpickles tensors and containers only (torch's own switch)."""
-    previous = os.environ.get(_FORCE_WEIGHTS_ONLY)
-    os.environ[_FORCE_WEIGHTS_ONLY] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[_FORCE_WEIGHTS_ONLY]
-        else:
-            os.environ[_FORCE_WEIGHTS_ONLY] = previous
-
-
-class _Pt2Check:
-    """The archive checks of `read_exported_program`, each refusal naming the member."""
-
-    def __init__(self, path: Path, data: bytes, remedy: str):
-        from torch.export.pt2_archive._package import (  # lazy: heavy (torch._dynamo, sympy)
-            PT2ArchiveReader)
-
-        self.path, self.remedy = path, remedy
-        try:
-            self.archive = PT2ArchiveReader(io.BytesIO(data))
-            self.names = self.archive.get_file_names()
-        except Exception as exc:
-            raise UserError(
-                f"{path} is not a .pt2 archive written by torch.export.save "
-                f"({_describe(exc)[:200]}); {remedy}"
-            ) from exc
-
-    def refuse(self, member: str, problem: str, fix: str | None = None) -> UserError:
-        return UserError(
-            f"{self.path}: refusing to load member {member[:120]!r}: {problem}; "
-            f"{fix or self.remedy}"
-        )
-
-    def read(self, member: str) -> bytes:
-        try:
-            return self.archive.read_bytes(member)
-        except Exception as exc:
-            raise self.refuse(member, f"it cannot be read ({_describe(exc)[:200]})") from exc
-
-    def read_json(self, member: str) -> Any:
-        try:
-            return json.loads(self.read(member))
-        except ValueError as exc:
-            raise self.refuse(member, f"it is not valid JSON ({_describe(exc)[:200]})") from exc
-
-    def weights_only(self, member: str) -> None:
-        content = self.read(member)
-        if not content:
-            return  # torch writes an empty member for a program saved without example inputs
-        try:
-            torch.load(io.BytesIO(content), weights_only=True)
-        except Exception as exc:
-            named = re.search(r"GLOBAL (\S+)", str(exc))
-            detail = f"it names {named.group(1)}" if named else type(exc).__name__
-            raise self.refuse(
-                member, f"a pickle that torch.load(weights_only=True) refuses ({detail}), so "
-                "loading it could run code"
-            ) from exc
-
-    def run(self) -> None:
-        from torch.export.pt2_archive import constants as pt2  # lazy: heavy (torch._dynamo, sympy)
-
-        names = self.names
-        if len(set(names)) != len(names):
-            duplicate = next(n for n in names if names.count(n) > 1)
-            raise self.refuse(duplicate, "it appears twice, so readers may see different programs")
-        for member in names:
-            if member.startswith((pt2.AOTINDUCTOR_DIR, pt2.XL_MODEL_WEIGHTS_DIR)):
-                raise self.refuse(member, "AOTInductor code or weights, which torch loads as "
-                                  "native code or unchecked pickles")
-        models = [n for n in names if n.startswith(pt2.MODELS_DIR)]
-        if not models:
-            raise UserError(
-                f"{self.path} holds no {pt2.MODELS_FILENAME_FORMAT.format('model')}; {self.remedy}"
-            )
-        prefix, suffix = pt2.MODELS_FILENAME_FORMAT.split("{}")
-        for member in models:
-            model_name = member[len(prefix):-len(suffix)]
-            if not member.endswith(suffix) or not _PLAIN_NAME.fullmatch(model_name):
-                raise self.refuse(member, "it is not a program description (models/<name>.json)")
-            self.program_json(member, self.read_json(member))
-            self.weights_only(pt2.SAMPLE_INPUTS_FILENAME_FORMAT.format(model_name))
-            self.payloads(model_name, pt2.WEIGHTS_DIR, pt2.WEIGHTS_CONFIG_FILENAME_FORMAT)
-            self.payloads(model_name, pt2.CONSTANTS_DIR, pt2.CONSTANTS_CONFIG_FILENAME_FORMAT)
-
-    def payloads(self, model_name: str, folder: str, config_format: str) -> None:
-        """Weights or constants: pickled tensors must load weights-only; objects are refused."""
-        from torch.export.pt2_archive import constants as pt2  # lazy: heavy (torch._dynamo, sympy)
-
-        legacy = f"{folder}{model_name}.pt"  # one pickle of every tensor (torch < 2.8)
-        if legacy in self.names:
-            self.weights_only(legacy)
-            return
-        config_member = config_format.format(model_name)
-        config = self.read_json(config_member)
-        entries = config.get("config") if isinstance(config, dict) else None
-        if not isinstance(entries, dict):
-            raise self.refuse(config_member, "it is not a payload config")
-        if _holds_symbolic(config):
-            raise self.refuse(config_member, "it holds symbolic shapes (parsed by eval)")
-        for fqn, entry in entries.items():
-            payload = entry.get("path_name") if isinstance(entry, dict) else None
-            if not isinstance(payload, str) or not _PLAIN_NAME.fullmatch(payload):
-                raise self.refuse(config_member, f"it gives {fqn[:80]!r} no plain payload name")
-            member = folder + payload
-            if folder == pt2.CONSTANTS_DIR and not payload.startswith(
-                pt2.TENSOR_CONSTANT_FILENAME_PREFIX
-            ):
-                raise self.refuse(member, "a pickled Python object, which runs code when loaded")
-            if entry.get("use_pickle"):
-                self.weights_only(member)
-
-    def program_json(self, member: str, program: Any) -> None:
-        """Refuse what the deserializer would turn into executed code (see read_exported_program)."""
-        if not isinstance(program, dict) or not isinstance(program.get("graph_module"), dict):
-            raise self.refuse(member, "it is not a serialized ExportedProgram")
-        dynamic = _dynamic_input(program["graph_module"])
-        if dynamic is not None:
-            name, dim = dynamic
-            raise UserError(
-                f"{self.path}: input {name!r} has a dynamic dimension {dim}; export with static "
-                "shapes (torch.export.export without dynamic_shapes) for a microcontroller"
-            )
-        if _holds_symbolic(program):
-            raise self.refuse(
-                member, "it holds symbolic (dynamic or data-dependent) shapes, which are parsed "
-                "by eval", "export with static shapes for a microcontroller"
-            )
-        if program.get("guards_code"):
-            raise self.refuse(member, "it carries guard code (Python source run by torch)",
-                              "export with static shapes for a microcontroller")
-        self.strings(member, program, None)
-
-    def strings(self, member: str, value: Any, key: str | None) -> None:
-        """Names must be plain identifiers and call targets torch operators, at any depth."""
-        if isinstance(value, dict):
-            if key in _NAME_MAPS:
-                for name in value:
-                    self.name(member, name)
-            for child_key, child in value.items():
-                if child_key == "as_custom_obj" or (child_key == "custom_obj_values" and child):
-                    raise self.refuse(member, "it holds a custom object (a pickled TorchScript "
-                                      "class)")
-                self.strings(member, child, child_key)
-        elif isinstance(value, list):
-            for child in value:
-                self.strings(member, child, key)
-        elif isinstance(value, str):
-            if key in _NAME_KEYS:
-                self.name(member, value)
-            elif key in _TARGET_KEYS and not _OPERATOR_NAME.fullmatch(value):
-                raise self.refuse(member, f"it calls {value[:80]!r}, which is not a torch operator")
-            elif "\r" in value:
-                # Python source reads a bare carriage return as a line break.
-                raise self.refuse(member, "it holds a string with a carriage return")
-
-    def name(self, member: str, name: str) -> None:
-        if not _PLAIN_NAME.fullmatch(name):
-            raise self.refuse(member, f"it holds the name {name[:80]!r}, which is not a plain "
-                              "identifier")
-
-
-def _dynamic_input(graph_module: dict) -> tuple[str, int] | None:
-    """(name, dim) of the first user input with a symbolic dimension, if any."""
-    graph = graph_module.get("graph") or {}
-    tensors = graph.get("tensor_values") or {}
-    for spec in (graph_module.get("signature") or {}).get("input_specs") or []:
-        argument = ((spec or {}).get("user_input") or {}).get("arg") or {}
-        name = (argument.get("as_tensor") or {}).get("name")
-        if not isinstance(name, str):
-            continue
-        for dim, size in enumerate((tensors.get(name) or {}).get("sizes") or []):
-            if isinstance(size, dict) and "as_expr" in size:
-                return name[:80], dim
-    return None
-
-
-def _holds_symbolic(value: Any) -> bool:
-    """Symbolic sizes are strings that the deserializer parses with sympy.sympify (eval)."""
-    if isinstance(value, dict):
-        return "expr_str" in value or "as_expr" in value or any(
-            _holds_symbolic(child) for child in value.values()
-        )
-    if isinstance(value, list):
-        return any(_holds_symbolic(child) for child in value)
-    return False
-
-
-def _check_graph_calls(program: torch.export.ExportedProgram, path: Path, remedy: str) -> None:
-    """Every call in the loaded graph is a torch operator or an arithmetic builtin that torch's
-    export verifier allows. Torch runs the verifiers the archive names; this check does not
-    depend on which."""
-    builtins = set(Verifier().allowed_builtin_ops())
-    operator_types = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
-    for module in program.graph_module.modules():
-        if not isinstance(module, torch.fx.GraphModule):
-            continue
-        for node in module.graph.nodes:
-            allowed = node.op in ("placeholder", "get_attr", "output") or (
-                node.op == "call_function"
-                and (isinstance(node.target, operator_types) or node.target in builtins)
-            )
-            if not allowed:
-                raise UserError(
-                    f"{path}: refusing to run node '{node.name}' ({node.op} "
-                    f"{str(node.target)[:80]}), which is not a torch operator; {remedy}"
-                )
 
 
 def _exported_example_inputs(program: torch.export.ExportedProgram, path: Path) -> tuple[Tensor, ...]:
@@ -651,12 +444,12 @@ def _weights_only_refusal(exc: BaseException) -> str:
     message suggests `weights_only=False`, which would run the file's code: never here)."""
     text = str(exc)
     if "WeightsUnpickler error:" not in text:
-        return _describe(exc)
+        return describe_error(exc)
     reason = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
     named = re.search(r"GLOBAL (\S+)", reason)
     if named:
         return f"it names {named.group(1)}, which is code, not tensor data"
-    return f"not a tensor file torch.save wrote: {_one_line(reason).rstrip('.')}"
+    return f"not a tensor file torch.save wrote: {one_line(reason).rstrip('.')}"
 
 
 def _read_npz(path: Path) -> dict[str, Tensor]:
@@ -666,7 +459,7 @@ def _read_npz(path: Path) -> dict[str, Tensor]:
             return {key: torch.from_numpy(np.array(archive[key])) for key in archive.files}
     except Exception as exc:
         raise UserError(
-            f"calibration file {path} cannot be read as .npz ({_describe(exc)}); save it with "
+            f"calibration file {path} cannot be read as .npz ({describe_error(exc)}); save it with "
             "numpy.savez"
         ) from exc
 

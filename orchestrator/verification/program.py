@@ -19,7 +19,7 @@ from npu_driver.payload import EthosUPayload, PayloadError, parse_payload
 from npu_driver.tosa_twin import TosaGraphIO, TosaTwinError, check_against_payload, graph_io
 from orchestrator.artifacts.manifest import MANIFEST_NAME, Manifest, artifacts_dir_for
 from orchestrator.errors import UserError
-from orchestrator.sources.loader import read_exported_program
+from orchestrator.sources.pt2 import read_exported_program
 
 ETHOS_U_BACKEND = "EthosUBackend"
 
