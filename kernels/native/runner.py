@@ -318,7 +318,8 @@ SECTIONS
         argv = [*nice(), str(compiler), *unit.flags, "-c", str(unit.source), "-o", temporary]
         result = subprocess.run(argv, capture_output=True, text=True)
         if result.returncode != 0:
-            os.unlink(temporary)
+            # GCC removes its output when it fails.
+            Path(temporary).unlink(missing_ok=True)
             return f"{unit.source}:\n{result.stderr}"
         os.replace(temporary, obj)
         return None

@@ -75,12 +75,24 @@ void counters_calibrate(uint32_t* instructions, uint64_t* ticks) {
   const uint32_t iterations = 1000000u;
   uint32_t remaining = iterations;
   uint64_t start = counters_ticks();
+#if __ARM_ARCH_ISA_THUMB == 2
   __asm__ volatile(
       "1: subs %0, %0, #1\n"
       "   bne 1b\n"
       : "+r"(remaining)
       :
       : "cc");
+#else
+  /* GCC hands Thumb-1 inline assembly (Armv6-M, Armv8-M Baseline) over in divided syntax. */
+  __asm__ volatile(
+      ".syntax unified\n"
+      "1: subs %0, %0, #1\n"
+      "   bne 1b\n"
+      ".syntax divided\n"
+      : "+l"(remaining)
+      :
+      : "cc");
+#endif
   *ticks = counters_ticks() - start;
   *instructions = 2u * iterations;
 }

@@ -156,8 +156,10 @@ __attribute__((naked)) void Fault_Handler(void) {
       "mrsne r0, psp\n"
       "b runner_fault_report\n");
 #else
-  /* No IT block and no TST immediate on Armv6-M / Armv8-M Baseline. */
+  /* No IT block and no TST immediate on Armv6-M / Armv8-M Baseline; GCC hands Thumb-1 inline
+   * assembly over in divided syntax. */
   __asm__ volatile(
+      ".syntax unified\n"
       "movs r0, #4\n"
       "mov r1, lr\n"
       "tst r0, r1\n"
@@ -166,7 +168,8 @@ __attribute__((naked)) void Fault_Handler(void) {
       "b 2f\n"
       "1: mrs r0, psp\n"
       "2: ldr r1, =runner_fault_report\n"
-      "bx r1\n");
+      "bx r1\n"
+      ".syntax divided\n");
 #endif
 }
 
