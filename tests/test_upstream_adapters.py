@@ -34,6 +34,8 @@ def test_exir_adapter_contract():
     assert contract["_config_methods"] is True
     # share_values' program is written with the emitter's own serializer when share_tables is off
     assert contract["serialize_pte_binary"][:2] == ["pte_file", "extract_delegate_segments"]
+    # provenance_shared: what it makes cheap is still there to make cheap
+    assert contract["NodeSource deep-copies from_node"] is True
 
 
 def test_tag_module_wrapper_forwards_the_tag_iterator():

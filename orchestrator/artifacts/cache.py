@@ -66,10 +66,16 @@ def cache_dir() -> Path | None:
 
 def _module_code(module: torch.nn.Module) -> bytes | None:
     sources = []
+    seen: set[type] = set()
     for sub in module.modules():
         if isinstance(sub, torch.fx.GraphModule):
             sources.append(sub.code)
             continue
+        # Each class's source once: which module is which class, in which order, is in
+        # _module_config; reading torch's Conv2d source again per layer cost seconds.
+        if type(sub) in seen:
+            continue
+        seen.add(type(sub))
         try:
             sources.append(inspect.getsource(type(sub)))
         except (OSError, TypeError):

@@ -404,8 +404,10 @@ def _capture_stage(state: CompileState) -> CompileState:
             state = replace(state, model=replace(state.model, module=module))
             workarounds = tuple(fixes)
     state = replace(state, model_workarounds=workarounds)
+    # The key reads every submodule's source and hashes every weight: only worth it when the
+    # cache is on (ORCHESTRATE_CACHE=off).
     key = cache.quantized_key(state.model, state.calibration, state.target, channels_last,
-                              state.options.legalize)
+                              state.options.legalize) if cache.cache_dir() else None
     hit = cache.load(key) if key else None
     if hit is not None:
         inputs = tuple(_to_channels_last(x) if channels_last else x
@@ -689,7 +691,7 @@ def run_stages(stages, state, seconds: dict[str, float],
             progress(stage.name, "start", 0.0)
         start = time.perf_counter()
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), upstream_exir.provenance_shared():
                 warnings.simplefilter("ignore")
                 state = stage.run(state)
         except OrchestrateError:

@@ -10,17 +10,22 @@
 - A new EdgeProgramManager around the CPU-routed program (public constructor), instead of
   writing `EdgeProgramManager._edge_programs`, so the manager the lower stage returned stays as
   it was.
+- `torch.fx.traceback.NodeSource` (torch's node provenance, `node.meta["from_node"]`), copied
+  by reference while a compile runs (`provenance_shared`).
 
 `tests/test_upstream_adapters.py` checks these names and signatures without compiling.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from typing import Iterator
 
 from partitioners.upstream_version import require
 
 SUPPORTED_EXECUTORCH = ("1.5.1",)
+SUPPORTED_TORCH = ("2.13.0", "2.13.0+cpu")
 
 
 def check_version() -> str:
@@ -46,6 +51,38 @@ def with_forward(edge_manager, program):
         compile_config=EdgeCompileConfig(_check_ir_validity=False))
 
 
+@contextlib.contextmanager
+def provenance_shared() -> Iterator[None]:
+    """Inside: a deep copy of a node's provenance (`NodeSource`) is the same object.
+
+    Every node an ExportPass rewrites gets a NodeSource whose `from_node` is a deep copy of its
+    predecessor's, which holds the chain of every pass before it: over the ~150 passes of the
+    Arm backend's TOSA pipeline the copies grow with the graph times the passes (a 25-step GRU,
+    one U55 partition: 110,507 NodeSource copies, 25.6M deepcopy calls, 40% of `lower` under a
+    profiler; DS-CNN: 10% of it). Torch never changes a NodeSource after making it (each pass
+    builds new ones and new `from_node` lists), so sharing one is the same value: the same
+    names for the graph signature (`history[-1].name`) and the same greatest ancestors for
+    ExecuTorch's debug handles. Not thread-safe across compiles with other settings: the swap
+    is process-global, like the Vela wrapper's (partitioners/upstream_ethos_u.py)."""
+    require("torch", SUPPORTED_TORCH, "orchestrator/compilation/upstream_exir.py")
+    from torch.fx.traceback import NodeSource  # lazy: heavy (torch)
+
+    had = "__deepcopy__" in NodeSource.__dict__
+    previous = NodeSource.__dict__.get("__deepcopy__")
+    NodeSource.__deepcopy__ = _same_node_source
+    try:
+        yield
+    finally:
+        if had:
+            NodeSource.__deepcopy__ = previous
+        else:
+            del NodeSource.__deepcopy__
+
+
+def _same_node_source(node_source, memo):
+    return node_source
+
+
 def read_pte(pte_bytes: bytes):
     """The PTEFile of a `.pte`: its Program (constants back in `constant_buffer`, delegate
     payloads inline) and its mutable/named data segments."""
@@ -68,10 +105,13 @@ def write_pte(pte_file) -> bytes:
 def contract() -> dict[str, object]:
     from executorch.exir import EdgeProgramManager  # lazy: heavy (torch, executorch)
     from executorch.exir._serialize import _program  # lazy: heavy (torch, executorch)
+    from torch.fx.traceback import NodeSource  # lazy: heavy (torch)
 
     return {
         "serialize_pte_binary": list(inspect.signature(_program.serialize_pte_binary).parameters),
         "EdgeProgramManager.__init__": list(inspect.signature(EdgeProgramManager.__init__).parameters),
         # set in __init__ as an attribute: it appears among the names the code stores
         "_config_methods": "_config_methods" in EdgeProgramManager.__init__.__code__.co_names,
+        # provenance_shared: NodeSource deep-copies its predecessor's chain in __init__
+        "NodeSource deep-copies from_node": "deepcopy" in inspect.getsource(NodeSource.__init__),
     }
