@@ -116,6 +116,23 @@ def mve_conv_1xn_refusal(input_nchw: tuple[int, ...], weight_ohwi: tuple[int, ..
             "total": total}
 
 
+def dsp_avgpool_scratch_refusal(channels: int, scratch_bytes: int) -> dict | None:
+    """The fields of the DSP refusal of a cortex_m::quantized_avg_pool2d, or None.
+
+    The operator hands arm_avgpool_s8 no buffer (ctx->buf NULL) when its scratch tensor is empty
+    (op_quantized_avg_pool2d.cpp), and the kernel returns ARM_CMSIS_NN_ARG_ERROR without one when
+    arm_avgpool_s8_get_buffer_size is non-zero (Source/PoolingFunctions/arm_avgpool_s8.c), which
+    it is on the DSP tier only: 4 bytes per input channel (arm_avgpool_s8_get_buffer_size_dsp;
+    0 on the C and MVE paths). The one argument check among the CMSIS-NN functions the Cortex-M
+    operators call that the DSP path makes and the host's C path does not
+    (benchmarks/cmsis_nn_tier_checks.py). Upstream's Cortex-M pass sizes the scratch with the
+    target's backend, so it holds for a program whose scratch was sized for another tier."""
+    needed = 4 * channels
+    if scratch_bytes > 0 or needed == 0:
+        return None
+    return {"channels": channels, "needed": needed}
+
+
 def cortex_m_op_name(target) -> str | None:
     """`quantized_conv2d` for `cortex_m.quantized_conv2d.default`, None for any other op."""
     text = str(getattr(target, "_op", target))

@@ -62,6 +62,10 @@ DEVICE_FAULTS: tuple[FaultEntry, ...] = (
                "requires twice the padding plus {asym} to equal the {total} column(s) of "
                "padding the output uses; with padding {padding} it returns "
                "ARM_CMSIS_NN_FAILURE (-3) on the {tier} tier (the host's C path accepts it)"),
+    FaultEntry("dsp-avgpool-scratch", "CMSIS-NN arm_avgpool_s8, DSP path (ARM_MATH_DSP)",
+               "{op} hands arm_avgpool_s8 an empty scratch; its DSP path needs {needed} bytes "
+               "({channels} channels x 4) and returns ARM_CMSIS_NN_ARG_ERROR (-1) without them "
+               "on the {tier} tier (the host's C path needs none and accepts it)"),
     # EthosUBackend's delegate I/O copies (EthosUBackend.cpp), checked by the twin
     # (orchestrator/verification/twin.py): the backend logs the error and returns InvalidProgram.
     FaultEntry("npu-input-type", "EthosUBackend input copy (EthosUBackend.cpp)",

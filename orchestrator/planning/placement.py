@@ -16,8 +16,8 @@ from executorch.exir.tensor import dim_order_from_stride
 from cost_models.cost import Cost
 from cost_models.graph_shapes import NodeInfo, describe, op_name
 from kernels.layout_checks import layout_findings
-from kernels.catalogue import (CPU_KERNELS, cortex_m_op_name, mve_conv_1xn_refusal,
-                               specialised_function)
+from kernels.catalogue import (CPU_KERNELS, cortex_m_op_name, dsp_avgpool_scratch_refusal,
+                               mve_conv_1xn_refusal, specialised_function)
 from kernels.device_ops import device_operator_names
 from kernels.reference import is_portable_elementwise, same_dim_order_family
 from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
@@ -238,7 +238,7 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
         current = describe(node)
         faults = (_dim_order_faults(node) if placement == "portable" else ()) + tuple(
             because(check, **fields) for check, fields in layout_findings(node)) + \
-            _tier_faults(node, target.tier)
+            tier_faults(node, target.tier)
         rows.append(OpPlacement(
             name=origin, op=info.op, kind=kind, placement=placement, partition=None,
             kernel=kernel, tier=target.tier if placement == "cmsis-nn" else None,
@@ -256,9 +256,12 @@ def op_key(target) -> str:
     return f"{parts[0]}::{parts[1]}" if len(parts) >= 2 else text
 
 
-def _tier_faults(node: torch.fx.Node, tier: str) -> tuple[Reason, ...]:
+def tier_faults(node: torch.fx.Node, tier: str) -> tuple[Reason, ...]:
     """What the tier's own kernel path refuses that the host's C path (which the device check
-    runs) accepts: the MVE 1xN convolution's padding rule (kernels/catalogue.py)."""
+    runs) accepts: the MVE 1xN convolution's padding rule, the DSP average pool's buffer
+    (kernels/catalogue.py)."""
+    if tier == "dsp" and "quantized_avg_pool2d" in str(node.target):
+        return _dsp_avgpool_faults(node, tier)
     if tier != "mve" or "quantized_conv2d" not in str(node.target):
         return ()
     vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args[:2]]
@@ -271,6 +274,22 @@ def _tier_faults(node: torch.fx.Node, tier: str) -> tuple[Reason, ...]:
     if refusal is None:
         return ()
     return (because("mve-conv-1xn-padding", op="cortex_m::quantized_conv2d", tier=tier,
+                    **refusal),)
+
+
+def _dsp_avgpool_faults(node: torch.fx.Node, tier: str) -> tuple[Reason, ...]:
+    """arm_avgpool_s8's DSP path refuses an empty scratch (kernels/catalogue.py)."""
+    source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    scratch = node.args[8] if len(node.args) > 8 else None
+    scratch = scratch.meta.get("val") if isinstance(scratch, torch.fx.Node) else None
+    if not (isinstance(source, torch.Tensor) and source.dim() == 4
+            and isinstance(scratch, torch.Tensor)):
+        return ()
+    channels = int(source.shape[3] if "nhwc" in str(node.target) else source.shape[1])
+    refusal = dsp_avgpool_scratch_refusal(channels, scratch.numel() * scratch.element_size())
+    if refusal is None:
+        return ()
+    return (because("dsp-avgpool-scratch", op="cortex_m::quantized_avg_pool2d", tier=tier,
                     **refusal),)
 
 
