@@ -2,7 +2,9 @@
 kernels/native/runner.py).
 
 QEMU's `mps3-an547` machine is the Corstone-300 FPGA image (SSE-300, Cortex-M55 with MVE) without
-an Ethos-U model. One firmware serves every program with the same operators: the harness writes a
+an Ethos-U model; a CPU-only program for another core runs on the QEMU machine for that core
+(platforms/qemu_machines/: Arm's MPS2 images of the M3, M4, M7 and M33), the same runner built
+with the core's flags. One firmware serves every program with the same operators: the harness writes a
 mailbox (where the image lies, which regions hold the planned buffers and the CPU weights, the
 tolerances) and the `.bpte` into memory with QEMU's `-device loader`, as the FVP's
 `--data FILE@ADDRESS` would, and reads the runner's log back (the mailbox layout and the log

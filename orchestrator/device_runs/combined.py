@@ -16,8 +16,9 @@ order, each saying what it exercised or why it could not run:
   built for the core its runner/firmware.yaml names) on QEMU's mps3-an547, self-checking against
   the twin's outputs (BundleIO, byte-exact; orchestrator/device_runs/qemu.py). It judges
   Corstone-300 Cortex-M55 programs and Corstone-320 Cortex-M85 programs (their Armv8.1-M + MVE build runs on QEMU's M55; QEMU has no
-  M85). QEMU models no Ethos-U, so a hybrid program's NPU invocations are handed over semihosting
-  to the host (orchestrator/device_runs/qemu_npu.py), with the real EthosUBackend and core
+  M85), and CPU-only programs of every other core on QEMU's machine for it
+  (platforms/qemu_machines/). QEMU models no Ethos-U, so a hybrid program's NPU invocations are
+  handed over semihosting to the host (orchestrator/device_runs/qemu_npu.py), with the real EthosUBackend and core
   driver in the firmware: the Ethos-U55/U65 functional model executes the command stream, an
   Ethos-U85 partition is computed from its TOSA graph. Other cores are "not run".
 - **FVP**: a Corstone FVP with an arm_executor_runner the user built (`--runner-elf` or

@@ -1,6 +1,8 @@
 """The QEMU method: the platform's runner firmware (ExecuTorch runtime, portable and CMSIS-NN
-kernels built for the core its runner/firmware.yaml names) on QEMU's mps3-an547, self-checking
-against the twin's outputs (BundleIO, byte-exact). QEMU models no Ethos-U, so a hybrid program's
+kernels built for the core its runner/firmware.yaml names) on QEMU's mps3-an547, or, for a
+CPU-only program of another core, the runner built for that core on QEMU's machine for it
+(platforms/qemu_machines/: M3, M4, M7, M33 and stand-ins for the M0/M0+/M23/M35P/M85),
+self-checking against the twin's outputs (BundleIO, byte-exact). QEMU models no Ethos-U, so a hybrid program's
 NPU invocations are handed over semihosting to the host (orchestrator/device_runs/qemu_npu.py).
 
 Here: which installed platform runs a `.pte` (for QEMU and the FVP), why QEMU cannot judge a
@@ -76,7 +78,8 @@ def installed_platform(target: dict, override=None):
 
 
 def qemu_on_checked_pte(program, platform, timeout_s: int = 600, atol: float = 0.0,
-                        samples: int = 4, npu_model: str = "auto", trace: bool = False):
+                        samples: int = 4, npu_model: str = "auto", trace: bool = False,
+                        inputs=None):
     """Run a fresh BundleIO of the program (a loaded TwinProgram, or a `.pte` path, checked
     against its manifest: a .bpte lying beside it is covered by no hash) on the platform's
     runner in QEMU; `trace`: the runner's trace build (per-instruction scopes,
@@ -99,7 +102,7 @@ def qemu_on_checked_pte(program, platform, timeout_s: int = 600, atol: float = 0
         # A hybrid program's expectation is the TOSA graphs' (what Vela was given): the NPU
         # half runs on QEMU's side of the bridge, where the stream is checked against them.
         bpte = write_bundle(twin, Path(folder) / "program.bpte", samples=samples,
-                            npu_model="tosa" if npu else "auto")
+                            npu_model="tosa" if npu else "auto", inputs=inputs)
         return run_bpte_on_qemu(bpte, manifest.file("operators.txt"), platform,
                                 timeout_s=timeout_s, atol=atol, trace=trace,
                                 cpu=target.get("cpu") or None, **npu)
