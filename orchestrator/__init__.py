@@ -9,6 +9,7 @@ parses, calls one and prints what it returns:
     check_gates(plan, ...)         plan's CI gates: raises GateFailure (exit 3)
     verify(pte)                    the host twin alone, op by op: a VerifyReport
     verify_all(pte, method)        every method (twin, host runtime, QEMU, FVP; --profile): a Verification
+    evaluate(pte, dataset)         accuracy on a labelled set by every method (verify --dataset)
     sweep(requests)                one model planned for many targets: a row each
     size(pte)                      where every byte of a .pte goes: a SizeReport
     firmware(pte, output)          a firmware project (built, run on QEMU): a FirmwareProject
@@ -31,10 +32,10 @@ from orchestrator import numerics as _numerics
 _numerics.pin()
 
 from orchestrator.api import (  # noqa: E402,A004
-    CompileResult, cache, calibrate, check_gates, compile, doctor, fetch_sources, firmware,
-    firmware_size, known, measure, plan, reasons, size, sources, sweep, verify, verify_all,
+    CompileResult, cache, calibrate, check_gates, compile, doctor, evaluate, fetch_sources,
+    firmware, firmware_size, known, measure, plan, reasons, size, sources, sweep, verify, verify_all,
     write_program)
 
 __all__ = ["CompileResult", "cache", "calibrate", "check_gates", "compile", "doctor",
-           "fetch_sources", "firmware", "firmware_size", "known", "measure", "plan", "reasons",
+           "evaluate", "fetch_sources", "firmware", "firmware_size", "known", "measure", "plan", "reasons",
            "size", "sources", "sweep", "verify", "verify_all", "write_program"]

@@ -352,6 +352,36 @@ def _profile_on_qemu(program: "TwinProgram", path: Path, platform, timeout_s: in
                                                   program.pte_path)))
 
 
+EVALUATE_METHODS = {"auto": ("twin", "host runtime", "QEMU Cortex-M55"), "twin": ("twin",),
+                    "executorch": ("host runtime",), "both": ("twin", "host runtime"),
+                    "qemu": ("QEMU Cortex-M55",)}
+
+
+def evaluate(pte, dataset, labels: str | None = "labels", samples: int | None = None,
+             method: str = "auto", qemu_samples: int = 4, min_accuracy: float | None = None,
+             max_accuracy_drop: float | None = None, executorch_src=None, cmsis_nn_src=None,
+             platform=None, timeout_s: int = 600, npu_model: str = "auto"):
+    """`verify --dataset`: the program's accuracy on a labelled set (a .pt/.npz file or a folder
+    of them: inputs as --calibration takes them, `labels` the array of integer classes or a
+    file of them, None for none) by the float model, the quantized reference, the twin, the
+    host runtime (every sample, byte-compared with the twin) and QEMU (the first
+    `qemu_samples`, BundleIO byte-exact against the twin); `samples`: the first N (default
+    all). An AccuracyReport (`.verdict`, `.error()`): `min_accuracy` (percent) and
+    `max_accuracy_drop` (points below the float model) fail it (exit 4)
+    (orchestrator/device_runs/accuracy.py)."""
+    from orchestrator.device_runs.accuracy import evaluate as run  # lazy: heavy (torch)
+    from orchestrator.device_runs.combined import load_program  # lazy: heavy (torch)
+
+    if method not in EVALUATE_METHODS:
+        raise UserError(f"unknown verify method {method!r} with --dataset; choose "
+                        f"{', '.join(EVALUATE_METHODS)}")
+    if not Path(pte).is_file():
+        raise UserError(f"'{pte}' not found; give a .pte written by `orchestrate compile`")
+    return run(load_program(pte), str(dataset), labels, samples, EVALUATE_METHODS[method],
+               qemu_samples, min_accuracy, max_accuracy_drop, executorch_src, cmsis_nn_src,
+               platform, timeout_s, npu_model)
+
+
 def firmware(pte, output, profile: str = "release", platform=None, third_party=None,
              build: bool = True, method_pool_bytes: int | None = None, lto: bool | None = None,
              npu_device: str = "hardware", run: bool = False,

@@ -429,8 +429,13 @@ class _SweepProgress(_Progress):
 
 def cmd_verify(args) -> int:
     method = "fvp" if args.fvp else "qemu" if args.qemu else args.runtime
+    if args.dataset is not None:
+        return _verify_dataset(args, method)
+    if args.min_accuracy is not None or args.max_accuracy_drop is not None:
+        raise UserError("--min-accuracy and --max-accuracy-drop judge a labelled set: add "
+                        "--dataset FILE")
     verification = api.verify_all(
-        args.pte, method, samples=args.samples, calibration=args.calibration,
+        args.pte, method, samples=args.samples or 16, calibration=args.calibration,
         per_op=args.per_op, max_steps=args.max_steps, npu_model=args.npu_model,
         platform=args.platform, timeout_s=args.timeout, executorch_src=args.executorch_src,
         cmsis_nn_src=args.cmsis_nn_src, runner_elf=args.runner_elf, atol=args.atol,
@@ -443,6 +448,21 @@ def cmd_verify(args) -> int:
         raise error
     if verification.profile is not None:
         print("\n".join(verification.profile.lines))
+    return 0
+
+
+def _verify_dataset(args, method: str) -> int:
+    if args.calibration or args.profile or args.fvp:
+        raise UserError("--dataset measures accuracy on its own samples: drop --calibration, "
+                        "--profile and --fvp")
+    report = api.evaluate(
+        args.pte, args.dataset, None if args.labels.lower() == "none" else args.labels,
+        args.samples, method, args.qemu_samples, args.min_accuracy, args.max_accuracy_drop,
+        args.executorch_src, args.cmsis_nn_src, args.platform, args.timeout, args.npu_model)
+    _print_report(args, report.to_json(), report.render_text())
+    error = report.error()
+    if error is not None:
+        raise error
     return 0
 
 

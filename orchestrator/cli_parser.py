@@ -249,9 +249,25 @@ CALIBRATE = Verb(
 VERIFY = Verb("verify", "check the .pte: host twin, real ExecuTorch runtime, QEMU Corstone-300 "
               "or an FVP", (
     PROGRAM,
-    option("--samples", type=positive, default=16,
+    option("--samples", type=positive, default=None,
            help="inputs to verify with (default 16; generated, seed 0, unless "
-           "--calibration)"),
+           "--calibration; with --dataset: the first N, default all)"),
+    option("--dataset", metavar="FILE|DIR",
+           help="a labelled set (.pt dict or .npz: inputs as --calibration takes them and "
+           "an integer class per sample; or a folder of them): report top-1/top-5 "
+           "accuracy, agreement with the float model and per-class accuracy by the float "
+           "model, the quantized reference, the twin and the host runtime (every sample) "
+           "and QEMU (--qemu-samples, byte-exact against the twin)"),
+    option("--labels", default="labels", metavar="KEY|FILE|none",
+           help="--dataset: the array holding the labels (default 'labels'), a file of "
+           "them, or none (a regression: errors against the float model only)"),
+    option("--qemu-samples", type=int, default=4, metavar="N",
+           help="--dataset: the first N samples also run on QEMU (default 4; 0: none)"),
+    option("--min-accuracy", type=percent, metavar="PCT",
+           help="--dataset: exit 4 unless the device's top-1 accuracy reaches PCT"),
+    option("--max-accuracy-drop", type=float, metavar="POINTS",
+           help="--dataset: exit 4 when the device's top-1 is more than POINTS below the "
+           "float model's"),
     option("--calibration", help="inputs to verify with (.pt/.npz/folder; default: "
            "--samples generated inputs)"),
     option("--per-op", action="store_true", help="localize a divergence op by op"),

@@ -138,7 +138,9 @@ def load_dataset(path: str, example_inputs: tuple[Tensor, ...],
     found: list[Tensor] = []
     for file in files:
         arrays = _named_arrays(file)
-        if key is not None:
+        if key is None:
+            arrays.pop("labels", None)  # an array named labels is never an input
+        else:
             if key not in arrays:
                 raise UserError(f"dataset {file} has no array named '{key}' ({', '.join(arrays)}); "
                                 "store the labels under that name, or give --labels FILE or "

@@ -32,7 +32,8 @@ def _patch(bundled_tensor, spec, data: bytes) -> None:
     bundled_tensor.data = data
 
 
-def write_bundle(program, bpte_path, samples: int = 4, npu_model: str = "auto") -> Path:
+def write_bundle(program, bpte_path, samples: int = 4, npu_model: str = "auto",
+                 inputs=None) -> Path:
     """Write `bpte_path` with `samples` seeded inputs and the twin's outputs as expected values
     for the program (a loaded TwinProgram, or a `.pte` path);
     the twin computes the NPU partitions as `npu_model` chooses (orchestrator/verification/npu.py:
@@ -51,8 +52,9 @@ def write_bundle(program, bpte_path, samples: int = 4, npu_model: str = "auto") 
     if not bpte_path.parent.is_dir():
         raise UserError(f"output folder '{bpte_path.parent}' does not exist")
     twin = as_program(program)
-    float_program, _ = twin.reference("float.pt2")
-    inputs, _source = sample_inputs(float_program, samples, None)
+    if inputs is None:  # `samples` seeded inputs; else the samples given (model inputs)
+        float_program, _ = twin.reference("float.pt2")
+        inputs, _source = sample_inputs(float_program, samples, None)
     cases, runs = [], []
     for sample in inputs:
         program_inputs = device_inputs(twin, sample)

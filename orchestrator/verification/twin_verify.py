@@ -127,6 +127,11 @@ def _degenerate(runs, float_outs) -> str | None:
     return None
 
 
+def model_example_inputs(float_program) -> tuple[torch.Tensor, ...]:
+    """Zeros shaped and typed like the model's inputs (what sample files are checked against)."""
+    return tuple(torch.zeros(v.shape, dtype=v.dtype) for v in _model_inputs(float_program))
+
+
 def _model_inputs(float_program) -> tuple[torch.Tensor, ...]:
     user = set(float_program.graph_signature.user_inputs)
     return tuple(n.meta["val"] for n in float_program.graph.nodes
