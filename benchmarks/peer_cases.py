@@ -104,7 +104,7 @@ def case(upstream: str, slice: bool = False) -> Callable[[Callable[[], Case]], C
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
                 module, inputs = factory()
-                _randomize_norms(module)
+                _randomize_norms(module, inputs)
             return module.eval(), inputs
 
         description = " ".join((factory.__doc__ or "").split())
@@ -115,15 +115,36 @@ def case(upstream: str, slice: bool = False) -> Callable[[Callable[[], Case]], C
     return register
 
 
-def _randomize_norms(module: nn.Module) -> None:
+def _randomize_norms(module: nn.Module, inputs: tuple) -> None:
     # A default BatchNorm (mean 0, variance 1, weight 1, bias 0) folds to an identity and would
-    # hide a folding bug.
+    # hide a folding bug. Statistics drawn blind let a deep network's activations vanish (DS-CNN
+    # and MobileNetV1 gave the same output to every input: verify could prove nothing), so each
+    # BatchNorm's statistics are first measured on random inputs shaped like the example, as
+    # training would leave them, then perturbed.
+    norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+             and m.running_mean is not None]
+    tensors = [x for x in inputs if isinstance(x, Tensor) and x.is_floating_point()]
+    if norms and len(tensors) == len(inputs):
+        momenta = [m.momentum for m in norms]
+        for norm in norms:
+            norm.reset_running_stats()
+            norm.momentum = None  # a cumulative average over the batches below
+        module.train()
+        with torch.no_grad():
+            for _ in range(4):
+                module(*(torch.randn(x.shape).to(memory_format=torch.channels_last)
+                         if x.dim() == 4 else torch.randn(x.shape) for x in inputs))
+        for norm, momentum in zip(norms, momenta):
+            norm.momentum = momentum
+        module.eval()
     with torch.no_grad():
         for layer in module.modules():
             batch_norm = isinstance(layer, nn.modules.batchnorm._BatchNorm)
             if batch_norm and layer.running_mean is not None:
-                layer.running_mean.normal_(0.0, 0.2)
-                layer.running_var.uniform_(0.5, 2.0)
+                measured = bool(norms) and len(tensors) == len(inputs)
+                scale = layer.running_var.sqrt() if measured else 1.0
+                layer.running_mean.add_(torch.randn_like(layer.running_mean) * 0.2 * scale)
+                layer.running_var.mul_(torch.empty_like(layer.running_var).uniform_(0.5, 2.0))
             if isinstance(layer, (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm)):
                 if getattr(layer, "weight", None) is not None:
                     layer.weight.uniform_(0.5, 1.5)
