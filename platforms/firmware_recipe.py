@@ -12,6 +12,7 @@ into a `RunnerSpec` and hands it to the build (kernels/native/runner.py).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -282,11 +283,26 @@ class BoardRecipe:
     npu_irq: int | None = None  # the NPU's external interrupt number
 
 
-def board_recipe(platform: Platform) -> BoardRecipe:
+def board_recipe(platform: Platform, cpu: str | None = None) -> BoardRecipe:
     """The platform's runner recipe, or a generic Armv8-M one from its YAML: code in the regions
     that hold code (the first is the boot region), data and the pools in the first RAM region
     that holds arenas (a TCM before an SRAM), the Corstone-300 runner's board support (reset
-    handler, semihosting console, SysTick counters: Armv8-M generic, replaced for a product)."""
+    handler, semihosting console, SysTick counters: generic, replaced for a product).
+
+    `cpu`, the core the program was compiled for, when it is not the recipe's: the same recipe
+    built with that core's flags (the board support builds for every core of the core table),
+    so the kernels are the program's tier's; the platform's QEMU machine, which models another
+    core, does not run it."""
+    recipe = _platform_recipe(platform)
+    if cpu is None or cpu == recipe.cpu:
+        return recipe
+    return dataclasses.replace(
+        recipe, cpu=cpu, cpu_flags=_core_flags(Path(platform.source_file), cpu),
+        qemu_runs_it=False,
+        source=f"{recipe.source}, built for the program's {cpu} instead of its {recipe.cpu}")
+
+
+def _platform_recipe(platform: Platform) -> BoardRecipe:
     try:
         config = load_firmware_config(platform)
     except NoRunnerForPlatform:

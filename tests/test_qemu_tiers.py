@@ -175,3 +175,22 @@ def test_a_dsp_plan_names_an_average_pool_its_dsp_path_would_refuse():
     assert "ARM_CMSIS_NN_ARG_ERROR" in fault.message
     assert tier_faults(_avg_pool_node(0), "scalar") == tier_faults(_avg_pool_node(0), "mve") == ()
     assert tier_faults(_avg_pool_node(256), "dsp") == ()
+
+
+def test_a_release_firmware_is_built_for_the_programs_core_not_the_platforms(compiles, tmp_path):
+    """A Corstone-300 program compiled for the Cortex-M4: `orchestrate firmware` builds the
+    board recipe with the M4's flags (CMSIS-NN's DSP path, the tier the plan and the scratch
+    sizes were made for), not the platform runner's M55; --run says why QEMU cannot run that
+    build with the Corstone-300's memory map, before anything is written."""
+    from orchestrator.errors import NotRun
+    from orchestrator.firmware import make_firmware
+
+    qemu_or_missing()
+    pte = compiles.get("ds-cnn", "corstone300", "none", "cortex-m4", write=True)[1]
+    made = make_firmware(pte, tmp_path / "fw", build=False)
+    cmake = (made.folder / "CMakeLists.txt").read_text()
+    assert "set(CPU_FLAGS -mcpu=cortex-m4 -mfloat-abi=hard -mfpu=fpv4-sp-d16 -mthumb)" in cmake
+    assert made.record["cpu"] == "cortex-m4" and made.record["qemu_runs_it"] is False
+    with pytest.raises(NotRun, match="runs a cortex-m4 build"):
+        make_firmware(pte, tmp_path / "fw2", run=True)
+    assert not (tmp_path / "fw2").exists()

@@ -178,6 +178,7 @@ def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None,
         method_pool_bytes=method_pool or method_pool_bytes(view),
         example_inputs=examples, example_source=example_source, profile=profile,
         plan_source="plan.json memory placement of the compile", lto=lto,
+        cpu=str(manifest.target.get("cpu") or "") or None,
     )
 
 
@@ -207,7 +208,7 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
     if not out.parent.is_dir():
         raise UserError(f"output folder {out.parent} does not exist; create it or choose another -o")
     try:
-        recipe = board_recipe(target_platform)
+        recipe = board_recipe(target_platform, spec.cpu)
     except QemuUnavailable as error:
         raise NotRun(f"firmware for {target_platform.name}: {error}") from None
     if run and spec.npu_partitions and npu_device != "qemu-bridge":
@@ -216,9 +217,10 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
                         "qemu-bridge to run it on QEMU, or drop --run and run it on an FVP or "
                         "the board")
     if run and not recipe.qemu_runs_it:
-        raise NotRun(f"not run: {target_platform.name} has no QEMU machine in this installation "
-                     f"(its board recipe: {recipe.source}); drop --run and run the ELF on the "
-                     "board")
+        raise NotRun(f"not run: QEMU has no machine with {target_platform.name}'s memory map "
+                     f"that runs a {recipe.cpu} build (its board recipe: {recipe.source}); "
+                     "`verify --qemu` runs the program on its core's own QEMU machine; drop "
+                     "--run and run the ELF on the board")
     try:
         # The project itself is generated from the sources (kernel registration from their
         # operator YAMLs, the program schema's headers), so writing it needs them; only the

@@ -58,7 +58,7 @@ def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_pa
     firmware recipe or an operator has no kernel in the sources."""
     if spec.profile not in PROFILES:
         raise ValueError(f"unknown profile {spec.profile!r}")
-    config = board_recipe(platform)
+    config = board_recipe(platform, spec.cpu)
     if spec.npu_partitions:
         check_npu(spec, platform, config, third_party)
     selection = select_operators(spec.operators, third_party)
@@ -195,7 +195,7 @@ def build_project(folder: Path, spec: FirmwareSpec, platform: Platform,
     cmake = shutil.which("cmake")
     if cmake is None:
         raise FirmwareBuildError("no cmake on PATH (apt-get install cmake)")
-    config = board_recipe(platform)
+    config = board_recipe(platform, spec.cpu)
     build = folder / BUILD_DIR
     _run_tool([cmake, "-S", str(folder), "-B", str(build), "-DCMAKE_BUILD_TYPE=None"])
     tried = []

@@ -82,3 +82,6 @@ class FirmwareSpec:
     npu_device: str = "hardware"
     fast_scratch_bytes: int = 0
     temp_region: str | None = None
+    # The core the program was compiled for (its manifest's): the project is built with its
+    # flags, so the kernels are the program's tier's. None: the platform's recipe's core.
+    cpu: str | None = None
