@@ -10,6 +10,7 @@ parses, calls one and prints what it returns:
     verify(pte)                    the host twin alone, op by op: a VerifyReport
     verify_all(pte, method)        every method (twin, host runtime, QEMU, FVP; --profile): a Verification
     evaluate(pte, dataset)         accuracy on a labelled set by every method (verify --dataset)
+    layer_errors(pte)              quantization error per layer, worst first (--per-layer-error)
     sweep(requests)                one model planned for many targets: a row each
     size(pte)                      where every byte of a .pte goes: a SizeReport
     firmware(pte, output)          a firmware project (built, run on QEMU): a FirmwareProject
@@ -33,9 +34,10 @@ _numerics.pin()
 
 from orchestrator.api import (  # noqa: E402,A004
     CompileResult, cache, calibrate, check_gates, compile, doctor, evaluate, fetch_sources,
-    firmware, firmware_size, known, measure, plan, reasons, size, sources, sweep, verify, verify_all,
-    write_program)
+    firmware, firmware_size, known, layer_errors, measure, plan, reasons, size, sources, sweep,
+    verify, verify_all, write_program)
 
 __all__ = ["CompileResult", "cache", "calibrate", "check_gates", "compile", "doctor",
-           "evaluate", "fetch_sources", "firmware", "firmware_size", "known", "measure", "plan", "reasons",
-           "size", "sources", "sweep", "verify", "verify_all", "write_program"]
+           "evaluate", "fetch_sources", "firmware", "firmware_size", "known", "layer_errors",
+           "measure", "plan", "reasons", "size", "sources", "sweep", "verify", "verify_all",
+           "write_program"]

@@ -382,6 +382,32 @@ def evaluate(pte, dataset, labels: str | None = "labels", samples: int | None = 
                platform, timeout_s, npu_model)
 
 
+def layer_errors(pte, samples: int | None = None, calibration=None, dataset=None):
+    """`verify --per-layer-error`: for every activation quantization point of the program's
+    quantized reference (with the int8 weights that compute it), the error at its output and
+    the final output's error with only it quantized, worst first: a LayerErrorReport
+    (orchestrator/verification/layer_error.py). Inputs: the first `samples` of `dataset` (default
+    all), else of `calibration`, else `samples` generated ones (default 16)."""
+    from orchestrator.device_runs.combined import load_program  # lazy: heavy (torch)
+    from orchestrator.sources.loader import load_dataset  # lazy: heavy (torch)
+    from orchestrator.verification.layer_error import layer_errors as report  # lazy: heavy (torch)
+    from orchestrator.verification.twin_verify import (  # lazy: heavy (torch)
+        model_example_inputs, sample_inputs)
+
+    if not Path(pte).is_file():
+        raise UserError(f"'{pte}' not found; give a .pte written by `orchestrate compile`")
+    program = load_program(pte)
+    float_program, float_module = program.reference("float.pt2")
+    _, quantized_module = program.reference("quantized.pt2")
+    if dataset is not None:
+        data = load_dataset(str(dataset), model_example_inputs(float_program), None)
+        chosen = data.samples[:samples] if samples else data.samples
+        inputs = f"{data.source}, {len(chosen)} sample(s)"
+    else:
+        chosen, inputs = sample_inputs(float_program, samples or 16, calibration)
+    return report(str(pte), float_module, quantized_module, tuple(chosen), inputs)
+
+
 def firmware(pte, output, profile: str = "release", platform=None, third_party=None,
              build: bool = True, method_pool_bytes: int | None = None, lto: bool | None = None,
              npu_device: str = "hardware", run: bool = False,

@@ -429,6 +429,10 @@ class _SweepProgress(_Progress):
 
 def cmd_verify(args) -> int:
     method = "fvp" if args.fvp else "qemu" if args.qemu else args.runtime
+    if args.per_layer_error:
+        report = api.layer_errors(args.pte, args.samples, args.calibration, args.dataset)
+        _print_report(args, report.to_json(), report.render_text())
+        return 0
     if args.dataset is not None:
         return _verify_dataset(args, method)
     if args.min_accuracy is not None or args.max_accuracy_drop is not None:

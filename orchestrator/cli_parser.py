@@ -258,6 +258,10 @@ VERIFY = Verb("verify", "check the .pte: host twin, real ExecuTorch runtime, QEM
            "accuracy, agreement with the float model and per-class accuracy by the float "
            "model, the quantized reference, the twin and the host runtime (every sample) "
            "and QEMU (--qemu-samples, byte-exact against the twin)"),
+    option("--per-layer-error", action="store_true",
+           help="rank the layers by the quantization error each adds: the error at its "
+           "output in the quantized reference, and the final output's with only it "
+           "quantized (inputs: --dataset, --calibration or --samples generated)"),
     option("--labels", default="labels", metavar="KEY|FILE|none",
            help="--dataset: the array holding the labels (default 'labels'), a file of "
            "them, or none (a regression: errors against the float model only)"),

@@ -102,3 +102,22 @@ def test_a_labelled_set_is_checked_as_data(programs, sets, tmp_path, capsys):
     assert "save one integer class per sample" in capsys.readouterr().err
     assert main(["verify", pte, "--min-accuracy", "90"]) == 2
     assert "add --dataset FILE" in capsys.readouterr().err
+
+
+def test_the_per_layer_error_ranks_the_layers_of_a_trained_model(programs, sets, capsys):
+    """Every activation quantization point with the int8 weights that compute it, worst first;
+    on the digits CNN the quantized logits (the classifier's output) carry most of the error:
+    quantized alone they explain over half of the whole program's error power."""
+    code, report = _report(capsys, programs["cnn-u55"], "--per-layer-error", "--dataset",
+                           sets[1], "--samples", "60")
+    assert code == 0
+    layers = report["layers"]
+    assert len(layers) == 5
+    shares = [layer["share_of_error"] for layer in layers]
+    assert shares == sorted(shares, reverse=True) and shares[0] > 0.5
+    top = layers[0]
+    assert top["node"] == "linear" and top["weights"] == ["linear"]
+    assert abs(top["alone_snr_db"] - report["program_snr_db"]) < 3
+    assert {layer["node"] for layer in layers} == {"x", "relu", "relu_1", "flatten", "linear"}
+    conv = next(layer for layer in layers if layer["node"] == "relu")
+    assert conv["weights"] == ["conv2d"] and conv["at_output_snr_db"] > 20

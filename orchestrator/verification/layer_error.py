@@ -1,0 +1,231 @@
+"""`verify --per-layer-error`: where the quantization error comes from, layer by layer.
+
+Read from the artifacts folder's two references (the float model and the quantized reference,
+the same graph with int8 quantize/dequantize pairs and int8 weights), on the same samples:
+
+- a layer is one activation quantization point of the quantized reference (a value it rounds to
+  int8: the model input, each layer's output) together with the int8 weights of the ops that
+  compute it since the previous point (a convolution's weights belong to the ReLU after it);
+- "at its output": the value there in the quantized reference (every layer quantized) against
+  the float model's value at the same node (SNR, dB): how much error has piled up by then;
+- "alone": the float model run with only that layer quantized (its output rounded as the
+  quantized reference rounds it, its weights replaced by their int8 values), the final output
+  against the float model's (SNR, and the share of the whole program's error power it makes):
+  the one-layer-at-a-time ranking numerical debuggers give, and the order a mixed-precision
+  search raises layers in.
+
+Figures, not a verdict: nothing here runs the program; `verify` checks that the program
+computes the quantized reference.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from orchestrator import numerics
+from orchestrator.verification.twin_verify import as_tuple
+
+_QUANTIZE = "quantized_decomposed.quantize_per_tensor"
+_DEQUANTIZE = ("quantized_decomposed.dequantize_per_tensor",
+               "quantized_decomposed.dequantize_per_channel")
+
+
+@dataclass(frozen=True)
+class LayerError:
+    node: str  # the float graph's node at the quantization point
+    where: str  # the module path and op(s) of the layer
+    weights: tuple[str, ...]  # the ops whose int8 weights belong to it
+    at_output_snr_db: float | None  # quantized reference vs float at this point
+    alone_snr_db: float  # the final output with only this layer quantized
+    share: float  # of the whole quantized program's output error power (0..1)
+
+    def to_json(self) -> dict:
+        return {"node": self.node, "where": self.where, "weights": list(self.weights),
+                "at_output_snr_db": _finite(self.at_output_snr_db),
+                "alone_snr_db": _finite(self.alone_snr_db), "share_of_error": self.share}
+
+
+@dataclass(frozen=True)
+class LayerErrorReport:
+    pte: str
+    samples: int
+    inputs: str
+    program_snr_db: float  # the quantized reference's output vs the float model's
+    layers: tuple[LayerError, ...]  # worst first (largest share)
+
+    def to_json(self) -> dict:
+        return {"pte": self.pte, "samples": self.samples, "inputs": self.inputs,
+                "program_snr_db": _finite(self.program_snr_db),
+                "layers": [layer.to_json() for layer in self.layers]}
+
+    def render_text(self) -> str:
+        lines = [f"per-layer quantization error of {self.pte}: {self.samples} sample(s) "
+                 f"({self.inputs}); whole quantized reference vs float: SNR "
+                 f"{_db(self.program_snr_db)} dB (output 0)",
+                 f"  {'#':>2}  {'layer':<44} {'at output':>9} {'alone':>9} {'share':>7}"]
+        for rank, layer in enumerate(self.layers, 1):
+            lines.append(f"  {rank:>2}  {layer.where[:44]:<44} {_db(layer.at_output_snr_db):>9} "
+                         f"{_db(layer.alone_snr_db):>9} {layer.share:>7.1%}")
+        lines.append("  at output: SNR (dB) of the quantized reference against the float model "
+                     "at the layer's output; alone: SNR of the final output with only this "
+                     "layer quantized (its output and its weights); share: of the whole "
+                     "program's output error power (the shares need not add up to 100%)")
+        return "\n".join(lines)
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or math.isinf(value) else value
+
+
+def _db(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "exact" if math.isinf(value) else f"{value:.1f}"
+
+
+def _snr(reference: torch.Tensor, value: torch.Tensor) -> float:
+    noise = float(((reference - value) ** 2).sum())
+    signal = float((reference ** 2).sum())
+    if noise == 0:
+        return math.inf
+    return 10 * math.log10(signal / noise) if signal > 0 else -math.inf
+
+
+def _target(node) -> str:
+    return str(node.target).removesuffix(".default")
+
+
+@dataclass(frozen=True)
+class _Point:
+    node: str  # the float node whose output is rounded
+    scale: float
+    zero_point: int
+    quant_min: int
+    quant_max: int
+    weights: dict  # float node name -> {argument position: dequantized int8 weight}
+
+
+def _points(quantized: torch.fx.GraphModule) -> list[_Point]:
+    """Each activation quantization point of the quantized reference, with the int8 weights of
+    the ops between it and the points before it."""
+    values = {}  # the dequantized int8 constants, evaluated once
+
+    def constant(node) -> torch.Tensor | None:
+        """A dequantize of a constant (an int8 weight or bias), evaluated; else None."""
+        if node.op != "call_function" or _target(node) not in _DEQUANTIZE:
+            return None
+        source = node.args[0]
+        if not (isinstance(source, torch.fx.Node) and source.op == "get_attr"):
+            return None
+        if node.name not in values:
+            args = [getattr(quantized, a.target) if isinstance(a, torch.fx.Node) and
+                    a.op == "get_attr" else a for a in node.args]
+            values[node.name] = node.target(*args, **node.kwargs)
+        return values[node.name]
+
+    points = []
+    for node in quantized.graph.nodes:
+        if node.op != "call_function" or _target(node) != _QUANTIZE:
+            continue
+        source = node.args[0]
+        if not isinstance(source, torch.fx.Node):
+            continue
+        weights: dict = {}
+        stack, seen = [source], set()
+        while stack:  # back to the previous activation points
+            current = stack.pop()
+            if current in seen or current.op != "call_function":
+                continue
+            seen.add(current)
+            if _target(current) in _DEQUANTIZE:
+                continue
+            for position, arg in enumerate(current.args):
+                if isinstance(arg, torch.fx.Node):
+                    value = constant(arg)
+                    if value is not None:
+                        weights.setdefault(current.name, {})[position] = value
+                    else:
+                        stack.append(arg)
+        points.append(_Point(source.name, float(node.args[1]), int(node.args[2]),
+                             int(node.args[3]), int(node.args[4]), weights))
+    return points
+
+
+class _OneLayer(torch.fx.Interpreter):
+    """The float graph with one layer quantized: its weights replaced, its output rounded."""
+
+    def __init__(self, module: torch.fx.GraphModule, point: _Point | None) -> None:
+        super().__init__(module)
+        self.point = point
+        self.seen: dict[str, torch.Tensor] = {}
+
+    def run_node(self, node):
+        if self.point is not None and node.name in self.point.weights:
+            args, kwargs = self.fetch_args_kwargs_from_env(node)
+            args = list(args)
+            for position, value in self.point.weights[node.name].items():
+                args[position] = value
+            result = getattr(self, node.op)(node.target, tuple(args), kwargs)
+        else:
+            result = super().run_node(node)
+        if self.point is not None and node.name == self.point.node and \
+                isinstance(result, torch.Tensor) and result.is_floating_point():
+            p = self.point
+            result = torch.fake_quantize_per_tensor_affine(result, p.scale, p.zero_point,
+                                                           p.quant_min, p.quant_max)
+        if isinstance(result, torch.Tensor):
+            self.seen[node.name] = result
+        return result
+
+
+def _where(float_module: torch.fx.GraphModule, point: _Point) -> str:
+    node = next((n for n in float_module.graph.nodes if n.name == point.node), None)
+    stack = node.meta.get("nn_module_stack") if node is not None else None
+    path = list(stack.values())[-1][0] if stack else ""
+    ops = [*point.weights, point.node]
+    ops = list(dict.fromkeys(ops))
+    return f"{path} ({' + '.join(ops)})" if path else " + ".join(ops)
+
+
+def layer_errors(pte: str, float_module: torch.fx.GraphModule,
+                 quantized_module: torch.fx.GraphModule, samples, inputs: str
+                 ) -> LayerErrorReport:
+    """The report (see the module docstring) on `samples` (model inputs)."""
+    points = _points(quantized_module)
+    float_outs, quantized_outs, at_output = [], [], {p.node: [] for p in points}
+    with torch.no_grad(), numerics.single_threaded():
+        for sample in samples:
+            plain = _OneLayer(float_module, None)
+            float_outs.append(as_tuple(plain.run(*sample))[0].float())
+            quantized = _OneLayer(quantized_module, None)
+            quantized_outs.append(as_tuple(quantized.run(*sample))[0].float())
+            for point in points:
+                user = next((u for u in quantized_module.graph.nodes
+                             if u.op == "call_function" and _target(u) == _QUANTIZE
+                             and isinstance(u.args[0], torch.fx.Node)
+                             and u.args[0].name == point.node), None)
+                rounded = next((d for d in (user.users if user is not None else ())
+                                if _target(d) in _DEQUANTIZE), None)
+                if rounded is not None and point.node in plain.seen and \
+                        rounded.name in quantized.seen:
+                    at_output[point.node].append((plain.seen[point.node].float(),
+                                                  quantized.seen[rounded.name].float()))
+        reference = torch.cat([o.reshape(-1) for o in float_outs])
+        whole = torch.cat([o.reshape(-1) for o in quantized_outs])
+        whole_noise = float(((reference - whole) ** 2).sum())
+        layers = []
+        for point in points:
+            alone = torch.cat([as_tuple(_OneLayer(float_module, point).run(*s))[0].float()
+                               .reshape(-1) for s in samples])
+            noise = float(((reference - alone) ** 2).sum())
+            pairs = at_output[point.node]
+            at = (_snr(torch.cat([a.reshape(-1) for a, _ in pairs]),
+                       torch.cat([b.reshape(-1) for _, b in pairs])) if pairs else None)
+            layers.append(LayerError(point.node, _where(float_module, point),
+                                     tuple(point.weights), at, _snr(reference, alone),
+                                     noise / whole_noise if whole_noise else 0.0))
+    layers.sort(key=lambda layer: -layer.share)
+    return LayerErrorReport(pte, len(samples), inputs, _snr(reference, whole), tuple(layers))
