@@ -121,3 +121,6 @@ def test_the_per_layer_error_ranks_the_layers_of_a_trained_model(programs, sets,
     assert {layer["node"] for layer in layers} == {"x", "relu", "relu_1", "flatten", "linear"}
     conv = next(layer for layer in layers if layer["node"] == "relu")
     assert conv["weights"] == ["conv2d"] and conv["at_output_snr_db"] > 20
+    # calibrated on training images of the same kind: the input's range holds every value
+    x = next(layer for layer in layers if layer["node"] == "x")
+    assert x["clipped"] == 0 and 0 <= max(layer["clipped"] for layer in layers) < 0.05

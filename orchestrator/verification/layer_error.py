@@ -8,6 +8,8 @@ the same graph with int8 quantize/dequantize pairs and int8 weights), on the sam
   compute it since the previous point (a convolution's weights belong to the ReLU after it);
 - "at its output": the value there in the quantized reference (every layer quantized) against
   the float model's value at the same node (SNR, dB): how much error has piled up by then;
+- "clipped": the share of the float model's values at that point outside the int8 range its
+  scale and zero point give (clipping, where upstream's reports of silent accuracy loss start);
 - "alone": the float model run with only that layer quantized (its output rounded as the
   quantized reference rounds it, its weights replaced by their int8 values), the final output
   against the float model's (SNR, and the share of the whole program's error power it makes):
@@ -41,9 +43,13 @@ class LayerError:
     at_output_snr_db: float | None  # quantized reference vs float at this point
     alone_snr_db: float  # the final output with only this layer quantized
     share: float  # of the whole quantized program's output error power (0..1)
+    clipped: float  # of the float values at this point, outside the int8 range (0..1)
+    scale: float
+    zero_point: int
 
     def to_json(self) -> dict:
         return {"node": self.node, "where": self.where, "weights": list(self.weights),
+                "scale": self.scale, "zero_point": self.zero_point, "clipped": self.clipped,
                 "at_output_snr_db": _finite(self.at_output_snr_db),
                 "alone_snr_db": _finite(self.alone_snr_db), "share_of_error": self.share}
 
@@ -65,11 +71,15 @@ class LayerErrorReport:
         lines = [f"per-layer quantization error of {self.pte}: {self.samples} sample(s) "
                  f"({self.inputs}); whole quantized reference vs float: SNR "
                  f"{_db(self.program_snr_db)} dB (output 0)",
-                 f"  {'#':>2}  {'layer':<44} {'at output':>9} {'alone':>9} {'share':>7}"]
+                 f"  {'#':>2}  {'layer':<40} {'clipped':>8} {'at output':>9} {'alone':>9} "
+                 f"{'share':>7}"]
         for rank, layer in enumerate(self.layers, 1):
-            lines.append(f"  {rank:>2}  {layer.where[:44]:<44} {_db(layer.at_output_snr_db):>9} "
-                         f"{_db(layer.alone_snr_db):>9} {layer.share:>7.1%}")
-        lines.append("  at output: SNR (dB) of the quantized reference against the float model "
+            lines.append(f"  {rank:>2}  {layer.where[:40]:<40} {layer.clipped:>8.2%} "
+                         f"{_db(layer.at_output_snr_db):>9} {_db(layer.alone_snr_db):>9} "
+                         f"{layer.share:>7.1%}")
+        lines.append("  clipped: the float values at the layer's output outside the int8 range "
+                     "of its scale and zero point; "
+                     "at output: SNR (dB) of the quantized reference against the float model "
                      "at the layer's output; alone: SNR of the final output with only this "
                      "layer quantized (its output and its weights); share: of the whole "
                      "program's output error power (the shares need not add up to 100%)")
@@ -196,6 +206,7 @@ def layer_errors(pte: str, float_module: torch.fx.GraphModule,
     """The report (see the module docstring) on `samples` (model inputs)."""
     points = _points(quantized_module)
     float_outs, quantized_outs, at_output = [], [], {p.node: [] for p in points}
+    clipped = {p.node: [0, 0] for p in points}  # values outside the range, values
     with torch.no_grad(), numerics.single_threaded():
         for sample in samples:
             plain = _OneLayer(float_module, None)
@@ -203,6 +214,12 @@ def layer_errors(pte: str, float_module: torch.fx.GraphModule,
             quantized = _OneLayer(quantized_module, None)
             quantized_outs.append(as_tuple(quantized.run(*sample))[0].float())
             for point in points:
+                value = plain.seen.get(point.node)
+                if value is not None and value.is_floating_point():
+                    codes = torch.round(value / point.scale) + point.zero_point
+                    clipped[point.node][0] += int(((codes < point.quant_min) |
+                                                   (codes > point.quant_max)).sum())
+                    clipped[point.node][1] += value.numel()
                 user = next((u for u in quantized_module.graph.nodes
                              if u.op == "call_function" and _target(u) == _QUANTIZE
                              and isinstance(u.args[0], torch.fx.Node)
@@ -224,8 +241,11 @@ def layer_errors(pte: str, float_module: torch.fx.GraphModule,
             pairs = at_output[point.node]
             at = (_snr(torch.cat([a.reshape(-1) for a, _ in pairs]),
                        torch.cat([b.reshape(-1) for _, b in pairs])) if pairs else None)
+            out, total = clipped[point.node]
             layers.append(LayerError(point.node, _where(float_module, point),
                                      tuple(point.weights), at, _snr(reference, alone),
-                                     noise / whole_noise if whole_noise else 0.0))
+                                     noise / whole_noise if whole_noise else 0.0,
+                                     out / total if total else 0.0, point.scale,
+                                     point.zero_point))
     layers.sort(key=lambda layer: -layer.share)
     return LayerErrorReport(pte, len(samples), inputs, _snr(reference, whole), tuple(layers))
