@@ -89,6 +89,20 @@ def _describe(layer: torch.nn.Module) -> str:
     return type(layer).__name__
 
 
+def _previous_as2d(parent: torch.nn.Module, names: list[str], folded: set[str]):
+    """The converted group the layer after `names` continues: the last of `names` that is not
+    a layer folded into a group, when it is one (only inside a Sequential, which runs its
+    layers one into the next)."""
+    if not isinstance(parent, torch.nn.Sequential):
+        return None
+    for name in reversed(names):
+        if name in folded:
+            continue
+        layer = parent._modules[name]
+        return layer if isinstance(layer, _As2d) else None
+    return None
+
+
 def conv1d_as_conv2d(module: torch.nn.Module, pools_only: bool = False
                      ) -> tuple[torch.nn.Module, list[Workaround]]:
     """A copy of `module` with every `nn.Conv1d` (with the BatchNorm1d and ReLU that follow it
@@ -125,9 +139,18 @@ def conv1d_as_conv2d(module: torch.nn.Module, pools_only: bool = False
                        _batchnorm2d_of(m) if type(m) is torch.nn.BatchNorm1d else
                        _pool2d_of(m) if type(m) in _POOLS_1D else copy.deepcopy(m))
                       for m in group]
-            replacement = _As2d(layers)
-            replacement.train(child.training)
-            parent._modules[name] = replacement
+            before = _previous_as2d(parent, names[:position], skip)
+            if before is not None:
+                # Right after another converted group in the same Sequential: one unsqueeze for
+                # both, so the 4-D channels-last tensor between them is not squeezed to 3-D
+                # and back (a portable layout copy on each side of the pair).
+                before.layers.extend(layers)
+                parent._modules[name] = torch.nn.Identity()
+                skip.add(name)
+            else:
+                replacement = _As2d(layers)
+                replacement.train(child.training)
+                parent._modules[name] = replacement
             for folded_name in names[position + 1:position + len(group)]:
                 parent._modules[folded_name] = torch.nn.Identity()
                 skip.add(folded_name)
@@ -178,16 +201,7 @@ def avg_pools_over_their_window(module: torch.nn.Module, example_inputs
     pools = [m for m in module.modules() if type(m) is torch.nn.AvgPool2d]
     if not pools:
         return module, []
-    seen: dict[int, set[tuple[int, ...]]] = {}
-    hooks = [pool.register_forward_hook(
-        lambda m, args, _out: seen.setdefault(id(m), set()).add(tuple(args[0].shape)))
-        for pool in pools]
-    try:
-        with torch.no_grad():
-            module(*example_inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    seen = _recorded_inputs(module, pools, example_inputs)
     windows = {}
     for pool in pools:
         shapes = seen.get(id(pool), set())

@@ -200,6 +200,21 @@ def transpose_conv_padding_cropped(module: torch.fx.GraphModule) -> list[Workaro
     return fixes
 
 
+def _grouped_transpose_convs(module: torch.fx.GraphModule):
+    """(node, groups) of every transposed convolution of groups > 1 whose weight is a module
+    attribute, in graph order (a list: the caller rewrites the graph)."""
+    target = torch.ops.aten.conv_transpose2d.input
+    found = []
+    for node in module.graph.nodes:
+        if node.op != "call_function" or node.target != target or len(node.args) < 7:
+            continue
+        weight = node.args[1]
+        if int(node.args[6]) > 1 and isinstance(weight, torch.fx.Node) and \
+                weight.op == "get_attr":
+            found.append((node, int(node.args[6])))
+    return found
+
+
 def grouped_transpose_conv_split(module: torch.fx.GraphModule) -> list[Workaround]:
     """A transposed convolution of `groups` > 1 as one ungrouped transposed convolution per
     group, on its slice of the input channels, concatenated (in place); the rewrite's report.
@@ -213,13 +228,8 @@ def grouped_transpose_conv_split(module: torch.fx.GraphModule) -> list[Workaroun
     since EthosUQuantizer leaves the slices float)."""
     target = torch.ops.aten.conv_transpose2d.input
     fixes = []
-    for node in list(module.graph.nodes):
-        if node.op != "call_function" or node.target != target or len(node.args) < 7:
-            continue
-        groups = int(node.args[6])
+    for node, groups in _grouped_transpose_convs(module):
         x, weight, bias = node.args[0], node.args[1], node.args[2]
-        if groups <= 1 or not isinstance(weight, torch.fx.Node) or weight.op != "get_attr":
-            continue
         w = _attribute(module, weight.target)
         b = _attribute(module, bias.target) if isinstance(bias, torch.fx.Node) and \
             bias.op == "get_attr" else None
@@ -273,15 +283,9 @@ def grouped_transpose_conv_block_diagonal(module: torch.fx.GraphModule) -> list[
     CPU-only rewrite) leaves the slices unquantized under EthosUQuantizer. Ungrouped with zero
     weights across groups, the same values come out (a zero weight quantizes to 0 exactly);
     the engines compute `groups` times the MACs."""
-    target = torch.ops.aten.conv_transpose2d.input
     fixes = []
-    for node in list(module.graph.nodes):
-        if node.op != "call_function" or node.target != target or len(node.args) < 7:
-            continue
-        groups = int(node.args[6])
+    for node, groups in _grouped_transpose_convs(module):
         weight = node.args[1]
-        if groups <= 1 or not isinstance(weight, torch.fx.Node) or weight.op != "get_attr":
-            continue
         w = _attribute(module, weight.target)
         if w is None:
             continue
