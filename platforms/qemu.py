@@ -410,13 +410,16 @@ class ElfRun:
 
 
 def run_elf(elf: str | Path, platform: Platform | str = "corstone300", *,
-            timeout_s: int = DEFAULT_TIMEOUT_S, npu_handler=None) -> ElfRun:
+            timeout_s: int = DEFAULT_TIMEOUT_S, npu_handler=None,
+            config: FirmwareConfig | None = None) -> ElfRun:
     """Run an ELF that needs nothing loaded beside it on the platform's QEMU machine (the
-    machine and arguments of its runner/firmware.yaml); with `npu_handler`, the NPU bridge
-    serves its Ethos-U invocations (platforms/qemu_npu_bridge.py). Raises QemuUnavailable when
-    QEMU or the platform's recipe is missing."""
-    platform = load_platform(platform) if isinstance(platform, str) else platform
-    config = load_firmware_config(platform)
+    machine and arguments of its runner/firmware.yaml, or of `config`: a QEMU machine's,
+    platforms/qemu_machines/); with `npu_handler`, the NPU bridge serves its Ethos-U invocations
+    (platforms/qemu_npu_bridge.py). Raises QemuUnavailable when QEMU or the platform's recipe is
+    missing."""
+    if config is None:
+        platform = load_platform(platform) if isinstance(platform, str) else platform
+        config = load_firmware_config(platform)
     qemu = find_qemu()
     argv = [str(qemu), *(arg.format(elf=Path(elf).resolve()) for arg in config.qemu_args)]
     with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:

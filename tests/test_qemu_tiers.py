@@ -180,9 +180,7 @@ def test_a_dsp_plan_names_an_average_pool_its_dsp_path_would_refuse():
 def test_a_release_firmware_is_built_for_the_programs_core_not_the_platforms(compiles, tmp_path):
     """A Corstone-300 program compiled for the Cortex-M4: `orchestrate firmware` builds the
     board recipe with the M4's flags (CMSIS-NN's DSP path, the tier the plan and the scratch
-    sizes were made for), not the platform runner's M55; --run says why QEMU cannot run that
-    build with the Corstone-300's memory map, before anything is written."""
-    from orchestrator.errors import NotRun
+    sizes were made for), not the platform runner's M55; QEMU's M55 machine does not run it."""
     from orchestrator.firmware import make_firmware
 
     qemu_or_missing()
@@ -191,6 +189,22 @@ def test_a_release_firmware_is_built_for_the_programs_core_not_the_platforms(com
     cmake = (made.folder / "CMakeLists.txt").read_text()
     assert "set(CPU_FLAGS -mcpu=cortex-m4 -mfloat-abi=hard -mfpu=fpv4-sp-d16 -mthumb)" in cmake
     assert made.record["cpu"] == "cortex-m4" and made.record["qemu_runs_it"] is False
-    with pytest.raises(NotRun, match="runs a cortex-m4 build"):
-        make_firmware(pte, tmp_path / "fw2", run=True)
-    assert not (tmp_path / "fw2").exists()
+
+
+@pytest.mark.tiers
+def test_pico2_release_firmware_runs_as_its_check_copy_on_the_an505(compiles, tmp_path):
+    """`firmware --run` for the pico2 (whose 512 KiB SRAM QEMU's AN505 does not back): the
+    project is written for the pico2's memory, and a copy of it built for the AN505's memory
+    map runs on QEMU's Cortex-M33, its output bytes equal to the twin's, and the report says
+    which copy ran."""
+    from orchestrator.firmware import firmware_run_lines, make_firmware
+
+    qemu_or_missing()
+    pte = compiles.get("ds-cnn", "pico2", "none", None, write=True)[1]
+    made = make_firmware(pte, tmp_path / "fw", run=True)
+    assert "ORIGIN = 0x20000000" in (made.folder / "memory.ld").read_text()
+    assert made.record["qemu_check"] == "qemu-mps2-an505"
+    lines, passed = firmware_run_lines(made.folder, pte)
+    assert passed, lines
+    assert "QEMU mps2-an505: the project's check copy" in lines[0]
+    assert "not pico2's layout" in lines[0]

@@ -2,8 +2,9 @@
 kernels built for the core its runner/firmware.yaml names) on QEMU's mps3-an547, or, for a
 CPU-only program of another core, the runner built for that core on QEMU's machine for it
 (platforms/qemu_machines/: M3, M4, M7, M33 and stand-ins for the M0/M0+/M23/M35P/M85),
-self-checking against the twin's outputs (BundleIO, byte-exact). QEMU models no Ethos-U, so a hybrid program's
-NPU invocations are handed over semihosting to the host (orchestrator/device_runs/qemu_npu.py).
+self-checking against the twin's outputs (BundleIO, byte-exact). QEMU models no Ethos-U, so a
+hybrid program's NPU invocations are handed over semihosting to the host
+(orchestrator/device_runs/qemu_npu.py).
 
 Here: which installed platform runs a `.pte` (for QEMU and the FVP), why QEMU cannot judge a
 program, the run on a checked `.pte`, its report lines and its `MethodResult` for the verdict

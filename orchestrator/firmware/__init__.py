@@ -10,6 +10,7 @@ footprint (`footprint.py`, `orchestrate size --firmware`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -39,6 +40,8 @@ from orchestrator.firmware.spec import (BUILD_DIR, ELF_NAME, NPU_DEVICES, PROFIL
 from orchestrator.verification.twin import load_twin, run_twin
 from platforms.firmware_recipe import board_recipe
 from platforms.qemu import run_elf
+from platforms.qemu_machines import (QemuMachine, machine_config, machine_for_core,
+                                     machine_platform, machine_recipe, machines)
 
 # The method pool holds the runtime's per-method structures: an EValue per value (16 B on a
 # 32-bit core), a TensorImpl with its sizes, dim order and strides per tensor, the argument
@@ -216,11 +219,14 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
                         f"registers that --npu-device {npu_device} drives; add --npu-device "
                         "qemu-bridge to run it on QEMU, or drop --run and run it on an FVP or "
                         "the board")
+    check_machine = None
     if run and not recipe.qemu_runs_it:
-        raise NotRun(f"not run: QEMU has no machine with {target_platform.name}'s memory map "
-                     f"that runs a {recipe.cpu} build (its board recipe: {recipe.source}); "
-                     "`verify --qemu` runs the program on its core's own QEMU machine; drop "
-                     "--run and run the ELF on the board")
+        check_machine = _check_machine(recipe.cpu) if not spec.npu_partitions else None
+        if check_machine is None:
+            raise NotRun(f"not run: QEMU has no machine with {target_platform.name}'s memory map "
+                         f"that runs a {recipe.cpu} build (its board recipe: {recipe.source}); "
+                         "`verify --qemu` runs the program on its core's own QEMU machine; drop "
+                         "--run and run the ELF on the board")
     try:
         # The project itself is generated from the sources (kernel registration from their
         # operator YAMLs, the program schema's headers), so writing it needs them; only the
@@ -247,6 +253,9 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
             build_project(staging, spec, target_platform)
             record = load_record(staging)
             elf = staging / BUILD_DIR / ELF_NAME
+            if check_machine is not None:
+                record = _write_check_copy(staging, spec, check_machine, recipe.cpu, sources,
+                                           toolchain)
         if out.exists():
             shutil.rmtree(out)
         os.replace(staging, out)
@@ -260,7 +269,54 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
         shutil.rmtree(staging, ignore_errors=True)
         raise
     _fix_build_paths(out, staging)
+    if record.get("qemu_check"):
+        _fix_build_paths(out / record["qemu_check"], staging / record["qemu_check"])
     return FirmwareResult(out, record, out / BUILD_DIR / ELF_NAME if elf else None)
+
+
+def _check_machine(cpu: str) -> QemuMachine | None:
+    """The QEMU machine that runs a `cpu` build, or None."""
+    try:
+        return machine_for_core(cpu)
+    except QemuUnavailable:
+        return None
+
+
+def _write_check_copy(folder: Path, spec: FirmwareSpec, machine: QemuMachine, cpu: str,
+                      sources, toolchain) -> dict:
+    """For `--run` of a project no QEMU machine runs with its platform's memory map (a board
+    QEMU does not model, like the pico2's 512 KiB SRAM; or a core the platform's QEMU machine
+    is not): the same project, sources, kernels, flags and program, built for `machine`'s memory
+    map (image, planned buffers and pools in its regions, weights read in place) in
+    `folder/qemu-<machine>/`; the project's firmware.json names it, and the run takes it.
+    The project's own layout is not what runs."""
+    check = folder / f"qemu-{machine.name}"
+    check_spec = dataclasses.replace(
+        spec, image_region=machine.program_region, weights_region=None, temp_region=None,
+        planned=tuple(dataclasses.replace(b, region=machine.planned_region) for b in spec.planned),
+        plan_source=f"QEMU {machine.name}'s regions (the check copy of a {spec.plan_source})")
+    recipe, platform = machine_recipe(machine, cpu), machine_platform(machine)
+    write_project(check_spec, platform, check, sources, toolchain, cache_root(), recipe=recipe)
+    build_project(check, check_spec, platform, recipe=recipe)
+    check_record = load_record(check)
+    check_record["qemu_machine"] = machine.name
+    (check / RECORD_NAME).write_text(json.dumps(check_record, indent=1) + "\n")
+    record = load_record(folder)
+    record["qemu_check"] = check.name
+    (folder / RECORD_NAME).write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def _run_folder(folder: Path, record: dict) -> tuple[Path, dict]:
+    """The project, or the QEMU check copy its firmware.json names (a folder inside it)."""
+    name = record.get("qemu_check")
+    if not name:
+        return folder, record
+    if not isinstance(name, str) or not re.fullmatch(r"qemu-[\w.-]+", name) \
+            or name.removeprefix("qemu-") not in machines():
+        raise UserError(f"{folder / RECORD_NAME} names a QEMU check copy {name!r} that is no "
+                        "QEMU machine's; re-run `orchestrate firmware --run`")
+    return folder / name, load_record(folder / name)
 
 
 def _fix_build_paths(out: Path, staging: Path) -> None:
@@ -302,8 +358,7 @@ def run_on_qemu(folder: str | Path, timeout_s: int = 300,
     """Run a built project's example main on QEMU: its outputs' bytes and measured figures. A
     program with NPU partitions needs its checked `.pte` (`pte_path`, the one the project was
     made from): the host computes each invocation the firmware's bridge hands over."""
-    folder = Path(folder)
-    record = load_record(folder)
+    folder, record = _run_folder(Path(folder), load_record(folder))
     handler = _npu_handler(record, pte_path) if record.get("npu") else None
     elf = folder / BUILD_DIR / ELF_NAME
     if not elf.is_file():
@@ -313,9 +368,14 @@ def run_on_qemu(folder: str | Path, timeout_s: int = 300,
     if not record.get("qemu_runs_it"):
         raise NotRun(f"not run: {record.get('platform')} has no QEMU machine in this installation "
                      f"(its board recipe: {record.get('board')}); run the ELF on the board")
-    platform = installed_platform({"platform": record.get("platform")})
+    machine = machines().get(str(record.get("qemu_machine") or ""))
     try:
-        result = run_elf(elf, platform, timeout_s=timeout_s, npu_handler=handler)
+        if machine is not None:
+            result = run_elf(elf, timeout_s=timeout_s, npu_handler=handler,
+                             config=machine_config(machine, str(record.get("cpu"))))
+        else:
+            result = run_elf(elf, installed_platform({"platform": record.get("platform")}),
+                             timeout_s=timeout_s, npu_handler=handler)
     except QemuUnavailable as error:
         raise NotRun(str(error)) from None
     outputs, figures = [], {}
@@ -374,7 +434,8 @@ def logical_input(data: bytes, tensor: IoTensor) -> torch.Tensor:
 def firmware_run_lines(folder: Path, pte_path: Path) -> tuple[list[str], bool]:
     """Run the built firmware's example on QEMU and the host twin on the same input; report
     lines and whether every output's bytes are equal."""
-    record = load_record(folder)
+    board = load_record(folder)
+    folder, record = _run_folder(Path(folder), board)
     run = run_on_qemu(folder, pte_path=pte_path)
     if run.exit_code != 0 or len(run.outputs) != len(record["outputs"]):
         detail = "; ".join(run.errors) or run.log.strip().splitlines()[-1:] or ["no output"]
@@ -384,8 +445,12 @@ def firmware_run_lines(folder: Path, pte_path: Path) -> tuple[list[str], bool]:
                                                 tuple(t["dim_order"])))
                    for data, t in zip(example_input_bytes(folder), record["inputs"]))
     twin = run_twin(pte_path, inputs)
-    lines = [f"ran {folder / BUILD_DIR / ELF_NAME} on QEMU ({record['platform']} machine of its "
-             f"runner/firmware.yaml): model_init and model_run returned 0, "
+    where = (f"QEMU {record['qemu_machine']}: the project's check copy, the same sources, "
+             f"kernels, {record['cpu']} flags and program built for that machine's memory map, "
+             f"not {board['platform']}'s layout" if record.get("qemu_machine") else
+             f"{record['platform']} machine of its runner/firmware.yaml")
+    lines = [f"ran {folder / BUILD_DIR / ELF_NAME} on QEMU ({where}): model_init and "
+             "model_run returned 0, "
              f"{run.inference_ticks:,} SysTick ticks per inference (QEMU's virtual time under "
              f"-icount, which advances with instructions: not cycles), "
              f"stack high-water {run.stack_used_bytes:,} B (stack "

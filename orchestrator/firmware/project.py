@@ -52,13 +52,15 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_party: ThirdParty,
-                  toolchain: Toolchain | None, cache: Path) -> dict:
+                  toolchain: Toolchain | None, cache: Path,
+                  recipe: BoardRecipe | None = None) -> dict:
     """Write the project into `folder` (which must be empty or new); return firmware.json's
     record. Raises FirmwareBuildError / QemuUnavailable subclasses when the platform has no
-    firmware recipe or an operator has no kernel in the sources."""
+    firmware recipe or an operator has no kernel in the sources. `recipe`: another board recipe
+    than the platform's (a QEMU machine's, for the check copy of `firmware --run`)."""
     if spec.profile not in PROFILES:
         raise ValueError(f"unknown profile {spec.profile!r}")
-    config = board_recipe(platform, spec.cpu)
+    config = recipe or board_recipe(platform, spec.cpu)
     if spec.npu_partitions:
         check_npu(spec, platform, config, third_party)
     selection = select_operators(spec.operators, third_party)
@@ -187,7 +189,7 @@ def _copy(source: Path, target: Path) -> None:
 
 
 def build_project(folder: Path, spec: FirmwareSpec, platform: Platform,
-                  jobs: int | None = None) -> Path:
+                  jobs: int | None = None, recipe: BoardRecipe | None = None) -> Path:
     """Configure and build with CMake; the ELF. The code goes to the first of the recipe's code
     regions it fits in (the linker decides; memory.ld and firmware.json are rewritten for the
     next region and only the link runs again). FirmwareBuildError carries the tool's last
@@ -195,7 +197,7 @@ def build_project(folder: Path, spec: FirmwareSpec, platform: Platform,
     cmake = shutil.which("cmake")
     if cmake is None:
         raise FirmwareBuildError("no cmake on PATH (apt-get install cmake)")
-    config = board_recipe(platform, spec.cpu)
+    config = recipe or board_recipe(platform, spec.cpu)
     build = folder / BUILD_DIR
     _run_tool([cmake, "-S", str(folder), "-B", str(build), "-DCMAKE_BUILD_TYPE=None"])
     tried = []

@@ -21,8 +21,8 @@ from types import MappingProxyType
 
 from kernels.native.cores import cores
 from kernels.safe_files import load_yaml
-from platforms.firmware_recipe import (GENERIC_BOARD, FirmwareConfig, NoRunnerForPlatform,
-                                       QemuMemory, load_firmware_config)
+from platforms.firmware_recipe import (GENERIC_BOARD, BoardRecipe, FirmwareConfig,
+                                       NoRunnerForPlatform, QemuMemory, load_firmware_config)
 from platforms.platform import MemoryRegion, Platform
 
 MACHINES_DIR = Path(__file__).resolve().parent
@@ -119,7 +119,8 @@ def machine_platform(machine: QemuMachine) -> Platform:
     regions = tuple(
         MemoryRegion(m.name, m.base_address, m.size_bytes, "sram" if m.writable else "flash",
                      False, frozenset(("code", "weights", "arena", "io")) if m.writable
-                     else frozenset(("weights",)), f"QEMU {machine.name} ({machine.source_file.name})")
+                     else frozenset(("weights",)),
+                     f"QEMU {machine.name} ({machine.source_file.name})")
         for m in machine.memory)
     return Platform(
         name=machine.name, description=f"QEMU {machine.name}", source_file=machine.source_file,
@@ -164,3 +165,13 @@ def qemu_runner(platform: Platform, cpu: str | None = None) -> tuple[Platform, F
         return platform, config
     machine = machine_for_core(cpu)
     return machine_platform(machine), machine_config(machine, cpu)
+
+
+def machine_recipe(machine: QemuMachine, cpu: str) -> BoardRecipe:
+    """How `orchestrate firmware` builds a project for `machine` (its QEMU check copy): the
+    machine's code, data and pool regions, `cpu`'s flags, the runner's board support."""
+    config = machine_config(machine, cpu)
+    return BoardRecipe(cpu, config.cpu_flags, config.optimization, config.code_regions,
+                       config.boot_region, config.data_region, config.runtime_region,
+                       config.stack_bytes, GENERIC_BOARD,
+                       f"QEMU {machine.name} ({machine.source_file.name})", True)
