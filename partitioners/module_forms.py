@@ -145,6 +145,7 @@ def conv1d_as_conv2d(module: torch.nn.Module, pools_only: bool = False
                 # both, so the 4-D channels-last tensor between them is not squeezed to 3-D
                 # and back (a portable layout copy on each side of the pair).
                 before.layers.extend(layers)
+                before.train(child.training)  # the new layers' mode (a BatchNorm's statistics)
                 parent._modules[name] = torch.nn.Identity()
                 skip.add(name)
             else:
