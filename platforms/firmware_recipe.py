@@ -91,8 +91,8 @@ class FirmwareConfig:
         built = core(self.cpu)
         if self.cpu == self.qemu_cpu:
             return f"{core_name(self.cpu)}{_TIER_TEXT[built.tier]} on QEMU {self.qemu_machine}"
-        return (f"{core_name(self.cpu)} build ({_architecture_text(built.architecture)}, "
-                f"{built.tier} kernels) on QEMU's {core_name(self.qemu_cpu)} "
+        return (f"{core_name(self.cpu)} build ({_architecture_text(built.architecture)}"
+                f"{_BUILD_TIER_TEXT[built.tier]}) on QEMU's {core_name(self.qemu_cpu)} "
                 f"({self.qemu_machine})")
 
     def method(self, platform_name: str) -> str:
@@ -117,19 +117,21 @@ class FirmwareConfig:
 
 
 _TIER_TEXT = {"scalar": " (scalar)", "dsp": " + DSP", "mve": " + MVE"}
+_BUILD_TIER_TEXT = {"scalar": ", scalar", "dsp": " + DSP", "mve": " + MVE"}
 
 
 def _architecture_text(architecture: str) -> str:
-    """ "armv8.1-m.main" -> "Armv8.1-M Mainline"."""
-    name, profile = (architecture.rsplit(".", 1) + [""])[:2] if architecture.endswith(
-        (".main", ".base")) else (architecture, "")
-    name = name.replace("armv", "Armv").replace("7e-", "7E-").replace("-m", "-M")
-    return f"{name} {'Mainline' if profile == 'main' else 'Baseline'}" if profile else name
+    """ "armv8.1-m.main" -> "Armv8.1-M", "armv8-m.base" -> "Armv8-M Baseline"."""
+    name, _, profile = architecture.partition("-m")
+    name = f"{name.replace('armv', 'Armv').replace('7e', '7E')}-M"
+    return f"{name} Baseline" if profile == ".base" else name
 
 
 def core_name(cpu: str) -> str:
     """ "cortex-m55" -> "Cortex-M55"."""
-    return cpu.replace("cortex-m", "Cortex-M") if cpu.startswith("cortex-m") else cpu
+    if not cpu.startswith("cortex-m"):
+        return cpu
+    return cpu.replace("cortex-m", "Cortex-M").replace("plus", "+").replace("35p", "35P")
 
 
 def platform_title(name: str) -> str:

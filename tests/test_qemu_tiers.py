@@ -26,11 +26,11 @@ DEFAULT_TIERS = (
 OPT_IN_TIERS = (
     ("corstone300", "cortex-m7", "mps2-an500", "Cortex-M7 + DSP on QEMU mps2-an500"),
     ("corstone300", "cortex-m0", "mps2-an385",
-     "Cortex-M0 build (Armv6-M, scalar kernels) on QEMU's Cortex-M3 (mps2-an385)"),
+     "Cortex-M0 build (Armv6-M, scalar) on QEMU's Cortex-M3 (mps2-an385)"),
     ("corstone300", "cortex-m23", "mps2-an505",
-     "Cortex-M23 build (Armv8-M Baseline, scalar kernels) on QEMU's Cortex-M33 (mps2-an505)"),
+     "Cortex-M23 build (Armv8-M Baseline, scalar) on QEMU's Cortex-M33 (mps2-an505)"),
     ("ekra8d1", None, "mps3-an547",
-     "Cortex-M85 build (Armv8.1-M Mainline, mve kernels) on QEMU's Cortex-M55 (mps3-an547)"),
+     "Cortex-M85 build (Armv8.1-M + MVE) on QEMU's Cortex-M55 (mps3-an547)"),
 )
 MLPERF_TINY = ("ds-cnn", "resnet8", "mobilenet-v1-025", "deep-autoencoder")
 
