@@ -50,6 +50,7 @@ def _model(spec: str):
         path, factory = spec.rsplit(":", 1)
         loaded = importlib.util.spec_from_file_location("bench_model", path)
         module = importlib.util.module_from_spec(loaded)
+        sys.modules[loaded.name] = module  # torch.export looks the model's module up by name
         loaded.loader.exec_module(module)
         return getattr(module, factory)()
     sys.path.insert(0, str(ROOT))

@@ -16,6 +16,8 @@ from pathlib import Path
 import executorch  # a namespace package: no __file__
 import yaml
 
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 LIBRARIES = (
     "kernels/portable/functions.yaml",
     "kernels/portable/custom_ops.yaml",
@@ -38,7 +40,8 @@ def device_operator_names() -> frozenset[str]:
         path = root / relative
         if not path.is_file():
             raise FileNotFoundError(f"{path}: the ExecuTorch wheel's kernel schema is missing")
-        for entry in yaml.safe_load(path.read_text()) or []:
+        # libyaml when built in (the same data, ~10x faster on these 1,000-entry files)
+        for entry in yaml.load(path.read_text(), Loader=_SAFE_LOADER) or []:
             name = entry.get("op") or str(entry.get("func", "")).split("(")[0]
             if not name:
                 continue

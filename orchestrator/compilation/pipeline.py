@@ -234,7 +234,10 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
         for sample in calibration.samples:
             prepared(*(_to_channels_last(x) if captured.channels_last else x for x in sample))
     reference = convert_pt2e(prepared)
-    program = torch.export.export(reference, captured.example_inputs, strict=True)
+    # The converted module is already an FX graph: tracing it again needs no Dynamo (strict),
+    # and non-strict export gives the same program (the golden list's bytes; a 25-step GRU on
+    # the U55: 113,680 B both ways) in half the time (GRU: 21.1 s -> 10.7 s).
+    program = torch.export.export(reference, captured.example_inputs, strict=False)
     return Quantized(program, reference, captured.example_inputs, tuple(fixes))
 
 
