@@ -25,7 +25,7 @@ SEED = 0
 
 
 def _digits() -> tuple[torch.Tensor, torch.Tensor]:
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # lazy: heavy (scikit-learn)
 
     data = load_digits()
     images = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16.0  # N,1,8,8 in [0,1]

@@ -13,11 +13,11 @@ parses, calls one and prints what it returns:
     layer_errors(pte)              quantization error per layer, worst first (--per-layer-error)
     sweep(requests)                one model planned for many targets: a row each
     size(pte)                      where every byte of a .pte goes: a SizeReport
-    firmware(pte, output)          a firmware project (built, run on QEMU): a FirmwareProject
+    firmware_project(pte, output)  a firmware project (built, run on QEMU): a FirmwareProject
     firmware_size(folder)          flash and RAM of a built firmware per component: a FirmwareSize
     measure(program, profile)      a measured profile beside the plan: a MeasuredPlan
     calibrate(profiles, cpu)       the CPU cost model fitted to profiles: a Calibrated
-    sources()                      the third-party source trees native builds use: Sources
+    source_trees()                 the third-party source trees native builds use: Sources
     fetch_sources(mirrors)         clone the pinned source trees into the cache
     doctor()                       what this machine can verify and build: a MachineReport
     known()                        zoo models, platforms and CPUs (`orchestrate list`): Known
@@ -34,10 +34,10 @@ _numerics.pin()
 
 from orchestrator.api import (  # noqa: E402,A004
     CompileResult, cache, calibrate, check_gates, compile, doctor, evaluate, fetch_sources,
-    firmware, firmware_size, known, layer_errors, measure, plan, reasons, size, sources, sweep,
-    verify, verify_all, write_program)
+    firmware_project, firmware_size, known, layer_errors, measure, plan, reasons, size,
+    source_trees, sweep, verify, verify_all, write_program)
 
 __all__ = ["CompileResult", "cache", "calibrate", "check_gates", "compile", "doctor",
-           "evaluate", "fetch_sources", "firmware", "firmware_size", "known", "layer_errors",
-           "measure", "plan", "reasons", "size", "sources", "sweep", "verify", "verify_all",
-           "write_program"]
+           "evaluate", "fetch_sources", "firmware_project", "firmware_size", "known",
+           "layer_errors", "measure", "plan", "reasons", "size", "source_trees", "sweep", "verify",
+           "verify_all", "write_program"]

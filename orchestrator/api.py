@@ -408,7 +408,7 @@ def layer_errors(pte, samples: int | None = None, calibration=None, dataset=None
     return report(str(pte), float_module, quantized_module, tuple(chosen), inputs)
 
 
-def firmware(pte, output, profile: str = "release", platform=None, third_party=None,
+def firmware_project(pte, output, profile: str = "release", platform=None, third_party=None,
              build: bool = True, method_pool_bytes: int | None = None, lto: bool | None = None,
              npu_device: str = "hardware", run: bool = False,
              on_written: Callable[[FirmwareProject], None] | None = None) -> FirmwareProject:
@@ -459,7 +459,7 @@ def firmware_size(folder, run: bool = False, pte_bytes: bytes | None = None) -> 
     return FirmwareSize(Path(folder), record, footprint(folder, stack_used))
 
 
-def sources() -> Sources:
+def source_trees() -> Sources:
     """The third-party source trees the native builds use: where each is found, whether it is
     there, the commit fetched and the one pinned. Reads no tree."""
     trees = []

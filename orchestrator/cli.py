@@ -501,7 +501,7 @@ def cmd_firmware(args) -> int:
             print(f"built {project.elf}; `orchestrate size --firmware {project.folder}` shows "
                   "its flash and RAM")
 
-    project = api.firmware(args.pte, args.output, profile=args.profile, platform=args.platform,
+    project = api.firmware_project(args.pte, args.output, profile=args.profile, platform=args.platform,
                            third_party=args.third_party, build=not args.no_build,
                            method_pool_bytes=args.method_pool_bytes,
                            lto=False if args.no_lto else None, npu_device=args.npu_device,
@@ -548,7 +548,7 @@ def cmd_sources(args) -> int:
         names = [n.strip() for n in args.only.split(",")] if args.only else None
         api.fetch_sources(mirrors, names=names, log=print)
         return 0
-    found = api.sources()
+    found = api.source_trees()
     for tree in found.trees:
         commit = f", fetched at {tree.fetched_commit[:12]}" if tree.fetched_commit else ""
         print(f"  {tree.name:<20} {'present' if tree.present else 'missing':<8} {tree.folder} "

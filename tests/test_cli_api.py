@@ -17,8 +17,8 @@ BELOW_THE_API = ("orchestrator.device_runs", "orchestrator.firmware", "orchestra
 # Each command and the API function it calls.
 API_OF_COMMAND = {"plan": "plan", "compile": "compile", "sweep": "sweep",
                   "calibrate": "calibrate", "verify": "verify_all", "size": "size",
-                  "firmware": "firmware", "reasons": "reasons", "cache": "cache", "list": "known",
-                  "sources": "sources", "doctor": "doctor"}
+                  "firmware": "firmware_project", "reasons": "reasons", "cache": "cache", "list": "known",
+                  "sources": "source_trees", "doctor": "doctor"}
 
 
 def _imported(path: Path) -> set[str]:
