@@ -341,6 +341,67 @@ def _pair(value, default: int) -> tuple[int, int]:
 _HARDSWISH_PRODUCERS = ("conv", "linear", "batch_norm")  # DecomposeHardswishPass's fused inputs
 
 
+def linear_batchnorm_folded(module: torch.fx.GraphModule) -> list[Workaround]:
+    """A BatchNorm1d (eval) over a linear's 2-D output folded into the linear's weight and bias
+    (in place); the rewrite's report.
+
+    The quantizers fold a BatchNorm into the convolution before it, not into a linear: under
+    EthosUQuantizer the Arm backend's lowering then met the float constant its own fold left
+    (`TOSA-1.0+INT ... doesn't support tensor ... fused_const, dtype=FP32`: the partition left
+    the NPU) and on the CPU the linear ran as a float addmm on int8 activations, which the
+    runtime refuses. Folded, it is one linear with the same values (eval statistics are
+    constants): W' = W * g / sqrt(var + eps) per output, b' = (b - mean) * g / sqrt(var + eps)
+    + beta."""
+    fixes = []
+    for node in list(module.graph.nodes):
+        if node.op != "call_function" or node.target != torch.ops.aten.batch_norm.default:
+            continue
+        linear = node.args[0]
+        if not (isinstance(linear, torch.fx.Node) and linear.op == "call_function"
+                and linear.target == torch.ops.aten.linear.default and len(linear.users) == 1):
+            continue
+        value = linear.meta.get("val")
+        if not isinstance(value, torch.Tensor) or value.dim() != 2 or bool(node.args[5]):
+            continue
+        params = [_attribute(module, a.target) if isinstance(a, torch.fx.Node) and
+                  a.op == "get_attr" else None for a in (linear.args[1], *node.args[1:5])]
+        bias_node = linear.args[2] if len(linear.args) > 2 else None
+        bias = (_attribute(module, bias_node.target) if isinstance(bias_node, torch.fx.Node)
+                and bias_node.op == "get_attr" else None)
+        weight, gamma, beta, mean, var = params
+        if weight is None or mean is None or var is None or (bias_node is not None and
+                                                              bias is None):
+            continue
+        with torch.no_grad():
+            scale = (gamma if gamma is not None else torch.ones_like(mean)) / torch.sqrt(
+                var + float(node.args[7]))
+            folded_weight = weight.detach() * scale[:, None]
+            folded_bias = ((bias.detach() if bias is not None else torch.zeros_like(mean))
+                           - mean) * scale + (beta if beta is not None else 0)
+        weight_name = _new_attribute(module, f"{linear.args[1].target}_bn_folded", folded_weight)
+        bias_name = _new_attribute(module, f"{linear.args[1].target}_bn_folded_bias",
+                                   folded_bias.detach().clone())
+        with module.graph.inserting_before(linear):
+            new_weight = module.graph.get_attr(weight_name)
+            new_bias = module.graph.get_attr(bias_name)
+        for made, tensor in ((new_weight, folded_weight), (new_bias, folded_bias)):
+            old = linear.args[1].meta.get("val")
+            if isinstance(old, torch.Tensor):  # the quantizer reads the weight's value there
+                made.meta["val"] = old.new_empty(tensor.shape)
+        linear.args = (linear.args[0], new_weight, new_bias)
+        node.replace_all_uses_with(linear)
+        module.graph.erase_node(node)
+        fixes.append(Workaround(
+            _module_path(linear), "ExecuTorch 1.5.1 quantizers (a BatchNorm folds into the "
+            "convolution before it, not into a linear)",
+            "a BatchNorm1d after a linear folded into the linear's weight and bias (eval "
+            "statistics): one linear with the same values"))
+    if fixes:
+        module.graph.eliminate_dead_code()
+        module.recompile()
+    return fixes
+
+
 def hardswish_as_elementwise(module: torch.fx.GraphModule) -> list[Workaround]:
     """A hardswish whose input is not a convolution or linear (after a mean, a residual add) as
     `x * hardtanh(x + 3, 0, 6) / 6` (in place); the rewrite's report.

@@ -25,6 +25,7 @@ machines.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -42,6 +43,7 @@ from orchestrator import numerics
 from orchestrator.errors import UserError
 from orchestrator.sources.pt2 import read_exported_program
 from orchestrator.target import compile_spec
+from partitioners import module_forms, quantizable
 from partitioners.records import Workaround
 
 FORMAT = "3"  # 2: entries carry the SHA-256 of their files; 3: and the rewrites made before quantizing
@@ -113,13 +115,22 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
     return header + tensor.reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
-def quantizer_config(target) -> str:
-    if not target.npu:
-        # with the pre-quantization rewrites (partitioners/quantizable.py): a new rewrite
-        # changes what the quantizer sees, so its recipe is part of the key
-        return "CortexMQuantizer+quantizable:recurrences,constant-state,rank-broadcast"
+@functools.lru_cache(maxsize=1)
+def _rewrites_digest() -> str:
+    """The code of the rewrites before capture and quantization (partitioners/module_forms.py,
+    partitioners/quantizable.py): a changed rewrite changes what the quantizer sees, for every
+    target, so it is part of the key."""
+    digest = hashlib.sha256()
+    for module in (module_forms, quantizable):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:16]
 
-    return f"EthosUQuantizer:{compile_spec(target).tosa_spec}:per-channel-symmetric"
+
+def quantizer_config(target) -> str:
+    rewrites = f"rewrites:{_rewrites_digest()}"
+    if not target.npu:
+        return f"CortexMQuantizer+{rewrites}:{target.tier}"
+    return f"EthosUQuantizer:{compile_spec(target).tosa_spec}:per-channel-symmetric+{rewrites}"
 
 
 def quantized_key(model, calibration, target, channels_last: bool,

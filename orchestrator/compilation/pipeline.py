@@ -227,6 +227,7 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
         fixes += quantizable.activations_before_squeeze(module)
         fixes += quantizable.transpose_conv_padding_cropped(module)
     if legalize:
+        fixes += quantizable.linear_batchnorm_folded(module)
         fixes += (quantizable.grouped_transpose_conv_block_diagonal(module) if target.npu
                   else quantizable.grouped_transpose_conv_split(module))
     prepared = prepare_pt2e(module, _quantizer(target))
