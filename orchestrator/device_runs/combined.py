@@ -9,9 +9,9 @@ order, each saying what it exercised or why it could not run:
   never judges alone.
 - **host runtime**: the real ExecuTorch runtime with the portable and Cortex-M kernels and
   EthosUBackend built for the host (orchestrator/device_runs/runtime_verify.py), compared with the twin.
-  It judges the scalar and DSP tiers, the program loading and memory plan, every kernel's own
-  argument checks and the NPU glue; for MVE programs it compares the C-path form of the few ops
-  whose MVE form differs and names them.
+  It judges CMSIS-NN's C path (the scalar tier's), the program loading and memory plan, every
+  kernel's own argument checks and the NPU glue; for MVE programs it compares the C-path form of
+  the few ops whose MVE form differs and names them.
 - **QEMU**: the platform's runner firmware (ExecuTorch runtime, portable and CMSIS-NN kernels
   built for the core its runner/firmware.yaml names) on QEMU's mps3-an547, self-checking against
   the twin's outputs (BundleIO, byte-exact; orchestrator/device_runs/qemu.py). It judges
