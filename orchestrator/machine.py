@@ -21,6 +21,7 @@ from kernels.native.toolchains import find_qemu, find_toolchain
 from platforms import PlatformError, list_platforms, load_platform
 from platforms.fvp import FVP_DIR_ENV, find_fvp
 from platforms.firmware_recipe import load_firmware_config, platform_title
+from platforms.qemu_machines import machines
 
 ARM_TOOLCHAIN_FIX = ("apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi "
                      "libstdc++-arm-none-eabi-newlib (or set $ORCHESTRATE_ARM_TOOLCHAIN)")
@@ -184,6 +185,17 @@ def check_machine() -> MachineReport:
                              f"PATH and ${FVP_DIR_ENV}",
                              f"install Arm's Corstone FVP and export {FVP_DIR_ENV}=/path/to/"
                              "its models folder"),), optional=True))
+    try:
+        tiers = "; ".join(
+            f"{m.name} ({', '.join(c.removeprefix('cortex-') for c in dict.fromkeys((m.cpu, *m.runs)))})"
+            for m in machines().values())
+    except QemuUnavailable:
+        tiers = ""
+    if tiers:
+        capabilities.append(Capability(
+            "QEMU every ISA tier", "CPU-only programs of every core: the runner built with the "
+            f"core's flags on QEMU's machine for it: {tiers}",
+            (*packages, toolchain, qemu, _trees(every_tree))))
     capabilities.append(Capability(
         "release firmware", "`orchestrate firmware`: a CMake project built with the GNU Arm "
         "toolchain (--run: on QEMU)", (toolchain, cmake, _trees(every_tree))))
