@@ -7,6 +7,10 @@ place, with a version guard.
   process (the host runtime checks its EthosUBackend arrived).
 - `portable_lib._load_for_executorch_from_buffer(buffer, ...)`: the pybindings' loader of a
   `.pte` held in memory.
+- these three are read from `executorch.extension.pybindings._C`, the extension module that
+  `portable_lib` re-exports, after `import torch` (which loads the libtorch it links to, as
+  `portable_lib` does first): `portable_lib` itself imports `executorch.exir` for a warning
+  class, 4.2 s of the device check's child process at every compile.
 - `executorch.runtime.Runtime.load_program(..., verification=Verification.InternalConsistency)`
   (public, marked experimental): the runtime's flatbuffer verifier and program validation on a
   `.pte`. `_load_for_executorch_from_buffer` takes a `program_verification` argument too, but a
@@ -42,9 +46,10 @@ def check_version() -> str:
 
 def _portable_lib():
     check_version()
-    from executorch.extension.pybindings import portable_lib  # lazy: heavy (executorch runtime)
+    import torch  # noqa: F401  # lazy: order (libtorch before the extension that links to it)
+    from executorch.extension.pybindings import _C  # lazy: heavy (executorch runtime)
 
-    return portable_lib
+    return _C
 
 
 def load_runtime() -> None:
@@ -143,4 +148,9 @@ def contract() -> dict[str, object]:
         "Runtime.load_program": list(inspect.signature(Runtime.load_program).parameters),
         "PTEFile.program": "program" in getattr(_program.PTEFile, "__dataclass_fields__", {}),
         "PTEFile fields": list(getattr(_program.PTEFile, "__dataclass_fields__", {})),
+        # _portable_lib() reads the extension module portable_lib re-exports
+        "portable_lib re-exports _C": all(
+            getattr(portable_lib, name) is getattr(_portable_lib(), name)
+            for name in ("_get_operator_names", "_get_registered_backend_names",
+                         "_load_for_executorch_from_buffer")),
     }

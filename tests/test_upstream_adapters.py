@@ -269,6 +269,7 @@ def test_runtime_adapter_contract():
     assert contract["PTEFile.program"] is True
     # the twin refuses a program with data segments it does not load (orchestrator/verification/twin.py)
     assert {"program", "mutable_data", "named_data"} <= set(contract["PTEFile fields"])
+    assert contract["portable_lib re-exports _C"] is True
 
 
 def test_runtime_adapter_lists_the_host_kernels():
