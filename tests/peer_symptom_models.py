@@ -182,3 +182,9 @@ def dilated_transpose_conv():
     torch.manual_seed(0)
     return _seeded(nn.ConvTranspose2d(2, 4, 3, dilation=2, bias=False)), (
         torch.linspace(0, 30, 128).reshape(1, 2, 8, 8).to(memory_format=torch.channels_last),)
+
+
+def embedding():
+    """backends/arm/test's Embedding(10, 10) of 2x4 int64 indices."""
+    torch.manual_seed(0)
+    return nn.Embedding(10, 10).eval(), (torch.tensor([[1, 2, 4, 5], [4, 3, 2, 9]]),)

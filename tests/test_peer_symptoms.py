@@ -262,3 +262,11 @@ def test_a_grouped_transpose_conv_with_bias_runs_on_the_u55(tmp_path, capsys):
     plan = json.loads((tmp_path / "grouped_transpose_conv.artifacts" / "plan.json").read_text())
     assert plan["summary"]["npu_mac_coverage_pct"] == 100.0, plan["summary"]["macs"]
     assert any("block diagonal" in w["message"] for w in plan["summary"]["workarounds"])
+
+
+def test_an_embedding_is_verified_on_indices_inside_its_table(tmp_path, capsys):
+    """verify generated every integer input as zeros, so an embedding gave all samples one
+    output and every method was INCONCLUSIVE; indices are now drawn over the table they index,
+    and all three pass."""
+    out = _verified("embedding", tmp_path, capsys, "--npu", "none")
+    assert "every output is the same" not in out

@@ -144,10 +144,43 @@ def sample_inputs(float_program, count: int, calibration: str | None):
         loaded = load_calibration(calibration, examples)
         return tuple(loaded.samples[:count]), f"{loaded.source}, first {min(count, len(loaded.samples))}"
     generator = torch.Generator().manual_seed(SEED)
+    tables = _index_ranges(float_program)
     samples = tuple(tuple(torch.randn(e.shape, generator=generator) if e.dtype.is_floating_point
-                          else torch.zeros(e.shape, dtype=e.dtype) for e in examples)
+                          else torch.randint(0, tables[i], e.shape, generator=generator,
+                                             dtype=e.dtype) if i in tables
+                          else torch.zeros(e.shape, dtype=e.dtype)
+                          for i, e in enumerate(examples))
                     for _ in range(count))
-    return samples, f"generated: randn, seed {SEED}"
+    return samples, f"generated: randn, seed {SEED}" + (
+        "; indices uniform over the table they index" if tables else "")
+
+
+def _index_ranges(float_program) -> dict[int, int]:
+    """Input position -> rows of the table it indexes, for an integer input an embedding or an
+    index_select reads: generated indices stay inside it (zeros would give every sample the same
+    output, which proves nothing)."""
+    user = set(float_program.graph_signature.user_inputs)
+    inputs = [n for n in float_program.graph.nodes if n.op == "placeholder" and n.name in user]
+    ranges = {}
+    for position, node in enumerate(inputs):
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor) or value.dtype.is_floating_point:
+            continue
+        for reader in node.users:
+            target = str(reader.target)
+            table = None
+            if "aten.embedding" in target and reader.args[1] is node:
+                table = reader.args[0].meta.get("val")
+                rows = table.shape[0] if isinstance(table, torch.Tensor) else None
+            elif "aten.index_select" in target and reader.args[2] is node:
+                table = reader.args[0].meta.get("val")
+                dim = int(reader.args[1])
+                rows = table.shape[dim] if isinstance(table, torch.Tensor) else None
+            else:
+                rows = None
+            if rows:
+                ranges[position] = min(ranges.get(position, rows), int(rows))
+    return ranges
 
 
 def device_inputs(twin: TwinProgram, sample: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
