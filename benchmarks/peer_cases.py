@@ -124,16 +124,22 @@ def _randomize_norms(module: nn.Module, inputs: tuple) -> None:
     norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
              and m.running_mean is not None]
     tensors = [x for x in inputs if isinstance(x, Tensor) and x.is_floating_point()]
-    if norms and len(tensors) == len(inputs):
+    measured = bool(norms) and len(tensors) == len(inputs)
+    if measured:
         momenta = [m.momentum for m in norms]
         for norm in norms:
             norm.reset_running_stats()
             norm.momentum = None  # a cumulative average over the batches below
         module.train()
-        with torch.no_grad():
-            for _ in range(4):
-                module(*(torch.randn(x.shape).to(memory_format=torch.channels_last)
-                         if x.dim() == 4 else torch.randn(x.shape) for x in inputs))
+        try:
+            with torch.no_grad():
+                for _ in range(4):
+                    module(*(torch.randn(x.shape).to(memory_format=torch.channels_last)
+                             if x.dim() == 4 else torch.randn(x.shape) for x in inputs))
+        except (RuntimeError, ValueError):  # e.g. a BatchNorm1d of one value per channel
+            measured = False
+            for norm in norms:
+                norm.reset_running_stats()
         for norm, momentum in zip(norms, momenta):
             norm.momentum = momentum
         module.eval()
@@ -141,7 +147,6 @@ def _randomize_norms(module: nn.Module, inputs: tuple) -> None:
         for layer in module.modules():
             batch_norm = isinstance(layer, nn.modules.batchnorm._BatchNorm)
             if batch_norm and layer.running_mean is not None:
-                measured = bool(norms) and len(tensors) == len(inputs)
                 scale = layer.running_var.sqrt() if measured else 1.0
                 layer.running_mean.add_(torch.randn_like(layer.running_mean) * 0.2 * scale)
                 layer.running_var.mul_(torch.empty_like(layer.running_var).uniform_(0.5, 2.0))
