@@ -257,7 +257,8 @@ VERIFY = Verb("verify", "check the .pte: host twin, real ExecuTorch runtime, QEM
            "an integer class per sample; or a folder of them): report top-1/top-5 "
            "accuracy, agreement with the float model and per-class accuracy by the float "
            "model, the quantized reference, the twin and the host runtime (every sample) "
-           "and QEMU (--qemu-samples, byte-exact against the twin)"),
+           "and QEMU (--qemu-samples, byte-exact against the twin); default: none, verify "
+           "by every method on --samples inputs"),
     option("--per-layer-error", action="store_true",
            help="rank the layers by the quantization error each adds: the error at its "
            "output in the quantized reference, and the final output's with only it "
@@ -268,10 +269,11 @@ VERIFY = Verb("verify", "check the .pte: host twin, real ExecuTorch runtime, QEM
     option("--qemu-samples", type=int, default=4, metavar="N",
            help="--dataset: the first N samples also run on QEMU (default 4; 0: none)"),
     option("--min-accuracy", type=percent, metavar="PCT",
-           help="--dataset: exit 4 unless the device's top-1 accuracy reaches PCT"),
+           help="--dataset: exit 4 unless the device's top-1 accuracy reaches PCT "
+           "(default: no floor)"),
     option("--max-accuracy-drop", type=float, metavar="POINTS",
            help="--dataset: exit 4 when the device's top-1 is more than POINTS below the "
-           "float model's"),
+           "float model's (default: no limit)"),
     option("--calibration", help="inputs to verify with (.pt/.npz/folder; default: "
            "--samples generated inputs)"),
     option("--per-op", action="store_true", help="localize a divergence op by op"),
