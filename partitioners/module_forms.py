@@ -214,25 +214,36 @@ def avg_pools_over_their_window(module: torch.nn.Module, example_inputs
         one_window = all(0 <= n - k < s for n, k, s in zip(sizes, kernel, stride))
         if one_window and any(n > k for n, k in zip(sizes, kernel)):
             windows[id(pool)] = (kernel, sizes)
-    if not windows:
+    def windowed(child, found, path):
+        (rows, columns), sizes = found
+        return AvgPool2dWindow(child, rows, columns), Workaround(
+            path, "ExecuTorch 1.5.1 Arm backend (lowers the rows no window reads as a "
+            "negative padding, which its Ethos-U55 check refuses as padding)",
+            f"AvgPool2d({rows}x{columns}) over {sizes[0]}x{sizes[1]} computed over its one "
+            f"window: the input cut to {rows}x{columns}, then the same pool at stride 1 (the "
+            "same values), so the NPU can run it")
+
+    return _replaced(module, windows, windowed)
+
+
+def _replaced(module: torch.nn.Module, found: dict, replace) -> tuple[torch.nn.Module,
+                                                                      list[Workaround]]:
+    """A copy of `module` (`module` itself untouched when nothing is found) with each layer
+    whose original's id is a key of `found` replaced by `replace(layer, found[id], path)`'s
+    module, and the Workarounds it returns."""
+    if not found:
         return module, []
     legal = copy.deepcopy(module)
     originals = dict(zip((id(m) for m in legal.modules()), module.modules()))
     fixes = []
     for parent_path, parent in list(legal.named_modules()):
         for name, child in list(parent._modules.items()):
-            found = windows.get(id(originals.get(id(child))))
-            if found is None:
+            entry = found.get(id(originals.get(id(child))))
+            if entry is None:
                 continue
-            (rows, columns), sizes = found
-            parent._modules[name] = AvgPool2dWindow(child, rows, columns)
             path = f"{parent_path}.{name}" if parent_path else name
-            fixes.append(Workaround(
-                path, "ExecuTorch 1.5.1 Arm backend (lowers the rows no window reads as a "
-                "negative padding, which its Ethos-U55 check refuses as padding)",
-                f"AvgPool2d({rows}x{columns}) over {sizes[0]}x{sizes[1]} computed over its one "
-                f"window: the input cut to {rows}x{columns}, then the same pool at stride 1 (the "
-                "same values), so the NPU can run it"))
+            parent._modules[name], fix = replace(child, entry, path)
+            fixes.append(fix)
     return legal, fixes
 
 
@@ -307,27 +318,17 @@ def mve_1xn_padding_explicit(module: torch.nn.Module, example_inputs
         # trailing input columns no window reads, dropped).
         right = refusal["total"] - conv.padding[1]
         found[id(conv)] = (conv.padding[1], right, shape, refusal)
-    if not found:
-        return module, []
-    legal = copy.deepcopy(module)
-    originals = dict(zip((id(m) for m in legal.modules()), module.modules()))
-    fixes = []
-    for parent_path, parent in list(legal.named_modules()):
-        for name, child in list(parent._modules.items()):
-            entry = found.get(id(originals.get(id(child))))
-            if entry is None:
-                continue
-            left, right, shape, refusal = entry
-            parent._modules[name] = WidthPaddedConv2d(child, left, right)
-            path = f"{parent_path}.{name}" if parent_path else name
-            edge = (f"{right} column(s) of zeros after" if right > 0 else
-                    f"its last {-right} column(s), which no window reads, dropped" if right < 0
-                    else "none after")
-            fixes.append(Workaround(
-                path, "CMSIS-NN arm_convolve_1_x_n_s8, MVE path (refuses a padding its windows "
-                f"do not read: padding {refusal['padding']}, total {refusal['total']}; "
-                "status -3 on the Cortex-M55)",
-                f"Conv2d over {shape[2]}x{shape[3]} computed with its width padding explicit "
-                f"({left} column(s) of zeros before, {edge}) and no padding in the "
-                "convolution: the same windows, which the MVE kernel accepts"))
-    return legal, fixes
+    def padded(child, entry, path):
+        left, right, shape, refusal = entry
+        edge = (f"{right} column(s) of zeros after" if right > 0 else
+                f"its last {-right} column(s), which no window reads, dropped" if right < 0
+                else "none after")
+        return WidthPaddedConv2d(child, left, right), Workaround(
+            path, "CMSIS-NN arm_convolve_1_x_n_s8, MVE path (refuses a padding its windows "
+            f"do not read: padding {refusal['padding']}, total {refusal['total']}; "
+            "status -3 on the Cortex-M55)",
+            f"Conv2d over {shape[2]}x{shape[3]} computed with its width padding explicit "
+            f"({left} column(s) of zeros before, {edge}) and no padding in the "
+            "convolution: the same windows, which the MVE kernel accepts")
+
+    return _replaced(module, found, padded)
