@@ -55,6 +55,7 @@ from typing import Sequence
 import numpy as np
 
 from npu_driver.ethos_u.arch import ACCELERATORS, Accelerator, accelerator_for
+from npu_driver.ethos_u.checker import StreamCheck, StreamRefused, check_stream
 from npu_driver.ethos_u.disasm import disassemble
 from npu_driver.ethos_u.errors import (CommandStreamError, ConfigMismatch, MemoryFault,
                                        NpuModelError, UnmodelledCommand)
@@ -69,7 +70,8 @@ __all__ = ["ACCELERATORS", "Accelerator", "CommandStreamError", "ConfigMismatch"
            "run_npu_partition", "parse_custom_operator_payload", "resolve_accelerator",
            "execute_backend_invocation",
            "SCRATCH_REGION", "WEIGHTS_REGION", "FAST_SCRATCH_REGION", "WeightStreamError",
-           "HazardError", "disassemble", "invocation_handler"]
+           "HazardError", "disassemble", "invocation_handler", "StreamCheck", "StreamRefused",
+           "check_stream"]
 
 # EthosUBackend_Cortex_M.cpp::platform_execute: bases = {weight_data, scratch, fast_scratch}
 WEIGHTS_REGION = 0
@@ -113,6 +115,9 @@ def execute(command_stream: bytes, regions: Sequence, accelerator: str | None = 
     scratch of unknown size). `trace`: record every memory access in `Counters.trace`."""
     cop = parse_custom_operator_payload(bytes(command_stream))
     accel = resolve_accelerator(cop, accelerator)
+    # Bound every access before any byte moves, as the Linux driver does before submitting
+    check_stream(command_stream, [None if r is None else memoryview(r).nbytes for r in regions],
+                 accel, tuple(growable_regions))
     memory = Memory(regions, accel.shram_bytes, growable_regions)
     if trace:
         memory.trace = []

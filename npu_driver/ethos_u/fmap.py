@@ -78,6 +78,17 @@ class FeatureMap:
     def addresses(self, height: int, width: int, depth: int,
                   y0: int = 0, x0: int = 0, c0: int = 0) -> np.ndarray:
         """Byte addresses of elements [y0, y0+height) x [x0, x0+width) x [c0, c0+depth)."""
+        return self._yx(height, width, y0, x0)[:, :, None] + self._coff(depth, c0)[None, None, :]
+
+    def extent(self, height: int, width: int, depth: int) -> tuple[int, int]:
+        """Lowest and highest byte of elements [0, height) x [0, width) x [0, depth): an
+        address is a tile's (y, x) part plus a channel part, so each is bounded alone."""
+        yx = self._yx(height, width, 0, 0)
+        coff = self._coff(depth, 0)
+        return (int(yx.min() + coff.min()),
+                int(yx.max() + coff.max()) + self.element_size - 1)
+
+    def _yx(self, height: int, width: int, y0: int, x0: int) -> np.ndarray:
         y = np.arange(y0, y0 + height, dtype=np.int64)[:, None]
         x = np.arange(x0, x0 + width, dtype=np.int64)[None, :]
         right = x >= self.width0
@@ -86,13 +97,13 @@ class FeatureMap:
         ty = y - np.where(below, np.where(right, self.height1, self.height0), 0)
         tx = x - np.where(right, self.width0, 0)
         base = np.asarray(self.bases, dtype=np.int64)[tile]
-        yx = base + ty * self.stride_y + tx * self.stride_x  # (H, W)
+        return base + ty * self.stride_y + tx * self.stride_x  # (H, W)
+
+    def _coff(self, depth: int, c0: int) -> np.ndarray:
         c = np.arange(c0, c0 + depth, dtype=np.int64)
         if self.layout == NHWC:
-            coff = c * self.element_size
-        else:
-            coff = (c // 16) * self.stride_c + (c % 16) * self.element_size
-        return yx[:, :, None] + coff[None, None, :]
+            return c * self.element_size
+        return (c // 16) * self.stride_c + (c % 16) * self.element_size
 
 
 def feature_map(name: str, region: int, bases, height0_m1: int, height1_m1: int,

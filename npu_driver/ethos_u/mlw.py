@@ -97,15 +97,17 @@ def _remainders(bits: _Bits, quotients: list[int], div: int, values: list[int], 
     bits.pos = pos + count * div
 
 
-def decode(stream: bytes, needed: int | None = None) -> np.ndarray:
+def decode(stream: bytes, needed: int | None = None, *, strict: bool = False) -> np.ndarray:
     """The signed 9-bit weights of `stream` (int16), stopping after the slice that completes
     `needed` weights when given (the decoder reads no further than the weights it must
-    deliver)."""
-    return _decode(bytes(stream), needed).copy()
+    deliver). `strict`: every bit is checked, including those the decoder skips, the byte
+    alignment after an end of stream, which Vela's encoder fills with ones (as it pads a
+    stream with 0xFF end markers), so no bit of a stream can change unseen."""
+    return _decode(bytes(stream), needed, strict).copy()
 
 
 @lru_cache(maxsize=512)
-def _decode(stream: bytes, needed: int | None) -> np.ndarray:
+def _decode(stream: bytes, needed: int | None, strict: bool = False) -> np.ndarray:
     bits = _Bits(stream)
     out: list[int] = []
     first = True
@@ -115,7 +117,10 @@ def _decode(stream: bytes, needed: int | None) -> np.ndarray:
     while needed is None or len(out) < needed:
         zdiv = bits.get(3, "ZDIV") if bits.pos < bits.end else ZDIV_END
         while zdiv == ZDIV_END:
-            bits.get((8 - (bits.pos & 7)) & 7, "byte alignment")
+            skipped = (8 - (bits.pos & 7)) & 7
+            if bits.get(skipped, "byte alignment") != (1 << skipped) - 1 and strict:
+                raise WeightStreamError(f"the byte alignment after the end of stream at bit "
+                                        f"{bits.pos - skipped - 3} is not the encoder's ones")
             first = True
             if bits.pos >= bits.end:
                 break

@@ -1,0 +1,264 @@
+"""Weights checked without inputs: every weight and scale stream against the TOSA graph.
+
+A damaged weight byte is seen by executing the stream only when the samples exercise it (a
+channel that random weights leave dead hides it). Here each Ethos-U55/U65 partition's weight
+data is checked whatever the inputs: the stream checker (`checker.py`) lists every weight and
+scale stream an operation reads, with the decoder layout its registers imply; each is traced
+back through the DMA that copied it to the bytes of the `.pte`'s weight data (region 0),
+decoded (`weights.decode_weights`, strictly: every bit, `mlw.decode(strict=True)`) and compared
+with the constants of the TOSA graph Vela was given, as Vela lowers them:
+
+- a CONV2D's OHWI weights, a DEPTHWISE_CONV2D's [KH, KW, C, M] weights as output channel
+  c x M + m (an NPU depthwise when M is 1, a convolution of one input channel when C is 1),
+  less the weight zero point; an operation may cover a run of the TOSA op's output channels
+  (Vela splits the OFM depth into stripes);
+- its 10-byte scale records: the TOSA bias, and the multiplier and shift of the RESCALE that
+  consumes the convolution (Vela folds that RESCALE into the operation's output scaling).
+
+Every byte of the weight data must then be accounted for: part of a stream that matched,
+consumed as data (an IFM or a lookup table: reported as not checked), or padding, which Vela
+leaves zero. A stream whose kernel no TOSA constant has (Vela built it: e.g. a MEAN's
+weights) is reported as not checked, by name; a stream that has a TOSA counterpart of its shape
+but matches none of its channels fails, naming the command and its word offset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from npu_driver.ethos_u import mlw
+from npu_driver.ethos_u.arch import Accelerator
+from npu_driver.ethos_u.checker import SHRAM, StreamCheck, StreamRead
+from npu_driver.ethos_u.errors import NpuModelError, where
+from npu_driver.ethos_u.weights import SCALE_RECORD_BYTES, decode_scales, decode_weights, weight_order
+
+WEIGHTS_REGION = 0
+_INT = {3: np.int8, 4: np.int16, 5: np.int32}
+
+
+class WeightMismatch(NpuModelError):
+    """A weight or scale stream, or a padding byte, differs from what the TOSA graph says."""
+
+
+@dataclass(frozen=True)
+class TosaKernel:
+    """One TOSA convolution's constants in NPU order: weights (O, KH, KW, I) less their zero
+    point, and per output channel the bias, multiplier and shift (None: no RESCALE)."""
+
+    name: str
+    weights: np.ndarray
+    bias: np.ndarray
+    multiplier: np.ndarray | None
+    shift: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class WeightReport:
+    """What was checked: one line per stream, and the bytes of the weight data by fate."""
+
+    checked: tuple[str, ...]
+    unchecked: tuple[str, ...]
+    weight_bytes: int
+    checked_bytes: int
+    padding_bytes: int
+    data_bytes: int
+
+    def summary(self) -> str:
+        return (f"{len(self.checked)} weight/scale stream(s) equal to the TOSA graph's "
+                f"constants, {len(self.unchecked)} not checked; of {self.weight_bytes:,} B of "
+                f"weight data {self.checked_bytes:,} B checked, {self.padding_bytes:,} B zero "
+                f"padding, {self.data_bytes:,} B read as data")
+
+
+def tosa_kernels(tosa_bytes: bytes) -> list[TosaKernel]:
+    """The CONV2D and DEPTHWISE_CONV2D constants of the graph's main block."""
+    from tosa.Op import Op  # lazy: the generated reader is only needed here
+
+    from npu_driver.tosa_twin import _main_block
+
+    block = _main_block(tosa_bytes)
+    tensors = {block.Tensors(i).Name(): block.Tensors(i) for i in range(block.TensorsLength())}
+    ops = [block.Operators(i) for i in range(block.OperatorsLength())]
+    rescale_of = {}
+    for op in ops:
+        if op.Op() == Op.RESCALE:
+            rescale_of[op.Inputs(0)] = op
+
+    def const(name: bytes) -> np.ndarray:
+        tensor = tensors[name]
+        shape = tuple(int(d) for d in tensor.ShapeAsNumpy()) if tensor.ShapeLength() else ()
+        raw = tensor.DataAsNumpy().tobytes() if tensor.DataLength() else b""
+        count = int(np.prod(shape)) if shape else 1
+        if tensor.Type() == 6:  # INT48: 6-byte little-endian words
+            words = np.frombuffer(raw[:6 * count], dtype=np.uint8).reshape(count, 6).astype(
+                np.int64)
+            value = sum(words[:, i] << (8 * i) for i in range(6))
+            return np.where(value >= 1 << 47, value - (1 << 48), value).reshape(shape)
+        return np.frombuffer(raw, dtype=_INT[tensor.Type()])[:count].astype(
+            np.int64).reshape(shape)
+
+    kernels = []
+    for op in ops:
+        if op.Op() not in (Op.CONV2D, Op.DEPTHWISE_CONV2D):
+            continue
+        weights, bias, weight_zp = (const(op.Inputs(i)) for i in (1, 2, 4))
+        if op.Op() == Op.DEPTHWISE_CONV2D:
+            kh, kw, c, m = weights.shape
+            weights = weights.transpose(2, 3, 0, 1).reshape(c * m, kh, kw, 1)
+        channels = weights.shape[0]
+        rescale = rescale_of.get(op.Outputs(0))
+        multiplier = shift = None
+        if rescale is not None:
+            multiplier = np.broadcast_to(const(rescale.Inputs(1)).ravel(), (channels,))
+            shift = np.broadcast_to(const(rescale.Inputs(2)).ravel(), (channels,))
+        kernels.append(TosaKernel(
+            tensors[op.Outputs(0)].Name().decode(), weights - weight_zp.ravel()[0],
+            np.broadcast_to(bias.ravel(), (channels,)), multiplier, shift))
+    return kernels
+
+
+def check_weights(weight_data: bytes, check: StreamCheck, tosa_bytes: bytes,
+                  accel: Accelerator) -> WeightReport:
+    """Check every weight and scale stream `check` lists against the TOSA graph; raise
+    WeightMismatch naming the command and word offset of the first that differs."""
+    kernels = tosa_kernels(tosa_bytes)
+    fate = np.zeros(len(weight_data), dtype=np.int8)  # 0 unread, 1 checked, 2 data
+    checked, unchecked = [], []
+    scales = {read.offset: read for read in check.scales}
+    for read in check.weights:
+        w = where(read.command, read.offset)
+        source = _source(read, check)
+        scale = scales.get(read.offset)
+        scale_source = _source(scale, check) if scale else None
+        if source is None or (scale is not None and scale_source is None):
+            unchecked.append(f"{w}: its weights or scales are not copied from the weight data")
+            _mark_data(fate, read, source, scale, scale_source)
+            continue
+        stream = weight_data[source:source + read.length]
+        values = decode_weights(stream, read.layout, w)
+        total = mlw.decode(stream, strict=True).size
+        if total != weight_order(read.layout).size:
+            raise WeightMismatch(f"{w}: the weight stream holds {total} weights; the operation "
+                                 f"consumes {weight_order(read.layout).size}")
+        records = (decode_scales(weight_data[scale_source:scale_source + scale.length],
+                                 scale.channels) if scale else None)
+        found = _match(values, records, kernels)
+        if found is None:
+            shaped = [k for k in kernels if k.weights.shape[1:] == values.shape[1:]]
+            if shaped:
+                raise WeightMismatch(
+                    f"{w}: its {values.shape[0]} channel(s) of {values.shape[1]}x"
+                    f"{values.shape[2]}x{values.shape[3]} weights and scales match no run of "
+                    f"channels of the TOSA graph's {', '.join(k.name for k in shaped)}: the "
+                    "weight data differs from the graph Vela compiled")
+            unchecked.append(f"{w}: no TOSA constant has a {values.shape[1]}x"
+                             f"{values.shape[2]}x{values.shape[3]} kernel (Vela made it)")
+            _mark_data(fate, read, source, scale, scale_source)
+            continue
+        fate[source:source + read.length] = 1
+        if scale:
+            fate[scale_source:scale_source + scale.length] = 1
+            _zero_tail(weight_data, scale, scale_source)
+        checked.append(f"{w}: {found}")
+    for scale in check.scales:
+        if scale.offset not in {r.offset for r in check.weights}:
+            unchecked.append(f"{where(scale.command, scale.offset)}: scales of a pooling")
+            src = _source(scale, check)
+            if src is not None:
+                fate[src:src + scale.length] = np.maximum(fate[src:src + scale.length], 2)
+    _mark_consumed_data(fate, check)
+    stray = np.flatnonzero((fate == 0) & (np.frombuffer(weight_data, dtype=np.uint8) != 0))
+    if stray.size:
+        raise WeightMismatch(f"the weight data holds {stray.size} non-zero byte(s) that no "
+                             f"command reads (first at byte {int(stray[0])}); Vela leaves "
+                             "padding zero")
+    return WeightReport(tuple(checked), tuple(unchecked), len(weight_data),
+                        int((fate == 1).sum()), int((fate == 0).sum()), int((fate == 2).sum()))
+
+
+def _match(values: np.ndarray, records, kernels: list[TosaKernel]) -> str | None:
+    channels = values.shape[0]
+    for kernel in kernels:
+        if kernel.weights.shape[1:] != values.shape[1:]:
+            continue
+        for first in range(kernel.weights.shape[0] - channels + 1):
+            span = slice(first, first + channels)
+            if not np.array_equal(kernel.weights[span], values):
+                continue
+            if records is not None:
+                bias, scale, shift = records
+                if not np.array_equal(kernel.bias[span], bias):
+                    continue
+                if kernel.multiplier is not None and not _same_scale(
+                        scale, shift, kernel.multiplier[span], kernel.shift[span]):
+                    continue
+            return f"{kernel.name} channels {first}..{first + channels - 1}"
+    return None
+
+
+def _same_scale(scale, shift, multiplier, tosa_shift) -> bool:
+    """The record's scale x 2**-shift is the RESCALE's multiplier x 2**-shift with the
+    multiplier's low bits dropped: Vela lowers a TOSA scale to fewer significant bits (DS-CNN:
+    1545767504 >> 40 becomes 96610469 >> 36), exactly or rounded to nearest."""
+    drop = np.asarray(tosa_shift, dtype=np.int64) - shift
+    if (drop < 0).any():
+        return False
+    multiplier = np.asarray(multiplier, dtype=np.int64)
+    exact = (scale << drop) == multiplier
+    half = np.where(drop > 0, np.int64(1) << np.maximum(drop - 1, 0), 0)
+    rounded = ((multiplier + half) >> drop) == scale
+    return bool((exact | rounded).all())
+
+
+def _zero_tail(weight_data: bytes, scale: StreamRead, source: int) -> None:
+    tail = weight_data[source + scale.channels * SCALE_RECORD_BYTES:source + scale.length]
+    if any(tail):
+        raise WeightMismatch(f"{where(scale.command, scale.offset)}: the scale stream's bytes "
+                             "after its records are not zero")
+
+
+def _source(read: StreamRead, check: StreamCheck) -> int | None:
+    """The weight-data offset `read`'s bytes come from: in place (region 0), or the source of
+    the last DMA from region 0 that wrote all of them, with nothing written there since."""
+    if read.region == WEIGHTS_REGION:
+        return read.base
+    last = read.base + read.length - 1
+    writer = None
+    for access in check.accesses:
+        if access.offset >= read.offset:
+            break
+        if (access.kind == "write" and access.region == read.region
+                and access.lowest <= last and access.highest >= read.base):
+            writer = access
+    if writer is None or writer.what != "DMA destination":
+        return None
+    dma = next(d for d in check.dmas if d.offset == writer.offset)
+    if (dma.src_region != WEIGHTS_REGION or dma.length < 0 or dma.dst > read.base
+            or dma.dst + dma.length < read.base + read.length):
+        return None
+    return dma.src + read.base - dma.dst
+
+
+def _mark_data(fate, read, source, scale, scale_source) -> None:
+    for stream, start in ((read, source), (scale, scale_source)):
+        if stream is not None and start is not None:
+            fate[start:start + stream.length] = np.maximum(fate[start:start + stream.length], 2)
+
+
+def _mark_consumed_data(fate: np.ndarray, check: StreamCheck) -> None:
+    """Weight-data bytes an IFM, IFM2 or lookup table reads, in place or through a DMA."""
+    for access in check.accesses:
+        if access.what not in ("IFM", "IFM2"):
+            continue
+        read = StreamRead(access.command, access.offset, access.region, access.lowest,
+                          access.highest - access.lowest + 1, None, 0)
+        source = _source(read, check)
+        if source is not None:
+            span = slice(source, source + read.length)
+            fate[span] = np.maximum(fate[span], 2)
+    for dma in check.dmas:
+        if dma.src_region == WEIGHTS_REGION and dma.dst_region == SHRAM and dma.length > 0:
+            span = slice(dma.src, dma.src + dma.length)
+            fate[span] = np.maximum(fate[span], 2)
