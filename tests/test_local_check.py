@@ -279,3 +279,69 @@ def test_a_branch_the_program_runs_before_the_one_the_reference_lists_first_is_m
         "quantize_per_tensor", "quantize_per_tensor_2", "quantize_per_tensor_1",
         "quantize_per_tensor_3"]
     assert all(c.passed for c in checks), checks
+
+
+S_POOL = 0.0236
+S_DOUBLED = 0.02  # 2 x S_POOL / 0.02 = 2.36: one pool step is 2.36 output steps after the x2
+
+
+class _PoolTimesConstant(nn.Module):
+    """Arm's form of AvgPool2d(2, 2, divisor_override=2) as the quantized reference has it: the
+    pool, its own quantize, then a multiply by the constant kernel_size / divisor (quantized as a
+    weight), and the output's quantize."""
+
+    def __init__(self, factor: float, out_scale: float):
+        super().__init__()
+        # already int8, as a frozen weight is: round(factor / 0.0079) - 128
+        self.register_buffer("factor", torch.tensor([round(factor / 0.0079) - 128],
+                                                    dtype=torch.int8))
+        self.out_scale = out_scale
+
+    def forward(self, x):
+        pooled = _q(torch.nn.functional.avg_pool2d(_dq(_q(x, S_POOL), S_POOL), 2), S_POOL)
+        factor = Q.dequantize_per_tensor.default(self.factor, 0.0079, -128, -128, 127,
+                                                 torch.int8)
+        return _q(_dq(pooled, S_POOL) * factor, self.out_scale)
+
+
+def _partition_output_check(factor: float, out_scale: float, error: int):
+    """The local check of one NPU partition's only output (the pool's own value never leaves
+    the partition), `error` steps off the reference on one element."""
+    from orchestrator.verification.local_check import ForcedReference, check_locally
+
+    sample = (torch.linspace(-1.0, 1.0, 64).reshape(1, 1, 8, 8),)
+    module = torch.export.export(_PoolTimesConstant(factor, out_scale), sample,
+                                 strict=True).module(check_guards=False)
+    with torch.no_grad():
+        expected = module(*sample)
+    written = expected.clone()
+    written[0, 0, 1, 1] = (written[0, 0, 1, 1].to(torch.int32) + error).clamp(-128, 127).to(
+        torch.int8)
+    # the input's quantize runs on the CPU before the partition: its value is the program's
+    quantized_input = _q(sample[0], S_POOL)
+    checks = check_locally(ForcedReference(module, sample),
+                           [(0, "quantize", 6, quantized_input), (1, "npu", 7, written)],
+                           {7: (out_scale, 0)}, steps_per_stage=1)
+    assert checks[0].passed and checks[0].max_steps == 0
+    return checks[1]
+
+
+def test_a_multiply_after_an_unseen_rounding_stage_multiplies_its_allowance():
+    """The pool's one step reaches the output as 2 x 0.0236 / 0.02 = 2.36 steps, plus the
+    output's own step: 3 steps pass (counting the two stages alone allowed 2, and failed Arm's
+    divisor_override lowering on one element), 4 do not."""
+    three = _partition_output_check(2.0, S_DOUBLED, error=3)
+    assert three.rounding_stages == 2
+    assert three.allowed_steps == pytest.approx(1 + 1 * 2.0 * S_POOL / S_DOUBLED, rel=0.01)
+    assert three.passed and three.max_steps == 3
+    four = _partition_output_check(2.0, S_DOUBLED, error=4)
+    assert four.reference_node == three.reference_node
+    assert four.max_steps == 4 and not four.passed
+
+
+def test_a_multiply_with_a_gain_below_one_keeps_one_step_per_stage():
+    """x 0.5 into a coarser scale: the pool's step arrives as 0.5 x 0.0236 / 0.03 = 0.39 output
+    steps, so the allowance stays one step per stage (2), and 3 steps fail."""
+    check = _partition_output_check(0.5, 0.03, error=3)
+    assert check.allowed_steps == 2 and check.rounding_stages == 2
+    assert not check.passed
