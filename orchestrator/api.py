@@ -37,6 +37,7 @@ from orchestrator.artifacts.manifest import Manifest
 from orchestrator.artifacts.profile import read_profile
 from orchestrator.errors import NotRun, UserError
 from orchestrator.machine import MachineReport, check_machine
+from orchestrator.reports.html import render_plan_html
 from orchestrator.request import Request, resolve
 from orchestrator.results import (VERIFY_METHODS, CacheEntry, CacheFolder, CpuInfo,
                                   FirmwareProject, FirmwareSize, Known, PlatformInfo, ProfileRun,
@@ -77,7 +78,9 @@ def as_request(model: str | Request, **options) -> Request:
 def plan(model: str | Request, progress=None, **options) -> "Plan":
     """Compile the request's model for its target and return its Plan (nothing is written).
 
-    Options are Request's fields: platform, npu, cpu, io, calibration, cpu_hz, npu_hz, policy (a
+    Options are Request's fields: platform, npu, cpu, io, calibration, calibration_method
+    ("histogram", upstream's, "minmax" or "moving-average": the activation observer,
+    orchestrator/compilation/observers.py), cpu_hz, npu_hz, policy (a
     placement policy YAML path or Policy), placement ("greedy" or "cost"; with "cost" the Plan
     carries the decisions in `plan.cost_placement`), memory_policy, runner_ops,
     calibration_costs (a file from `calibrate`: CPU rows' figures scaled by it, its name in
@@ -406,6 +409,47 @@ def layer_errors(pte, samples: int | None = None, calibration=None, dataset=None
     else:
         chosen, inputs = sample_inputs(float_program, samples or 16, calibration)
     return report(str(pte), float_module, quantized_module, tuple(chosen), inputs)
+
+
+def _stored_plan(pte) -> tuple[Manifest, dict]:
+    """The manifest of a compiled `.pte` and the plan.json its artifacts folder holds (checked)."""
+    manifest = Manifest.load(pte, action="colour its plan by the per-layer error")
+    try:
+        return manifest, load_json(manifest.file("plan.json"))
+    except (DataFileError, ValueError) as error:
+        raise UserError(f"{manifest.folder}/plan.json is unreadable ({error}); re-run "
+                        "`orchestrate compile`") from None
+
+
+def layer_error_html(pte, report) -> str:
+    """The plan page of a compiled `.pte` (its report.html, from the artifacts' plan.json) with
+    every op coloured by the SNR of its layer in `report` (a LayerErrorReport of `layer_errors`),
+    the layer table, and a legend naming the measurement."""
+    _, plan_json = _stored_plan(pte)
+    regions = {}
+    for item in plan_json["summary"]["memory"]["items"]:
+        if item.get("region"):
+            regions.setdefault(item["region"], {"name": item["region"], "kind": "",
+                                                "size_bytes": item.get("region_bytes") or 0})
+    return render_plan_html(plan_json, list(regions.values()),
+                            f"orchestrate plan with per-layer error: {plan_json['model']['name']}",
+                            layer_error=report.to_json())
+
+
+def layer_error_overlay(pte, report) -> dict:
+    """Model Explorer node data for a compiled `.pte`: each instruction's value the worst SNR
+    (dB) of the layers in `report` its plan rows belong to, coloured by its band
+    (orchestrator/reports/explorer.py). UserError when the plan and the program do not line up."""
+    from kernels.program_view import ProgramView  # lazy: heavy (torch)
+    from orchestrator.reports.explorer import (  # lazy: heavy (torch)
+        OverlayError, layer_error_node_data)
+
+    manifest, plan_json = _stored_plan(pte)
+    try:
+        return layer_error_node_data(ProgramView.read(manifest.pte_path.read_bytes()),
+                                     plan_json["ops"], report.to_json())
+    except OverlayError as error:
+        raise UserError(f"no Model Explorer overlay for {pte}: {error}") from None
 
 
 def firmware_project(pte, output, profile: str = "release", platform=None, third_party=None,

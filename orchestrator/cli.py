@@ -8,6 +8,7 @@ Exit codes: 0 ok, 1 internal error, 2 user error (one clear line), 3 gate failed
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -73,7 +74,8 @@ def _request(args, npu: str | None = None, model: str | None = None,
              runner_ops: set[str] | None = None) -> Request:
     """The Request the target options describe (`npu`/`model` override, for a sweep's jobs)."""
     return Request(model or args.model, platform=args.platform, npu=npu or args.npu,
-                   cpu=args.cpu, io=args.io, calibration=args.calibration, cpu_hz=args.cpu_hz,
+                   cpu=args.cpu, io=args.io, calibration=args.calibration,
+                   calibration_method=args.calibration_method, cpu_hz=args.cpu_hz,
                    npu_hz=args.npu_hz, policy=args.policy,
                    placement=getattr(args, "placement", None),
                    memory_policy=args.memory_policy,
@@ -226,7 +228,8 @@ def _plan_firmware_of_pte(args) -> int:
 
 # Options that describe a compile: with a compiled .pte and --measured, its plan is the one
 # compile wrote, so they would change nothing (name: the value that means "not given").
-_COMPILE_OPTIONS = {"npu": None, "cpu": None, "calibration": None, "cpu_hz": None,
+_COMPILE_OPTIONS = {"npu": None, "cpu": None, "calibration": None,
+                    "calibration_method": "histogram", "cpu_hz": None,
                     "npu_hz": None, "policy": None, "placement": None, "pte": None,
                     "runner_ops": None, "fail_under_npu_coverage": None, "max_partitions": None,
                     "require_fit": False, "require_runnable": False, "io": "float",
@@ -430,9 +433,10 @@ class _SweepProgress(_Progress):
 def cmd_verify(args) -> int:
     method = "fvp" if args.fvp else "qemu" if args.qemu else args.runtime
     if args.per_layer_error:
-        report = api.layer_errors(args.pte, args.samples, args.calibration, args.dataset)
-        _print_report(args, report.to_json(), report.render_text())
-        return 0
+        return _verify_layer_errors(args)
+    if args.html or args.model_explorer:
+        raise UserError("--html and --model-explorer colour the plan by the per-layer error: "
+                        "add --per-layer-error")
     if args.dataset is not None:
         return _verify_dataset(args, method)
     if args.min_accuracy is not None or args.max_accuracy_drop is not None:
@@ -452,6 +456,29 @@ def cmd_verify(args) -> int:
         raise error
     if verification.profile is not None:
         print("\n".join(verification.profile.lines))
+    return 0
+
+
+def _verify_layer_errors(args) -> int:
+    """`verify --per-layer-error [--html FILE] [--model-explorer FILE]`."""
+    written = [(option, Path(value)) for option, value in (
+        ("--html", args.html), ("--model-explorer", args.model_explorer)) if value]
+    for option, path in written:  # refused before anything is measured
+        check_output_file(path, option)
+        for what, given in (("the program", args.pte), ("--dataset", args.dataset),
+                            ("--calibration", args.calibration)):
+            if given and same_path(path, Path(given)):
+                raise UserError(f"{option} '{path}' is {what}; writing there would overwrite "
+                                f"it; choose another {option}")
+    if len(written) == 2 and same_path(written[0][1], written[1][1]):
+        raise UserError("--html and --model-explorer name one file; give them different paths")
+    report = api.layer_errors(args.pte, args.samples, args.calibration, args.dataset)
+    _print_report(args, report.to_json(), report.render_text())
+    for option, path in written:
+        text = (api.layer_error_html(args.pte, report) if option == "--html" else
+                json.dumps(api.layer_error_overlay(args.pte, report), indent=2) + "\n")
+        atomic_write_bytes(path, text.encode())
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -662,5 +689,21 @@ def main(argv: list[str] | None = None) -> int:
         return OrchestrateError.exit_code
 
 
+def entry() -> None:
+    """The `orchestrate` command: `main`, then the exit handlers (temporary folders removed,
+    caches closed), then the process ends without tearing the interpreter down: with torch and
+    ExecuTorch loaded, that teardown (module and extension finalizers, which hold nothing this
+    run still owes the disk) took 4.4 s of wall after a compile had finished
+    (docs/benchmarks.md)."""
+    code = main()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the reader went away: nothing more to say
+            pass
+    os._exit(int(code or 0))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

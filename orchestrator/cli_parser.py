@@ -118,6 +118,12 @@ TARGET = (
                 "and it makes the arena smaller (the report shows both arenas); default: float"),
     option("--calibration", help=".pt/.npz of samples or a folder of them (default: 8 "
            "generated samples, and the report warns that its ranges are not representative)"),
+    option("--calibration-method", default="histogram",
+           choices=("histogram", "minmax", "moving-average"),
+           help="how calibration sets each activation's int8 range: histogram (default: "
+           "upstream's observer, the range with the least rounding error, which may clip "
+           "a tail), minmax (every calibration value, nothing clipped on them) or "
+           "moving-average (the running average of each sample's min and max)"),
     option("--cpu-hz", type=clock_hz, help="override the platform CPU clock: hertz "
            "(400000000, 4e8) or with a unit (400MHz); default: the platform YAML's"),
     option("--npu-hz", type=clock_hz, help="override the platform NPU clock (as "
@@ -263,6 +269,13 @@ VERIFY = Verb("verify", "check the .pte: host twin, real ExecuTorch runtime, QEM
            help="rank the layers by the quantization error each adds: the error at its "
            "output in the quantized reference, and the final output's with only it "
            "quantized (inputs: --dataset, --calibration or --samples generated)"),
+    option("--html", metavar="FILE",
+           help="--per-layer-error: also write the program's plan page with every op "
+           "coloured by its layer's measured SNR, and the layer table (default: not "
+           "written)"),
+    option("--model-explorer", metavar="FILE",
+           help="--per-layer-error: also write Model Explorer node data: each "
+           "instruction's worst layer SNR (dB), coloured by band (default: not written)"),
     option("--labels", default="labels", metavar="KEY|FILE|none",
            help="--dataset: the array holding the labels (default 'labels'), a file of "
            "them, or none (a regression: errors against the float model only)"),

@@ -23,6 +23,11 @@ from orchestrator.target import Target, io_request, resolve_target
 from platforms import PlatformError
 from platforms.memory_placement import MemoryPolicy, check_policy, load_memory_policy
 
+# How calibration sets each activation's range (orchestrator/compilation/observers.py): the
+# default is upstream's own observer, so a program compiled without the option is upstream's.
+CALIBRATION_METHODS = ("histogram", "minmax", "moving-average")
+DEFAULT_CALIBRATION_METHOD = "histogram"
+
 if TYPE_CHECKING:  # partitioners.policy imports torch (a second): imported where a policy is read
     from cost_models.profile_calibration import CpuCalibration
     from partitioners.policy import Policy
@@ -38,6 +43,7 @@ class Request:
     cpu: str | None = None  # e.g. "cortex-m55"; None: the platform's
     io: str = "float"  # float | int8 | auto
     calibration: str | None = None  # a .pt/.npz file or a folder of them
+    calibration_method: str = DEFAULT_CALIBRATION_METHOD  # one of CALIBRATION_METHODS
     cpu_hz: float | None = None
     npu_hz: float | None = None
     policy: "str | Policy | None" = None  # a placement policy YAML path or a Policy
@@ -100,6 +106,9 @@ def resolve(request: Request) -> Resolved:
     if mode not in PLACEMENTS:
         raise UserError(f"--placement {mode!r} is not supported; use one of "
                         f"{', '.join(PLACEMENTS)}")
+    if request.calibration_method not in CALIBRATION_METHODS:
+        raise UserError(f"--calibration-method {request.calibration_method!r} is not offered; "
+                        f"use one of {', '.join(CALIBRATION_METHODS)}")
     npu, cpu_hz, npu_hz = request.npu, request.cpu_hz, request.npu_hz
     if policy is not None:
         npu = npu if npu is not None else policy.npu

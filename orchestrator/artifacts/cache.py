@@ -8,7 +8,8 @@ policy. The key is a SHA-256 over everything they read:
 - the model: the source of every module class in it (or a GraphModule's code, or a .pt2's
   bytes), every submodule's plain settings (stride, padding, a scale: what a constructor
   argument sets), every parameter and buffer (bytes), the example inputs' shapes and dtypes;
-- the calibration samples (bytes);
+- the calibration samples (bytes) and the calibration method (the activation observer:
+  orchestrator/compilation/observers.py);
 - the quantizer: EthosUQuantizer with the NPU family's TOSA specification, or CortexMQuantizer;
 - the export layout (channels_last), the torch / executorch / torchao versions, and the host
   numerics settings (orchestrator/numerics.py);
@@ -54,7 +55,8 @@ _ROOT = Path(__file__).resolve().parents[2]
 # pre-quantization rewrites, the capture and quantize stages): part of the key, so an entry made
 # before a change to any of them is never served after it.
 REWRITE_SOURCES = ("partitioners/quantizable.py", "partitioners/legalize.py",
-                   "orchestrator/compilation/pipeline.py")
+                   "orchestrator/compilation/pipeline.py",
+                   "orchestrator/compilation/observers.py")
 
 
 def cache_dir() -> Path | None:
@@ -153,6 +155,7 @@ def quantized_key(model, calibration, target, channels_last: bool,
     for sample in calibration.samples:
         for x in sample:
             digest.update(_tensor_bytes(x))
+    digest.update(f"calibration method {calibration.method}".encode())
     digest.update(quantizer_config(target).encode())
     if not rewrites:  # compile(legalize=False): upstream's quantization, without our rewrites
         digest.update(b"no pre-quantization rewrites")

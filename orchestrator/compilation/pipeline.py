@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from executorch.backends.arm.quantizer import EthosUQuantizer, get_symmetric_quantization_config
+from executorch.backends.arm.quantizer import EthosUQuantizer
 from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
-from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
 from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 from executorch.exir.passes import MemoryPlanningPass
 from executorch.exir.passes.quantize_io_pass import QuantizeInputs, QuantizeOutputs
@@ -40,7 +39,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from kernels.program_view import ProgramView
 from orchestrator.artifacts import cache
 from orchestrator import numerics
-from orchestrator.compilation import upstream_exir
+from orchestrator.compilation import observers, upstream_exir
 from orchestrator.compilation import device_check
 from orchestrator.compilation.device_check import DeviceRun
 from orchestrator.errors import OrchestrateError, UserError
@@ -203,13 +202,15 @@ def _refuse_data_dependent_shapes(program, name: str) -> None:
                     "device, so use a fixed-size form (e.g. a mask multiply instead of nonzero)")
 
 
-def _quantizer(target: Target):
+def _quantizer(target: Target, method: str):
+    """Upstream's quantizer for the target, its activations observed by the calibration method
+    (orchestrator/compilation/observers.py; the default is upstream's observer)."""
     if target.npu:
         quantizer = EthosUQuantizer(compile_spec(target))
-        quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+        quantizer.set_global(observers.ethos_u_config(method))
         return quantizer
 
-    return CortexMQuantizer()
+    return observers.cortex_m_quantizer(method)
 
 
 def quantize(captured: Captured, calibration: Calibration, target: Target,
@@ -230,7 +231,7 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
         fixes += quantizable.linear_batchnorm_folded(module)
         fixes += (quantizable.grouped_transpose_conv_block_diagonal(module) if target.npu
                   else quantizable.grouped_transpose_conv_split(module))
-    prepared = prepare_pt2e(module, _quantizer(target))
+    prepared = prepare_pt2e(module, _quantizer(target, calibration.method))
     with torch.no_grad(), numerics.single_threaded():
         for sample in calibration.samples:
             prepared(*(_to_channels_last(x) if captured.channels_last else x for x in sample))

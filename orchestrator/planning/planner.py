@@ -9,6 +9,7 @@ from cost_models.npu import VelaPartitionEstimate, read_vela_dir
 from cost_models.plan_costs import attach_costs
 from cost_models.profile_calibration import CpuCalibration, calibrate_cost, row_work
 from orchestrator.compilation.pipeline import Compiled, Stage, run_stages
+from orchestrator.compilation.quantization_points import activation_ranges
 from orchestrator.errors import GateFailure, UserError
 from orchestrator.planning.placement import OpPlacement, missing_kernel_faults
 from orchestrator.planning.plan import Plan
@@ -163,6 +164,19 @@ def _structure_stage(state: PlanState) -> PlanState:
         recurrences=recurrences(state.compiled, state.rows, state.estimates)))
 
 
+def _activation_ranges_stage(state: PlanState) -> PlanState:
+    """With calibration data given: each activation quantization point's scale, zero point and
+    clipping rate on the calibration samples (generated samples say nothing about the data)."""
+    compiled = state.compiled
+    calibration = compiled.calibration
+    if calibration.generated:
+        return state
+    ranges = activation_ranges(compiled.captured.program.module(check_guards=False),
+                               compiled.quantized.program.module(check_guards=False),
+                               calibration.samples, calibration.source, calibration.method)
+    return replace(state, summary=replace(state.summary, activation_ranges=ranges))
+
+
 PLAN_STAGES = (
     Stage("vela_estimates", _vela_stage),
     Stage("device_faults", _device_faults_stage),
@@ -171,6 +185,7 @@ PLAN_STAGES = (
     Stage("calibration", _calibration_stage),
     Stage("summary", _summary_stage),
     Stage("structure", _structure_stage),
+    Stage("activation_ranges", _activation_ranges_stage),
 )
 
 

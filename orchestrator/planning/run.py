@@ -32,7 +32,8 @@ def plan_request(request: Request, progress=None) -> "Plan":
 
     resolved = resolve(request)
     loaded = load_model(request.model)
-    samples = load_calibration(request.calibration, loaded.example_inputs)
+    samples = replace(load_calibration(request.calibration, loaded.example_inputs),
+                      method=request.calibration_method)
     if resolved.placement == "greedy" or not resolved.target.npu:
         return _plan_under(loaded, samples, resolved, resolved.policy, progress)
     chosen = place_by_cost(lambda p: _plan_under(loaded, samples, resolved, p, progress),

@@ -377,6 +377,32 @@ def clock_line(target) -> str:
         "400MHz / --npu-hz for your part)"
 
 
+def activation_range_lines(summary: Summary) -> list[str]:
+    """Each activation quantization point's scale and clipping rate on the calibration data
+    (none when the plan was calibrated on generated samples)."""
+    ranges = summary.activation_ranges
+    if ranges is None:
+        return []
+    head = (f"activation ranges ({ranges.method} calibration on {ranges.samples} sample(s), "
+            f"{ranges.source}): each value the program rounds to int8, its scale and zero "
+            "point, the float interval they cover, the calibration values seen there and the "
+            "share of them outside that interval (clipped)")
+    table = [["node (layer)", "scale", "zp", "int8 covers", "seen", "clipped"]]
+    for point in ranges.points:
+        low, high = point.range
+        seen = "-" if point.low is None else f"{point.low:.3g} .. {point.high:.3g}"
+        rate = point.clipping_rate
+        table.append([point.where[:36], f"{point.scale:.4g}", str(point.zero_point),
+                      f"{low:.3g} .. {high:.3g}", seen,
+                      "-" if rate is None else f"{rate:.2%}"])
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = [head]
+    for row in table:
+        lines.append("  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                                      for i, (cell, w) in enumerate(zip(row, widths))))
+    return lines
+
+
 def render_text(compiled, rows, summary: Summary, width: int = 100,
                 all_rows: bool = False) -> str:
     header = (f"orchestrate plan: {compiled.model.name} ({compiled.model.source}) on "
@@ -397,6 +423,9 @@ def render_text(compiled, rows, summary: Summary, width: int = 100,
         out.append("(each unrolled recurrence is one line above; --all-rows lists its ops)")
     out.append("")
     out.extend(wrap(line) for line in _structure_lines(summary) + _summary_lines(compiled, summary))
+    ranges = activation_range_lines(summary)
+    if ranges:
+        out += [wrap(ranges[0]), *ranges[1:]]
     hint = io_hint(compiled, rows)
     if hint:
         out.append(wrap(f"hint: {hint}"))
@@ -459,6 +488,9 @@ def render_markdown(compiled, rows, summary: Summary) -> str:
     out += ["", "## Summary", ""]
     out += [f"- {line.strip()}" for line in _structure_lines(summary)
             + _summary_lines(compiled, summary)]
+    ranges = activation_range_lines(summary)
+    if ranges:
+        out += ["", "## Activation ranges", "", ranges[0], "", "```", *ranges[1:], "```"]
     return "\n".join(out) + "\n"
 
 
@@ -472,6 +504,8 @@ def to_json(compiled, rows, summary: Summary) -> dict:
         document["summary"]["instructions"] = {
             "estimate": summary.instructions, "source": summary.instructions_source,
             "unit": "instructions retired (the unit of a QEMU profile), CPU rows only"}
+    if summary.activation_ranges is not None:  # only with calibration data given
+        document["summary"]["activation_ranges"] = summary.activation_ranges.to_json()
     return document
 
 
@@ -483,7 +517,8 @@ def _document(compiled, rows, summary: Summary) -> dict:
         "platform": compiled.target.to_json(),
         "calibration": {"source": compiled.calibration.source,
                         "generated": compiled.calibration.generated,
-                        "warning": compiled.calibration.warning},
+                        "warning": compiled.calibration.warning,
+                        "method": compiled.calibration.method},
         "ops": [{
             "name": r.name, "op": r.op, "kind": r.kind, "placement": r.placement,
             "partition": r.partition, "kernel": r.kernel, "isa_tier": r.tier,

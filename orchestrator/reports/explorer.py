@@ -7,6 +7,12 @@ draws one node per instruction of the program, with the id `<plan name>_<chain>_
 time in microseconds (the sum of the plan rows it runs: an Ethos-U delegate call carries every
 row of its partition and its invocation) and its colour its placement. Node data holds numbers
 only, so the reasons stay in the plan (report.html, plan.json).
+
+`verify --per-layer-error --model-explorer FILE` writes the same nodes with measured figures
+instead (`layer_error_node_data`): each instruction's value is the worst "alone" SNR (dB) of
+the layers its rows belong to (orchestrator/reports/layer_error_overlay.py), its colour that
+SNR's band; an instruction none of whose rows has a layer, or whose layers are all exact, has
+no entry.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import json
 
 from orchestrator.planning.instructions import InstructionMapError, instruction_positions
+from orchestrator.reports.layer_error_overlay import row_layers, snr_colour
 
 COLOURS = {"npu": "#2e7d32", "cmsis-nn": "#1565c0", "portable": "#ef6c00"}
 
@@ -43,3 +50,20 @@ def node_data(plan) -> dict:
 
 def render_node_data(plan) -> str:
     return json.dumps(node_data(plan), indent=2)
+
+
+def layer_error_node_data(view, ops: list[dict], report: dict) -> dict:
+    """Node data of a per-layer error report (LayerErrorReport.to_json()) over the program's
+    instructions (`view`: kernels.program_view.ProgramView; `ops`: plan.json's ops)."""
+    positions = instruction_positions(view, [(op["placement"], op["partition"]) for op in ops])
+    layers = row_layers(ops, report)
+    graph = view.name or "ExecutionPlan_0"
+    results = {}
+    for index, rows in sorted(positions.items()):
+        measured = [layers[r]["alone_snr_db"] for r in rows
+                    if r in layers and layers[r]["alone_snr_db"] is not None]
+        if measured:
+            worst = min(measured)
+            results[f"{graph}_0_{index}"] = {"value": round(worst, 2),
+                                             "bgColor": snr_colour(worst)}
+    return {graph: {"results": results}}

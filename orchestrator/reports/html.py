@@ -13,6 +13,9 @@ from __future__ import annotations
 import html
 import math
 
+from orchestrator.reports.layer_error_overlay import (SNR_BANDS, layer_tip, row_layers,
+                                                      snr_colour, source_text)
+
 _COLOURS = {"npu": "#2e7d32", "cmsis-nn": "#1565c0", "portable": "#ef6c00"}
 _HIDDEN = ("boundary-quantize", "boundary-dequantize", "layout", "npu-invocation")
 
@@ -35,6 +38,7 @@ tr,svg{break-inside:avoid}a{color:inherit}}
 _OP_COLUMNS = (("#", 3), ("node", 12), ("op", 10), ("kind", 6), ("where", 6), ("kernel", 10),
                ("out", 6), ("dtypes", 9), ("MACs", 6), ("cost (us)", 5), ("source", 6),
                ("reasons", 21))
+_OP_COLUMNS_WITH_SNR = (*_OP_COLUMNS[:-1], ("reasons", 16), ("SNR (dB)", 5))
 
 # What each column, kind, placement and source means: the headers' and cells' tooltips, and the
 # legend under the op table (the text report's legend says the same).
@@ -47,6 +51,8 @@ _COLUMN_TIPS = {
     "cost (us)": "estimated time per inference at the plan's clocks; 0 for an NPU op Vela fused "
                  "into the layer before it",
     "source": "where the cost comes from",
+    "SNR (dB)": "measured (verify --per-layer-error): the final output's SNR with only this op's "
+                "layer quantized; hover a cell for the layer's figures",
 }
 _KIND_TIPS = {
     "op": "an op of your model",
@@ -213,8 +219,12 @@ def _time_label(seconds: float) -> str:
     return f"{seconds * 1e3:g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:g} us"
 
 
-def _op_table(ops: list[dict]) -> str:
-    head = [name for name, _ in _OP_COLUMNS]
+def _op_table(ops: list[dict], layer_error: dict | None = None) -> str:
+    """The sortable op table; with a per-layer error report, one more column: the SNR of the
+    layer each op belongs to, in its band's colour."""
+    columns_shown = _OP_COLUMNS if layer_error is None else _OP_COLUMNS_WITH_SNR
+    head = [name for name, _ in columns_shown]
+    layers = row_layers(ops, layer_error) if layer_error is not None else {}
     rows = []
     for index, op in enumerate(ops):
         cost = op["cost"] or {}
@@ -236,14 +246,60 @@ def _op_table(ops: list[dict]) -> str:
                  f"{'-' if seconds is None else f'{seconds * 1e6:,.1f}'}</td>",
                  f"<td title=\"{_e(_source_tip(cost.get('source', '')))}\">"
                  f"{_e(cost.get('source', ''))}</td>", f"<td>{_e(_reason_text(op))}</td>"]
+        if layer_error is not None:
+            cells.append(_snr_cell(layers.get(index)))
         rows.append(f"<tr>{''.join(cells)}</tr>")
-    columns = "".join(f"<col style=\"width:{share}%\">" for _, share in _OP_COLUMNS)
+    columns = "".join(f"<col style=\"width:{share}%\">" for _, share in columns_shown)
     return (f"<table id=\"ops\" class=\"sortable\"><colgroup>{columns}</colgroup><thead><tr>"
             f"{''.join(_header(h) for h in head)}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>"
             "<p class=\"note\">Hover a header or a cell for what it means. "
             + "; ".join(f"{_e(kind)}: {_e(tip)}" for kind, tip in _KIND_TIPS.items()
                         if kind != "op") + ".</p>")
+
+
+def _snr_cell(layer: dict | None) -> str:
+    if layer is None:
+        return ("<td class=\"num\" data-value=\"\" title=\"no layer of its own (hidden work, "
+                "or an op of the model's forward with no module)\">-</td>")
+    snr = layer["alone_snr_db"]
+    text = "exact" if snr is None else f"{snr:.1f}"
+    return (f"<td class=\"num snr\" data-value=\"{'' if snr is None else f'{snr:.3f}'}\" "
+            f"style=\"background:{snr_colour(snr)};color:#fff\" title=\"{_e(layer_tip(layer))}\">"
+            f"{_e(text)}</td>")
+
+
+def _snr_legend(layer_error: dict) -> str:
+    items = "".join(f"<span><i class=\"swatch\" style=\"background:{colour}\"></i>"
+                    f"{_e(label)}</span>" for _, colour, label in SNR_BANDS)
+    return (f"<p class=\"legend\" id=\"snr-legend\">SNR of the final output with only the "
+            f"op's layer quantized: {items}</p><p class=\"note\">{_e(source_text(layer_error))}"
+            "</p>")
+
+
+def _layer_table(layer_error: dict) -> str:
+    """The per-layer report, worst first, each layer in its band's colour."""
+    rows = []
+    for rank, layer in enumerate(layer_error["layers"], 1):
+        snr, at = layer["alone_snr_db"], layer["at_output_snr_db"]
+        rows.append(
+            f"<tr><td class=\"num\">{rank}</td><td>{_e(layer['where'])}</td>"
+            f"<td class=\"num\" data-value=\"{layer['clipped']}\">{layer['clipped']:.2%}</td>"
+            f"<td class=\"num\" data-value=\"{at if at is not None else ''}\">"
+            f"{'-' if at is None else f'{at:.1f}'}</td>"
+            f"<td class=\"num snr\" data-value=\"{snr if snr is not None else ''}\" "
+            f"style=\"background:{snr_colour(snr)};color:#fff\">"
+            f"{'exact' if snr is None else f'{snr:.1f}'}</td>"
+            f"<td class=\"num\" data-value=\"{layer['share_of_error']}\">"
+            f"{layer['share_of_error']:.1%}</td></tr>")
+    head = "".join(f"<th>{_e(h)}</th>" for h in (
+        "#", "layer", "clipped", "SNR at output (dB)", "SNR alone (dB)", "share of error"))
+    return (f"<table id=\"layers\" class=\"sortable\"><thead><tr>{head}</tr></thead><tbody>"
+            f"{''.join(rows)}</tbody></table><p class=\"note\">clipped: the float values at the "
+            "layer's output outside the int8 range of its scale and zero point; SNR at output: "
+            "the quantized reference against the float model there; SNR alone: the final output "
+            "with only this layer quantized (its output and its weights); share: of the whole "
+            "program's output error power.</p>")
 
 
 def _header(name: str) -> str:
@@ -284,8 +340,10 @@ def _memory_map(memory: dict, regions: list[dict]) -> str:
             f"{''.join(parts)}</svg>{note}")
 
 
-def render_plan_html(plan_json: dict, regions: list[dict], title: str | None = None) -> str:
-    """`plan_json`: Plan.to_json(); `regions`: the platform's memories (name, size_bytes, kind)."""
+def render_plan_html(plan_json: dict, regions: list[dict], title: str | None = None,
+                     layer_error: dict | None = None) -> str:
+    """`plan_json`: Plan.to_json(); `regions`: the platform's memories (name, size_bytes, kind);
+    `layer_error`: a per-layer error report (LayerErrorReport.to_json()) to colour the ops by."""
     summary = plan_json["summary"]
     latency = summary.get("latency") or {}
     platform = plan_json["platform"]
@@ -298,13 +356,42 @@ def render_plan_html(plan_json: dict, regions: list[dict], title: str | None = N
             "here is measured.</p>")
     if plan_json["calibration"].get("warning"):
         head += f"<p class=\"note\">{_e(plan_json['calibration']['warning'])}</p>"
+    if layer_error is not None:
+        head += ("<h2>Per-layer quantization error</h2>" + _snr_legend(layer_error)
+                 + _layer_table(layer_error))
+    ranges = summary.get("activation_ranges")
+    if ranges:
+        head += "<h2>Activation ranges</h2>" + _ranges_table(ranges)
     body = (head + "<h2>One inference</h2>" + _legend() + _timeline(plan_json["ops"])
             + "<p class=\"note\">Hover a bar for the op, its estimate and its source, and why it "
             "is not in a better place. Sources: vela = Vela's estimate, model:* = orchestrate's "
             "cost models.</p>"
             + "<h2>Memory</h2>" + _memory_map(summary["memory"], regions)
-            + "<h2>Every op (click a column to sort)</h2>" + _op_table(plan_json["ops"]))
+            + "<h2>Every op (click a column to sort)</h2>"
+            + _op_table(plan_json["ops"], layer_error))
     return _page(title, body)
+
+
+def _ranges_table(ranges: dict) -> str:
+    """Each activation quantization point's scale and clipping rate on the calibration data."""
+    rows = []
+    for point in ranges["points"]:
+        low, high = point["int8_range"]
+        rate = point["clipping_rate"]
+        seen = "-" if point.get("min") is None else f"{point['min']:.4g} .. {point['max']:.4g}"
+        rows.append(f"<tr><td>{_e(point['where'])}</td>"
+                    f"<td class=\"num\" data-value=\"{point['scale']}\">{point['scale']:.4g}</td>"
+                    f"<td class=\"num\">{point['zero_point']}</td>"
+                    f"<td class=\"num\">{low:.4g} .. {high:.4g}</td><td class=\"num\">{seen}</td>"
+                    f"<td class=\"num\" data-value=\"{rate if rate is not None else ''}\">"
+                    f"{'-' if rate is None else f'{rate:.2%}'}</td></tr>")
+    head = "".join(f"<th>{_e(h)}</th>" for h in ("layer", "scale", "zero point", "int8 covers",
+                                                  "calibration values", "clipped"))
+    return (f"<p class=\"note\">{_e(ranges['method'])} calibration on {ranges['samples']} "
+            f"sample(s) ({_e(ranges['source'])}): each value the program rounds to int8 and the "
+            "share of the calibration values outside the range its scale and zero point cover."
+            f"</p><table id=\"ranges\" class=\"sortable\"><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
 
 
 def render_sweep_html(rows: list[dict], title: str) -> str:

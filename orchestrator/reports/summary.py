@@ -18,6 +18,7 @@ from orchestrator.errors import UserError
 from platforms.memory_fit import MemoryUse
 
 if TYPE_CHECKING:  # types only; the module imports heavy upstream packages
+    from orchestrator.compilation.quantization_points import ActivationRanges
     from orchestrator.planning.structure import ModuleGroup, Recurrence
     from platforms.memory_placement import MemoryPlacement
 
@@ -54,6 +55,9 @@ class Summary:
     # calibration files they came from; None without one.
     instructions: int | None = None
     instructions_source: str | None = None
+    # With calibration data given: each activation quantization point's scale, zero point and
+    # clipping rate on it (orchestrator/compilation/quantization_points.py); else None.
+    activation_ranges: ActivationRanges | None = None
 
 
 def constant_tensor_bytes(view: ProgramView) -> int:

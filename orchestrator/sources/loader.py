@@ -54,6 +54,8 @@ class Calibration:
     generated: bool
     source: str
     warning: str | None
+    # How the quantizer turns them into ranges (orchestrator/compilation/observers.py).
+    method: str = "histogram"
 
 
 def load_model(spec: str) -> LoadedModel:

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 import torch
 
 from orchestrator import numerics
+from orchestrator.compilation.quantization_points import (DEQUANTIZE, QUANTIZE, Point,
+                                                          clipped_values, modules, points,
+                                                          target_name, where)
 from orchestrator.verification.twin_verify import as_tuple
-
-_QUANTIZE = "quantized_decomposed.quantize_per_tensor"
-_DEQUANTIZE = ("quantized_decomposed.dequantize_per_tensor",
-               "quantized_decomposed.dequantize_per_channel")
 
 
 @dataclass(frozen=True)
@@ -46,9 +45,11 @@ class LayerError:
     clipped: float  # of the float values at this point, outside the int8 range (0..1)
     scale: float
     zero_point: int
+    modules: tuple[str, ...] = ()  # the source modules of its ops (the plan rows' `module`)
 
     def to_json(self) -> dict:
         return {"node": self.node, "where": self.where, "weights": list(self.weights),
+                "modules": list(self.modules),
                 "scale": self.scale, "zero_point": self.zero_point, "clipped": self.clipped,
                 "at_output_snr_db": _finite(self.at_output_snr_db),
                 "alone_snr_db": _finite(self.alone_snr_db), "share_of_error": self.share}
@@ -104,70 +105,10 @@ def _snr(reference: torch.Tensor, value: torch.Tensor) -> float:
     return 10 * math.log10(signal / noise) if signal > 0 else -math.inf
 
 
-def _target(node) -> str:
-    return str(node.target).removesuffix(".default")
-
-
-@dataclass(frozen=True)
-class _Point:
-    node: str  # the float node whose output is rounded
-    scale: float
-    zero_point: int
-    quant_min: int
-    quant_max: int
-    weights: dict  # float node name -> {argument position: dequantized int8 weight}
-
-
-def _points(quantized: torch.fx.GraphModule) -> list[_Point]:
-    """Each activation quantization point of the quantized reference, with the int8 weights of
-    the ops between it and the points before it."""
-    values = {}  # the dequantized int8 constants, evaluated once
-
-    def constant(node) -> torch.Tensor | None:
-        """A dequantize of a constant (an int8 weight or bias), evaluated; else None."""
-        if node.op != "call_function" or _target(node) not in _DEQUANTIZE:
-            return None
-        source = node.args[0]
-        if not (isinstance(source, torch.fx.Node) and source.op == "get_attr"):
-            return None
-        if node.name not in values:
-            args = [getattr(quantized, a.target) if isinstance(a, torch.fx.Node) and
-                    a.op == "get_attr" else a for a in node.args]
-            values[node.name] = node.target(*args, **node.kwargs)
-        return values[node.name]
-
-    points = []
-    for node in quantized.graph.nodes:
-        if node.op != "call_function" or _target(node) != _QUANTIZE:
-            continue
-        source = node.args[0]
-        if not isinstance(source, torch.fx.Node):
-            continue
-        weights: dict = {}
-        stack, seen = [source], set()
-        while stack:  # back to the previous activation points
-            current = stack.pop()
-            if current in seen or current.op != "call_function":
-                continue
-            seen.add(current)
-            if _target(current) in _DEQUANTIZE:
-                continue
-            for position, arg in enumerate(current.args):
-                if isinstance(arg, torch.fx.Node):
-                    value = constant(arg)
-                    if value is not None:
-                        weights.setdefault(current.name, {})[position] = value
-                    else:
-                        stack.append(arg)
-        points.append(_Point(source.name, float(node.args[1]), int(node.args[2]),
-                             int(node.args[3]), int(node.args[4]), weights))
-    return points
-
-
 class _OneLayer(torch.fx.Interpreter):
     """The float graph with one layer quantized: its weights replaced, its output rounded."""
 
-    def __init__(self, module: torch.fx.GraphModule, point: _Point | None) -> None:
+    def __init__(self, module: torch.fx.GraphModule, point: Point | None) -> None:
         super().__init__(module)
         self.point = point
         self.seen: dict[str, torch.Tensor] = {}
@@ -191,41 +132,30 @@ class _OneLayer(torch.fx.Interpreter):
         return result
 
 
-def _where(float_module: torch.fx.GraphModule, point: _Point) -> str:
-    node = next((n for n in float_module.graph.nodes if n.name == point.node), None)
-    stack = node.meta.get("nn_module_stack") if node is not None else None
-    path = list(stack.values())[-1][0] if stack else ""
-    ops = [*point.weights, point.node]
-    ops = list(dict.fromkeys(ops))
-    return f"{path} ({' + '.join(ops)})" if path else " + ".join(ops)
-
-
 def layer_errors(pte: str, float_module: torch.fx.GraphModule,
                  quantized_module: torch.fx.GraphModule, samples, inputs: str
                  ) -> LayerErrorReport:
     """The report (see the module docstring) on `samples` (model inputs)."""
-    points = _points(quantized_module)
-    float_outs, quantized_outs, at_output = [], [], {p.node: [] for p in points}
-    clipped = {p.node: [0, 0] for p in points}  # values outside the range, values
+    found = points(quantized_module)
+    float_outs, quantized_outs, at_output = [], [], {p.node: [] for p in found}
+    clipped = {p.node: [0, 0] for p in found}  # values outside the range, values
     with torch.no_grad(), numerics.single_threaded():
         for sample in samples:
             plain = _OneLayer(float_module, None)
             float_outs.append(as_tuple(plain.run(*sample))[0].float())
             quantized = _OneLayer(quantized_module, None)
             quantized_outs.append(as_tuple(quantized.run(*sample))[0].float())
-            for point in points:
+            for point in found:
                 value = plain.seen.get(point.node)
                 if value is not None and value.is_floating_point():
-                    codes = torch.round(value / point.scale) + point.zero_point
-                    clipped[point.node][0] += int(((codes < point.quant_min) |
-                                                   (codes > point.quant_max)).sum())
+                    clipped[point.node][0] += clipped_values(value, point)
                     clipped[point.node][1] += value.numel()
                 user = next((u for u in quantized_module.graph.nodes
-                             if u.op == "call_function" and _target(u) == _QUANTIZE
+                             if u.op == "call_function" and target_name(u) == QUANTIZE
                              and isinstance(u.args[0], torch.fx.Node)
                              and u.args[0].name == point.node), None)
                 rounded = next((d for d in (user.users if user is not None else ())
-                                if _target(d) in _DEQUANTIZE), None)
+                                if target_name(d) in DEQUANTIZE), None)
                 if rounded is not None and point.node in plain.seen and \
                         rounded.name in quantized.seen:
                     at_output[point.node].append((plain.seen[point.node].float(),
@@ -234,7 +164,7 @@ def layer_errors(pte: str, float_module: torch.fx.GraphModule,
         whole = torch.cat([o.reshape(-1) for o in quantized_outs])
         whole_noise = float(((reference - whole) ** 2).sum())
         layers = []
-        for point in points:
+        for point in found:
             alone = torch.cat([as_tuple(_OneLayer(float_module, point).run(*s))[0].float()
                                .reshape(-1) for s in samples])
             noise = float(((reference - alone) ** 2).sum())
@@ -242,10 +172,10 @@ def layer_errors(pte: str, float_module: torch.fx.GraphModule,
             at = (_snr(torch.cat([a.reshape(-1) for a, _ in pairs]),
                        torch.cat([b.reshape(-1) for _, b in pairs])) if pairs else None)
             out, total = clipped[point.node]
-            layers.append(LayerError(point.node, _where(float_module, point),
+            layers.append(LayerError(point.node, where(float_module, point),
                                      tuple(point.weights), at, _snr(reference, alone),
                                      noise / whole_noise if whole_noise else 0.0,
                                      out / total if total else 0.0, point.scale,
-                                     point.zero_point))
+                                     point.zero_point, modules(float_module, point)))
     layers.sort(key=lambda layer: -layer.share)
     return LayerErrorReport(pte, len(samples), inputs, _snr(reference, whole), tuple(layers))
