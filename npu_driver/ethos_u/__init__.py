@@ -22,6 +22,10 @@ Entry points:
 - `invocation_handler(accelerator=None)`: a `kernels.runtime` NpuHandler running each
   `NpuInvocation` (the host Ethos-U driver's callback) on its regions in place.
 - `disassemble(command_stream) -> str`: the commands, one per line, with word offsets.
+- `check_stream(command_stream, region_sizes, accel)`: the stream checker `execute` runs first
+  (checker.py): every access bounded, reserved bits, registers set, a STOP at the end.
+- `check_partition_weights(payload, tosa_bytes)`: every weight and scale stream against the
+  TOSA graph's constants, whatever the inputs (weight_check.py).
 
 `Counters` (what an execution did): commands and their count per opcode, operations per kind,
 MACs (convolution and depthwise), DMA bytes per source->destination, bytes read and written per
@@ -62,6 +66,7 @@ from npu_driver.ethos_u.errors import (CommandStreamError, ConfigMismatch, Memor
 from npu_driver.ethos_u.fmap import Memory
 from npu_driver.ethos_u.machine import Counters, Machine
 from npu_driver.ethos_u.mlw import WeightStreamError
+from npu_driver.ethos_u.weight_check import WeightMismatch, WeightReport, check_weights
 from npu_driver.ethos_u.stream import (Command, CustomOperatorPayload, OptimizerConfig,
                                        decode_commands, parse_custom_operator_payload)
 
@@ -71,7 +76,7 @@ __all__ = ["ACCELERATORS", "Accelerator", "CommandStreamError", "ConfigMismatch"
            "execute_backend_invocation",
            "SCRATCH_REGION", "WEIGHTS_REGION", "FAST_SCRATCH_REGION", "WeightStreamError",
            "HazardError", "disassemble", "invocation_handler", "StreamCheck", "StreamRefused",
-           "check_stream"]
+           "check_stream", "check_partition_weights", "WeightMismatch", "WeightReport"]
 
 # EthosUBackend_Cortex_M.cpp::platform_execute: bases = {weight_data, scratch, fast_scratch}
 WEIGHTS_REGION = 0
@@ -151,6 +156,17 @@ def execute_backend_invocation(command_stream: bytes, regions: list,
     if regions and regions[WEIGHTS_REGION] is not None:
         regions[WEIGHTS_REGION] = memoryview(regions[WEIGHTS_REGION]).toreadonly()
     return execute(command_stream, regions, accelerator, growable_regions=absent)
+
+
+def check_partition_weights(payload, tosa_bytes: bytes,
+                            accelerator: str | None = None) -> WeightReport:
+    """Every weight and scale stream of an EthosUPayload against its TOSA graph's constants,
+    whatever the inputs (weight_check.py); the regions are the payload's weight data and
+    scratch, the fast scratch sized by use."""
+    accel = resolve_accelerator(parse_custom_operator_payload(payload.cmd_bytes), accelerator)
+    check = check_stream(payload.cmd_bytes, [len(payload.weight_bytes), payload.scratch_bytes,
+                                             None], accel, (FAST_SCRATCH_REGION,))
+    return check_weights(payload.weight_bytes, check, tosa_bytes, accel)
 
 
 def run_partition(payload, inputs: Sequence, accelerator: str | None = None, *,

@@ -74,6 +74,11 @@ class WeightReport:
 
 def tosa_kernels(tosa_bytes: bytes) -> list[TosaKernel]:
     """The CONV2D and DEPTHWISE_CONV2D constants of the graph's main block."""
+    return _tosa_graph(tosa_bytes)[0]
+
+
+def _tosa_graph(tosa_bytes: bytes) -> tuple[list[TosaKernel], list[bytes]]:
+    """(the convolutions' constants, the raw bytes of every constant tensor)."""
     from tosa.Op import Op  # lazy: the generated reader is only needed here
 
     from npu_driver.tosa_twin import _main_block
@@ -99,6 +104,8 @@ def tosa_kernels(tosa_bytes: bytes) -> list[TosaKernel]:
         return np.frombuffer(raw, dtype=_INT[tensor.Type()])[:count].astype(
             np.int64).reshape(shape)
 
+    raw_constants = [tensor.DataAsNumpy().tobytes() for tensor in tensors.values()
+                     if tensor.DataLength()]
     kernels = []
     for op in ops:
         if op.Op() not in (Op.CONV2D, Op.DEPTHWISE_CONV2D):
@@ -116,14 +123,14 @@ def tosa_kernels(tosa_bytes: bytes) -> list[TosaKernel]:
         kernels.append(TosaKernel(
             tensors[op.Outputs(0)].Name().decode(), weights - weight_zp.ravel()[0],
             np.broadcast_to(bias.ravel(), (channels,)), multiplier, shift))
-    return kernels
+    return kernels, raw_constants
 
 
 def check_weights(weight_data: bytes, check: StreamCheck, tosa_bytes: bytes,
                   accel: Accelerator) -> WeightReport:
     """Check every weight and scale stream `check` lists against the TOSA graph; raise
     WeightMismatch naming the command and word offset of the first that differs."""
-    kernels = tosa_kernels(tosa_bytes)
+    kernels, raw_constants = _tosa_graph(tosa_bytes)
     fate = np.zeros(len(weight_data), dtype=np.int8)  # 0 unread, 1 checked, 2 data
     checked, unchecked = [], []
     scales = {read.offset: read for read in check.scales}
@@ -169,11 +176,13 @@ def check_weights(weight_data: bytes, check: StreamCheck, tosa_bytes: bytes,
             if src is not None:
                 fate[src:src + scale.length] = np.maximum(fate[src:src + scale.length], 2)
     _mark_consumed_data(fate, check)
+    stored = _stored_constants(weight_data, fate, raw_constants)
     stray = np.flatnonzero((fate == 0) & (np.frombuffer(weight_data, dtype=np.uint8) != 0))
     if stray.size:
         raise WeightMismatch(f"the weight data holds {stray.size} non-zero byte(s) that no "
                              f"command reads (first at byte {int(stray[0])}); Vela leaves "
                              "padding zero")
+    checked.extend(stored)
     return WeightReport(tuple(checked), tuple(unchecked), len(weight_data),
                         int((fate == 1).sum()), int((fate == 0).sum()), int((fate == 2).sum()))
 
@@ -196,6 +205,28 @@ def _match(values: np.ndarray, records, kernels: list[TosaKernel]) -> str | None
                     continue
             return f"{kernel.name} channels {first}..{first + channels - 1}"
     return None
+
+
+def _stored_constants(weight_data: bytes, fate: np.ndarray, constants: list[bytes]) -> list[str]:
+    """Runs of bytes no command reads that hold a TOSA constant whole, then zeros: Vela stores
+    a constant the stream takes another way (as IFM2_SCALAR) all the same. Marked checked."""
+    found = []
+    unread = np.flatnonzero(fate == 0)
+    if not unread.size:
+        return found
+    starts = unread[np.r_[True, np.diff(unread) > 1]]
+    ends = unread[np.r_[np.diff(unread) > 1, True]] + 1
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        run = weight_data[start:end]
+        if not any(run):
+            continue
+        for constant in constants:
+            if run.startswith(constant) and not any(run[len(constant):]):
+                fate[start:end] = 1
+                found.append(f"weight data bytes {start}..{end - 1}: a TOSA constant "
+                             f"({len(constant)} B) no command reads, then zeros")
+                break
+    return found
 
 
 def _same_scale(scale, shift, multiplier, tosa_shift) -> bool:

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from npu_driver.ethos_u import (SCRATCH_REGION, NpuModelError, UnmodelledCommand,
-                                execute_backend_invocation, run_partition)
+                                WeightMismatch, WeightStreamError, check_partition_weights, execute_backend_invocation,
+                                run_partition)
 from npu_driver.tosa_twin import TosaTwinError
 from npu_driver.tosa_worker import shared as shared_tosa
 from orchestrator.errors import NotRun, UserError, VerificationFailure
@@ -76,6 +77,7 @@ class NpuTally:
     macs: Counter = field(default_factory=Counter)
     dma_bytes: Counter = field(default_factory=Counter)  # delegate name -> bytes moved by DMA
     operations: dict[str, Counter] = field(default_factory=dict)  # delegate name -> kinds
+    weights: dict[str, object] = field(default_factory=dict)  # delegate name -> WeightReport
 
     def add(self, name: str, counters: Counters) -> None:
         self.invocations[name] += 1
@@ -90,7 +92,11 @@ class NpuTally:
                        "macs_per_invocation": self.macs[name] // self.invocations[name],
                        "dma_bytes_per_invocation":
                            self.dma_bytes[name] // self.invocations[name],
-                       "operations": dict(self.operations[name])}
+                       "operations": dict(self.operations[name]),
+                       **({"weight_check": self.weights[name].summary(),
+                           "weight_streams_checked": list(self.weights[name].checked),
+                           "weight_streams_not_checked": list(self.weights[name].unchecked)}
+                          if name in self.weights else {})}
                 for name in sorted(self.invocations)}
 
 
@@ -124,6 +130,10 @@ def npu_lines(execution: dict) -> list[str]:
                  f"; FINDING: the plan counts {planned:,} MACs for this partition")
         lines.append(f"{name}: {figures['commands_per_invocation']} commands, {macs:,} MACs"
                      f"{check}, {figures['dma_bytes_per_invocation']:,} B by DMA ({ops})")
+        if "weight_check" in figures:
+            lines.append(f"{name} weights, whatever the inputs: {figures['weight_check']}")
+            lines.extend(f"  not checked: {line}" for line in
+                         figures["weight_streams_not_checked"])
     return lines
 
 
@@ -203,7 +213,29 @@ class NpuExecutor:
                         for v, spec in zip(payload.outputs, partition.io.outputs)]
             self._compare(streamed, self._tosa(partition, arrays, where), where)
 
+    def _check_weights(self, partition: NpuPartition, where: str) -> None:
+        """Once per partition, before its stream first runs: every weight and scale stream
+        against the TOSA graph's constants, so a changed weight byte fails whatever the
+        samples exercise."""
+        if partition.delegate_name in self.tally.weights:
+            return
+        try:
+            report = check_partition_weights(partition.payload, partition.tosa_bytes,
+                                             self.accelerator)
+        except UnmodelledCommand as error:
+            raise NpuModelCannotRun(f"not run: {where}: the Ethos-U functional model does not "
+                                    f"implement {error} (--npu-model tosa runs the TOSA graph "
+                                    "instead)") from None
+        except (WeightMismatch, WeightStreamError) as error:
+            raise NpuModelFault(f"{where}: the weight data fails its check against the TOSA "
+                                f"graph Vela compiled: {error}") from None
+        except NpuModelError as error:
+            raise NpuModelFault(f"{where}: the command stream fails on the NPU: {error}") \
+                from None
+        self.tally.weights[partition.delegate_name] = report
+
     def _guarded(self, partition: NpuPartition, where: str, run) -> None:
+        self._check_weights(partition, where)
         try:
             counters = run()
         except UnmodelledCommand as error:
