@@ -11,13 +11,17 @@ region. This module decides which tensors go to which buffer:
   the next region, one ExecuTorch buffer per region. The plan then charges each op's activation
   traffic at the speed of the region its tensors are in.
 
-The split runs inside ExecuTorch's MemoryPlanningPass as its planning algorithm: each buffer is
-planned by upstream's `greedy`, so lifetimes and reuse are upstream's; only the buffer of each
-tensor (`TensorSpec.mem_id`, which `greedy` honours) is chosen here.
+The split runs inside ExecuTorch's MemoryPlanningPass as its planning algorithm, with
+upstream's lifetimes (`TensorSpec.lifetime`), alignment and aliasing (`storage_base`). Each
+buffer's offsets come from `plan_buffers`: the smaller of upstream's `greedy` and our own
+lifetime best fit (platforms/offset_planning.py), which reaches the peak of live bytes where
+greedy's stacked shared objects leave holes; the buffer of each tensor (`TensorSpec.mem_id`) is
+chosen here.
 
 Control flow (cond/while submodules) keeps one arena, in the fast region when it fits there, else
 in the last one: submodule buffers are planned with offsets into the parent's buffers, which a
-split would break.
+split would break. Both planners honour that: the parent's tensors start above the submodules'
+bytes (`input_mem_buffer_sizes`), which the bound counts as live throughout.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from platforms.memory_fit import KIND_PREFERENCE
+from platforms.offset_planning import ORDERS, Block, best_offsets, check_layout, live_bytes_bound
 from platforms.memory_placement import Arena, ArenaSlot, check_policy, read_cost
 from platforms.platform import PlatformError
 
@@ -124,16 +129,94 @@ def _accesses(graph_module) -> dict:
     return counts
 
 
-def planning_algorithm(slots: Sequence[ArenaSlot], record: ArenaRecord):
-    """A `memory_planning_algo` for ExecuTorch's MemoryPlanningPass: `greedy` per buffer, the
-    buffer of each tensor chosen by `split`. Fills `record`."""
+@dataclass(frozen=True)
+class BufferPlan:
+    """One planned buffer's bytes as planned, its live-bytes lower bound, what upstream's
+    `greedy` alone would have taken, and which planner's offsets were kept."""
+
+    bytes: int
+    bound_bytes: int
+    greedy_bytes: int
+    planner: str
+
+
+def _root(spec):
+    while getattr(spec, "storage_base", None) is not None:
+        spec = spec.storage_base
+    return spec
+
+
+def _offset_in_root(spec) -> int:
+    offset = 0
+    while getattr(spec, "storage_base", None) is not None:
+        offset += spec.storage_base_offset
+        spec = spec.storage_base
+    return offset
+
+
+def plan_buffers(alignment, specs, graph_module, graph_signature, extra_padding=0,
+                 orders: Sequence[str] = tuple(ORDERS)):
+    """ExecuTorch's `MemoryAlgoResult` for `specs` (each buffer laid out by the smaller of
+    upstream's `greedy` and `best_offsets`; greedy keeps a tie, so a buffer it already packs to
+    the bound keeps its offsets) and a BufferPlan per mem_id. A spec backed by another's storage
+    (`storage_base`) sits at its base's offset plus its own `storage_base_offset`, as in greedy."""
     from executorch.exir.memory_planning import (  # lazy: heavy (executorch)
-        MemoryPlanningAlgorithmSuite, greedy)
+        MemoryAlgoResult, SpecAllocResult, greedy)
+
+    upstream = greedy(alignment, specs, graph_module, graph_signature, extra_padding)
+    result = MemoryAlgoResult(dict(upstream.spec_dict), list(upstream.bufsizes))
+    under = getattr(graph_module, "input_mem_buffer_sizes", None) or []
+    groups: dict[int, list] = {}
+    for spec in specs:  # already realigned by greedy; aliases go where their storage goes
+        groups.setdefault(upstream.spec_dict[_root(spec)].mem_id, []).append(spec)
+    plans: dict[int, BufferPlan] = {}
+    next_object = 0
+    for mem_id, group in groups.items():
+        base = under[mem_id] if mem_id < len(under) else 0
+        roots = [s for s in group if getattr(s, "storage_base", None) is None]
+        blocks = [Block(s.allocated_memory, s.lifetime[0], s.lifetime[1]) for s in roots]
+        bound = base + live_bytes_bound(blocks) + extra_padding
+        greedy_bytes = int(upstream.bufsizes[mem_id])
+        layout = best_offsets(blocks, orders)
+        if base + layout.bytes + extra_padding >= greedy_bytes:
+            plans[mem_id] = BufferPlan(greedy_bytes, bound, greedy_bytes, "executorch greedy")
+            continue
+        check_layout(blocks, layout.offsets)
+        root_offset = {id(s): base + o for s, o in zip(roots, layout.offsets)}
+        placed = sorted(((root_offset[id(_root(s))] + _offset_in_root(s), s) for s in group),
+                        key=lambda p: p[0])
+        # mem_obj_id: specs whose bytes overlap share one id (ExecuTorch's Verifier checks it),
+        # i.e. one id per run of overlapping byte ranges.
+        end = -1
+        for offset, spec in placed:
+            if offset >= end:
+                next_object += 1
+            end = max(end, offset + spec.allocated_memory)
+            result.spec_dict[spec] = SpecAllocResult(mem_id, next_object, offset)
+        result.bufsizes[mem_id] = base + layout.bytes + extra_padding
+        plans[mem_id] = BufferPlan(result.bufsizes[mem_id], bound, greedy_bytes,
+                                   f"orchestrate lifetime planner ({layout.method})")
+    return result, plans
+
+
+def planning_algorithm(slots: Sequence[ArenaSlot], record: ArenaRecord):
+    """A `memory_planning_algo` for ExecuTorch's MemoryPlanningPass: `plan_buffers` per buffer,
+    the buffer of each tensor chosen by `split`. Fills `record`."""
+    from executorch.exir.memory_planning import (  # lazy: heavy (executorch)
+        MemoryPlanningAlgorithmSuite)
 
     import torch  # lazy: heavy (torch)
 
     def algo(alignment, specs, graph_module, graph_signature, extra_padding=0):
-        suite = MemoryPlanningAlgorithmSuite([greedy])
+        plans: dict[int, BufferPlan] = {}
+
+        def lifetime_planner(*args):
+            result, found = plan_buffers(*args)
+            plans.clear()
+            plans.update(found)
+            return result
+
+        suite = MemoryPlanningAlgorithmSuite([lifetime_planner])
         has_submodules = any(isinstance(child, torch.fx.GraphModule)
                              for child in graph_module.children())
         if len(slots) < 2 or has_submodules or getattr(graph_module, "input_mem_buffer_sizes",
@@ -160,8 +243,9 @@ def planning_algorithm(slots: Sequence[ArenaSlot], record: ArenaRecord):
                 subset = [s for k in keys for s in units[k]]
                 for spec in subset:
                     spec.mem_id = 1
-                return greedy(alignment, subset, graph_module, graph_signature,
-                              extra_padding).bufsizes[1]
+                # One order: the split asks for every candidate set, the final plan tries all.
+                return plan_buffers(alignment, subset, graph_module, graph_signature,
+                                    extra_padding, orders=("size",))[0].bufsizes[1]
 
             chosen = split(tensors, slots, size_of)
         used = sorted(set(chosen))
@@ -180,10 +264,12 @@ def planning_algorithm(slots: Sequence[ArenaSlot], record: ArenaRecord):
         counts = {slot: sum(len(u) for u, c in zip(units, chosen) if c == slot) for slot in used}
         record.arenas = tuple(
             Arena(mem_id[slot], slots[slot].region, int(bufsizes[mem_id[slot]]), counts[slot],
-                  slots[slot].budget) for slot in used)
+                  slots[slot].budget, plans[mem_id[slot]].bound_bytes,
+                  plans[mem_id[slot]].greedy_bytes, plans[mem_id[slot]].planner)
+            for slot in used)
         record.mem_id_of = {n.name: n.meta["spec"].mem_id for n in graph_module.graph.nodes
                             if getattr(n.meta.get("spec"), "mem_id", None) is not None}
         return bufsizes
 
-    algo.__name__ = "region_split_greedy"
+    algo.__name__ = "region_split_lifetimes"
     return algo

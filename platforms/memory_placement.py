@@ -54,17 +54,29 @@ class ArenaSlot:
 
 @dataclass(frozen=True)
 class Arena:
-    """One ExecuTorch planned buffer as compiled: its mem_id, region, size and tensor count."""
+    """One ExecuTorch planned buffer as compiled: its mem_id, region, size and tensor count, the
+    lower bound on its size from its tensors' lifetimes (the peak of the bytes live at one
+    instruction), what upstream's greedy planner alone would have taken, and the planner whose
+    offsets were kept (platforms/arena_planning.py: plan_buffers)."""
 
     mem_id: int
     region: str
     bytes: int
     tensors: int
     budget: int | None = None
+    bound_bytes: int | None = None
+    greedy_bytes: int | None = None
+    planner: str | None = None
 
     def to_json(self) -> dict:
         return {"mem_id": self.mem_id, "region": self.region, "bytes": self.bytes,
-                "tensors": self.tensors, "budget": self.budget}
+                "bytes_source": "planned", "tensors": self.tensors, "budget": self.budget,
+                "live_bytes_bound": self.bound_bytes,
+                "live_bytes_bound_source": BOUND_SOURCE if self.bound_bytes is not None else None,
+                "upstream_greedy_bytes": self.greedy_bytes, "planner": self.planner}
+
+
+BOUND_SOURCE = "lower bound from lifetimes (peak of the aligned bytes live at one instruction)"
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ def ds_cnn_profile(ds_cnn_cpu, tmp_path_factory):
 SHARED_COMPILES = ("test_compile.py", "test_plan.py", "test_verify_zoo.py", "test_twin.py",
                    "test_memory_placement.py", "test_host_runtime.py", "test_bad_inputs.py",
                    "test_size.py", "test_plan_readable.py",
-                   "test_golden.py")
+                   "test_golden.py", "test_arena_bound.py")
 # Files whose tests share nothing but the on-disk caches: every test is a unit of its own.
 PER_TEST_UNITS = ("test_qemu_families.py", "test_peer_symptoms.py")
 _UNIT_FIRST = ("test_architecture.py", "test_upstream_adapters.py", "test_platforms.py",
