@@ -8,6 +8,7 @@ the CLI, so handing it a computed plan tests everything the CLI does with it."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -129,3 +130,33 @@ def test_a_compile_failing_while_writing_leaves_nothing_half_written(mixed, monk
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == (f"orchestrate: error: cannot write {pte}: No space left on device; nothing was "
                    "written (earlier outputs are as they were); free space or choose another path")
+
+
+def test_the_command_ends_without_interpreter_teardown_yet_keeps_its_exit_code_and_output(
+        tmp_path):
+    """`orchestrate` (orchestrator.cli:entry) ends with os._exit after the exit handlers: its
+    piped stdout still arrives whole, a user error still exits 2 with its one line, and a
+    compile's temporary folders are gone (the handlers that remove them ran)."""
+    import json
+    import subprocess
+    import sys
+
+    listed = subprocess.run([sys.executable, "-m", "orchestrator.cli", "list", "--format", "json"],
+                            capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 0
+    assert {m["name"] for m in json.loads(listed.stdout)["models"]} >= {"ds-cnn", "resnet8"}
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    compiled = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compile", "mixed",
+                               "--npu", "none", "-o", str(tmp_path / "m.pte"), "--quiet"],
+                              capture_output=True, text=True, timeout=600, env=env)
+    assert compiled.returncode == 0, compiled.stderr[-500:]
+    assert (tmp_path / "m.pte").stat().st_size > 0
+    assert list(scratch.iterdir()) == []
+    refused = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compile",
+                              str(tmp_path / "nosuch.py") + ":x", "-o", str(tmp_path / "x.pte")],
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"orchestrate: error: model file not found: {tmp_path / 'nosuch.py'}; check the path"]
