@@ -696,6 +696,8 @@ def entry() -> None:
     run still owes the disk) took 4.4 s of wall after a compile had finished
     (docs/benchmarks.md)."""
     code = main()
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)  # a profiler or debugger writes its results after this returns
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
