@@ -340,6 +340,16 @@ def _memory_map(memory: dict, regions: list[dict]) -> str:
             f"{''.join(parts)}</svg>{note}")
 
 
+def _arena_note(memory: dict) -> str:
+    """The arena as planned beside its lower bound from the tensors' lifetimes."""
+    bound = memory.get("arena_live_bytes_bound")
+    if bound is None:
+        return ""
+    return (f"<p class=\"note\">arena {memory['arena_bytes']:,} B "
+            f"({_e(memory.get('arena_bytes_source') or 'planned')}); {bound:,} B "
+            f"{_e(memory.get('arena_live_bytes_bound_source') or '')}</p>")
+
+
 def render_plan_html(plan_json: dict, regions: list[dict], title: str | None = None,
                      layer_error: dict | None = None) -> str:
     """`plan_json`: Plan.to_json(); `regions`: the platform's memories (name, size_bytes, kind);
@@ -357,18 +367,23 @@ def render_plan_html(plan_json: dict, regions: list[dict], title: str | None = N
     if plan_json["calibration"].get("warning"):
         head += f"<p class=\"note\">{_e(plan_json['calibration']['warning'])}</p>"
     if layer_error is not None:
-        head += ("<h2>Per-layer quantization error</h2>" + _snr_legend(layer_error)
+        head += _snr_legend(layer_error)
+    # After the op table, the first sortable one (the `#sort=N` hook counts its columns).
+    tail = ""
+    if layer_error is not None:
+        tail += ("<h2>Per-layer quantization error</h2>" + _snr_legend(layer_error)
                  + _layer_table(layer_error))
     ranges = summary.get("activation_ranges")
     if ranges:
-        head += "<h2>Activation ranges</h2>" + _ranges_table(ranges)
+        tail += "<h2>Activation ranges</h2>" + _ranges_table(ranges)
     body = (head + "<h2>One inference</h2>" + _legend() + _timeline(plan_json["ops"])
             + "<p class=\"note\">Hover a bar for the op, its estimate and its source, and why it "
             "is not in a better place. Sources: vela = Vela's estimate, model:* = orchestrate's "
             "cost models.</p>"
             + "<h2>Memory</h2>" + _memory_map(summary["memory"], regions)
+            + _arena_note(summary["memory"])
             + "<h2>Every op (click a column to sort)</h2>"
-            + _op_table(plan_json["ops"], layer_error))
+            + _op_table(plan_json["ops"], layer_error) + tail)
     return _page(title, body)
 
 
