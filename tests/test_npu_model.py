@@ -370,7 +370,8 @@ def test_the_real_executorch_runtime_runs_with_the_model_as_its_npu(programs):
     regions to the model (`invocation_handler`): the program's outputs equal those of the same
     runtime with the TOSA reference model standing in for the NPU. A U65 program compiled for
     Dedicated_Sram needs a fast scratch the host build (like a firmware that does not define
-    `ethosu_fast_scratch`) gives as 0 bytes: the model refuses the first DMA into it."""
+    `ethosu_fast_scratch`) gives as 0 bytes: the stream checker refuses the first DMA into it
+    before anything runs."""
     import torch
 
     from tests.device_tools import missing
@@ -400,6 +401,6 @@ def test_the_real_executorch_runtime_runs_with_the_model_as_its_npu(programs):
         u65_twin, u65_pte, _ = programs["resnet8@u65-256"]
         sample = tuple(torch.tensor(rng.uniform(-1, 1, size=spec.sizes), dtype=torch.float32)
                        for spec in u65_twin.input_specs)
-        with pytest.raises(RuntimeFailure, match="MemoryFault: NPU_OP_DMA_START at word .* of "
+        with pytest.raises(RuntimeFailure, match="StreamRefused: NPU_OP_DMA_START at word .* of "
                                                  "region 2, which has 0 bytes"):
             runtime.run(u65_pte, device_inputs(u65_twin, sample), npu=invocation_handler())

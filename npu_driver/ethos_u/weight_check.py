@@ -69,7 +69,8 @@ class WeightReport:
         return (f"{len(self.checked)} weight/scale stream(s) equal to the TOSA graph's "
                 f"constants, {len(self.unchecked)} not checked; of {self.weight_bytes:,} B of "
                 f"weight data {self.checked_bytes:,} B checked, {self.padding_bytes:,} B zero "
-                f"padding, {self.data_bytes:,} B read as data")
+                f"padding, {self.data_bytes:,} B not checked (read as data or by a stream "
+                f"not checked)")
 
 
 def tosa_kernels(tosa_bytes: bytes) -> list[TosaKernel]:
@@ -144,11 +145,14 @@ def check_weights(weight_data: bytes, check: StreamCheck, tosa_bytes: bytes,
             _mark_data(fate, read, source, scale, scale_source)
             continue
         stream = weight_data[source:source + read.length]
-        values = decode_weights(stream, read.layout, w)
-        total = mlw.decode(stream, strict=True).size
+        try:
+            total = mlw.decode(stream, strict=True).size
+        except mlw.WeightStreamError as error:
+            raise WeightMismatch(f"{w}: {error}") from None
         if total != weight_order(read.layout).size:
             raise WeightMismatch(f"{w}: the weight stream holds {total} weights; the operation "
                                  f"consumes {weight_order(read.layout).size}")
+        values = decode_weights(stream, read.layout, w)
         records = (decode_scales(weight_data[scale_source:scale_source + scale.length],
                                  scale.channels) if scale else None)
         found = _match(values, records, kernels)
