@@ -80,7 +80,9 @@ def plan(model: str | Request, progress=None, **options) -> "Plan":
 
     Options are Request's fields: platform, npu, cpu, io, calibration, calibration_method
     ("histogram", upstream's, "minmax" or "moving-average": the activation observer,
-    orchestrator/compilation/observers.py), cpu_hz, npu_hz, policy (a
+    orchestrator/compilation/observers.py), precision ("features.2=a16w8,..." or
+    {module: "a16w8"}: int16 activations for those modules on NPU targets,
+    orchestrator/compilation/precision.py), cpu_hz, npu_hz, policy (a
     placement policy YAML path or Policy), placement ("greedy" or "cost"; with "cost" the Plan
     carries the decisions in `plan.cost_placement`), memory_policy, runner_ops,
     calibration_costs (a file from `calibrate`: CPU rows' figures scaled by it, its name in

@@ -75,7 +75,8 @@ def _request(args, npu: str | None = None, model: str | None = None,
     """The Request the target options describe (`npu`/`model` override, for a sweep's jobs)."""
     return Request(model or args.model, platform=args.platform, npu=npu or args.npu,
                    cpu=args.cpu, io=args.io, calibration=args.calibration,
-                   calibration_method=args.calibration_method, cpu_hz=args.cpu_hz,
+                   calibration_method=args.calibration_method,
+                   precision=getattr(args, "precision", None), cpu_hz=args.cpu_hz,
                    npu_hz=args.npu_hz, policy=args.policy,
                    placement=getattr(args, "placement", None),
                    memory_policy=args.memory_policy,
@@ -229,7 +230,7 @@ def _plan_firmware_of_pte(args) -> int:
 # Options that describe a compile: with a compiled .pte and --measured, its plan is the one
 # compile wrote, so they would change nothing (name: the value that means "not given").
 _COMPILE_OPTIONS = {"npu": None, "cpu": None, "calibration": None,
-                    "calibration_method": "histogram", "cpu_hz": None,
+                    "calibration_method": "histogram", "precision": None, "cpu_hz": None,
                     "npu_hz": None, "policy": None, "placement": None, "pte": None,
                     "runner_ops": None, "fail_under_npu_coverage": None, "max_partitions": None,
                     "require_fit": False, "require_runnable": False, "io": "float",

@@ -124,6 +124,11 @@ TARGET = (
            "upstream's observer, the range with the least rounding error, which may clip "
            "a tail), minmax (every calibration value, nothing clipped on them) or "
            "moving-average (the running average of each sample's min and max)"),
+    option("--precision", metavar="MODULE=a16w8[,...]",
+           help="give the named modules (as model.named_modules() names them) int16 "
+           "activations with int8 weights (upstream's a16w8 config; NPU targets only); "
+           "without it every module is int8 (a8w8), or as the --policy file's precision: map "
+           "says"),
     option("--cpu-hz", type=clock_hz, help="override the platform CPU clock: hertz "
            "(400000000, 4e8) or with a unit (400MHz); default: the platform YAML's"),
     option("--npu-hz", type=clock_hz, help="override the platform NPU clock (as "

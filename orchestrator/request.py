@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.compilation import precision
 from orchestrator.errors import UserError
 from orchestrator.target import Target, io_request, resolve_target
 from platforms import PlatformError
@@ -44,6 +45,9 @@ class Request:
     io: str = "float"  # float | int8 | auto
     calibration: str | None = None  # a .pt/.npz file or a folder of them
     calibration_method: str = DEFAULT_CALIBRATION_METHOD  # one of CALIBRATION_METHODS
+    # Modules quantized otherwise than int8: "features.2=a16w8,classifier=a16w8" or a mapping
+    # {module: "a16w8"} (orchestrator/compilation/precision.py); wins over the policy's map
+    precision: "str | dict | None" = None
     cpu_hz: float | None = None
     npu_hz: float | None = None
     policy: "str | Policy | None" = None  # a placement policy YAML path or a Policy
@@ -69,6 +73,7 @@ class Resolved:
     io_auto: bool  # `--io auto`: compile float first and keep int8 when it pays
     memory: MemoryPolicy | None  # None: auto
     costs: "CpuCalibration | None" = None  # the CPU calibration the plan's costs use
+    precision: tuple[tuple[str, str], ...] = ()  # (module, precision): policy's, then request's
 
 
 def load_policy_arg(policy: "str | Policy | None") -> "Policy | None":
@@ -121,7 +126,20 @@ def resolve(request: Request) -> Resolved:
                          memory_mode=policy.memory_mode or target.memory_mode)
     return Resolved(request, target, policy, mode, io_request(request.io)[1],
                     memory_policy(request.memory_policy, target.platform),
-                    cpu_calibration(request.calibration_costs, target))
+                    cpu_calibration(request.calibration_costs, target),
+                    _precisions(request, policy, target))
+
+
+def _precisions(request: Request, policy, target: Target) -> tuple[tuple[str, str], ...]:
+    """The modules' precisions: the policy's `precision:` map, then --precision's entries."""
+    given = request.precision
+    pairs = precision.from_mapping(given, "--precision") if isinstance(given, dict) else \
+        precision.parse(given)
+    ruled = precision.checked(policy.precision, f"policy {policy.source}: precision") \
+        if policy is not None else ()
+    pairs = precision.merged(ruled, pairs)
+    precision.check_target(pairs, target.npu)
+    return pairs
 
 
 def cpu_calibration(given: str | None, target: Target) -> "CpuCalibration | None":

@@ -12,6 +12,7 @@ A policy file is YAML; every key is checked and an unknown one is refused by nam
     npu: ethos-u55-128         # NPU configuration (else the platform default / --npu)
     vela: {system_config: Ethos_U55_High_End_Embedded, memory_mode: Shared_Sram}
     clocks: {cpu_hz: 400000000, npu_hz: 500000000}
+    precision: {features.2: a16w8}   # modules with int16 activations (NPU targets; --precision)
 
 Forcing goes through the Ethos-U partitioner's own mechanism (an extra operator-support check
 handed to `EthosUPartitioner(additional_checks=...)`), so the `.pte` really changes; each node
@@ -30,7 +31,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from kernels.safe_files import DataFileError, load_yaml
 
 PLACEMENTS = ("greedy", "cost")
-_TOP_KEYS = {"placement", "force_cpu", "keep_npu", "npu", "vela", "clocks"}
+_TOP_KEYS = {"placement", "force_cpu", "keep_npu", "npu", "vela", "clocks", "precision"}
 _SELECTOR_KEYS = {"ops", "nodes", "modules"}
 _VELA_KEYS = {"system_config", "memory_mode"}
 _CLOCK_KEYS = {"cpu_hz", "npu_hz"}
@@ -87,6 +88,9 @@ class Policy:
     # window, so the Ethos-U55 check takes them (partitioners/legalize.py,
     # avg_pools_over_their_window)
     pool_windows: bool = False
+    # (module, precision) pairs of the `precision:` map, checked where the request is resolved
+    # (orchestrator/compilation/precision.py); --precision entries win per module
+    precision: tuple[tuple[str, str], ...] = ()
 
     def with_forced_nodes(self, nodes: tuple[str, ...]) -> "Policy":
         """This policy plus `nodes` moved to the CPU by cost placement."""
@@ -155,11 +159,17 @@ def parse_policy(raw, source: str = "policy") -> Policy:
     npu = raw.get("npu")
     if npu is not None and not isinstance(npu, str):
         raise PolicyError(f"{source}: npu must be a name such as ethos-u55-128 or none")
+    precision = raw.get("precision") or {}
+    if not isinstance(precision, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in precision.items()):
+        raise PolicyError(f"{source}: precision must map module names to a precision, e.g. "
+                          "precision: {features.2: a16w8}")
     return Policy(source, placement, _selector(raw.get("force_cpu"), "force_cpu", source),
                   _selector(raw.get("keep_npu"), "keep_npu", source), npu,
                   vela.get("system_config"), vela.get("memory_mode"),
                   _clock(clocks.get("cpu_hz"), "clocks.cpu_hz", source),
-                  _clock(clocks.get("npu_hz"), "clocks.npu_hz", source))
+                  _clock(clocks.get("npu_hz"), "clocks.npu_hz", source),
+                  precision=tuple(precision.items()))
 
 
 def load_policy(path) -> Policy:

@@ -8,8 +8,9 @@ policy. The key is a SHA-256 over everything they read:
 - the model: the source of every module class in it (or a GraphModule's code, or a .pt2's
   bytes), every submodule's plain settings (stride, padding, a scale: what a constructor
   argument sets), every parameter and buffer (bytes), the example inputs' shapes and dtypes;
-- the calibration samples (bytes) and the calibration method (the activation observer:
-  orchestrator/compilation/observers.py);
+- the calibration samples (bytes), the calibration method (the activation observer:
+  orchestrator/compilation/observers.py) and the modules' precisions (--precision:
+  orchestrator/compilation/precision.py);
 - the quantizer: EthosUQuantizer with the NPU family's TOSA specification, or CortexMQuantizer;
 - the export layout (channels_last), the torch / executorch / torchao versions, and the host
   numerics settings (orchestrator/numerics.py);
@@ -56,7 +57,8 @@ _ROOT = Path(__file__).resolve().parents[2]
 # before a change to any of them is never served after it.
 REWRITE_SOURCES = ("partitioners/quantizable.py", "partitioners/legalize.py",
                    "orchestrator/compilation/pipeline.py",
-                   "orchestrator/compilation/observers.py")
+                   "orchestrator/compilation/observers.py",
+                   "orchestrator/compilation/precision.py")
 
 
 def cache_dir() -> Path | None:
@@ -156,6 +158,8 @@ def quantized_key(model, calibration, target, channels_last: bool,
         for x in sample:
             digest.update(_tensor_bytes(x))
     digest.update(f"calibration method {calibration.method}".encode())
+    if calibration.precision:  # without it the key is the one made before precisions existed
+        digest.update(f"precision {sorted(calibration.precision)}".encode())
     digest.update(quantizer_config(target).encode())
     if not rewrites:  # compile(legalize=False): upstream's quantization, without our rewrites
         digest.update(b"no pre-quantization rewrites")

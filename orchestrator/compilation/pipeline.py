@@ -39,7 +39,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from kernels.program_view import ProgramView
 from orchestrator.artifacts import cache
 from orchestrator import numerics
-from orchestrator.compilation import observers, upstream_exir
+from orchestrator.compilation import observers, precision, upstream_exir
 from orchestrator.compilation import device_check
 from orchestrator.compilation.device_check import DeviceRun
 from orchestrator.errors import OrchestrateError, UserError
@@ -202,12 +202,15 @@ def _refuse_data_dependent_shapes(program, name: str) -> None:
                     "device, so use a fixed-size form (e.g. a mask multiply instead of nonzero)")
 
 
-def _quantizer(target: Target, method: str):
+def _quantizer(target: Target, method: str, precisions=()):
     """Upstream's quantizer for the target, its activations observed by the calibration method
-    (orchestrator/compilation/observers.py; the default is upstream's observer)."""
+    (orchestrator/compilation/observers.py; the default is upstream's observer), the modules
+    given A16W8 by `precisions` with int16 activations (orchestrator/compilation/precision.py)."""
     if target.npu:
         quantizer = EthosUQuantizer(compile_spec(target))
         quantizer.set_global(observers.ethos_u_config(method))
+        precision.configure(quantizer, precisions,
+                            lambda config: observers.with_activation_observer(config, method))
         return quantizer
 
     return observers.cortex_m_quantizer(method)
@@ -231,7 +234,8 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
         fixes += quantizable.linear_batchnorm_folded(module)
         fixes += (quantizable.grouped_transpose_conv_block_diagonal(module) if target.npu
                   else quantizable.grouped_transpose_conv_split(module))
-    prepared = prepare_pt2e(module, _quantizer(target, calibration.method))
+    prepared = prepare_pt2e(module, _quantizer(target, calibration.method,
+                                               calibration.precision))
     with torch.no_grad(), numerics.single_threaded():
         for sample in calibration.samples:
             prepared(*(_to_channels_last(x) if captured.channels_last else x for x in sample))

@@ -33,7 +33,11 @@ def plan_request(request: Request, progress=None) -> "Plan":
     resolved = resolve(request)
     loaded = load_model(request.model)
     samples = replace(load_calibration(request.calibration, loaded.example_inputs),
-                      method=request.calibration_method)
+                      method=request.calibration_method, precision=resolved.precision)
+    if resolved.precision:
+        from orchestrator.compilation.precision import check_modules  # lazy: heavy (torch)
+
+        check_modules(loaded.module, resolved.precision, loaded.name)
     if resolved.placement == "greedy" or not resolved.target.npu:
         return _plan_under(loaded, samples, resolved, resolved.policy, progress)
     chosen = place_by_cost(lambda p: _plan_under(loaded, samples, resolved, p, progress),

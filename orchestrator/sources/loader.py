@@ -56,6 +56,9 @@ class Calibration:
     warning: str | None
     # How the quantizer turns them into ranges (orchestrator/compilation/observers.py).
     method: str = "histogram"
+    # Modules given another precision than int8, ((module, "a16w8"), ...): which dtype the
+    # quantizer gives their activations (orchestrator/compilation/precision.py).
+    precision: tuple[tuple[str, str], ...] = ()
 
 
 def load_model(spec: str) -> LoadedModel:

@@ -1,0 +1,148 @@
+"""Precision per module: int16 activations (A16W8) where a user asks for them, on NPU targets.
+
+`--precision MODULE=a16w8[,MODULE=a16w8...]` (or a policy's `precision:` map) quantizes the named
+modules (as `model.named_modules()` names them) with upstream's
+`get_symmetric_a16w8_quantization_config` (ExecuTorch 1.5.1, executorch.backends.arm.quantizer:
+int16 activations, symmetric, zero point 0; int8 per-channel weights), given to the
+EthosUQuantizer through its own `set_module_name`; every other module keeps the global int8
+config (a8w8). The activation observer is the calibration method's
+(orchestrator/compilation/observers.py), as for the int8 config.
+
+Where an int8 value meets an int16 one, upstream's quantizer puts a dequantize and a quantize of
+the other dtype: a requantize, which the NPU computes as a TOSA RESCALE inside a partition and
+the CPU as a dequantize/quantize pair (cortex_m::dequantize_per_tensor and quantize_per_tensor,
+which take int8 and int16). The plan shows each as a `requantize` row, where it runs.
+
+CPU-only targets are refused: upstream's Cortex-M quantizer quantizes int8 only, and the
+Cortex-M backend has no s16 operator (partitioners/cpu.py keeps an int16 op that leaves the NPU in
+float on its portable kernel, between its int16 dequantize and quantize).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from orchestrator.errors import UserError
+
+A8W8, A16W8 = "a8w8", "a16w8"
+PRECISIONS = (A8W8, A16W8)  # what a module may be given; a8w8 is every module's default
+FLOAT = "float"  # a row computed in float (a portable kernel between a dequantize and quantize)
+
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+
+
+def parse(text: str | None, where: str = "--precision") -> tuple[tuple[str, str], ...]:
+    """`MODULE=a16w8,MODULE=a16w8` as ((module, precision), ...); one UserError line on bad
+    syntax or an unknown precision."""
+    if text is None or not text.strip():
+        return ()
+    pairs = []
+    for item in text.split(","):
+        module, sep, precision = item.strip().partition("=")
+        if not sep:
+            raise UserError(f"{where} {item.strip()!r}: write MODULE=PRECISION (e.g. "
+                            f"features.2=a16w8), modules separated by commas")
+        pairs.append((module.strip(), precision.strip()))
+    return checked(pairs, where)
+
+
+def from_mapping(raw, where: str) -> tuple[tuple[str, str], ...]:
+    """A policy's `precision:` map ({module: precision}) checked like `--precision`."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                            for k, v in raw.items()):
+        raise UserError(f"{where}: precision must map module names to one of "
+                        f"{', '.join(PRECISIONS)} (e.g. precision: {{features.2: a16w8}})")
+    return checked(list(raw.items()), where)
+
+
+def checked(pairs, where: str) -> tuple[tuple[str, str], ...]:
+    seen: dict[str, str] = {}
+    for module, precision in pairs:
+        if not _MODULE_NAME.match(module):
+            raise UserError(f"{where}: {module!r} is not a module name (as model.named_modules() "
+                            "names them, e.g. features.2 or classifier)")
+        if precision.lower() not in PRECISIONS:
+            raise UserError(f"{where}: precision {precision!r} for {module} is not offered; use "
+                            f"one of {', '.join(PRECISIONS)}")
+        if module in seen and seen[module] != precision.lower():
+            raise UserError(f"{where}: module {module} is given two precisions "
+                            f"({seen[module]}, {precision.lower()})")
+        seen[module] = precision.lower()
+    return tuple(seen.items())
+
+
+def merged(policy_pairs, request_pairs) -> tuple[tuple[str, str], ...]:
+    """The policy's map with the command line's entries winning per module."""
+    out = dict(policy_pairs)
+    out.update(dict(request_pairs))
+    return tuple(out.items())
+
+
+def raised(pairs) -> tuple[str, ...]:
+    """The modules given int16 activations."""
+    return tuple(module for module, precision in pairs if precision == A16W8)
+
+
+def check_target(pairs, npu: str | None) -> None:
+    """A16W8 needs an NPU target: say why not and what to do."""
+    if raised(pairs) and npu is None:
+        raise UserError(
+            f"--precision {raised(pairs)[0]}=a16w8 needs an NPU target: upstream's Cortex-M "
+            "quantizer (ExecuTorch 1.5.1) quantizes int8 only and the Cortex-M backend has no "
+            "int16 operator; compile for an Ethos-U (e.g. --npu ethos-u55-128) or leave the "
+            "module at a8w8")
+
+
+def check_modules(module, pairs, model_name: str) -> None:
+    """Every module named is one of the model's (named_modules()); else one line with the
+    closest names."""
+    names = [name for name, _ in module.named_modules() if name]
+    for name, _ in pairs:
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else \
+                f"; its modules are {', '.join(names[:12])}{', ...' if len(names) > 12 else ''}"
+            raise UserError(f"--precision: model '{model_name}' has no module {name!r} (names "
+                            f"as model.named_modules() gives them){hint}")
+
+
+def configure(quantizer, pairs, observed) -> None:
+    """Give each A16W8 module upstream's a16w8 config through the quantizer's own
+    set_module_name; `observed(config)` gives it the calibration method's activation observer
+    (orchestrator/compilation/observers.py)."""
+    from executorch.backends.arm.quantizer import (  # lazy: heavy (executorch)
+        get_symmetric_a16w8_quantization_config)
+
+    for module in raised(pairs):
+        quantizer.set_module_name(module, observed(
+            get_symmetric_a16w8_quantization_config(is_per_channel=True)))
+
+
+def of_dtypes(dtypes: str) -> str:
+    """A plan row's precision from its dtypes ("int16,int8,int32 -> int16"): a16w8 where an
+    activation is int16, a8w8 where the op computes on int8, float where it computes on float
+    (a portable kernel between a dequantize and a quantize), "" for a row without dtypes."""
+    if not dtypes:
+        return ""
+    if "int16" in dtypes:
+        return A16W8
+    inputs, _, output = dtypes.partition("->")
+    if "float" in output and "float" in inputs:
+        return FLOAT
+    if "int8" in dtypes:
+        return A8W8
+    return FLOAT if "float" in dtypes else ""
+
+
+def requantize_dtypes(dtypes: str) -> tuple[str, str] | None:
+    """(from, to) when a row converts between the two integer widths (a requantize)."""
+    inputs, _, output = dtypes.partition("->")
+    ins = {d.strip() for d in inputs.split(",")}
+    out = output.strip().split(" ")[0]
+    for a, b in (("int8", "int16"), ("int16", "int8")):
+        if a in ins and out == b:
+            return a, b
+    return None
