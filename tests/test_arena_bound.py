@@ -160,3 +160,22 @@ def test_mobilenet_int8_with_the_new_layout_passes_the_twin_and_the_host_runtime
     verdict = verify_all(pte, samples=4, methods=("twin", "host runtime"))
     assert {r.name: r.outcome for r in verdict.results} == {
         "twin": "passed", "host runtime": "passed"}, verdict.verdict
+
+
+def test_the_plan_reports_the_arena_beside_its_live_bytes_bound(compiles):
+    """plan.json (summary and each arena), the text summary and the HTML memory section."""
+    from orchestrator.planning.planner import make_plan
+
+    compiled, _ = compiles.get("mobilenet-v1-025", "corstone300", "none", "cortex-m55",
+                               io="int8")
+    plan = make_plan(compiled)
+    memory = plan.to_json()["summary"]["memory"]
+    assert (memory["arena_bytes"], memory["arena_live_bytes_bound"]) == (55_296, 55_296)
+    assert memory["arena_bytes_source"] == "planned"
+    assert memory["arena_live_bytes_bound_source"].startswith("lower bound from lifetimes")
+    (arena,) = plan.to_json()["summary"]["memory_placement"]["arenas"]
+    assert (arena["bytes"], arena["live_bytes_bound"], arena["upstream_greedy_bytes"]) == (
+        55_296, 55_296, 73_728)
+    assert "arena 55,296 B (planned; 55,296 B lower bound from lifetimes" in \
+        " ".join(plan.to_text().split())
+    assert "55,296 B lower bound from lifetimes" in plan.to_html()

@@ -19,6 +19,7 @@ from tabulate import tabulate
 
 from orchestrator.reports.summary import Summary
 from partitioners.cpu import ORIGIN_KEY
+from platforms.memory_placement import BOUND_SOURCE
 
 SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = Path(__file__).with_name("plan.schema.json")
@@ -261,7 +262,7 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
                if s.cmsis_scratch_bytes else "")
     lines.append(f".pte: {s.pte_bytes:,} B, weights {s.weight_bytes:,} B "
                  f"({'executorch + vela' if t.npu else 'executorch'}); arena {s.arena_bytes:,} B "
-                 f"(executorch plan{scratch})"
+                 f"(planned{_bound_text(compiled)}{scratch})"
                  + (f"; NPU scratch {s.npu_scratch_bytes:,} B (vela)" if t.npu else ""))
     lines.append(_io_line(compiled))
     for m in s.memory:
@@ -294,6 +295,20 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
         lines.append("runner ops check: " + ("all present" if not s.missing_operators else
                                              "MISSING " + ", ".join(s.missing_operators)))
     return lines
+
+
+def arena_bound_bytes(compiled) -> int | None:
+    """The arenas' live-bytes lower bound (platforms/arena_planning.py), None when a program has
+    no planned buffer record."""
+    bounds = [a.bound_bytes for a in compiled.arenas]
+    return sum(bounds) if bounds and None not in bounds else None
+
+
+def _bound_text(compiled) -> str:
+    bound = arena_bound_bytes(compiled)
+    if bound is None:
+        return ""
+    return f"; {bound:,} B lower bound from lifetimes, the peak of bytes live at one instruction"
 
 
 def _io_line(compiled) -> str:
@@ -558,7 +573,10 @@ def _document(compiled, rows, summary: Summary) -> dict:
                 "source": summary.latency_source,
                 "per_placement_seconds": summary.per_placement_seconds},
             "memory": {
-                "arena_bytes": summary.arena_bytes, "npu_scratch_bytes": summary.npu_scratch_bytes,
+                "arena_bytes": summary.arena_bytes, "arena_bytes_source": "planned",
+                "arena_live_bytes_bound": arena_bound_bytes(compiled),
+                "arena_live_bytes_bound_source": BOUND_SOURCE,
+                "npu_scratch_bytes": summary.npu_scratch_bytes,
                 "cmsis_scratch_bytes": summary.cmsis_scratch_bytes, "pte_bytes": summary.pte_bytes,
                 "weight_bytes": summary.weight_bytes, "fits": summary.fits,
                 "items": [{"item": m.item, "bytes": m.bytes, "source": m.source,
