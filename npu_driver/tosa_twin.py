@@ -55,7 +55,7 @@ class TosaGraphIO:
     outputs: tuple[TosaTensorSpec, ...]
 
 
-def _main_block(tosa_bytes: bytes):
+def main_block(tosa_bytes: bytes):
     from tosa.TosaGraph import TosaGraph  # lazy: heavy (tosa)
 
     graph = TosaGraph.GetRootAs(tosa_bytes, 0)
@@ -81,7 +81,7 @@ def graph_io(tosa_bytes: bytes) -> TosaGraphIO:
 
 
 def _graph_io(tosa_bytes: bytes) -> TosaGraphIO:
-    block = _main_block(tosa_bytes)
+    block = main_block(tosa_bytes)
     tensors = {}
     for index in range(block.TensorsLength()):
         tensor = block.Tensors(index)

@@ -33,6 +33,7 @@ from npu_driver.ethos_u.arch import Accelerator
 from npu_driver.ethos_u.checker import SHRAM, StreamCheck, StreamRead
 from npu_driver.ethos_u.errors import NpuModelError, where
 from npu_driver.ethos_u.weights import SCALE_RECORD_BYTES, decode_scales, decode_weights, weight_order
+from npu_driver.tosa_twin import main_block
 
 WEIGHTS_REGION = 0
 _INT = {3: np.int8, 4: np.int16, 5: np.int32}
@@ -80,11 +81,9 @@ def tosa_kernels(tosa_bytes: bytes) -> list[TosaKernel]:
 
 def _tosa_graph(tosa_bytes: bytes) -> tuple[list[TosaKernel], list[bytes]]:
     """(the convolutions' constants, the raw bytes of every constant tensor)."""
-    from tosa.Op import Op  # lazy: the generated reader is only needed here
+    from tosa.Op import Op  # lazy: heavy (tosa), as tosa_twin imports it
 
-    from npu_driver.tosa_twin import _main_block
-
-    block = _main_block(tosa_bytes)
+    block = main_block(tosa_bytes)
     tensors = {block.Tensors(i).Name(): block.Tensors(i) for i in range(block.TensorsLength())}
     ops = [block.Operators(i) for i in range(block.OperatorsLength())]
     rescale_of = {}
