@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
+import jsonschema
 import pytest
 import torch
 
@@ -136,6 +138,8 @@ def test_the_reported_clipping_rate_is_a_recount(cnn_plans, method):
             {"x": 0, "relu": 3, "relu_1": 5, "flatten": 5, "linear": 0}
     document = plan.to_json()
     assert document["calibration"]["method"] == method
+    jsonschema.validate(document, json.loads(
+        (Path(__file__).parents[1] / "orchestrator/reports/plan.schema.json").read_text()))
     by_node = {p["node"]: p for p in document["summary"]["activation_ranges"]["points"]}
     for point in ranges.points:
         assert by_node[point.node]["clipping_rate"] == point.clipping_rate
