@@ -73,8 +73,10 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memo
         elif row.placement == "npu":
             cycles = per_op.get(row.partition, {}).get(row.name, 0)
             cost = Cost.from_cycles(cycles, npu_hz, "vela")
-        elif row.kind in ("boundary-quantize", "boundary-dequantize"):
-            kind = "quantize" if row.kind == "boundary-quantize" else "dequantize"
+        elif row.kind in ("boundary-quantize", "boundary-dequantize", "requantize"):
+            # a CPU requantize is a dequantize row and a quantize row (--precision)
+            kind = "dequantize" if row.kind == "boundary-dequantize" or "dequantize" in row.op \
+                else "quantize"
             elements = numel(row.output_shape)
             cost = transition_cost(kind, target.cpu, cpu_hz, elements)
         elif row.kind == "layout" and row.info is not None:

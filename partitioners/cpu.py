@@ -27,6 +27,7 @@ from partitioners.activation_narrowing import NARROWED_KEY, with_narrowed_fusion
 from partitioners.early_batch_matmul import EARLY_BMM_KEY, with_early_batch_matmul
 from partitioners.fused_activation_split import folds_into_its_producer, split_fused_activations
 from partitioners.legalize import legalize_for_device, per_channel_linear_as_conv2d
+from partitioners.reasons import CATALOGUE
 # stamp_origins is re-exported for callers that import it from here.
 from partitioners.records import (ORIGIN_KEY, Workaround, quantize_scalar,  # noqa: F401
                                   reassign_shared_origins, stamp_origins)
@@ -39,7 +40,7 @@ class CpuDecision:
     origin: str
     aten_op: str
     # lowered | no-kernel | not-quantized | layout | shape-limit | dtype | condition |
-    # upstream-failure | per-channel-weights
+    # upstream-failure | per-channel-weights | int16 (a16w8: no s16 operator)
     category: str
     message: str
     check: str  # where the decision was made: "file.py:line" of upstream code
@@ -319,6 +320,22 @@ def _float_only_on_cpu(node) -> bool:
             and name not in _EXACT_ON_CODES and not folds_into_its_producer(node))
 
 
+def int16_activations(node) -> bool:
+    """An op the quantizer gave int16 activations (A16W8): an int16 dequantize feeds it or an
+    int16 quantize follows it."""
+    def of(other, name: str, position: int) -> bool:
+        text = str(other.target)
+        return (other.op == "call_function" and name in text and len(other.args) > position
+                and other.args[position] == torch.int16
+                and (name == "dequantize" or "dequantize" not in text))
+
+    return node.op == "call_function" and "quantize_per" not in str(node.target) and (
+        any(of(a, "dequantize", 5) for a in node.all_input_nodes)
+        or any(of(u, "quantize_per_tensor", 5) for u in node.users))
+
+
+
+
 def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
     """Run CortexMPassManager for `cpu` on the edge program (the manager is left as it was).
 
@@ -347,6 +364,12 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
     float_only = [n for n in program.graph_module.graph.nodes
                   if n.name in forced and _float_only_on_cpu(n)
                   and _keep_float(copy.deepcopy(program), n.name)]
+    # Upstream would hand an int16 op to an int8-only cortex_m kernel (a forced int16 conv
+    # became cortex_m::quantized_conv2d, which the runtime refused with error 0x12).
+    wide = [n for n in program.graph_module.graph.nodes
+            if n not in float_only and int16_activations(n)
+            and _keep_float(copy.deepcopy(program), n.name)]
+    float_only += wide
     while True:
         # The passes rewrite the graph in place before they fail: each attempt gets a copy.
         candidate = copy.deepcopy(program)
@@ -408,7 +431,14 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
             origin, "ExecuTorch 1.5.1 cortex_m::quantized_linear (one requantization multiplier)",
             f"{_op_name(node.target)} kept in float on the portable kernel, between its "
             f"dequantize and quantize: {refusal}"))
+    for node in wide:
+        origin = node.meta.get(ORIGIN_KEY, node.name)
+        decisions[origin] = CpuDecision(origin, _op_name(node.target), "int16",
+                                        CATALOGUE["no-s16-operator"].template,
+                                        "partitioners/cpu.py (int16_activations)")
     for node in float_only:
+        if node in wide:
+            continue
         fallbacks.append(Workaround(
             node.meta.get(ORIGIN_KEY, node.name),
             "ExecuTorch 1.5.1 FoldAndAnnotateQParamsPass (folds quantize/dequantize into an op "

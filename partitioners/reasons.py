@@ -76,6 +76,15 @@ _entry("boundary-quantize", "not-npu", "ethos-u partitioner",
 _entry("boundary-dequantize", "not-npu", "ethos-u partitioner",
        "boundary dequantize: converts int8 back to float for the model output or a float CPU "
        "consumer")
+_entry("boundary-quantize-int16", "not-npu", "ethos-u partitioner",
+       "boundary quantize: converts a float value (model input or CPU result) to int16 for the "
+       "next int16 consumer (a module given a16w8 by --precision)")
+_entry("boundary-dequantize-int16", "not-npu", "ethos-u partitioner",
+       "boundary dequantize: converts int16 (a module given a16w8 by --precision) back to float "
+       "for the model output or a float CPU consumer")
+_entry("requantize", "not-npu", "quantizer (--precision)",
+       "requantize {source} -> {target}: an {source} value meets an {target} consumer (modules "
+       "of two precisions, --precision); on the CPU a dequantize and a quantize compute it")
 _entry("inserted-by-legalization", "not-npu", "device legalization",
        "inserted by orchestrate's device legalization (partitioners/legalize.py; see the "
        "workarounds in the summary)")
@@ -91,6 +100,10 @@ _entry("cmsis-substitution-not-applied", "not-cmsis-nn", "AtenToCortexMPass",
 _entry("cmsis-kernel-limit", "not-cmsis-nn", "device legalization",
        "{op} was routed to {kernel} by the Cortex-M passes, but that kernel refuses it on the "
        "device ({limit}); the compile runs it on the portable kernel instead")
+_entry("no-s16-operator", "not-cmsis-nn", "partitioners/cpu.py (int16_activations)",
+       "int16 activations (a16w8): no CMSIS-NN s16 operator in this build (ExecuTorch 1.5.1's "
+       "Cortex-M backend is int8 only), so it runs in float on the portable kernel between its "
+       "int16 dequantize and quantize")
 _entry("no-cmsis-kernel", "not-cmsis-nn", "AtenToCortexMPass",
        "no CMSIS-NN kernel for {op}: ExecuTorch's Cortex-M backend registers no substitution "
        "for it, so the portable kernel runs")

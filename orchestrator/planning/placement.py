@@ -23,9 +23,13 @@ from kernels.reference import is_portable_elementwise, same_dim_order_family
 from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
 from partitioners.records import MOVED_OFF_CMSIS_KEY, REMOVED_COPIES_KEY, module_of
 from partitioners.reasons import LOWERING_REFUSAL, VELA_REFUSAL, Reason, because  # noqa: F401 - Reason: the Plan's
+from orchestrator.compilation import precision as precisions
 
 PLACEMENTS = ("npu", "cmsis-nn", "portable")
-ROW_KINDS = ("op", "boundary-quantize", "boundary-dequantize", "layout", "npu-invocation")
+# requantize: where an int8 value meets an int16 consumer or back (--precision), on the NPU a
+# RESCALE inside the partition, on the CPU a dequantize and a quantize (both rows)
+ROW_KINDS = ("op", "boundary-quantize", "boundary-dequantize", "layout", "npu-invocation",
+             "requantize")
 
 # Nodes that move no data or are bookkeeping of the runtime, not ops a user asks about.
 _SKIPPED = ("getitem", "alloc", "executorch_call_delegate", "view_copy", "squeeze_copy",
@@ -63,6 +67,9 @@ class OpPlacement:
     device_faults: tuple[Reason, ...] = ()  # why the device runtime would fail on this op
     module: str = ""  # innermost source module (nn_module_stack path); "" = the model's forward
     module_type: str = ""  # its class name, e.g. GRU
+    # a8w8 | a16w8 | float (orchestrator/compilation/precision.py: of_dtypes); "" for a row
+    # without dtypes (an NPU invocation)
+    precision: str = ""
 
     @property
     def out_dtype(self) -> str:
@@ -93,16 +100,42 @@ def _module_fields(node) -> dict:
 def _npu_rows(index: int, lowered) -> list[OpPlacement]:
     rows = []
     for node in lowered.original_module.graph.nodes:
+        widths = _requantized(node)
+        if widths is not None:  # a RESCALE between int8 and int16 on the NPU
+            shape = tuple(int(s) for s in node.meta["val"].shape)
+            rows.append(OpPlacement(
+                name=node.name, op=f"requantize {widths[0]} -> {widths[1]}", kind="requantize",
+                placement="npu", partition=index, kernel=f"ethos-u partition {index}",
+                tier=None, input_shapes=(shape,), output_shape=shape,
+                dtypes=f"{widths[0]} -> {widths[1]}", macs=0, reasons=(),
+                precision=precisions.A16W8, **_module_fields(node)))
+            continue
         if node.op != "call_function" or _is(node.target, _QDQ) or _is(node.target, _SKIPPED):
             continue
         info = describe(node)
+        dtypes = _npu_dtype(node, info.dtypes)
         rows.append(OpPlacement(
             name=node.name, op=info.op, kind="layout" if _is_layout(node.target) else "op",
             placement="npu", partition=index, kernel=f"ethos-u partition {index}", tier=None,
             input_shapes=info.input_shapes, output_shape=info.output_shape,
-            dtypes=_npu_dtype(node, info.dtypes),
-            macs=info.macs, reasons=(), info=info, **_module_fields(node)))
+            dtypes=dtypes, macs=info.macs, reasons=(), info=info,
+            precision=precisions.of_dtypes(dtypes), **_module_fields(node)))
     return rows
+
+
+def _requantized(node: torch.fx.Node) -> tuple[str, str] | None:
+    """(from, to) of a quantize that reads a dequantize of the other integer width: where an
+    int8 region meets an int16 one (upstream's quantizer puts the pair at a module of another
+    precision)."""
+    if node.op != "call_function" or not _is(node.target, ("quantize_per_tensor",)) or \
+            _is(node.target, ("dequantize",)) or len(node.args) < 6:
+        return None
+    source = node.args[0]
+    if not isinstance(source, torch.fx.Node) or source.op != "call_function" or \
+            not _is(source.target, ("dequantize_per_tensor",)) or len(source.args) < 6:
+        return None
+    widths = (_dtype_text(source.args[5]), _dtype_text(node.args[5]))
+    return widths if set(widths) == {"int8", "int16"} else None
 
 
 def _npu_dtype(node: torch.fx.Node, logical: str) -> str:
@@ -151,7 +184,10 @@ def _dtype_text(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def _not_npu_reason(origin: str, lowered_stage, pre_cpu, npu: str | None, kind: str) -> Reason:
+def _not_npu_reason(origin: str, lowered_stage, pre_cpu, npu: str | None, kind: str,
+                    widths: tuple[str, str] | None = None) -> Reason:
+    if kind == "requantize":
+        return because("requantize", source=widths[0], target=widths[1])
     if npu is None:
         return because("no-npu")
     rejection = lowered_stage.npu_rejections.get(origin)
@@ -165,7 +201,7 @@ def _not_npu_reason(origin: str, lowered_stage, pre_cpu, npu: str | None, kind: 
     if rejection is not None:
         return because("npu-operator-support", rejection.context, message=rejection.message)
     if kind in ("boundary-quantize", "boundary-dequantize"):
-        return because(kind)
+        return because(f"{kind}-int16" if widths and "int16" in widths else kind)
     if ":" in origin:
         return because("inserted-by-legalization")
     if origin not in pre_cpu:
@@ -175,6 +211,8 @@ def _not_npu_reason(origin: str, lowered_stage, pre_cpu, npu: str | None, kind: 
 
 def _not_cmsis_reason(origin: str, target, decision: CpuDecision | None,
                       aten_target) -> Reason:
+    if decision is not None and decision.category == "int16":
+        return because("no-s16-operator", debug=decision.check)
     if decision is not None and decision.category != "lowered":
         return because("cmsis-condition", debug=decision.check, message=decision.message)
     name = op_name(aten_target if aten_target is not None else target)
@@ -214,15 +252,18 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
         info = pre[0] if pre else describe(node)
         aten_target = pre[1] if pre else None
         cortex_op = cortex_m_op_name(node.target)
-        if _is(node.target, ("quantize_per_tensor",)) and not _is(node.target, ("dequantize",)):
-            kind = "boundary-quantize"
+        widths = _cpu_requantized(node)
+        if widths is not None:
+            kind = "requantize"
+        elif _is(node.target, ("quantize_per_tensor",)) and not _is(node.target, ("dequantize",)):
+            kind, widths = "boundary-quantize", _qdq_width(node)
         elif _is(node.target, ("dequantize_per_tensor",)):
-            kind = "boundary-dequantize"
+            kind, widths = "boundary-dequantize", _qdq_width(node)
         elif _is_layout(node.target):
             kind = "layout"
         else:
             kind = "op"
-        reasons = [_not_npu_reason(origin, lowered_stage, pre_cpu, target.npu, kind)]
+        reasons = [_not_npu_reason(origin, lowered_stage, pre_cpu, target.npu, kind, widths)]
         if cortex_op is not None:
             placement = "cmsis-nn"
             kernel = (specialised_function(cortex_op, node, target.tier)
@@ -244,9 +285,24 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
             kernel=kernel, tier=target.tier if placement == "cmsis-nn" else None,
             input_shapes=info.input_shapes, output_shape=info.output_shape, dtypes=current.dtypes,
             macs=info.macs, reasons=tuple(reasons), info=info, device_faults=faults,
-            **_module_fields(node)))
+            precision=precisions.of_dtypes(current.dtypes), **_module_fields(node)))
     removed = final_program.graph_module.meta.get(REMOVED_COPIES_KEY, {})
     return tuple(_attach_fused(rows, pre_cpu, seen_origins | set(removed), lowered_stage))
+
+
+def _qdq_width(node: torch.fx.Node) -> tuple[str, str] | None:
+    """("int16", "int16") for a CPU quantize or dequantize of int16 (the reason names it)."""
+    dtype = node.args[5] if len(node.args) > 5 else None
+    return ("int16", "int16") if dtype == torch.int16 else None
+
+
+def _cpu_requantized(node: torch.fx.Node) -> tuple[str, str] | None:
+    """(from, to) of a CPU quantize reading a dequantize of the other integer width, or of a
+    dequantize every user of which is such a quantize: the two halves of a requantize."""
+    if _is(node.target, ("dequantize_per_tensor",)):
+        found = {_requantized(user) for user in node.users}
+        return found.pop() if len(found) == 1 and None not in found else None
+    return _requantized(node)
 
 
 def op_key(target) -> str:

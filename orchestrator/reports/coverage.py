@@ -76,7 +76,8 @@ def _reasons(row) -> list[str]:
 
 
 HIDDEN_LABELS = {"boundary-quantize": "quantize (edge)", "boundary-dequantize": "dequantize (edge)",
-                 "layout": "layout copy", "npu-invocation": "NPU invocation"}
+                 "layout": "layout copy", "npu-invocation": "NPU invocation",
+                 "requantize": "requantize"}
 _SOURCE_ABBREVIATION = {"vela": "V", "model:transition": "T", "model:portable": "P",
                         "model:scalar": "S", "model:dsp": "D", "model:mve": "M", "measured": "meas",
                         "model:memory": "R"}
@@ -184,11 +185,12 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
     if markdown:
         table = [[i, r.name if r.kind == "op" else f"{r.name} [{r.kind}]", _short_op(r.op),
                   ", ".join(_shape(x) for x in r.input_shapes) or "-",
-                  f"{_shape(r.output_shape)} {_out_dtype(r)}", r.dtypes, f"{r.macs:,}", _where(r),
-                  r.kernel or "", _cost_cell(r), "<br>".join(_reasons(r))]
+                  f"{_shape(r.output_shape)} {_out_dtype(r)}", r.dtypes, r.precision or "-",
+                  f"{r.macs:,}", _where(r), r.kernel or "", _cost_cell(r),
+                  "<br>".join(_reasons(r))]
                  for i, r in enumerate(rows)]
-        return tabulate(table, ["#", "node", "op", "in", "out", "dtypes", "MACs", "where",
-                                "kernel", "cost", "why not better"], tablefmt="github")
+        return tabulate(table, ["#", "node", "op", "in", "out", "dtypes", "precision", "MACs",
+                                "where", "kernel", "cost", "why not better"], tablefmt="github")
     table, why = [], []
     # A reason every CPU row shares (no NPU on the target) is said once, not on every row.
     firsts = [_reasons(r)[0] for r in rows if r.placement != "npu" and _reasons(r)]
@@ -204,26 +206,28 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
             where = sorted({_where(x).replace("CMSIS-NN/", "CMSIS/") for x in rows[i:last + 1]})
             sources = "+".join(sorted({short_source(x.cost.source) for x in rows[i:last + 1]
                                        if x.cost is not None}))
-            table.append([f"{i}-{last}", _ellipsize(f"{r.path} ({r.type})", 22),
-                          _ellipsize(f"{r.steps} steps, {r.rows} ops", 16), "-", f"{macs:,}",
+            kinds = "/".join(sorted({x.precision for x in rows[i:last + 1] if x.precision}))
+            table.append([f"{i}-{last}", _ellipsize(f"{r.path} ({r.type})", 21),
+                          _ellipsize(f"{r.steps} steps, {r.rows} ops", 15), "-", kinds or "-",
+                          f"{macs:,}",
                           _ellipsize(", ".join(where), 14), f"{seconds * 1e6:,.1f}us {sources}"])
             for line in _recurrence_why(rows, r):
                 why.append([f"{i}-{last}", textwrap.fill(line, 90)])
             continue
         op = _short_op(r.op) if r.kind == "op" else f"{HIDDEN_LABELS[r.kind]}"
         cost = _cost_cell(r, short=True)
-        table.append([i, _wrap_name(r.name, 24), _wrap_name(op, 17),
-                      f"{_shape(r.output_shape)} {_out_dtype(r)}", f"{r.macs:,}",
-                      _where(r).replace("CMSIS-NN/", "CMSIS/"), cost])
+        table.append([i, _wrap_name(r.name, 21), _wrap_name(op, 15),
+                      f"{_shape(r.output_shape)} {_out_dtype(r)}", r.precision or "-",
+                      f"{r.macs:,}", _where(r).replace("CMSIS-NN/", "CMSIS/"), cost])
         for line in _reasons(r):
             if line == folded:
                 continue
             why.append([i, textwrap.fill(line, 90)])
         if r.placement == "cmsis-nn" and r.kernel:
             why.append([i, textwrap.fill(f"kernel: {r.kernel}", 90)])
-    text = tabulate(table, ["#", "node", "op", "out", "MACs", "where", "cost (source)"],
+    text = tabulate(table, ["#", "node", "op", "out", "prec", "MACs", "where", "cost (source)"],
                     tablefmt="simple", disable_numparse=True,
-                    colalign=("right", "left", "left", "left", "right", "left", "right"))
+                    colalign=("right", "left", "left", "left", "left", "right", "left", "right"))
     if why:
         text += "\n\nwhy each CPU op is not in a better place (# = row above):\n"
         text += tabulate(why, ["#", "reason (from the check that decided)"], tablefmt="simple")
@@ -243,6 +247,8 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
         f"  -> NPU MAC coverage {s.npu_mac_coverage_pct:.1f}%",
         f"NPU partitions: {s.npu_partitions}, CPU<->NPU transitions: {s.transitions}",
     ]
+    if compiled.calibration.precision:
+        lines.append(precision_line(compiled.placements, compiled.calibration.precision))
     for k, u in sorted(s.npu_utilisation.items()):
         traffic = ", ".join(f"{m} {b:,} B" for m, b in s.npu_traffic.get(k, {}).items() if b)
         lines.append(f"  partition p{k}: MAC utilisation {100 * u:.1f}%, traffic per inference: "
@@ -524,6 +530,23 @@ def to_json(compiled, rows, summary: Summary) -> dict:
     return document
 
 
+def precision_line(rows, pairs) -> str:
+    """The ops per precision and the requantizes, where they run (--precision)."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        if row.kind == "op" and row.precision:
+            counts[row.precision] = counts.get(row.precision, 0) + 1
+    where: dict[str, int] = {}
+    for row in rows:
+        if row.kind == "requantize":
+            place = f"NPU p{row.partition}" if row.placement == "npu" else "CPU"
+            where[place] = where.get(place, 0) + 1
+    given = ", ".join(f"{module}={precision}" for module, precision in pairs)
+    return (f"precision ({given}): ops " + ", ".join(f"{p} {n}" for p, n in sorted(counts.items()))
+            + "; int8<->int16 requantizes: "
+            + (", ".join(f"{n} on {p}" for p, n in sorted(where.items())) or "none"))
+
+
 def _document(compiled, rows, summary: Summary) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
@@ -533,7 +556,8 @@ def _document(compiled, rows, summary: Summary) -> dict:
         "calibration": {"source": compiled.calibration.source,
                         "generated": compiled.calibration.generated,
                         "warning": compiled.calibration.warning,
-                        "method": compiled.calibration.method},
+                        "method": compiled.calibration.method,
+                        "precision": dict(compiled.calibration.precision)},
         "ops": [{
             "name": r.name, "op": r.op, "kind": r.kind, "placement": r.placement,
             "partition": r.partition, "kernel": r.kernel, "isa_tier": r.tier,
@@ -543,7 +567,7 @@ def _document(compiled, rows, summary: Summary) -> dict:
                          "debug": x.debug} for x in r.reasons],
             "fused": list(r.fused), "cost": _cost_json(r.cost),
             "device_faults": [{"check": f.check, "message": f.message} for f in r.device_faults],
-            "module": r.module, "module_type": r.module_type,
+            "module": r.module, "module_type": r.module_type, "precision": r.precision,
         } for r in rows],
         "summary": {
             "ops": summary.ops, "macs": summary.macs,

@@ -17,7 +17,7 @@ from orchestrator.reports.layer_error_overlay import (SNR_BANDS, layer_tip, row_
                                                       snr_colour, source_text)
 
 _COLOURS = {"npu": "#2e7d32", "cmsis-nn": "#1565c0", "portable": "#ef6c00"}
-_HIDDEN = ("boundary-quantize", "boundary-dequantize", "layout", "npu-invocation")
+_HIDDEN = ("boundary-quantize", "boundary-dequantize", "layout", "npu-invocation", "requantize")
 
 _STYLE = """
 body{font:14px system-ui,sans-serif;margin:24px;color:#222}
@@ -36,14 +36,16 @@ tr,svg{break-inside:avoid}a{color:inherit}}
 """
 # The op table's column widths (percent of the page): the names and reasons get the room.
 _OP_COLUMNS = (("#", 3), ("node", 12), ("op", 10), ("kind", 6), ("where", 6), ("kernel", 10),
-               ("out", 6), ("dtypes", 9), ("MACs", 6), ("cost (us)", 5), ("source", 6),
-               ("reasons", 21))
-_OP_COLUMNS_WITH_SNR = (*_OP_COLUMNS[:-1], ("reasons", 16), ("SNR (dB)", 5))
+               ("out", 6), ("dtypes", 9), ("precision", 5), ("MACs", 6), ("cost (us)", 5),
+               ("source", 6), ("reasons", 16))
+_OP_COLUMNS_WITH_SNR = (*_OP_COLUMNS[:-1], ("reasons", 11), ("SNR (dB)", 5))
 
 # What each column, kind, placement and source means: the headers' and cells' tooltips, and the
 # legend under the op table (the text report's legend says the same).
 _COLUMN_TIPS = {
     "kind": "op = an op of your model; the others are work the compile added (hover a cell)",
+    "precision": "a8w8 = int8 activations and weights; a16w8 = int16 activations, int8 weights "
+                 "(--precision); float = a portable kernel between a dequantize and a quantize",
     "where": "npu pN = inside NPU partition N; cmsis-nn = CMSIS-NN kernel on the CPU; portable = "
              "ExecuTorch's portable kernel on the CPU",
     "dtypes": "the dtype of each input, then the output's (as the engine computes them: an NPU "
@@ -62,6 +64,8 @@ _KIND_TIPS = {
                            "float CPU consumer",
     "layout": "a dim-order copy the compile inserted so a kernel reads the layout it assumes",
     "npu-invocation": "the EthosUBackend call that runs the partition (start-up and copies)",
+    "requantize": "where an int8 value meets an int16 consumer or back (--precision): a RESCALE "
+                  "inside an NPU partition, a dequantize and a quantize on the CPU",
 }
 _SOURCE_TIPS = {
     "vela": "Vela's estimate (its per-layer cycles; the partition's total on the invocation row)",
@@ -240,7 +244,7 @@ def _op_table(ops: list[dict], layer_error: dict | None = None) -> str:
                  f"title=\"{_e(where_tip)}\">{_e(where)}</td>",
                  f"<td>{_e(op['kernel'] or '')}</td>",
                  f"<td>{_e('x'.join(str(d) for d in op['output_shape']))}</td>",
-                 f"<td>{_e(op['dtypes'])}</td>",
+                 f"<td>{_e(op['dtypes'])}</td>", f"<td>{_e(op.get('precision') or '')}</td>",
                  f"<td class=\"num\" data-value=\"{op['macs']}\">{op['macs']:,}</td>",
                  f"<td class=\"num\" data-value=\"{seconds or 0}\">"
                  f"{'-' if seconds is None else f'{seconds * 1e6:,.1f}'}</td>",

@@ -93,14 +93,14 @@ def _moves_only(node) -> bool:
 
 @dataclass(frozen=True)
 class LocalCheck:
-    """One int8 or bool value the program wrote, against its reference node fed forced inputs."""
+    """One int8, int16 or bool value the program wrote, against its reference node fed forced inputs."""
 
     instruction: int
     op: str
     value: int  # EValue index
-    dtype: str  # "int8" | "bool"
+    dtype: str  # "int8" | "int16" (a module given a16w8) | "bool"
     reference_node: str | None  # None: no reference node of that shape and dtype
-    max_steps: float | None  # int8: largest |program - reference| in steps
+    max_steps: float | None  # int8/int16: largest |program - reference| in its own steps
     mismatched: int | None  # elements that differ
     rounding_stages: int | None  # requantizations between the forced inputs and this value
     allowed_steps: float | None  # steps_per_stage per rounding stage x any multiply's gain after
@@ -287,7 +287,9 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
                  for source in (entry[4] if len(entry) > 4 else ())}
         sources = tuple(known)
         seen[value] = tensor
-        kind = "bool" if tensor.dtype == torch.bool else "int8"
+        # an integer value is compared in steps of its own dtype (int8, or int16 where a module
+        # was given a16w8), with the same per-stage rule
+        kind = str(tensor.dtype).replace("torch.", "")
         if _kernel_name(op) in _SELECTING_KERNELS:
             # a block of a value already checked: exact, and independent of where the
             # reference happens to place its copy (a GRU's per-step slices of the input
@@ -355,8 +357,8 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
         else:
             missed.setdefault(node, []).append(len(checks))
         checks.append(LocalCheck(instruction, op, value, kind, node.name,
-                                 steps if kind == "int8" else None, mismatched,
-                                 stages, allowed if kind == "int8" else None, within,
+                                 steps if kind != "bool" else None, mismatched,
+                                 stages, allowed if kind != "bool" else None, within,
                                  int(undefined.sum()) if undefined is not None else 0))
     return tuple(checks)
 
@@ -387,18 +389,18 @@ def _scored(forced: ForcedReference, tensor: torch.Tensor, kind: str, candidates
             diff = diff.masked_fill(undefined.reshape(diff.shape), 0)
         stages = max(forced.rounding_stages(candidate), 1)
         allowed = max(forced.allowed_steps(candidate, steps_per_stage),
-                      steps_per_stage) if kind == "int8" else 0
+                      steps_per_stage) if kind != "bool" else 0
         steps = float(diff.max()) if diff.numel() else 0.0
         mismatched = int((diff > 0).sum())
-        within = steps <= allowed if kind == "int8" else mismatched == 0
+        within = steps <= allowed if kind != "bool" else mismatched == 0
         scored.append((within, steps, mismatched, forced.order[candidate], stages, allowed,
                        candidate))
     return scored
 
 
 def _as_moved(instruction: int, op: str, value: int, kind: str, moved: str) -> LocalCheck:
-    return LocalCheck(instruction, op, value, kind, moved, 0.0 if kind == "int8" else None, 0, 0,
-                      0.0 if kind == "int8" else None, True)
+    return LocalCheck(instruction, op, value, kind, moved, 0.0 if kind != "bool" else None, 0, 0,
+                      0.0 if kind != "bool" else None, True)
 
 
 def _kernel_name(op: str) -> str:

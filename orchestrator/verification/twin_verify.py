@@ -366,7 +366,8 @@ def _written(run: TwinRun, view=None, twin: TwinProgram | None = None):
             "kernel" else None
         for value in entry.outputs:
             tensor = run.intermediates.get(value)
-            if tensor is not None and tensor.dtype in (torch.int8, torch.bool):
+            # int16: a module given a16w8 (--precision), checked in int16 steps
+            if tensor is not None and tensor.dtype in (torch.int8, torch.int16, torch.bool):
                 yield (entry.instruction, entry.op, value, tensor, tuple(entry.inputs), inputs,
                        undefined if undefined is not None and undefined.numel() ==
                        tensor.numel() else None)
@@ -446,10 +447,19 @@ def _layout_events(run: TwinRun) -> tuple[LayoutEvent, ...]:
                  for e in run.op_trace for r in e.layout_reads)
 
 
+def step_unit(local) -> str:
+    """What a step is in the local check: "int8", or, with int16 values (--precision), each
+    value's own width."""
+    widths = sorted({c.dtype for checks in local for c in checks if c.dtype != "bool"},
+                    key=lambda d: int(d[3:]))
+    return "int8" if widths in ([], ["int8"]) else \
+        f"{'/'.join(widths)} (each value in steps of its own dtype)"
+
+
 def _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
-             steps_per_stage, method: str) -> str:
-    local = (f"every one of {checked} program values within {steps_per_stage:g} int8 step(s) per "
-             "rounding stage of the quantized reference fed the program's own inputs")
+             steps_per_stage, method: str, unit: str = "int8") -> str:
+    local = (f"every one of {checked} program values within {steps_per_stage:g} {unit} step(s) "
+             "per rounding stage of the quantized reference fed the program's own inputs")
     if passed:
         return f"PASSED by {method}: {local}"
     reasons = []
@@ -517,11 +527,12 @@ def verify(program, samples: int = 16, calibration: str | None = None, per_op: b
     method = method_for(twin, npu)
     verdict = (f"INCONCLUSIVE by {method}: {inconclusive}" if inconclusive else
                f"PARTIAL by {method}: {checked} program values checked and within "
-               f"{max_steps:g} int8 step(s) per rounding stage; {len(unmatched)} not compared "
+               f"{max_steps:g} {step_unit(local)} step(s) per rounding stage; {len(unmatched)} "
+               f"not compared "
                f"(no reference node of that shape and dtype), first: {unmatched[0]}"
                if partial else
                _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
-                        max_steps, method))
+                        max_steps, method, step_unit(local)))
     undefined = _undefined(local)
     if undefined:
         verdict += (f"; not compared: {sum(undefined.values())} element(s) where "
@@ -552,7 +563,7 @@ def _badness(checks) -> tuple:
     """Order samples by local failures, then by the largest excess over the bound."""
     failing = sum(1 for c in checks if c.passed is False)
     excess = max(((c.max_steps or 0) - (c.allowed_steps or 0) for c in checks
-                  if c.dtype == "int8" and c.passed is not None), default=0.0)
+                  if c.dtype != "bool" and c.passed is not None), default=0.0)
     return failing, excess
 
 
