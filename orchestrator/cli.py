@@ -25,6 +25,7 @@ from orchestrator.cli_parser import build_parser
 from orchestrator.errors import (GateFailure, NotRun, OrchestrateError, UserError,
                                  VerificationFailure, as_orchestrate_error)
 from orchestrator.logs import quiet_upstream
+from orchestrator.reports.coverage import arena_bound_bytes
 from orchestrator.reports.html import render_sweep_html
 from orchestrator.request import Request, load_policy_arg, memory_policy
 from orchestrator.results import method_report
@@ -321,8 +322,11 @@ def cmd_compile(args) -> int:
     written = api.write_program(plan, args.output, bundle=args.bundle)
     compiled, art = plan.compiled, written.artifacts
     s = plan.summary
+    bound = arena_bound_bytes(compiled)
+    arena = ("(planned)" if bound is None else
+             f"(planned; lower bound {bound:,} B from lifetimes)")
     print(f"wrote {args.output}: {len(compiled.pte_bytes):,} B, arena {compiled.arena_bytes:,} B "
-          f"(executorch plan); NPU partitions {s.npu_partitions}, NPU MAC coverage "
+          f"{arena}; NPU partitions {s.npu_partitions}, NPU MAC coverage "
           f"{s.npu_mac_coverage_pct:.1f}%; artifacts in {art}")
     for line in io_quantization_lines(compiled.io_quant):
         print(line)
