@@ -1,0 +1,175 @@
+"""A16W8 per module (--precision): int16 activations where a user asks for them, on NPU targets,
+through every method (tests/precision_models.py: conv -> linear -> a Gram matrix -> linear, the
+Gram module raised to a16w8)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from orchestrator import api
+from orchestrator.compilation import precision
+from orchestrator.errors import UserError
+from orchestrator.request import Request, resolve
+from partitioners.policy import parse_policy
+from tests.device_tools import passes_twin_host_runtime_and_qemu
+
+MODEL = "tests/precision_models.py:conv_gram_linear"
+RAISED = "gram=a16w8"
+
+
+@pytest.fixture(scope="module")
+def u55(tmp_path_factory):
+    out = tmp_path_factory.mktemp("precision") / "gram_u55.pte"
+    return api.compile(MODEL, out, npu="ethos-u55-128", precision=RAISED)
+
+
+@pytest.fixture(scope="module")
+def u85(tmp_path_factory):
+    out = tmp_path_factory.mktemp("precision") / "gram_u85.pte"
+    return api.compile(MODEL, out, platform="corstone320", npu="ethos-u85-256",
+                       precision=RAISED)
+
+
+def _rows(result, module: str):
+    return [r for r in result.plan.rows if r.module == module and r.kind == "op"]
+
+
+def test_the_raised_modules_ops_compute_in_int16_and_the_others_in_int8(u55, u85):
+    """On the U55 the Gram matrix's int16 product leaves the NPU (it multiplies int8
+    activations only) and runs in float between int16 conversions; on the U85 it stays on the
+    NPU in int16. Every other module's ops are int8 on both."""
+    (bmm,) = [r for r in _rows(u55, "gram") if "bmm" in r.op]
+    assert bmm.placement == "portable" and bmm.precision == "float"
+    keys = [reason.key for reason in bmm.reasons]
+    assert keys == ["npu-operator-support", "no-s16-operator"]
+    assert "int16" in bmm.reasons[0].message
+    wide = [r for r in u55.plan.rows if r.kind != "op" and "int16" in r.dtypes]
+    assert {r.precision for r in wide} == {"a16w8"} and len(wide) >= 5
+    (bmm85,) = [r for r in _rows(u85, "gram") if "bmm" in r.op]
+    assert bmm85.placement == "npu" and bmm85.dtypes == "int16,int16 -> int16"
+    assert bmm85.precision == "a16w8"
+    for result in (u55, u85):
+        others = [r for r in result.plan.rows if r.kind == "op" and r.module != "gram"]
+        assert others and {r.precision for r in others} == {"a8w8"}
+
+
+def test_int8_int16_boundaries_are_plan_rows_where_they_run(u55, u85):
+    requantizes = [(r.placement, r.partition, r.dtypes) for r in u55.plan.rows
+                   if r.kind == "requantize"]
+    # the int8 tokens and their transpose become int16 at the end of partition 0; the int16
+    # product meets the int8 head inside partition 1
+    assert requantizes == [("npu", 0, "int8 -> int16"), ("npu", 0, "int8 -> int16"),
+                           ("npu", 1, "int16 -> int8")]
+    assert [r.dtypes for r in u85.plan.rows if r.kind == "requantize"] == \
+        ["int8 -> int16", "int8 -> int16", "int16 -> int8"]
+    text = u55.plan.to_text(width=100)
+    ops = [r for r in u55.plan.rows if r.kind == "op"]
+    int8_ops = sum(1 for r in ops if r.precision == "a8w8")
+    assert f"precision (gram=a16w8): ops a8w8 {int8_ops}, float 1; int8<->int16 " \
+           "requantizes: 2 on NPU p0, 1 on NPU p1" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_plan_json_and_html_show_each_ops_precision(u55):
+    import jsonschema
+
+    from orchestrator.reports.coverage import SCHEMA_PATH
+
+    document = json.loads((u55.artifacts / "plan.json").read_text())
+    jsonschema.validate(document, json.loads(SCHEMA_PATH.read_text()))
+    assert document["calibration"]["precision"] == {"gram": "a16w8"}
+    assert {op["precision"] for op in document["ops"]} >= {"a8w8", "a16w8", "float"}
+    assert all(op["precision"] for op in document["ops"] if op["kind"] != "npu-invocation")
+    html = (u55.artifacts / "report.html").read_text()
+    assert ">precision</th>" in html and ">a16w8</td>" in html
+    manifest = json.loads((u55.artifacts / "manifest.json").read_text())
+    assert manifest["calibration"]["precision"] == {"gram": "a16w8"}
+
+
+def test_the_int16_values_are_int16_in_the_pte(u55):
+    """The .pte's own tensors: partition 0 hands the CPU two int16 tensors, the CPU hands
+    partition 1 one, and the quantizes and dequantizes on the CPU take dtype int16."""
+    from kernels.program_view import ProgramView
+
+    view = ProgramView.read(u55.pte.read_bytes())
+    first, second = view.delegate_calls()
+    outputs = [view.values[i] for i in first.args[1:]]
+    assert [(v.dtype, v.sizes) for v in outputs] == [(torch.int16, (1, 4, 8)),
+                                                     (torch.int16, (1, 8, 4))]
+    assert view.values[second.args[0]].dtype == torch.int16
+    wide_calls = [c for c in view.kernel_calls() if c.operator.name.startswith("cortex_m::")
+                  and "quantize_per_tensor" in c.operator.name
+                  and view.values[c.args[5]].scalar == 2]  # ExecuTorch's ScalarType Short
+    assert len(wide_calls) == 3  # two dequantizes before the product, one quantize after
+
+
+def test_the_mixed_program_passes_the_twin_the_host_runtime_and_qemu(u55):
+    passes_twin_host_runtime_and_qemu(u55.pte)
+
+
+def test_the_u85_program_passes_the_twin_the_host_runtime_and_qemu(u85):
+    passes_twin_host_runtime_and_qemu(u85.pte)
+
+
+def test_the_twin_checks_int16_values_in_int16_steps(u55):
+    import orchestrator
+
+    report = orchestrator.verify(u55.pte, samples=4, per_op=True)
+    assert report.passed, report.verdict
+    assert "int8/int16 (each value in steps of its own dtype)" in report.verdict
+
+
+@pytest.mark.parametrize("given, says", [
+    ("gram", "write MODULE=PRECISION"),
+    ("gram=a32w8", "precision 'a32w8' for gram is not offered"),
+    ("gram=a16w8,gram=a8w8", "is given two precisions"),
+])
+def test_bad_precision_syntax_is_one_line(given, says):
+    with pytest.raises(UserError, match=says):
+        precision.parse(given)
+
+
+def test_a16w8_on_a_cpu_only_target_says_why_and_what_to_do():
+    with pytest.raises(UserError, match="needs an NPU target: upstream's Cortex-M quantizer"):
+        resolve(Request(MODEL, npu="none", precision=RAISED))
+
+
+def test_an_unknown_module_names_the_closest(tmp_path):
+    with pytest.raises(UserError, match="no module 'grm'.*did you mean gram"):
+        api.plan(MODEL, npu="ethos-u55-128", precision="grm=a16w8")
+
+
+def test_a_bad_precision_value_exits_2_with_one_line():
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", MODEL,
+                           "--precision", "gram=int16"], capture_output=True, text=True)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.startswith("orchestrate")]
+    assert lines == ["orchestrate: error: --precision: precision 'int16' for gram is not "
+                     "offered; use one of a8w8, a16w8"]
+
+
+def test_a_policys_precision_map_and_the_command_line_merge_per_module():
+    policy = parse_policy({"precision": {"gram": "a16w8", "proj": "a16w8"}}, "p.yaml")
+    resolved = resolve(Request(MODEL, npu="ethos-u55-128", policy=policy,
+                               precision="proj=a8w8"))
+    assert dict(resolved.precision) == {"gram": "a16w8", "proj": "a8w8"}
+    with pytest.raises(UserError, match="policy p.yaml: precision: precision 'wide'"):
+        resolve(Request(MODEL, npu="ethos-u55-128",
+                        policy=parse_policy({"precision": {"gram": "wide"}}, "p.yaml")))
+
+
+def test_the_precision_is_part_of_the_cache_key(u55):
+    from dataclasses import replace
+
+    from orchestrator.artifacts import cache
+
+    compiled = u55.plan.compiled
+    key = cache.quantized_key(compiled.model, compiled.calibration, compiled.target, True, True)
+    plain = cache.quantized_key(compiled.model, replace(compiled.calibration, precision=()),
+                                compiled.target, True, True)
+    assert key != plain
