@@ -5,6 +5,9 @@ over instructions of the aligned bytes live there, summed over the planned buffe
 compiled/bound. All figures are measured on the compile's own memory plan.
 
     python benchmarks/arena_bound.py [--models ds-cnn,...] [--targets cpu-m55-int8,...]
+    python benchmarks/arena_bound.py --user-families [--targets ...]   # examples/user_models.py
+
+A compile that refuses (a family a target cannot run) is listed with its one-line reason.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ def main() -> None:
     from tabulate import tabulate
 
     from orchestrator.compilation.pipeline import compile_model
+    from orchestrator.errors import OrchestrateError
     from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
@@ -45,18 +49,32 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default=",".join(zoo_names()))
     parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--user-families", action="store_true",
+                        help="the families of examples/user_models.py instead of the zoo")
     args = parser.parse_args()
+    names = args.models.split(",")
+    if args.user_families:
+        from examples.user_models import USER_MODELS, model_spec
+
+        names = [model_spec(family) for family in USER_MODELS]
     rows = []
-    for name in args.models.split(","):
+    for name in names:
         model = load_model(name)
         calibration = load_calibration(None, model.example_inputs)
         for target_name in args.targets.split(","):
             platform, npu, cpu, io = TARGETS[target_name]
             started = time.perf_counter()
-            compiled = compile_model(model, calibration,
-                                     resolve_target(platform, npu=npu, cpu=cpu, io=io))
+            label = name.rsplit(":", 1)[-1]
+            try:
+                compiled = compile_model(model, calibration,
+                                         resolve_target(platform, npu=npu, cpu=cpu, io=io))
+            except OrchestrateError as error:
+                rows.append([label, target_name, "-", "-", "-", "-", "-",
+                             f"refused: {str(error)[:120]}", "-"])
+                print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+                continue
             greedy, ours, bound = arena_figures(compiled)
-            rows.append([name, target_name, f"{greedy:,}", f"{ours:,}", f"{bound:,}",
+            rows.append([label, target_name, f"{greedy:,}", f"{ours:,}", f"{bound:,}",
                          f"{ours / bound:.3f}" if bound else "-",
                          f"{greedy / bound:.3f}" if bound else "-",
                          "; ".join(a.planner for a in compiled.arenas),
