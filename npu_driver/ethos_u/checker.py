@@ -38,8 +38,6 @@ from npu_driver.ethos_u.stream import Command, parse_custom_operator_payload
 from npu_driver.ethos_u.weights import SCALE_RECORD_BYTES, WeightLayout
 
 SHRAM = -1  # region number of an internal (SHRAM) DMA end
-_BASES = {name: tuple(getattr(cmd1, f"NPU_SET_{name}_BASE{i}") for i in range(4))
-          for name in ("IFM", "IFM2", "OFM")}
 _UNARY_ELEMENTWISE = {5, 6, 7}  # LRELU, ABS, CLZ: no IFM2
 
 
@@ -92,34 +90,58 @@ def check_stream(command_stream: bytes, region_sizes: Sequence[int | None],
     """Check a custom-operator payload (COP1) against regions of `region_sizes` bytes (None: the
     region has no base address); regions in `unbounded` are sized by use (a fast scratch whose
     size the program does not record). Raises StreamRefused or CommandStreamError."""
-    cop = parse_custom_operator_payload(bytes(command_stream))
-    checker = _Checker(accel, list(region_sizes), set(unbounded))
-    for commands in cop.command_streams:
-        checker.regs.clear()
-        if not commands or commands[-1].opcode != cmd0.NPU_OP_STOP:
-            last = commands[-1] if commands else None
-            raise StreamRefused(
-                "the command stream does not end with NPU_OP_STOP" + (
-                    f" (its last command is {where(last.name, last.offset)})" if last else
-                    " (it is empty)"))
-        for command in commands:
-            checker.step(command)
-    return StreamCheck(checker.commands, tuple(checker.accesses), tuple(checker.weights),
-                       tuple(checker.scales), tuple(checker.dmas))
+    return Checker(accel, list(region_sizes), set(unbounded)).run(command_stream)
 
 
-class _Checker:
-    def __init__(self, accel: Accelerator, sizes: list, unbounded: set):
+class Checker:
+    """The register replay, one handler per operation kind. Registers and handlers are keyed
+    by command name, which the Ethos-U products share for the registers they share; `opcodes`
+    is the product's decoder table (None: Vela's Ethos-U55/U65 enums). A sibling product's
+    checker (u85_checker.py) changes the handlers that differ."""
+
+    opcodes: tuple[dict, dict] | None = None
+
+    def __init__(self, accel, sizes: list, unbounded: set):
         self.accel = accel
         self.sizes = sizes
         self.unbounded = unbounded
-        self.masks = reserved_masks("ethos-u65" if accel.product == PRODUCT_U65 else "ethos-u55")
-        self.regs: dict[object, Command] = {}
+        self.masks = reserved_masks(self.product_name())
+        self.bases = {name: tuple(getattr(cmd1, f"NPU_SET_{name}_BASE{i}") for i in range(4))
+                      for name in ("IFM", "IFM2", "OFM")}
+        self.regs: dict[str, Command] = {}  # command name -> the command that last set it
         self.commands = 0
         self.accesses: list[Access] = []
         self.weights: list[StreamRead] = []
         self.scales: list[StreamRead] = []
         self.dmas: list[DmaCopy] = []
+        self.operations = self.handlers()
+
+    def product_name(self) -> str:
+        return "ethos-u65" if self.accel.product == PRODUCT_U65 else "ethos-u55"
+
+    def handlers(self) -> dict:
+        """Command name -> the handler of the operation it starts."""
+        return {"NPU_OP_CONV": self._conv, "NPU_OP_DEPTHWISE": self._conv,
+                "NPU_OP_POOL": self._pool, "NPU_OP_ELEMENTWISE": self._elementwise,
+                "NPU_OP_DMA_START": self._dma}
+
+    def run(self, command_stream: bytes) -> StreamCheck:
+        cop = parse_custom_operator_payload(bytes(command_stream), self.opcodes)
+        for commands in cop.command_streams:
+            self.regs.clear()
+            self.check_stop(commands)
+            for command in commands:
+                self.step(command)
+        return StreamCheck(self.commands, tuple(self.accesses), tuple(self.weights),
+                           tuple(self.scales), tuple(self.dmas))
+
+    def check_stop(self, commands) -> None:
+        if not commands or commands[-1].name != "NPU_OP_STOP":
+            last = commands[-1] if commands else None
+            raise StreamRefused(
+                "the command stream does not end with NPU_OP_STOP" + (
+                    f" (its last command is {where(last.name, last.offset)})" if last else
+                    " (it is empty)"))
 
     # -- state -------------------------------------------------------------------------------
 
@@ -127,12 +149,10 @@ class _Checker:
         self.commands += 1
         self._reserved(command)
         opcode = command.opcode
-        if isinstance(opcode, cmd1) or opcode.value >= 0x100:
-            self.regs[opcode] = command
+        handler = self.operations.get(command.name)
+        if handler is None and (command.payload is not None or opcode.value >= 0x100):
+            self.regs[command.name] = command
             return
-        handler = {cmd0.NPU_OP_CONV: self._conv, cmd0.NPU_OP_DEPTHWISE: self._conv,
-                   cmd0.NPU_OP_POOL: self._pool, cmd0.NPU_OP_ELEMENTWISE: self._elementwise,
-                   cmd0.NPU_OP_DMA_START: self._dma}.get(opcode)
         if handler is not None:
             handler(command)
 
@@ -144,9 +164,11 @@ class _Checker:
                                 f"{word & mask:#x} are set (the interface requires them zero)")
 
     def reg(self, opcode, op: Command) -> Command:
-        command = self.regs.get(opcode)
+        """The command that last set register `opcode` (an enum member or its name)."""
+        name = opcode if isinstance(opcode, str) else opcode.name
+        command = self.regs.get(name)
         if command is None:
-            raise StreamRefused(f"{where(op.name, op.offset)} reads {opcode.name}, which the "
+            raise StreamRefused(f"{where(op.name, op.offset)} reads {name}, which the "
                                 "command stream never set")
         return command
 
@@ -177,16 +199,17 @@ class _Checker:
         self.accesses.append(Access(op.name, op.offset, kind, region, lowest, highest, what))
 
     def _fm(self, name: str, op: Command) -> FeatureMap:
-        region = self.param(getattr(cmd0, f"NPU_SET_{name}_REGION"), op) & 0x7
+        c0, c1 = cmd0, cmd1
+        region = self.param(getattr(c0, f"NPU_SET_{name}_REGION"), op) & 0x7
         return feature_map(
-            name, region, [self.reg(b, op).address for b in _BASES[name]],
-            self.param(getattr(cmd0, f"NPU_SET_{name}_HEIGHT0_M1"), op),
-            self.param(getattr(cmd0, f"NPU_SET_{name}_HEIGHT1_M1"), op),
-            self.param(getattr(cmd0, f"NPU_SET_{name}_WIDTH0_M1"), op),
-            self.reg(getattr(cmd1, f"NPU_SET_{name}_STRIDE_X"), op).payload,
-            self.reg(getattr(cmd1, f"NPU_SET_{name}_STRIDE_Y"), op).payload,
-            self.reg(getattr(cmd1, f"NPU_SET_{name}_STRIDE_C"), op).payload,
-            self.param(getattr(cmd0, f"NPU_SET_{name}_PRECISION"), op),
+            name, region, [self.reg(b, op).address for b in self.bases[name]],
+            self.param(getattr(c0, f"NPU_SET_{name}_HEIGHT0_M1"), op),
+            self.param(getattr(c0, f"NPU_SET_{name}_HEIGHT1_M1"), op),
+            self.param(getattr(c0, f"NPU_SET_{name}_WIDTH0_M1"), op),
+            self.reg(getattr(c1, f"NPU_SET_{name}_STRIDE_X"), op).payload,
+            self.reg(getattr(c1, f"NPU_SET_{name}_STRIDE_Y"), op).payload,
+            self.reg(getattr(c1, f"NPU_SET_{name}_STRIDE_C"), op).payload,
+            self.param(getattr(c0, f"NPU_SET_{name}_PRECISION"), op),
             where(op.name, op.offset), ofm=name == "OFM")
 
     def _map(self, name: str, op: Command, shape, kind: str) -> FeatureMap:
@@ -248,7 +271,7 @@ class _Checker:
     # -- operations --------------------------------------------------------------------------
 
     def _conv(self, op: Command) -> None:
-        depthwise = op.opcode == cmd0.NPU_OP_DEPTHWISE
+        depthwise = op.name == "NPU_OP_DEPTHWISE"
         ofm_shape = self._ofm_shape(op)
         kernel = self._kernel(op)
         ifm_depth = self.param(cmd0.NPU_SET_IFM_DEPTH_M1, op) + 1

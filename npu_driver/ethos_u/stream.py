@@ -104,8 +104,11 @@ def _words(data: bytes) -> tuple[int, ...]:
     return struct.unpack(f"<{len(data) // 4}I", data)
 
 
-def decode_commands(words, start: int, end: int) -> tuple[Command, ...]:
-    """Decode words[start:end] into commands; every opcode must be a known cmd0/cmd1."""
+def decode_commands(words, start: int, end: int,
+                    opcodes: tuple[dict, dict] | None = None) -> tuple[Command, ...]:
+    """Decode words[start:end] into commands; every opcode must be a known cmd0/cmd1 of
+    `opcodes` ({value: enum member} for cmd0 and cmd1; None: Vela's Ethos-U55/U65 table)."""
+    known_cmd0, known_cmd1 = opcodes or (_CMD0, _CMD1)
     commands = []
     index = start
     while index < end:
@@ -118,22 +121,22 @@ def decode_commands(words, start: int, end: int) -> tuple[Command, ...]:
             if code & ~OPCODE_MASK:
                 raise CommandStreamError(f"command word {word:#010x} at word {index} has "
                                          "non-zero bits 10-13 (must-be-zero field)")
-            if opcode not in _CMD0:
+            if opcode not in known_cmd0:
                 raise CommandStreamError(f"unknown cmd0 opcode {opcode:#05x} at word {index} "
                                          f"(word {word:#010x})")
-            commands.append(Command(index, _CMD0[opcode], param, None))
+            commands.append(Command(index, known_cmd0[opcode], param, None))
             index += 1
         elif control == CMD1_CONTROL:
             if code & 0x3C00:
                 raise CommandStreamError(f"command word {word:#010x} at word {index} has "
                                          "non-zero bits 10-13 (must-be-zero field)")
-            if opcode not in _CMD1:
+            if opcode not in known_cmd1:
                 raise CommandStreamError(f"unknown cmd1 opcode {opcode:#05x} at word {index} "
                                          f"(word {word:#010x})")
             if index + 1 >= end:
-                raise CommandStreamError(f"{_CMD1[opcode].name} at word {index} is truncated: "
+                raise CommandStreamError(f"{known_cmd1[opcode].name} at word {index} is truncated: "
                                          "its payload word is missing")
-            commands.append(Command(index, _CMD1[opcode], param, words[index + 1]))
+            commands.append(Command(index, known_cmd1[opcode], param, words[index + 1]))
             index += 2
         else:
             raise CommandStreamError(f"command word {word:#010x} at word {index} has control "
@@ -141,8 +144,10 @@ def decode_commands(words, start: int, end: int) -> tuple[Command, ...]:
     return tuple(commands)
 
 
-def parse_custom_operator_payload(data: bytes) -> CustomOperatorPayload:
-    """Walk the payload as ethosu_invoke_v3 does and decode each command stream."""
+def parse_custom_operator_payload(data: bytes, opcodes: tuple[dict, dict] | None = None
+                                  ) -> CustomOperatorPayload:
+    """Walk the payload as ethosu_invoke_v3 does and decode each command stream with `opcodes`
+    (None: the Ethos-U55/U65 table; `u85_commands.U85_OPCODES` for an Ethos-U85 stream)."""
     words = _words(bytes(data))
     if not words or words[0] != COP1_FOURCC:
         first = f"{words[0]:#010x}" if words else "nothing"
@@ -164,7 +169,7 @@ def parse_custom_operator_payload(data: bytes) -> CustomOperatorPayload:
             if index + 1 + length > len(words):
                 raise CommandStreamError(f"COMMAND_STREAM at word {index} claims {length} words "
                                          f"but the payload has {len(words) - index - 1} left")
-            streams.append(decode_commands(words, index + 1, index + 1 + length))
+            streams.append(decode_commands(words, index + 1, index + 1 + length, opcodes))
             index += 1 + length
         elif action == ACTION_NOP:
             index += 1

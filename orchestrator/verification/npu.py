@@ -6,7 +6,11 @@
   payload, executed by the functional model (npu_driver/ethos_u) on the invocation's memory
   regions: the bytes the device reads.
 - `tosa`: the partition's TOSA graph (the one Vela was given, from the artifacts folder) in the
-  TOSA reference model. The only path for the Ethos-U85, which is not modelled.
+  TOSA reference model. The only path for the Ethos-U85, whose stream is not executed; with
+  `auto` (the default), before a U85 partition first runs its command stream is decoded and
+  bounds-checked against the regions its payload declares (npu_driver/ethos_u/u85_checker.py),
+  so a stream that would write past its region fails verification naming the command and its
+  word offset. An explicit `tosa` leaves the stream unread.
 - `both` (what `auto`, the default, runs on the Ethos-U55 and U65): the stream computes the
   invocation and the TOSA graph checks it byte for byte; any difference fails verification,
   naming the partition and the first differing byte. The stream alone is checked only against
@@ -26,9 +30,11 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from npu_driver.ethos_u import (SCRATCH_REGION, NpuModelError, UnmodelledCommand,
-                                WeightMismatch, WeightStreamError, check_partition_weights, execute_backend_invocation,
+from npu_driver.ethos_u import (FAST_SCRATCH_REGION, SCRATCH_REGION, NpuModelError,
+                                UnmodelledCommand, WeightMismatch, WeightStreamError,
+                                check_partition_weights, execute_backend_invocation,
                                 run_partition)
+from npu_driver.ethos_u.u85_checker import check_u85_stream
 from npu_driver.tosa_twin import TosaTwinError
 from npu_driver.tosa_worker import shared as shared_tosa
 from orchestrator.errors import NotRun, UserError, VerificationFailure
@@ -42,6 +48,7 @@ STREAM_METHOD = "Vela command stream executed by the Ethos-U55/U65 functional mo
 TOSA_METHOD = "TOSA reference model on the partition's TOSA graph"
 # Accelerators the functional model executes (npu_driver.ethos_u.arch.ACCELERATORS).
 _MODELLED_PREFIXES = ("ethos-u55-", "ethos-u65-")
+_U85_PREFIX = "ethos-u85-"  # stream checked (u85_checker.py), computed from the TOSA graph
 
 
 class NpuModelFault(VerificationFailure):
@@ -78,6 +85,7 @@ class NpuTally:
     dma_bytes: Counter = field(default_factory=Counter)  # delegate name -> bytes moved by DMA
     operations: dict[str, Counter] = field(default_factory=dict)  # delegate name -> kinds
     weights: dict[str, object] = field(default_factory=dict)  # delegate name -> WeightReport
+    stream_checks: dict[str, str] = field(default_factory=dict)  # delegate name -> U85 check
 
     def add(self, name: str, counters: Counters) -> None:
         self.invocations[name] += 1
@@ -87,6 +95,10 @@ class NpuTally:
         self.operations.setdefault(name, Counter()).update(counters.operations)
 
     def to_json(self) -> dict:
+        checks = {name: {"stream_check": text} for name, text in self.stream_checks.items()}
+        return {**checks, **self._executed()}
+
+    def _executed(self) -> dict:
         return {name: {"invocations": self.invocations[name],
                        "commands_per_invocation": self.commands[name] // self.invocations[name],
                        "macs_per_invocation": self.macs[name] // self.invocations[name],
@@ -96,7 +108,9 @@ class NpuTally:
                        **({"weight_check": self.weights[name].summary(),
                            "weight_streams_checked": list(self.weights[name].checked),
                            "weight_streams_not_checked": list(self.weights[name].unchecked)}
-                          if name in self.weights else {})}
+                          if name in self.weights else {}),
+                       **({"stream_check": self.stream_checks[name]}
+                          if name in self.stream_checks else {})}
                 for name in sorted(self.invocations)}
 
 
@@ -121,6 +135,10 @@ def npu_lines(execution: dict) -> list[str]:
     against the plan's (a difference is a finding: the stream does other work than the graph)."""
     lines = []
     for name, figures in execution.items():
+        if "stream_check" in figures:
+            lines.append(f"{name} command stream: {figures['stream_check']}")
+        if "invocations" not in figures:
+            continue
         ops = ", ".join(f"{kind} {count // figures['invocations']}"
                         for kind, count in sorted(figures["operations"].items()))
         planned = figures.get("plan_macs")
@@ -144,6 +162,10 @@ class NpuExecutor:
         self.accelerator = accelerator
         self.choice = choose(npu_model, accelerator)
         self.tally = NpuTally()
+        # `auto` on a U85 checks the stream before the TOSA graph computes the partition;
+        # an explicit `tosa` (the expectation a BundleIO carries, say) leaves the bytes unread
+        self.checks_u85 = npu_model == "auto" and bool(accelerator) and accelerator.startswith(
+            _U85_PREFIX)
 
     @property
     def method(self) -> str:
@@ -154,12 +176,40 @@ class NpuExecutor:
                     f"the {TOSA_METHOD}")
         reason = "" if self.accelerator is None or self.accelerator.startswith(
             _MODELLED_PREFIXES) else f"; the {self.accelerator} is not modelled"
+        if self.checks_u85:
+            reason += "; its command stream is decoded and bounds-checked before the first run"
         return f"NPU: {TOSA_METHOD} (the command stream is not executed{reason})"
+
+    def check_u85(self, partition: NpuPartition, where: str) -> None:
+        """Once per U85 partition, before it first runs: decode its command stream with the
+        U85 table and bound every access against the regions its payload declares (weights,
+        scratch; the fast scratch sized by use). A refusal fails verification naming the
+        command and its word offset; what the checker cannot bound is reported, not hidden."""
+        name = partition.delegate_name
+        if not self.checks_u85 or name in self.tally.stream_checks:
+            return
+        payload = partition.payload
+        try:
+            check = check_u85_stream(payload.cmd_bytes, [len(payload.weight_bytes),
+                                                         payload.scratch_bytes, None],
+                                     self.accelerator, (FAST_SCRATCH_REGION,))
+        except UnmodelledCommand as error:
+            self.tally.stream_checks[name] = f"not bounds-checked: {error}"
+            return
+        except NpuModelError as error:
+            raise NpuModelFault(f"{where}: the U85 stream checker refuses the command stream: "
+                                f"{error}") from None
+        extent = check.extent()
+        self.tally.stream_checks[name] = (
+            f"{check.commands} commands decoded (Ethos-U85 table), {len(check.accesses)} "
+            f"accesses bounded: weights {extent.get(0, 0):,} of {len(payload.weight_bytes):,} "
+            f"B, scratch {extent.get(SCRATCH_REGION, 0):,} of {payload.scratch_bytes:,} B")
 
     def run(self, partition: NpuPartition, arrays: Sequence[np.ndarray],
             where: str) -> list[np.ndarray]:
         """The partition's outputs (TOSA-shaped arrays) for `arrays`; `where` names the
         instruction in errors."""
+        self.check_u85(partition, where)
         streamed = self._stream(partition, arrays, where) if self.choice != "tosa" else None
         if self.choice == "stream":
             return streamed
@@ -194,6 +244,7 @@ class NpuExecutor:
         """One EthosUBackend invocation on the memory the backend set up (`regions`: its base
         addresses, mutated in place): the inputs are already in the scratch at Vela's offsets
         and the outputs are left there, as the NPU leaves them."""
+        self.check_u85(partition, where)
         payload = partition.payload
         scratch = regions[SCRATCH_REGION]
         arrays = [np.frombuffer(bytes(scratch[v.offset:v.offset + v.nbytes]),

@@ -1,0 +1,232 @@
+"""The Ethos-U85 command stream: decoded from its own table and checked before anything runs.
+
+The U85 runs the same kind of stream as the U55/U65 (a COP1 payload, cmd0/cmd1 words, `NPU_SET_*`
+registers then an `NPU_OP_*` that starts an operation), with its own command set
+(`u85_commands.json`, from `ethosu85_interface.h`). The checker replays it with the U55/U65
+checker's logic (checker.py: the same register names give the same feature-map, kernel, padding
+and weight/scale extents) and changes what the U85 does differently, as the Linux
+`accel/ethosu` driver's `ethosu_gem_cmdstream_copy_and_validate` does for a U85:
+
+- feature-map storage (`activation_storage`, precision bits 14-15): a CHAINED map lives in the
+  NPU's chaining buffer and a NONE map is not written (accumulators kept for the next
+  operation): neither touches memory; TILE3X1 is refused as not checked;
+- a transposed OFM (activation_transpose) is bounded as the map its registers describe, the
+  OFM's H x W x C permuted into the transpose's order;
+- elementwise: the IFM has a broadcast register too; broadcast_mode SCALAR (8) reads no map
+  (IFM2 from OP_SCALAR); LRELU, ABS, CLZ and NOT read no IFM2;
+- convolution: `weights_ifm2` takes the weights from IFM2 (no weight stream); up to four weight
+  streams (WEIGHT, WEIGHT1-3 BASE/LENGTH, one per weight decoder), each bounded in WEIGHT_REGION;
+- pooling mode NONE reads no IFM;
+- reserved bits from the U85 masks (`reserved_bits.json`, "ethos-u85").
+
+What it cannot bound it refuses (UnmodelledCommand, naming the command and word offset):
+NPU_OP_RESIZE, NPU_OP_BRANCH, indexed DMA, and DMA to or from the NPU's internal memory. (The
+Linux driver refuses storage NONE and transposed OFMs, which Vela 5.1 emits.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from npu_driver.ethos_u.checker import Checker, StreamCheck, StreamRefused
+from npu_driver.ethos_u.errors import ConfigMismatch, UnmodelledCommand, where
+from npu_driver.ethos_u.fmap import FeatureMap
+from npu_driver.ethos_u.stream import CustomOperatorPayload, parse_custom_operator_payload
+from npu_driver.ethos_u.u85_commands import U85_OPCODES, describe, table
+
+PRODUCT_U85 = 2  # config_r.product of an Ethos-U85 (ethosu85_interface.h CONFIG)
+_STORAGE = {value: name for name, value in table()["enums"]["activation_storage"].items()}
+_TRANSPOSE = {value: name for name, value in table()["enums"]["activation_transpose"].items()}
+_ELEMENTWISE = table()["enums"]["elementwise_mode"]
+_UNARY = {_ELEMENTWISE[name] for name in ("LRELU", "ABS", "CLZ", "NOT")}
+_SCALAR = table()["enums"]["broadcast_mode"]["SCALAR"]
+_POOL_NONE = table()["enums"]["pooling_mode"]["NONE"]
+
+
+@dataclass(frozen=True)
+class U85Accelerator:
+    """An Ethos-U85 configuration: what its OPTIMIZER_CONFIG must say."""
+
+    name: str
+    macs: int
+
+    product = PRODUCT_U85
+
+    @property
+    def config_macs_log2(self) -> int:
+        """config_r.macs_per_cc: log2 of the MACs per cycle (8 in an ethos-u85-256 stream)."""
+        return self.macs.bit_length() - 1
+
+
+U85_ACCELERATORS = {a.name: a for a in (
+    U85Accelerator("ethos-u85-128", 128), U85Accelerator("ethos-u85-256", 256),
+    U85Accelerator("ethos-u85-512", 512), U85Accelerator("ethos-u85-1024", 1024),
+    U85Accelerator("ethos-u85-2048", 2048))}
+
+
+def parse_u85_payload(data: bytes) -> CustomOperatorPayload:
+    """A COP1 payload whose command streams are decoded with the Ethos-U85 command table."""
+    return parse_custom_operator_payload(bytes(data), U85_OPCODES)
+
+
+def resolve_u85(cop: CustomOperatorPayload, accelerator: str | None) -> U85Accelerator:
+    """The U85 configuration to check for, against the stream's OPTIMIZER_CONFIG."""
+    config = cop.optimizer_configs[0] if cop.optimizer_configs else None
+    if config is not None and config.product != PRODUCT_U85:
+        raise ConfigMismatch(f"OPTIMIZER_CONFIG at word {config.offset} is for product "
+                             f"{config.product}, not an Ethos-U85 ({PRODUCT_U85})")
+    if accelerator is None:
+        if config is None:
+            raise ConfigMismatch("the command stream has no OPTIMIZER_CONFIG; name the "
+                                 "accelerator to check it for")
+        found = [a for a in U85_ACCELERATORS.values()
+                 if a.config_macs_log2 == config.macs_per_cc_log2]
+        if not found:
+            raise ConfigMismatch(f"OPTIMIZER_CONFIG at word {config.offset}: no Ethos-U85 "
+                                 f"configuration has macs_per_cc {config.macs_per_cc_log2}")
+        return found[0]
+    if accelerator not in U85_ACCELERATORS:
+        raise ConfigMismatch(f"unknown Ethos-U85 {accelerator!r}; known: "
+                             f"{', '.join(U85_ACCELERATORS)}")
+    accel = U85_ACCELERATORS[accelerator]
+    if config is not None and config.macs_per_cc_log2 != accel.config_macs_log2:
+        raise ConfigMismatch(f"OPTIMIZER_CONFIG at word {config.offset} was compiled for "
+                             f"another NPU: macs_per_cc {config.macs_per_cc_log2} (stream) vs "
+                             f"{accel.config_macs_log2} ({accel.name}); "
+                             "ethosu_dev_verify_optimizer_config refuses it")
+    return accel
+
+
+def check_u85_stream(command_stream: bytes, region_sizes: Sequence[int | None],
+                     accelerator: str | None = None,
+                     unbounded: tuple[int, ...] = ()) -> StreamCheck:
+    """Check an Ethos-U85 COP1 payload against regions of `region_sizes` bytes, as
+    `checker.check_stream` does for the U55/U65. Raises StreamRefused, CommandStreamError,
+    ConfigMismatch or UnmodelledCommand (what it cannot bound)."""
+    accel = resolve_u85(parse_u85_payload(command_stream), accelerator)
+    return U85Checker(accel, list(region_sizes), set(unbounded)).run(command_stream)
+
+
+def disassemble_u85(command_stream: bytes) -> str:
+    """The U85 commands one per line: word offset, name, named fields."""
+    cop = parse_u85_payload(command_stream)
+    lines = [f"{c.offset:6}  OPTIMIZER_CONFIG  product {c.product}, macs_per_cc "
+             f"{c.macs_per_cc_log2}, command stream v{c.cmd_stream_version}"
+             for c in cop.optimizer_configs]
+    for stream in cop.command_streams:
+        lines.extend(f"{c.offset:6}  {c.name:<28} {describe(c)}".rstrip() for c in stream)
+    return "\n".join(lines)
+
+
+class U85Checker(Checker):
+    """checker.Checker with the Ethos-U85's command table and its differences."""
+
+    opcodes = U85_OPCODES
+
+    def product_name(self) -> str:
+        return "ethos-u85"
+
+    def handlers(self) -> dict:
+        return {**super().handlers(), "NPU_OP_CONV": self._u85_conv,
+                "NPU_OP_DEPTHWISE": self._u85_conv, "NPU_OP_POOL": self._u85_pool,
+                "NPU_OP_ELEMENTWISE": self._u85_elementwise, "NPU_OP_DMA_START": self._u85_dma,
+                "NPU_OP_RESIZE": self._refuse, "NPU_OP_BRANCH": self._refuse}
+
+    @staticmethod
+    def _refuse(op) -> None:
+        raise UnmodelledCommand(f"{where(op.name, op.offset)}: the U85 stream checker does not "
+                                f"bound {op.name} ({describe(op) or 'no fields'})")
+
+    def _storage(self, name: str, op) -> str:
+        precision = self.param(f"NPU_SET_{name}_PRECISION", op)
+        return _STORAGE.get(precision >> 14, str(precision >> 14))
+
+    def _map(self, name: str, op, shape, kind: str) -> FeatureMap | None:
+        storage = self._storage(name, op)
+        if storage in ("CHAINED", "NONE"):
+            # CHAINED: in the chaining buffer; NONE: not in memory (Vela writes an OFM of
+            # storage NONE with ACC_FORMAT acc_output DISABLE, the accumulators kept for the
+            # next operation). No memory access either way.
+            return None
+        if storage != "TILE2X2":
+            raise UnmodelledCommand(f"{where(op.name, op.offset)}: {name} storage {storage} "
+                                    "is not bounded by the U85 stream checker (TILE2X2, "
+                                    "CHAINED and NONE are)")
+        if name == "OFM":
+            transpose = _TRANSPOSE.get((self.param("NPU_SET_OFM_PRECISION", op) >> 11) & 0x7)
+            if transpose is None:
+                raise StreamRefused(f"{where(op.name, op.offset)}: OFM transpose "
+                                    f"{(self.param('NPU_SET_OFM_PRECISION', op) >> 11) & 7} is "
+                                    "a reserved value")
+            # The OFM is written in the transposed order, which its tile and stride registers
+            # describe: a CHW transpose of an 8x8x16 OFM is a 16x8x8 map (Vela 5.1 sets
+            # HEIGHT0_M1 15 for it). Reverse (bits 9-10) writes the same elements reordered.
+            sizes = dict(zip("HWC", shape))
+            shape = tuple(sizes[axis] for axis in transpose)
+        return super()._map(name, op, shape, kind)
+
+    def _u85_conv(self, op) -> None:
+        ofm_shape = self._ofm_shape(op)
+        kernel = self._kernel(op)
+        ifm_depth = self.param("NPU_SET_IFM_DEPTH_M1", op) + 1
+        self._ifm(op, ofm_shape, kernel, ifm_depth)
+        weights_from_ifm2 = op.name == "NPU_OP_CONV" and op.param & 1
+        if weights_from_ifm2:
+            # the IFM2 holds the weights: IFM depth x OFM depth (the Linux driver's bound)
+            self._map("IFM2", op, (1, ifm_depth, ofm_shape[2]), "read")
+        self._map("OFM", op, ofm_shape, "write")
+        if not weights_from_ifm2:
+            self._stream(op, "WEIGHT", None, ofm_shape[2])
+            for index in (1, 2, 3):
+                self._extra_weights(op, index)
+        if self._scaled(op):
+            self._stream(op, "SCALE", None, ofm_shape[2])
+
+    def _extra_weights(self, op, index: int) -> None:
+        """WEIGHTn_BASE/LENGTH: the stream of weight decoder n, in WEIGHT_REGION; optional
+        (unset on configurations with fewer decoders)."""
+        base = self.regs.get(f"NPU_SET_WEIGHT{index}_BASE")
+        length = self.regs.get(f"NPU_SET_WEIGHT{index}_LENGTH")
+        if base is None and length is None:
+            return
+        base = self.reg(f"NPU_SET_WEIGHT{index}_BASE", op).address
+        length = self.reg(f"NPU_SET_WEIGHT{index}_LENGTH", op).payload
+        region = self.param("NPU_SET_WEIGHT_REGION", op) & 0x7
+        self._access(op, "read", region, base, length, f"weight stream {index}")
+
+    def _u85_pool(self, op) -> None:
+        ofm_shape = self._ofm_shape(op)
+        if op.param & 0x7 != _POOL_NONE:
+            self._ifm(op, ofm_shape, self._kernel(op),
+                      self.param("NPU_SET_IFM_DEPTH_M1", op) + 1)
+        self._map("OFM", op, ofm_shape, "write")
+        if self._scaled(op):
+            self._stream(op, "SCALE", None, ofm_shape[2])
+
+    def _u85_elementwise(self, op) -> None:
+        shape = self._ofm_shape(op)
+        mode = op.param & 0x3F
+        for name in ("IFM",) if mode in _UNARY else ("IFM", "IFM2"):
+            broadcast = self.param(f"NPU_SET_{name}_BROADCAST", op) & 0xF
+            if broadcast == _SCALAR:
+                continue  # a scalar (IFM2: OP_SCALAR), no feature map read
+            oh, ow, oc = shape
+            self._map(name, op, (1 if broadcast & 1 else oh, 1 if broadcast & 2 else ow,
+                                 1 if broadcast & 4 else oc), "read")
+        self._map("OFM", op, shape, "write")
+
+    def _u85_dma(self, op) -> None:
+        for end in ("SRC", "DST"):
+            register = self.param(f"NPU_SET_DMA0_{end}_REGION", op)
+            if register & 0x800:
+                raise UnmodelledCommand(f"{where(op.name, op.offset)}: indexed DMA "
+                                        f"({end} idx_mode) is not bounded by the U85 checker")
+            if register & 0x100:
+                raise UnmodelledCommand(f"{where(op.name, op.offset)}: DMA {end} in the NPU's "
+                                        "internal memory is not bounded by the U85 checker")
+        self._dma(op)
+
+
+__all__ = ["PRODUCT_U85", "U85_ACCELERATORS", "U85Accelerator", "U85Checker", "StreamRefused",
+           "check_u85_stream", "disassemble_u85", "parse_u85_payload", "resolve_u85"]

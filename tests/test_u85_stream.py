@@ -1,0 +1,165 @@
+"""The Ethos-U85 command stream, on DS-CNN's U85-256 program: decoded with the U85 table (from
+Arm's ethosu85_interface.h) into named commands with word offsets, bounded by the U85 stream
+checker against the regions the payload declares, and a stream whose OFM write runs past its
+region (a tampered OFM base or row stride, manifest hashes rewritten as tests/tampering.py does)
+refused by verify on every method, naming the command and its word offset, before the TOSA
+reference model computes the partition."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from npu_driver.ethos_u import FAST_SCRATCH_REGION, SCRATCH_REGION, StreamRefused
+from npu_driver.ethos_u.errors import CommandStreamError
+from npu_driver.ethos_u.u85_checker import check_u85_stream, disassemble_u85, parse_u85_payload
+from npu_driver.ethos_u.u85_commands import U85_OPCODES, fields, table, table_from_header
+from orchestrator.cli import main
+from orchestrator.verification.npu import NpuExecutor
+from orchestrator.verification.twin import load_twin
+from tests.device_tools import missing
+from tests.tampering import copy_program, payload_bytes, replace_payload
+
+PARTITION = "lowered_module_0"
+NPU = "ethos-u85-256"
+
+
+@pytest.fixture(scope="module")
+def ds_cnn(compiles):
+    return compiles.get("ds-cnn", platform="corstone320", npu=NPU, write=True)[1]
+
+
+def _regions(payload):
+    return [len(payload.weight_bytes), payload.scratch_bytes, None]
+
+
+def test_the_u85_command_table_is_arms_interface_definition():
+    from kernels.native.sources import third_party_root
+
+    header = Path(third_party_root(None)[0]) / "ethos-u-core-driver" / "src" / \
+        "ethosu85_interface.h"
+    if not header.is_file():
+        missing(f"no {header}")
+    assert table() == table_from_header(header.read_text())
+    assert len(table()["cmd0"]) + len(table()["cmd1"]) == len(table()["fields"]) == 111
+
+
+def test_every_word_of_ds_cnn_u85_stream_decodes_into_a_named_command(ds_cnn):
+    payload = load_twin(ds_cnn).partitions[0].payload
+    cop = parse_u85_payload(payload.cmd_bytes)
+    (commands,) = cop.command_streams
+    assert cop.optimizer_configs[0].product == 2  # config_r.product: Ethos-U85
+    # every word is covered, one command after the other, and the stream ends with a STOP
+    words = len(payload.cmd_bytes) // 4
+    ends = [c.offset + (1 if c.payload is None else 2) for c in commands]
+    assert [c.offset for c in commands[1:]] == ends[:-1] and ends[-1] == words
+    assert commands[-1].name == "NPU_OP_STOP"
+    names = set(table()["cmd0"]) | set(table()["cmd1"])
+    assert all(c.name in names for c in commands)
+    operations = [c.name for c in commands if c.name.startswith("NPU_OP_")]
+    assert operations.count("NPU_OP_CONV") == 6 and operations.count("NPU_OP_DEPTHWISE") == 4
+    assert operations.count("NPU_OP_POOL") == 1
+    # the fields are the header's: the first convolution's kernel is DS-CNN's 10x4, stride 2
+    conv = next(c for c in commands if c.name == "NPU_OP_CONV")
+    before = {c.name: c for c in commands if c.offset < conv.offset}
+    assert fields(before["NPU_SET_KERNEL_HEIGHT_M1"]) == {"height_m1": 9}
+    assert fields(before["NPU_SET_KERNEL_WIDTH_M1"]) == {"width_m1": 3}
+    stride = fields(before["NPU_SET_KERNEL_STRIDE"])
+    assert stride["stride_x_lsb"] == stride["stride_y_lsb"] == 1
+    listing = disassemble_u85(payload.cmd_bytes)
+    assert f"{conv.offset:6}  NPU_OP_CONV" in listing
+    assert "activation_format=NHCWB16" in listing
+
+
+def test_ds_cnn_u85_stream_stays_inside_its_regions(ds_cnn):
+    payload = load_twin(ds_cnn).partitions[0].payload
+    check = check_u85_stream(payload.cmd_bytes, _regions(payload), NPU, (FAST_SCRATCH_REGION,))
+    extent = check.extent()
+    assert 0 < extent[0] <= len(payload.weight_bytes)
+    assert 0 < extent[SCRATCH_REGION] <= payload.scratch_bytes
+    # every operation's OFM is bounded, and each weight stream and scale table
+    assert sum(a.what == "OFM" for a in check.accesses) == 11
+    assert len(check.weights) == 10 and len(check.scales) == 10
+
+
+def test_an_unknown_u85_opcode_is_refused_naming_its_word(ds_cnn):
+    payload = load_twin(ds_cnn).partitions[0].payload
+    commands = parse_u85_payload(payload.cmd_bytes).command_streams[0]
+    target = next(c for c in commands if c.name == "NPU_OP_DEPTHWISE")
+    blob = bytearray(payload.cmd_bytes)
+    blob[4 * target.offset:4 * target.offset + 2] = (0x04).to_bytes(2, "little")  # no cmd0 4
+    assert 0x04 not in U85_OPCODES[0]
+    with pytest.raises(CommandStreamError,
+                       match=f"unknown cmd0 opcode 0x004 at word {target.offset}"):
+        check_u85_stream(bytes(blob), _regions(payload), NPU)
+
+
+def _set_register(pte: Path, name: str, value: int) -> int:
+    """Set the payload word of the last `name` command before the first NPU_OP_CONV of the
+    U85 partition to `value` (hashes rewritten); returns that convolution's word offset."""
+    twin = load_twin(pte)
+    payload = payload_bytes(twin)
+    cmd = twin.partitions[0].payload.cmd_bytes
+    commands = parse_u85_payload(cmd).command_streams[0]
+    conv = next(c for c in commands if c.name == "NPU_OP_CONV")
+    register = [c for c in commands if c.name == name and c.offset < conv.offset][-1]
+    blob = bytearray(payload)
+    at = payload.index(cmd) + 4 * (register.offset + 1)
+    blob[at:at + 4] = value.to_bytes(4, "little")
+    replace_payload(pte, payload, bytes(blob))
+    return conv.offset
+
+
+def _past_the_scratch(ds_cnn, folder, how: str):
+    pte = copy_program(ds_cnn, folder)
+    scratch = load_twin(pte).partitions[0].payload.scratch_bytes
+    name, value = {"base": ("NPU_SET_OFM_BASE0", scratch - 64),
+                   "stride": ("NPU_SET_OFM_STRIDE_Y", 4096)}[how]
+    return pte, _set_register(pte, name, value)
+
+
+@pytest.mark.parametrize("how", ["base", "stride"])
+def test_a_u85_ofm_write_past_its_region_is_refused_naming_command_and_offset(
+        ds_cnn, tmp_path, how):
+    pte, conv = _past_the_scratch(ds_cnn, tmp_path, how)
+    partition = load_twin(pte).partitions[0]
+    payload = partition.payload
+    with pytest.raises(StreamRefused) as refused:
+        check_u85_stream(payload.cmd_bytes, _regions(payload), NPU, (FAST_SCRATCH_REGION,))
+    assert str(refused.value).startswith(f"NPU_OP_CONV at word {conv}: OFM reaches bytes ")
+    assert f"of region {SCRATCH_REGION}, which has {payload.scratch_bytes} bytes" in str(
+        refused.value)
+
+
+def test_the_executor_checks_the_stream_before_the_tosa_graph_runs(ds_cnn, tmp_path):
+    """The refusal comes from the check, not from the TOSA reference model: the executor
+    raises before it computes anything, and an intact stream's check is reported."""
+    from orchestrator.verification.npu import NpuModelFault
+
+    pte, conv = _past_the_scratch(ds_cnn, tmp_path, "base")
+    executor = NpuExecutor("auto", NPU)
+    assert "bounds-checked" in executor.method
+    with pytest.raises(NpuModelFault, match=f"NPU_OP_CONV at word {conv}: OFM reaches"):
+        executor.check_u85(load_twin(pte).partitions[0], f"EthosUBackend {PARTITION}")
+    intact = NpuExecutor("auto", NPU)
+    intact.check_u85(load_twin(ds_cnn).partitions[0], f"EthosUBackend {PARTITION}")
+    assert intact.tally.stream_checks[PARTITION].startswith("259 commands decoded")
+
+
+@pytest.mark.parametrize("how", ["base", "stride"])
+def test_verify_refuses_a_u85_stream_writing_past_its_region_on_every_method(
+        ds_cnn, tmp_path, capsys, how):
+    pte, conv = _past_the_scratch(ds_cnn, tmp_path, how)
+    code = main(["verify", str(pte), "--samples", "1", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    methods = {m["name"]: m for m in report["methods"]}
+    assert code == 4 and report["outcome"] == "failed"
+    expected = f"NPU_OP_CONV at word {conv}: OFM reaches bytes"
+    assert PARTITION in methods["twin"]["detail"] and expected in methods["twin"]["detail"]
+    for name in ("host runtime", "QEMU Cortex-M55"):
+        if methods[name]["outcome"] == "not-run":
+            missing(methods[name]["detail"])
+        assert methods[name]["outcome"] == "failed", methods[name]
+        assert expected in methods[name]["detail"], methods[name]["detail"]
