@@ -163,3 +163,31 @@ def test_verify_refuses_a_u85_stream_writing_past_its_region_on_every_method(
             missing(methods[name]["detail"])
         assert methods[name]["outcome"] == "failed", methods[name]
         assert expected in methods[name]["detail"], methods[name]["detail"]
+
+
+def test_the_mixed_models_u85_partitions_are_bounded_with_transposed_and_kept_ofms(compiles):
+    """The mixed model's two U85-256 partitions use what the U55 never emits: an OFM written
+    transposed (CHW: its tile registers describe the permuted map) and OFMs of storage NONE
+    (accumulators kept for the next operation, nothing written); all are bounded inside the
+    payload's regions, the transposed write ending exactly at the input it precedes."""
+    pte = compiles.get("mixed", platform="corstone320", npu=NPU, write=True)[1]
+    seen = set()
+    for partition in load_twin(pte).partitions:
+        payload = partition.payload
+        commands = parse_u85_payload(payload.cmd_bytes).command_streams[0]
+        precisions = [fields(c) for c in commands if c.name == "NPU_SET_OFM_PRECISION"]
+        check = check_u85_stream(payload.cmd_bytes, _regions(payload), NPU,
+                                 (FAST_SCRATCH_REGION,))
+        assert check.extent()[SCRATCH_REGION] <= payload.scratch_bytes
+        assert check.extent()[0] <= len(payload.weight_bytes)
+        operations = sum(c.name.startswith("NPU_OP_") and c.name != "NPU_OP_STOP"
+                         for c in commands)
+        written = sum(a.what == "OFM" for a in check.accesses)
+        if any(p["activation_storage"] == 3 for p in precisions):  # NONE
+            assert written < operations
+            seen.add("kept")
+        if any(p["activation_transpose"] for p in precisions):
+            transposed = next(a for a in check.accesses if a.what == "OFM")
+            assert transposed.highest + 1 == payload.inputs[0].offset
+            seen.add("transposed")
+    assert seen == {"kept", "transposed"}
