@@ -26,6 +26,9 @@ Entry points:
   (checker.py): every access bounded, reserved bits, registers set, a STOP at the end.
 - `check_partition_weights(payload, tosa_bytes)`: every weight and scale stream against the
   TOSA graph's constants, whatever the inputs (weight_check.py).
+- Ethos-U85: `u85_commands` (the U85 command table, generated from `ethosu85_interface.h`) and
+  `u85_checker.check_u85_stream` (the stream checker's rules on U85 streams); the U85 stream is
+  decoded and bounds-checked, not executed.
 
 `Counters` (what an execution did): commands and their count per opcode, operations per kind,
 MACs (convolution and depthwise), DMA bytes per source->destination, bytes read and written per
