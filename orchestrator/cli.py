@@ -25,12 +25,12 @@ from orchestrator.cli_parser import build_parser
 from orchestrator.errors import (GateFailure, NotRun, OrchestrateError, UserError,
                                  VerificationFailure, as_orchestrate_error)
 from orchestrator.logs import quiet_upstream
-from orchestrator.reports.coverage import arena_bound_bytes
 from orchestrator.reports.html import render_sweep_html
 from orchestrator.request import Request, load_policy_arg, memory_policy
 from orchestrator.results import method_report
 from orchestrator.sources.specs import model_spec
 from orchestrator.target import resolve_target
+from platforms.memory_placement import arena_bound_bytes
 from platforms.platform import PlatformError, load_platform
 
 __all__ = ["build_parser", "main"]
@@ -322,7 +322,7 @@ def cmd_compile(args) -> int:
     written = api.write_program(plan, args.output, bundle=args.bundle)
     compiled, art = plan.compiled, written.artifacts
     s = plan.summary
-    bound = arena_bound_bytes(compiled)
+    bound = arena_bound_bytes(compiled.arenas)
     arena = ("(planned)" if bound is None else
              f"(planned; lower bound {bound:,} B from lifetimes)")
     print(f"wrote {args.output}: {len(compiled.pte_bytes):,} B, arena {compiled.arena_bytes:,} B "

@@ -100,6 +100,13 @@ class MemoryPolicy:
         return free
 
 
+def arena_bound_bytes(arenas) -> int | None:
+    """The live-bytes lower bound of a program's arenas together (platforms/arena_planning.py),
+    None when one has no planned buffer record."""
+    bounds = [a.bound_bytes for a in arenas]
+    return sum(bounds) if bounds and None not in bounds else None
+
+
 def load_memory_policy(text: str | None) -> MemoryPolicy:
     """`auto`, `in-place` or a YAML file path; PlatformError names the problem."""
     if text in (None, "", "auto"):

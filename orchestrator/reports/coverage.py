@@ -19,7 +19,7 @@ from tabulate import tabulate
 
 from orchestrator.reports.summary import Summary
 from partitioners.cpu import ORIGIN_KEY
-from platforms.memory_placement import BOUND_SOURCE
+from platforms.memory_placement import BOUND_SOURCE, arena_bound_bytes
 
 SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = Path(__file__).with_name("plan.schema.json")
@@ -303,15 +303,8 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
     return lines
 
 
-def arena_bound_bytes(compiled) -> int | None:
-    """The arenas' live-bytes lower bound (platforms/arena_planning.py), None when a program has
-    no planned buffer record."""
-    bounds = [a.bound_bytes for a in compiled.arenas]
-    return sum(bounds) if bounds and None not in bounds else None
-
-
 def _bound_text(compiled) -> str:
-    bound = arena_bound_bytes(compiled)
+    bound = arena_bound_bytes(compiled.arenas)
     if bound is None:
         return ""
     return f"; {bound:,} B lower bound from lifetimes, the peak of bytes live at one instruction"
@@ -598,7 +591,7 @@ def _document(compiled, rows, summary: Summary) -> dict:
                 "per_placement_seconds": summary.per_placement_seconds},
             "memory": {
                 "arena_bytes": summary.arena_bytes, "arena_bytes_source": "planned",
-                "arena_live_bytes_bound": arena_bound_bytes(compiled),
+                "arena_live_bytes_bound": arena_bound_bytes(compiled.arenas),
                 "arena_live_bytes_bound_source": BOUND_SOURCE,
                 "npu_scratch_bytes": summary.npu_scratch_bytes,
                 "cmsis_scratch_bytes": summary.cmsis_scratch_bytes, "pte_bytes": summary.pte_bytes,
