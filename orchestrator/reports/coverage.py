@@ -207,7 +207,7 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
             sources = "+".join(sorted({short_source(x.cost.source) for x in rows[i:last + 1]
                                        if x.cost is not None}))
             kinds = "/".join(sorted({x.precision for x in rows[i:last + 1] if x.precision}))
-            table.append([f"{i}-{last}", _ellipsize(f"{r.path} ({r.type})", 19),
+            table.append([f"{i}-{last}", _ellipsize(f"{r.path} ({r.type})", 17),
                           _ellipsize(f"{r.steps} steps, {r.rows} ops", 17), "-", kinds or "-",
                           f"{macs:,}",
                           _ellipsize(", ".join(where), 14), f"{seconds * 1e6:,.1f}us {sources}"])
@@ -216,7 +216,7 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
             continue
         op = _short_op(r.op) if r.kind == "op" else f"{HIDDEN_LABELS[r.kind]}"
         cost = _cost_cell(r, short=True)
-        table.append([i, _wrap_name(r.name, 19), _wrap_name(op, 17),
+        table.append([i, _wrap_name(r.name, 17), _wrap_name(op, 17),
                       f"{_shape(r.output_shape)} {_out_dtype(r)}", r.precision or "-",
                       f"{r.macs:,}", _where(r).replace("CMSIS-NN/", "CMSIS/"), cost])
         for line in _reasons(r):

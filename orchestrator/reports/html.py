@@ -36,8 +36,8 @@ tr,svg{break-inside:avoid}a{color:inherit}}
 """
 # The op table's column widths (percent of the page): the names and reasons get the room.
 _OP_COLUMNS = (("#", 3), ("node", 12), ("op", 10), ("kind", 6), ("where", 6), ("kernel", 10),
-               ("out", 6), ("dtypes", 9), ("precision", 5), ("MACs", 6), ("cost (us)", 5),
-               ("source", 6), ("reasons", 16))
+               ("out", 6), ("dtypes", 9), ("MACs", 6), ("cost (us)", 5), ("source", 6),
+               ("precision", 5), ("reasons", 16))
 _OP_COLUMNS_WITH_SNR = (*_OP_COLUMNS[:-1], ("reasons", 11), ("SNR (dB)", 5))
 
 # What each column, kind, placement and source means: the headers' and cells' tooltips, and the
@@ -244,12 +244,13 @@ def _op_table(ops: list[dict], layer_error: dict | None = None) -> str:
                  f"title=\"{_e(where_tip)}\">{_e(where)}</td>",
                  f"<td>{_e(op['kernel'] or '')}</td>",
                  f"<td>{_e('x'.join(str(d) for d in op['output_shape']))}</td>",
-                 f"<td>{_e(op['dtypes'])}</td>", f"<td>{_e(op.get('precision') or '')}</td>",
+                 f"<td>{_e(op['dtypes'])}</td>",
                  f"<td class=\"num\" data-value=\"{op['macs']}\">{op['macs']:,}</td>",
                  f"<td class=\"num\" data-value=\"{seconds or 0}\">"
                  f"{'-' if seconds is None else f'{seconds * 1e6:,.1f}'}</td>",
                  f"<td title=\"{_e(_source_tip(cost.get('source', '')))}\">"
-                 f"{_e(cost.get('source', ''))}</td>", f"<td>{_e(_reason_text(op))}</td>"]
+                 f"{_e(cost.get('source', ''))}</td>", f"<td>{_e(op.get('precision') or '')}</td>",
+                 f"<td>{_e(_reason_text(op))}</td>"]
         if layer_error is not None:
             cells.append(_snr_cell(layers.get(index)))
         rows.append(f"<tr>{''.join(cells)}</tr>")
