@@ -35,6 +35,18 @@ def u85(tmp_path_factory):
                        precision=RAISED)
 
 
+@pytest.fixture(scope="module")
+def digits_conv(tmp_path_factory):
+    """The trained digits CNN on the U55-128 with its second convolution raised: an int16
+    convolution inside the NPU partition (int16 IFM and OFM in Vela's command stream)."""
+    from examples.digits import write_sets
+
+    calibration, _ = write_sets(tmp_path_factory.mktemp("digits"))
+    out = tmp_path_factory.mktemp("precision") / "digits_u55.pte"
+    return api.compile("examples/digits.py:cnn", out, npu="ethos-u55-128",
+                       calibration=str(calibration), precision="features.2=a16w8")
+
+
 def _rows(result, module: str):
     return [r for r in result.plan.rows if r.module == module and r.kind == "op"]
 
@@ -114,6 +126,22 @@ def test_the_mixed_program_passes_the_twin_the_host_runtime_and_qemu(u55):
 
 def test_the_u85_program_passes_the_twin_the_host_runtime_and_qemu(u85):
     passes_twin_host_runtime_and_qemu(u85.pte)
+
+
+def test_an_int16_convolution_runs_in_the_functional_model_as_the_tosa_graph_does(digits_conv):
+    """The raised convolution reads and writes int16 on the NPU; the twin and the host runtime
+    execute Vela's command stream in the functional model, each invocation checked byte for
+    byte against the TOSA reference model (--npu-model both), and QEMU agrees with the twin."""
+    (conv,) = _rows(digits_conv, "features.2")
+    assert conv.placement == "npu" and conv.dtypes == "int16,int8,int32 -> int16"
+    assert conv.precision == "a16w8"
+    assert {r.precision for r in _rows(digits_conv, "features.0")} == {"a8w8"}
+    import orchestrator
+
+    report = orchestrator.verify(digits_conv.pte, samples=4, npu_model="both")
+    assert report.passed, report.verdict
+    assert "functional model" in report.method and "byte for byte" in report.method
+    passes_twin_host_runtime_and_qemu(digits_conv.pte)
 
 
 def test_the_twin_checks_int16_values_in_int16_steps(u55):
