@@ -144,6 +144,24 @@ def test_an_int16_convolution_runs_in_the_functional_model_as_the_tosa_graph_doe
     passes_twin_host_runtime_and_qemu(digits_conv.pte)
 
 
+def test_a_requantize_on_the_cpu_is_a_dequantize_and_a_quantize_row(tmp_path):
+    """With the int8 projection and the Gram module forced to the CPU, the int8 tokens become
+    int16 on the CPU: both halves of each requantize are `requantize` rows on CMSIS-NN's
+    quantize kernels, and the program passes every method."""
+    from partitioners.policy import Policy, Selector
+
+    policy = Policy(source="test", force_cpu=Selector(modules=("proj", "gram")))
+    result = api.compile(MODEL, tmp_path / "cpu.pte", npu="ethos-u55-128", precision=RAISED,
+                         policy=policy)
+    cpu = [(r.op.split(".")[-2], r.dtypes) for r in result.plan.rows
+           if r.kind == "requantize" and r.placement == "cmsis-nn"]
+    assert cpu == [("dequantize_per_tensor", "int8 -> float32"),
+                   ("quantize_per_tensor", "float32 -> int16")] * 2
+    assert all(r.reasons[0].key == "requantize" for r in result.plan.rows
+               if r.kind == "requantize" and r.placement == "cmsis-nn")
+    passes_twin_host_runtime_and_qemu(result.pte)
+
+
 def test_the_twin_checks_int16_values_in_int16_steps(u55):
     import orchestrator
 
