@@ -108,6 +108,8 @@ class VerifyReport:
     partial: bool = False
     # "instruction op: N element(s)" the reference leaves undefined, over all samples
     undefined_elements: tuple[str, ...] = ()
+    # what a step is: int8, or with int16 values (--precision) each value's own dtype
+    step_unit: str = "int8"
 
 
 def _degenerate(runs, float_outs) -> str | None:
@@ -544,7 +546,7 @@ def verify(program, samples: int = 16, calibration: str | None = None, per_op: b
         local[worst] if per_op and local else (), checked, unmatched, seconds,
         numerics_passed, passed, verdict, inconclusive,
         with_plan_macs(npu.tally.to_json(), manifest), partial,
-        tuple(f"{key}: {n} element(s)" for key, n in undefined.items()))
+        tuple(f"{key}: {n} element(s)" for key, n in undefined.items()), step_unit(local))
 
 
 def _undefined(local) -> dict[str, int]:
@@ -587,7 +589,8 @@ def render_text(report: VerifyReport) -> str:
     lines = [f"verify {report.pte}: {status}",
              f"  method: {report.method}",
              f"  {report.samples} samples ({report.inputs}); local check: each value the program "
-             f"writes within {report.steps_per_stage:g} int8 step(s) per rounding stage of the "
+             f"writes within {report.steps_per_stage:g} {report.step_unit} step(s) per rounding "
+             "stage of the "
              f"quantized reference fed the program's own inputs ({report.checked_values} checked)",
              "  end to end (figures, not the verdict):"]
     for o in report.outputs:
