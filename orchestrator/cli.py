@@ -343,8 +343,9 @@ def io_quantization_lines(io_quant: dict) -> list[str]:
     """The int8 program I/O's scales and zero points, as the application needs them."""
     lines = []
     for kind in ("input", "output"):
-        index = 0
-        while f"{kind}{index}_scale" in io_quant:
+        # an output that is no quantized value (topk indices) has none: the indices skip it
+        for index in sorted(int(key[len(kind):-len("_scale")]) for key in io_quant
+                            if key.startswith(kind) and key.endswith("_scale")):
             scale = io_quant[f"{kind}{index}_scale"]
             zero = io_quant.get(f"{kind}{index}_zp", 0)
             low = io_quant.get(f"{kind}{index}_quant_min", -128)
@@ -352,7 +353,6 @@ def io_quantization_lines(io_quant: dict) -> list[str]:
             formula = (f"q = clamp(round(x / scale) + zero_point, {low}, {high})"
                        if kind == "input" else "x = (q - zero_point) * scale")
             lines.append(f"{kind} {index}: int8, scale {scale:.9g}, zero point {zero} ({formula})")
-            index += 1
     if lines:
         lines.append("(also in the .pte as config methods input0_scale, input0_zp, ... and in "
                      "the artifacts' manifest.json io_quantization)")

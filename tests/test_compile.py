@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from orchestrator.cli import main
 from orchestrator.errors import OrchestrateError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _program(pte_bytes: bytes):
@@ -127,6 +130,25 @@ def test_io_int8_takes_int8_and_shrinks_the_arena(compiles):
     # lifetimes, so at least half of the fp32 buffer must leave the arena.
     assert floating.arena_bytes - int8.arena_bytes >= 640 * 4 // 2
     assert "input0_scale" in int8.io_quant
+
+
+def test_io_int8_hands_over_the_quantized_outputs_and_keeps_topk_indices_int64(tmp_path, capsys):
+    """A model returning topk's values and indices: upstream's QuantizeOutputs refuses the whole
+    program for the int64 indices (`compile --io int8` ended in an internal error); the values
+    go int8 and the indices stay int64, and the program verifies."""
+    from orchestrator.cli import main
+
+    pte = tmp_path / "topk.pte"
+    model = f"{ROOT}/examples/user_models.py:topk_head"
+    assert main(["compile", model, "--npu", "none", "--io", "int8", "-o", str(pte),
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "output 0: int8" in out and "output 1" not in out
+    plan = _program(pte.read_bytes()).execution_plan[0]
+    dtypes = [int(getattr(plan.values[i].val.scalar_type, "value", plan.values[i].val.scalar_type))
+              for i in (*plan.inputs, *plan.outputs)]
+    assert dtypes == [1, 1, 4]  # Char (int8) input, Char values, Long indices
+    assert main(["verify", str(pte), "--runtime", "both", "--samples", "4"]) == 0
 
 
 def test_io_auto_measures_both_arenas_and_keeps_int8_when_it_is_smaller(compiles):

@@ -32,6 +32,7 @@ import torch
 from executorch.backends.arm.quantizer import EthosUQuantizer
 from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
 from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.passes import MemoryPlanningPass
 from executorch.exir.passes.quantize_io_pass import QuantizeInputs, QuantizeOutputs
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -272,15 +273,37 @@ def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:
         return lowered, {}
 
     edge = lowered.edge
-    program = edge.exported_program()
-    n_inputs = len(program.graph_signature.user_inputs)
-    n_outputs = len(program.graph_signature.user_outputs)
+    inputs, outputs = quantized_io_indices(edge.exported_program())
+    if not inputs and not outputs:
+        raise UserError("--io int8 is not possible for this model: none of its inputs is "
+                        "quantized first and none of its outputs is dequantized last; use "
+                        "--io float (or --io auto)")
     try:
-        edge = edge.transform([QuantizeInputs(edge, list(range(n_inputs))),
-                               QuantizeOutputs(edge, list(range(n_outputs)))])
+        edge = edge.transform([QuantizeInputs(edge, inputs), QuantizeOutputs(edge, outputs)])
     except ValueError as error:
         raise UserError(f"--io int8 is not possible for this model: {error}") from None
     return replace(lowered, edge=edge), upstream_exir.config_methods(edge)
+
+
+def quantized_io_indices(program) -> tuple[list[int], list[int]]:
+    """The inputs whose one use is a quantize and the outputs a dequantize makes: the I/O
+    `--io int8` hands over as int8. Upstream's QuantizeInputs/QuantizeOutputs refuse the whole
+    program when any other is asked for; an output that is no quantized value (argmax or topk
+    indices, int64) stays as the model returns it, beside the int8 ones."""
+    quantize = (exir_ops.edge.quantized_decomposed.quantize_per_tensor.default,
+                torch.ops.quantized_decomposed.quantize_per_tensor.default)
+    dequantize = (exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default,
+                  torch.ops.quantized_decomposed.dequantize_per_tensor.default)
+    graph = program.graph_module.graph
+    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    inputs = []
+    for index, name in enumerate(program.graph_signature.user_inputs):
+        users = list(placeholders[name].users) if name in placeholders else []
+        if len(users) == 1 and users[0].target in quantize:
+            inputs.append(index)
+    outputs = [index for index, node in enumerate(graph.output_node().args[0])
+               if isinstance(node, torch.fx.Node) and node.target in dequantize]
+    return inputs, outputs
 
 
 def serialize(edge, slots=None, share: bool = True,
