@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from npu_driver.ethos_u import run_partition
+from orchestrator.cli import main
 from orchestrator.verification.twin import load_twin
+from tests.device_tools import missing
 
 
 def copy_program(pte: Path, folder: Path, name: str | None = None) -> Path:
@@ -72,3 +74,19 @@ def flip_used_weight_byte(pte: Path) -> None:
     blob = bytearray(payload)
     blob[payload.index(partition.payload.weight_bytes) + used_weight_offset(partition)] ^= 0x40
     replace_payload(pte, payload, bytes(blob))
+
+
+def verify_fails_on_every_method(pte: Path, capsys, partition: str, expected: str) -> None:
+    """`orchestrate verify` on a tampered program exits 4, the twin naming `partition` and
+    `expected`, and the host runtime and QEMU failing with `expected` too (under CI a method
+    this machine cannot run fails the test: tests/device_tools.py)."""
+    code = main(["verify", str(pte), "--samples", "1", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    methods = {m["name"]: m for m in report["methods"]}
+    assert code == 4 and report["outcome"] == "failed"
+    assert partition in methods["twin"]["detail"] and expected in methods["twin"]["detail"]
+    for name in ("host runtime", "QEMU Cortex-M55"):
+        if methods[name]["outcome"] == "not-run":
+            missing(methods[name]["detail"])
+        assert methods[name]["outcome"] == "failed", methods[name]
+        assert expected in methods[name]["detail"], methods[name]["detail"]

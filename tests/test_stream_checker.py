@@ -23,7 +23,8 @@ from orchestrator.cli import main
 from orchestrator.verification.npu import NpuExecutor, NpuModelFault
 from orchestrator.verification.twin import load_twin
 from tests.device_tools import missing
-from tests.tampering import copy_program, payload_bytes, replace_payload
+from tests.tampering import (copy_program, payload_bytes, replace_payload,
+                             verify_fails_on_every_method)
 
 PARTITION = "lowered_module_0"
 
@@ -81,17 +82,8 @@ def test_an_ofm_write_past_its_region_is_refused_before_it_runs_naming_command_a
 def test_the_refusal_is_the_verdict_on_every_method(ds_cnn, tmp_path, capsys,
                                                                      how):
     pte, conv = _past_the_scratch(ds_cnn, tmp_path, how)
-    code = main(["verify", str(pte), "--samples", "1", "--format", "json"])
-    report = json.loads(capsys.readouterr().out)
-    methods = {m["name"]: m for m in report["methods"]}
-    assert code == 4 and report["outcome"] == "failed"
-    expected = f"NPU_OP_CONV at word {conv}: OFM reaches bytes"
-    assert PARTITION in methods["twin"]["detail"] and expected in methods["twin"]["detail"]
-    for name in ("host runtime", "QEMU Cortex-M55"):
-        if methods[name]["outcome"] == "not-run":
-            missing(methods[name]["detail"])
-        assert methods[name]["outcome"] == "failed", methods[name]
-        assert expected in methods[name]["detail"], methods[name]["detail"]
+    verify_fails_on_every_method(pte, capsys, PARTITION,
+                                 f"NPU_OP_CONV at word {conv}: OFM reaches bytes")
 
 
 def test_the_qemu_bridge_handler_refuses_it_with_the_same_words(ds_cnn, tmp_path):

@@ -7,7 +7,6 @@ reference model computes the partition."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,11 @@ from npu_driver.ethos_u import FAST_SCRATCH_REGION, SCRATCH_REGION, StreamRefuse
 from npu_driver.ethos_u.errors import CommandStreamError
 from npu_driver.ethos_u.u85_checker import check_u85_stream, disassemble_u85, parse_u85_payload
 from npu_driver.ethos_u.u85_commands import U85_OPCODES, fields, table, table_from_header
-from orchestrator.cli import main
 from orchestrator.verification.npu import NpuExecutor
 from orchestrator.verification.twin import load_twin
 from tests.device_tools import missing
-from tests.tampering import copy_program, payload_bytes, replace_payload
+from tests.tampering import (copy_program, payload_bytes, replace_payload,
+                             verify_fails_on_every_method)
 
 PARTITION = "lowered_module_0"
 NPU = "ethos-u85-256"
@@ -152,17 +151,8 @@ def test_the_executor_checks_the_stream_before_the_tosa_graph_runs(ds_cnn, tmp_p
 def test_verify_refuses_a_u85_stream_writing_past_its_region_on_every_method(
         ds_cnn, tmp_path, capsys, how):
     pte, conv = _past_the_scratch(ds_cnn, tmp_path, how)
-    code = main(["verify", str(pte), "--samples", "1", "--format", "json"])
-    report = json.loads(capsys.readouterr().out)
-    methods = {m["name"]: m for m in report["methods"]}
-    assert code == 4 and report["outcome"] == "failed"
-    expected = f"NPU_OP_CONV at word {conv}: OFM reaches bytes"
-    assert PARTITION in methods["twin"]["detail"] and expected in methods["twin"]["detail"]
-    for name in ("host runtime", "QEMU Cortex-M55"):
-        if methods[name]["outcome"] == "not-run":
-            missing(methods[name]["detail"])
-        assert methods[name]["outcome"] == "failed", methods[name]
-        assert expected in methods[name]["detail"], methods[name]["detail"]
+    verify_fails_on_every_method(pte, capsys, PARTITION,
+                                 f"NPU_OP_CONV at word {conv}: OFM reaches bytes")
 
 
 def test_the_mixed_models_u85_partitions_are_bounded_with_transposed_and_kept_ofms(compiles):
