@@ -119,6 +119,32 @@ def configure(quantizer, pairs, observed) -> None:
     for module in raised(pairs):
         quantizer.set_module_name(module, observed(
             get_symmetric_a16w8_quantization_config(is_per_channel=True)))
+    if raised(pairs):
+        # Upstream's global config covers the graph's output node too, so a raised module that
+        # computes the model output had its int16 result requantized to int8 there (the digits
+        # CNN's classifier: 98.8% of the error was that int8 output's rounding and clipping).
+        # The output node, where every value it returns comes from a raised module, gets the
+        # a16w8 config: the program returns int16.
+        quantizer.set_node_finder(observed(
+            get_symmetric_a16w8_quantization_config(is_per_channel=True)),
+            _output_of(raised(pairs)))
+
+
+def _output_of(modules):
+    """A node finder (upstream's NodeFinder) for the graph's output node when every value it
+    returns is computed inside one of `modules`."""
+    from executorch.backends.arm.quantizer.arm_quantizer_utils import NodeFinder
+    from torchao.quantization.pt2e.quantizer.utils import get_module_name_filter
+
+    inside = [get_module_name_filter(module) for module in modules]
+
+    class OutputOfModules(NodeFinder):
+        def find_nodes(self, model):
+            return (node for node in model.graph.nodes if node.op == "output" and
+                    node.all_input_nodes and all(any(f(parent) for f in inside)
+                                                 for parent in node.all_input_nodes))
+
+    return OutputOfModules()
 
 
 def of_dtypes(dtypes: str) -> str:
