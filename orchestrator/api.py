@@ -50,6 +50,7 @@ from platforms.platform import CPU_TIERS, list_platforms, load_platform
 if TYPE_CHECKING:  # the compile stack imports torch and ExecuTorch (seconds): imported on use
     from orchestrator.reports.measured import MeasuredPlan
     from orchestrator.planning.plan import Plan
+    from orchestrator.planning.precision_search import PrecisionSearch
     from orchestrator.verification.twin import TwinProgram
 
 
@@ -91,6 +92,25 @@ def plan(model: str | Request, progress=None, **options) -> "Plan":
     from orchestrator.planning.run import plan_request  # lazy: heavy (torch)
 
     return plan_request(as_request(model, **options), progress)
+
+
+def precision_auto(model: str | Request, dataset, labels: str | None = "labels",
+                   min_snr_db: float | None = None, max_accuracy_drop: float | None = None,
+                   progress=None, announce=None, **options) -> "PrecisionSearch":
+    """`--precision auto`: starting from int8, raise to a16w8 the fewest modules, in the order
+    of the int8 program's per-layer error ranking, until output 0's SNR against the float model
+    reaches `min_snr_db` and/or top-1 drops at most `max_accuracy_drop` points (labels needed)
+    on `dataset`, measured by the quantized reference. A PrecisionSearch: every step's figures
+    (`.render_text()`, `.to_json()`) and the chosen program's Plan (`.plan`; `write_program`
+    writes it); VerificationFailure (exit 4) when every raise misses the budget
+    (orchestrator/planning/precision_search.py)."""
+    from orchestrator.planning.precision_search import search  # lazy: heavy (torch)
+
+    if dataset is None:
+        raise UserError("--precision auto needs a validation set: --dataset FILE|DIR (inputs "
+                        "as --calibration takes them; labels for --max-accuracy-drop)")
+    return search(as_request(model, **options), str(dataset), labels, min_snr_db,
+                  max_accuracy_drop, progress, announce)
 
 
 def compile(model: str | Request, output, bundle: bool = False, progress=None,  # noqa: A001

@@ -77,7 +77,7 @@ def _request(args, npu: str | None = None, model: str | None = None,
     return Request(model or args.model, platform=args.platform, npu=npu or args.npu,
                    cpu=args.cpu, io=args.io, calibration=args.calibration,
                    calibration_method=args.calibration_method,
-                   precision=getattr(args, "precision", None), cpu_hz=args.cpu_hz,
+                   precision=_given_precision(args), cpu_hz=args.cpu_hz,
                    npu_hz=args.npu_hz, policy=args.policy,
                    placement=getattr(args, "placement", None),
                    memory_policy=args.memory_policy,
@@ -85,13 +85,35 @@ def _request(args, npu: str | None = None, model: str | None = None,
                    calibration_costs=args.calibration_costs)
 
 
+def _given_precision(args) -> str | None:
+    """--precision as Request takes it: `auto` is the search's, not a module map."""
+    given = getattr(args, "precision", None)
+    return None if given is not None and given.strip().lower() == "auto" else given
+
+
 def _plan(args, runner_ops=None):
-    """Compile and plan as the options say (policy, placement, progress); the Plan."""
+    """Compile and plan as the options say (policy, placement, progress, --precision auto:
+    the search's table on stdout for compile, stderr for plan); the Plan."""
     progress = _progress(args)
+    auto = (getattr(args, "precision", None) or "").strip().lower() == "auto"
+    if not auto and any(getattr(args, name, None) is not None
+                        for name in ("dataset", "min_snr", "max_accuracy_drop")):
+        raise UserError("--dataset, --min-snr and --max-accuracy-drop are --precision auto's "
+                        "validation set and budget; add --precision auto (or measure a "
+                        "compiled program with `orchestrate verify PTE --dataset`)")
     try:
-        plan = api.plan(_request(args, runner_ops=runner_ops), progress=progress)
+        if auto:
+            labels = None if args.labels.lower() == "none" else args.labels
+            found = api.precision_auto(_request(args, runner_ops=runner_ops), args.dataset,
+                                       labels, args.min_snr, args.max_accuracy_drop,
+                                       progress=progress)
+            plan = found.plan
+        else:
+            plan = api.plan(_request(args, runner_ops=runner_ops), progress=progress)
     finally:
         progress.finish()
+    if auto:
+        print(found.render_text(), file=sys.stdout if args.command == "compile" else sys.stderr)
     calibration = plan.compiled.calibration
     if calibration.warning and args.command == "compile":
         print(f"warning: {calibration.warning}", file=sys.stderr)

@@ -124,9 +124,11 @@ TARGET = (
            "upstream's observer, the range with the least rounding error, which may clip "
            "a tail), minmax (every calibration value, nothing clipped on them) or "
            "moving-average (the running average of each sample's min and max)"),
-    option("--precision", metavar="MODULE=a16w8[,...]",
+    option("--precision", metavar="MODULE=a16w8[,...]|auto",
            help="give the named modules (as model.named_modules() names them) int16 "
            "activations with int8 weights (upstream's a16w8 config; NPU targets only); "
+           "auto (plan, compile): raise the fewest modules, worst per-layer error first, "
+           "until --min-snr/--max-accuracy-drop hold on --dataset; "
            "without it every module is int8 (a8w8), or as the --policy file's precision: map "
            "says"),
     option("--cpu-hz", type=clock_hz, help="override the platform CPU clock: hertz "
@@ -152,6 +154,23 @@ TARGET = (
            "YAML's cpu: calibration_costs, else the cost model's own figures)"),
 )
 
+# `--precision auto`'s validation set and budget: plan and compile.
+PRECISION_SEARCH = (
+    option("--dataset", metavar="FILE|DIR",
+           help="--precision auto: the validation set (.pt/.npz or a folder, inputs as "
+           "--calibration takes them; labels for --max-accuracy-drop); default: none, and "
+           "--precision auto is refused"),
+    option("--labels", default="labels", metavar="KEY|FILE|none",
+           help="--dataset: the array holding the labels (default 'labels'), a file of "
+           "them, or none (a regression: judged by --min-snr only)"),
+    option("--min-snr", type=float, metavar="DB",
+           help="--precision auto: the budget: output 0's SNR against the float model, by "
+           "the quantized reference on --dataset, at least DB (default: no SNR floor)"),
+    option("--max-accuracy-drop", type=float, metavar="POINTS",
+           help="--precision auto: the budget: top-1 at most POINTS below the float "
+           "model's on --dataset (default: no accuracy budget)"),
+)
+
 # How a command talks: every verb takes these.
 OUTPUT = (
     option("--quiet", action="store_true", help="no progress lines on stderr"),
@@ -175,7 +194,8 @@ PLAN_EXAMPLES = """examples:
 
 docs/plan.md explains every line of the report."""
 
-PLAN = Verb("plan", "where every op runs and why, with costs and memory", TARGET + OUTPUT + (
+PLAN = Verb("plan", "where every op runs and why, with costs and memory",
+            TARGET + PRECISION_SEARCH + OUTPUT + (
     option("--format", choices=("table", "json", "markdown", "html", "model-explorer"),
            help="report format (default: from -o's extension: .json, .md, .html; "
            "else table); a --format that contradicts -o's extension is refused"),
@@ -212,7 +232,8 @@ PLAN = Verb("plan", "where every op runs and why, with costs and memory", TARGET
            "another program is refused (default: none)"),
 ), epilog=PLAN_EXAMPLES)
 
-COMPILE = Verb("compile", "compile to one .pte plus an artifacts folder", TARGET + OUTPUT + (
+COMPILE = Verb("compile", "compile to one .pte plus an artifacts folder",
+               TARGET + PRECISION_SEARCH + OUTPUT + (
     option("-o", "--output", required=True, help="output .pte path (required; the "
            "artifacts folder goes beside it)"),
     option("--bundle", action="store_true",

@@ -133,8 +133,10 @@ def configure(quantizer, pairs, observed) -> None:
 def _output_of(modules):
     """A node finder (upstream's NodeFinder) for the graph's output node when every value it
     returns is computed inside one of `modules`."""
-    from executorch.backends.arm.quantizer.arm_quantizer_utils import NodeFinder
-    from torchao.quantization.pt2e.quantizer.utils import get_module_name_filter
+    from executorch.backends.arm.quantizer.arm_quantizer_utils import (  # lazy: heavy (executorch)
+        NodeFinder)
+    from torchao.quantization.pt2e.quantizer.utils import (  # lazy: heavy (torchao)
+        get_module_name_filter)
 
     inside = [get_module_name_filter(module) for module in modules]
 
