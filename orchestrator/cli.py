@@ -362,7 +362,8 @@ def cmd_compile(args) -> int:
 
 
 def io_quantization_lines(io_quant: dict) -> list[str]:
-    """The int8 program I/O's scales and zero points, as the application needs them."""
+    """The integer program I/O's widths, scales and zero points, as the application needs
+    them."""
     lines = []
     for kind in ("input", "output"):
         # an output that is no quantized value (topk indices) has none: the indices skip it
@@ -372,9 +373,11 @@ def io_quantization_lines(io_quant: dict) -> list[str]:
             zero = io_quant.get(f"{kind}{index}_zp", 0)
             low = io_quant.get(f"{kind}{index}_quant_min", -128)
             high = io_quant.get(f"{kind}{index}_quant_max", 127)
+            # an a16w8 module computing the model output returns int16 (--precision)
+            width = "int16" if high > 127 else "int8"
             formula = (f"q = clamp(round(x / scale) + zero_point, {low}, {high})"
                        if kind == "input" else "x = (q - zero_point) * scale")
-            lines.append(f"{kind} {index}: int8, scale {scale:.9g}, zero point {zero} ({formula})")
+            lines.append(f"{kind} {index}: {width}, scale {scale:.9g}, zero point {zero} ({formula})")
     if lines:
         lines.append("(also in the .pte as config methods input0_scale, input0_zp, ... and in "
                      "the artifacts' manifest.json io_quantization)")

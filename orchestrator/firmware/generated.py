@@ -66,9 +66,11 @@ def model_io_header(spec: FirmwareSpec) -> str:
             f"#define {macro}_BYTES {tensor.nbytes}",
         ]
         if tensor.scale is not None:
-            formula = ("q = clamp(round(x / scale) + zero_point, -128, 127)"
+            low, high = (-32768, 32767) if tensor.dtype == "int16" else (-128, 127)
+            formula = (f"q = clamp(round(x / scale) + zero_point, {low}, {high})"
                        if tensor.name.startswith("input") else "x = (q - zero_point) * scale")
-            lines += [f"/* int8 program I/O: {formula} */",
+            # an a16w8 module computing the model output returns int16 (--precision)
+            lines += [f"/* {tensor.dtype} program I/O: {formula} */",
                       f"#define {macro}_SCALE {tensor.scale!r}f",
                       f"#define {macro}_ZERO_POINT {tensor.zero_point}"]
         lines.append("")
