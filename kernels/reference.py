@@ -255,6 +255,13 @@ def op_overload(name: str, overload: str):
         # Importing the passes package first avoids a circular import inside operators.py.
         import executorch.backends.cortex_m.passes  # noqa: F401  # lazy: heavy (executorch; before operators)
         import executorch.backends.cortex_m.ops.operators  # noqa: F401  # lazy: heavy (executorch)
+    elif namespace == "quantized_decomposed":
+        # A float fallback's runtime weight dequantize (dequantize_per_channel.out): its `.out`
+        # overload is registered by ExecuTorch's quantized kernels library, which a fresh
+        # verify process has not loaded.
+        import executorch.kernels.quantized  # noqa: F401  # lazy: heavy (executorch)
+    elif namespace == "orchestrate":
+        import kernels.s16  # noqa: F401  # lazy: heavy (torch.library: our s16 operators' schemas)
     elif namespace == "dim_order_ops":
         import executorch.exir.passes.dim_order_ops_registry  # noqa: F401  # lazy: heavy (executorch)
     try:
@@ -686,6 +693,11 @@ def execute(name: str, overload: str, args: list, tier: str | None = None) -> Ke
     args = list(args[:len(schema.arguments)])
     if name.startswith("cortex_m::"):
         return _cmsis(name, key, schema, args, tier)
+    if name.startswith("orchestrate::"):
+        # kernels/s16: each checks its layout (NHWC) and dtypes itself; the values by dim_order
+        # are what it reads once its checks pass.
+        _call(opov, schema, args, _logical, write_by_dim_order)
+        return KernelResult("CMSIS-NN s16 integer arithmetic (kernels/s16)", (), ())
     if name in _ELEMENTWISE:
         return _elementwise(name, key, opov, schema, args)
     if name == "aten::view_copy":

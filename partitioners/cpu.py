@@ -22,7 +22,7 @@ from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
 from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
 from executorch.backends.cortex_m.target_config import CortexMTargetConfig
 
-from partitioners import upstream_cortex_m
+from partitioners import s16_operators, upstream_cortex_m
 from partitioners.activation_narrowing import NARROWED_KEY, with_narrowed_fusion
 from partitioners.early_batch_matmul import EARLY_BMM_KEY, with_early_batch_matmul
 from partitioners.fused_activation_split import folds_into_its_producer, split_fused_activations
@@ -436,6 +436,12 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
         decisions[origin] = CpuDecision(origin, _op_name(node.target), "int16",
                                         CATALOGUE["no-s16-operator"].template,
                                         "partitioners/cpu.py (int16_activations)")
+    for node in s16_operators.rewrite(transformed):
+        origin = node.meta.get(ORIGIN_KEY, node.name)
+        decisions[origin] = CpuDecision(
+            origin, decisions[origin].aten_op if origin in decisions else origin, "lowered",
+            f"int16 on CMSIS-NN's {node.meta[s16_operators.S16_KEY]} (orchestrate:: s16 "
+            "operator, kernels/s16)", "partitioners/s16_operators.py")
     for node in float_only:
         if node in wide:
             continue

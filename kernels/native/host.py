@@ -42,7 +42,7 @@ from pathlib import Path
 
 from kernels.native.cache import build_cache
 from kernels.native.errors import HostRuntimeUnavailable
-from kernels.native.operators import ETHOS_U_BACKEND_SOURCES
+from kernels.native.operators import ETHOS_U_BACKEND_SOURCES, S16_OPERATORS_YAML
 from kernels.native.toolchains import HostToolchain, build_jobs, find_host_toolchain, torchgen_yaml_dir
 
 LIBRARY_NAME = "liborchestrate_host_runtime.so"
@@ -157,7 +157,8 @@ def plan_build(executorch_src: Path, cmsis_nn_src: Path) -> BuildPlan:
                             and not any(m in p.name for m in _CMSIS_FLOAT_MARKERS)))
     if not cmsis_nn:
         raise HostRuntimeUnavailable(f"no CMSIS-NN sources under {cmsis / 'Source'}")
-    glue = tuple(sorted(CSRC.glob("*.cpp")))
+    # Our own operators (kernels/s16) register beside upstream's Cortex-M ones.
+    glue = tuple(sorted(CSRC.glob("*.cpp"))) + tuple(sorted(S16_OPERATORS_YAML.parent.glob("op_*.cpp")))
     plan = BuildPlan(et, cmsis, find_wheel(), find_host_toolchain(), cortex_m_ops, portable_util,
                      ethos_u, cmsis_nn, glue, operators_yaml)
     return BuildPlan(**{**plan.__dict__, "key": _cache_key(plan)})
@@ -177,6 +178,7 @@ def _hashed_files(plan: BuildPlan) -> list[tuple[str, Path]]:
         ("cmsis_include", plan.cmsis_nn_src / "Include", ("*.h",)),
         ("cmsis_source", plan.cmsis_nn_src / "Source", ("*.c", "*.h")),
         ("glue", CSRC, ("*.cpp", "*.h")),
+        ("s16", S16_OPERATORS_YAML.parent, ("*.cpp", "*.yaml")),
         ("wheel_include", plan.wheel.include_dirs[0], ("*.h",)),
     ]
     files = {}
@@ -218,12 +220,16 @@ def _generate_registration(plan: BuildPlan, work: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "executorch").symlink_to(plan.executorch_src, target_is_directory=True)
     out = work / "gen"
+    # One registration for upstream's Cortex-M operators and ours (kernels/s16): codegen takes
+    # one custom-ops YAML, and two would define register_all_kernels twice.
+    merged = work / "operators.yaml"
+    merged.write_text(plan.operators_yaml.read_text() + "\n" + S16_OPERATORS_YAML.read_text())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     _run([sys.executable, "-m", "executorch.codegen.gen",
           f"--source-path={plan.executorch_src / 'codegen'}", f"--install-dir={out}",
           f"--tags-path={packaged / 'tags.yaml'}",
           f"--aten-yaml-path={packaged / 'native_functions.yaml'}",
-          f"--custom-ops-yaml-path={plan.operators_yaml}", "--manual-registration"],
+          f"--custom-ops-yaml-path={merged}", "--manual-registration"],
          "codegen of operators.yaml", env=env)
     generated = sorted(out.glob("RegisterKernels_*.cpp"))
     if not generated:

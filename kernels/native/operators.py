@@ -25,6 +25,7 @@ from kernels.native.errors import FirmwareBuildError, KernelsMissing
 from kernels.native.sources import ThirdParty
 from kernels.native.toolchains import find_flatc, run_text, torchgen_yaml_dir
 
+S16_OPERATORS_YAML = Path(__file__).resolve().parent.parent / "s16" / "operators.yaml"
 # Bump when a recipe below changes in a way the hashed inputs do not show.
 RECIPE_VERSION = "1"
 # The Ethos-U backend's Cortex-M translation units (backends/arm/runtime), which every build with
@@ -49,6 +50,9 @@ def _kernel_libraries(third_party: ThirdParty) -> tuple[KernelLibrary, ...]:
                           et / "kernels/portable/cpu"),
         _read_kernel_yaml("cortex_m", et / "backends/cortex_m/ops/operators.yaml",
                           "--custom-ops-yaml-path", et / "backends/cortex_m/ops"),
+        # Our own operators (int16 on CMSIS-NN's s16 kernels), beside upstream's.
+        _read_kernel_yaml("orchestrate", S16_OPERATORS_YAML, "--custom-ops-yaml-path",
+                          S16_OPERATORS_YAML.parent),
     )
 
 

@@ -16,6 +16,7 @@ from executorch.exir.tensor import dim_order_from_stride
 from cost_models.cost import Cost
 from cost_models.graph_shapes import NodeInfo, describe, op_name
 from kernels.layout_checks import layout_findings
+from partitioners.s16_operators import S16_KEY
 from kernels.catalogue import (CPU_KERNELS, cortex_m_op_name, dsp_avgpool_scratch_refusal,
                                mve_conv_1xn_refusal, specialised_function)
 from kernels.device_ops import device_operator_names
@@ -268,6 +269,8 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
             placement = "cmsis-nn"
             kernel = (specialised_function(cortex_op, node, target.tier)
                       if cortex_op in CPU_KERNELS else cortex_op)
+        elif S16_KEY in node.meta:
+            placement, kernel = "cmsis-nn", node.meta[S16_KEY]
         else:
             placement = "portable"
             kernel = op_name(node.target)
