@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import api
-from orchestrator.cli import main
+from orchestrator.cli import io_quantization_lines, main
 from orchestrator.errors import UserError
 from tests.device_tools import passes_twin_host_runtime_and_qemu
 
@@ -95,3 +95,34 @@ def test_a_budget_without_precision_auto_is_refused():
 def test_precision_auto_without_a_budget_says_so(sets):
     with pytest.raises(UserError, match="needs a budget"):
         api.precision_auto(MODEL, str(sets[1]), None, npu="ethos-u55-128")
+
+
+def test_the_plan_names_the_model_outputs_width(chosen):
+    found, _ = chosen
+    text = " ".join(found.plan.to_text(width=100).split())
+    assert "precision (head=a16w8): ops a16w8 1, a8w8 4; int8<->int16 requantizes: " in text
+    assert "model output 0: int16" in text
+
+
+def test_an_int16_program_output_is_named_int16_with_its_range():
+    lines = io_quantization_lines({"input0_scale": 0.03, "input0_zp": 6,
+                                   "output0_scale": 0.0087, "output0_zp": 0,
+                                   "output0_quant_min": -32767, "output0_quant_max": 32767})
+    assert lines[0].startswith("input 0: int8, scale 0.03, zero point 6")
+    assert lines[1].startswith("output 0: int16, scale 0.0087, zero point 0")
+
+
+def test_a_labelled_budget_int8_already_meets_keeps_int8(tmp_path):
+    """The digits CNN loses no top-1 at int8 (89.7% against the float model's 89.4%): a
+    1-point budget is met by step 0, and nothing is raised."""
+    from examples.digits import write_sets
+
+    calibration, validation = write_sets(tmp_path)
+    found = api.precision_auto("examples/digits.py:cnn", str(validation), "labels",
+                               max_accuracy_drop=1.0, npu="ethos-u55-128",
+                               calibration=str(calibration))
+    (only,) = found.steps
+    assert found.chosen == 0 and only.raised == () and found.precision == ""
+    assert found.float_top1 == pytest.approx(89.44, abs=0.01)
+    assert only.top1 == pytest.approx(89.72, abs=0.01)
+    assert "top-1 drop <= 1 points" in found.render_text()

@@ -174,3 +174,18 @@ def requantize_dtypes(dtypes: str) -> tuple[str, str] | None:
         if a in ins and out == b:
             return a, b
     return None
+
+
+def output_widths(reference) -> tuple[str, ...]:
+    """Each model output's width in the quantized program (its exported GraphModule): the
+    integer dtype its last dequantize reads (int8, int16), else float."""
+    widths = []
+    for node in reference.graph.nodes:
+        if node.op != "output":
+            continue
+        for value in node.all_input_nodes:
+            name = str(getattr(value.target, "__name__", value.target))
+            dtype = value.args[-1] if "dequantize" in name and value.args else None
+            widths.append(str(dtype).replace("torch.", "") if dtype is not None else "float")
+    return tuple(widths)
+

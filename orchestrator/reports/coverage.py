@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
+from orchestrator.compilation.precision import output_widths
 from orchestrator.reports.summary import Summary
 from partitioners.cpu import ORIGIN_KEY
 from platforms.memory_placement import BOUND_SOURCE, arena_bound_bytes
@@ -248,7 +249,8 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
         f"NPU partitions: {s.npu_partitions}, CPU<->NPU transitions: {s.transitions}",
     ]
     if compiled.calibration.precision:
-        lines.append(precision_line(compiled.placements, compiled.calibration.precision))
+        lines.append(precision_line(compiled.placements, compiled.calibration.precision,
+                                    output_widths(compiled.quantized.program.graph_module)))
     for k, u in sorted(s.npu_utilisation.items()):
         traffic = ", ".join(f"{m} {b:,} B" for m, b in s.npu_traffic.get(k, {}).items() if b)
         lines.append(f"  partition p{k}: MAC utilisation {100 * u:.1f}%, traffic per inference: "
@@ -523,8 +525,9 @@ def to_json(compiled, rows, summary: Summary) -> dict:
     return document
 
 
-def precision_line(rows, pairs) -> str:
-    """The ops per precision and the requantizes, where they run (--precision)."""
+def precision_line(rows, pairs, outputs=()) -> str:
+    """The ops per precision, the requantizes, where they run, and each model output's width
+    (`outputs`: int8, int16 where a raised module computes it, float) (--precision)."""
     counts: dict[str, int] = {}
     for row in rows:
         if row.kind == "op" and row.precision:
@@ -537,7 +540,9 @@ def precision_line(rows, pairs) -> str:
     given = ", ".join(f"{module}={precision}" for module, precision in pairs)
     return (f"precision ({given}): ops " + ", ".join(f"{p} {n}" for p, n in sorted(counts.items()))
             + "; int8<->int16 requantizes: "
-            + (", ".join(f"{n} on {p}" for p, n in sorted(where.items())) or "none"))
+            + (", ".join(f"{n} on {p}" for p, n in sorted(where.items())) or "none")
+            + ("; model output " + ", ".join(f"{i}: {w}" for i, w in enumerate(outputs))
+               if outputs else ""))
 
 
 def _document(compiled, rows, summary: Summary) -> dict:
