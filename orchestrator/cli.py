@@ -92,8 +92,16 @@ def _given_precision(args) -> str | None:
 
 
 def _plan(args, runner_ops=None):
-    """Compile and plan as the options say (policy, placement, progress, --precision auto:
-    the search's table on stdout for compile, stderr for plan); the Plan."""
+    """Compile and plan as the options say (policy, placement, progress); the Plan. With
+    --precision auto, the search's table goes to stdout (compile) or stderr (plan)."""
+    plan, found = _planned(args, runner_ops)
+    if found is not None:
+        print(found.render_text(), file=sys.stdout if args.command == "compile" else sys.stderr)
+    return plan
+
+
+def _planned(args, runner_ops=None):
+    """(the Plan, the PrecisionSearch that chose it under --precision auto, else None)."""
     progress = _progress(args)
     auto = (getattr(args, "precision", None) or "").strip().lower() == "auto"
     if not auto and any(getattr(args, name, None) is not None
@@ -101,6 +109,7 @@ def _plan(args, runner_ops=None):
         raise UserError("--dataset, --min-snr and --max-accuracy-drop are --precision auto's "
                         "validation set and budget; add --precision auto (or measure a "
                         "compiled program with `orchestrate verify PTE --dataset`)")
+    found = None
     try:
         if auto:
             labels = None if args.labels.lower() == "none" else args.labels
@@ -112,12 +121,10 @@ def _plan(args, runner_ops=None):
             plan = api.plan(_request(args, runner_ops=runner_ops), progress=progress)
     finally:
         progress.finish()
-    if auto:
-        print(found.render_text(), file=sys.stdout if args.command == "compile" else sys.stderr)
     calibration = plan.compiled.calibration
     if calibration.warning and args.command == "compile":
         print(f"warning: {calibration.warning}", file=sys.stderr)
-    return plan
+    return plan, found
 
 
 def _print_cost_placement(plan, stream) -> None:
@@ -203,7 +210,7 @@ def cmd_plan(args) -> int:
             raise UserError(f"--firmware shows a table or JSON, not {args.format}; use --format "
                             "table or json")
         api.firmware_size(args.firmware)  # an unreadable build is refused before compiling
-    plan = _plan(args, runner_ops)
+    plan, found = _planned(args, runner_ops)
     compiled = plan.compiled
     firmware = (api.firmware_size(args.firmware, pte_bytes=compiled.pte_bytes)
                 if args.firmware else None)
@@ -217,13 +224,20 @@ def cmd_plan(args) -> int:
         text = plan.to_text(all_rows=args.all_rows)
         if firmware is not None:
             text += "\n" + "\n".join(firmware.plan_lines())
+        if found is not None:  # which modules went int16, and why, before the plan
+            text = found.render_text() + "\n\n" + text
     else:
         render = {"json": render_json, "markdown": render_markdown}[args.format]
         text = render(compiled, plan.rows, plan.summary)
-        if firmware is not None:
+        if firmware is not None or (found is not None and args.format == "json"):
             as_json = json.loads(text)
-            as_json["summary"]["firmware"] = firmware.plan_json()
+            if firmware is not None:
+                as_json["summary"]["firmware"] = firmware.plan_json()
+            if found is not None:
+                as_json["precision_search"] = found.to_json()
             text = json.dumps(as_json, indent=2)
+    if found is not None and args.format not in ("table", "json"):
+        print(found.render_text(), file=sys.stderr)
     if args.output:
         atomic_write_bytes(Path(args.output),
                            (text + ("\n" if not text.endswith("\n") else "")).encode())

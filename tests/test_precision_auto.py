@@ -5,6 +5,8 @@ a budget no raise meets is one line, exit 4."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from orchestrator import api
@@ -131,3 +133,18 @@ def test_a_labelled_budget_int8_already_meets_keeps_int8(tmp_path):
     assert found.float_top1 == pytest.approx(89.44, abs=0.01)
     assert only.top1 == pytest.approx(89.72, abs=0.01)
     assert "top-1 drop <= 1 points" in found.render_text()
+
+
+def test_plan_json_carries_the_search_and_the_chosen_programs_plan(sets, capsys):
+    code = main(["plan", MODEL, "--npu", "ethos-u55-128", "--calibration", str(sets[0]),
+                 "--precision", "auto", "--dataset", str(sets[1]), "--labels", "none",
+                 "--min-snr", str(FLOOR_DB), "--format", "json", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0
+    document = json.loads(out[out.index("{"):])
+    search = document["precision_search"]
+    assert search["measured_by"] == "quantized reference" and search["chosen"] == 1
+    assert [s["a16w8"] for s in search["steps"]] == [[], ["head"]]
+    assert [s["within_budget"] for s in search["steps"]] == [False, True]
+    assert search["steps"][1]["why"]["rank"] == 1
+    assert document["calibration"]["precision"] in ({"head": "a16w8"}, [["head", "a16w8"]])
