@@ -42,6 +42,25 @@ def test_the_s16_program_passes_the_twin_the_host_runtime_and_qemu(on_cpu):
     passes_twin_host_runtime_and_qemu(on_cpu.pte)
 
 
+def test_the_release_firmware_carries_our_kernels_and_gives_the_twins_bytes(on_cpu, tmp_path,
+                                                                           capsys):
+    """`orchestrate firmware` copies kernels/s16's sources into the project (they are not in
+    the third-party tree) and registers them; on QEMU the outputs equal the host twin's."""
+    from orchestrator.cli import main
+    from orchestrator.firmware import load_record
+    from tests.device_tools import qemu_or_missing
+
+    qemu_or_missing()
+    out = tmp_path / "fw"
+    assert main(["firmware", str(on_cpu.pte), "-o", str(out), "--npu-device", "qemu-bridge",
+                 "--run"]) == 0
+    assert "output 0: 40 B, byte-identical to the host twin's" in capsys.readouterr().out
+    assert load_record(out)["kernel_libraries"]["orchestrate"] == [
+        "orchestrate::quantized_conv2d_s16.out", "orchestrate::quantized_linear_s16.out"]
+    assert sorted(p.name for p in (out / "kernels" / "orchestrate").iterdir()) == [
+        "op_quantized_conv2d_s16.cpp", "op_quantized_linear_s16.cpp"]
+
+
 def test_a_linear_past_512_columns_and_a_wider_conv_pass_every_method(tmp_path):
     """tests/s16_models.py: 4 -> 16 channels, and a linear over 2,304 columns, where CMSIS-NN's
     s16 kernels accumulate in int64 past their first 512 columns."""

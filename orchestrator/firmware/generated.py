@@ -317,7 +317,9 @@ target_link_libraries(ethos_u PUBLIC executorch_headers)
 
 
 def _cmake_paths(paths: Sequence[Path], root: Path, variable: str) -> str:
-    return "\n".join(f"  ${{{variable}}}/{p.relative_to(root)}" for p in paths)
+    # A relative path is one of our own kernel sources, copied into the project (project.py).
+    return "\n".join(f"  ${{{variable}}}/{p.relative_to(root)}" if p.is_absolute()
+                     else f"  ${{CMAKE_CURRENT_SOURCE_DIR}}/{p}" for p in paths)
 
 
 def cmakelists(spec: FirmwareSpec, platform: Platform, config: BoardRecipe,

@@ -79,7 +79,8 @@ def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_pa
             if file.suffix in (".cpp", ".h"):
                 shutil.copy2(file, target / file.name)
         registrations.append(f"generated/{name}/RegisterCodegenUnboxedKernelsEverything.cpp")
-        kernel_sources[name] = list(selection.sources[name])
+        kernel_sources[name] = [_own_source(path, third_party, folder / "kernels" / name)
+                                for path in selection.sources[name]]
     schema = schema_headers(third_party, cache / CACHE_FOLDER)
     shutil.copytree(schema / "executorch" / "schema", folder / "generated" / "schema" /
                     "executorch" / "schema")
@@ -223,3 +224,13 @@ def _run_tool(argv: list[str]) -> None:
     if result.returncode != 0:
         raise FirmwareBuildError(f"{' '.join(Path(a).name if i == 0 else a for i, a in enumerate(argv[:2]))} "
                                  f"failed:\n{(result.stdout + result.stderr)[-4000:]}")
+
+
+def _own_source(path: Path, third_party, target: Path) -> Path:
+    """A kernel source of the third-party tree as it is; one of ours (kernels/s16) copied into
+    the project, as a path relative to it, so the project builds without this checkout."""
+    if path.is_relative_to(third_party.root):
+        return path
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(path, target / path.name)
+    return target.relative_to(target.parents[1]) / path.name
