@@ -106,11 +106,11 @@ class PrecisionSearch:
         lines = [f"precision auto: budget {self.budget_text()} on {self.dataset} "
                  f"({self.samples} samples, measured by the {MEASURED_BY} against the float "
                  f"model{f', float top-1 {self.float_top1:.1f}%' if labelled else ''})",
-                 f"  {'step':>4}  {'a16w8 modules':<28} {'SNR dB':>7} "
+                 f"  {'step':>4}  {'raised to a16w8':<28} {'SNR dB':>7} "
                  + (f"{'top-1':>6} " if labelled else "")
                  + f"{'NPU MACs':>8} {'latency':>10} {'flash B':>8} {'RAM B':>7}  budget"]
         for index, step in enumerate(self.steps):
-            names = ", ".join(step.raised) or "(int8 everywhere)"
+            names = "+ " + ", ".join(step.why.modules) if step.why else "(int8 everywhere)"
             latency = "-" if step.latency_seconds is None else \
                 f"{step.latency_seconds * 1e3:.3f}ms"
             mark = "met" if step.within else "missed"
@@ -121,8 +121,9 @@ class PrecisionSearch:
                          + f"{step.npu_mac_pct:>7.1f}% {latency:>10} {step.pte_bytes:>8,} "
                          f"{step.arena_bytes:>7,}  {mark}")
         source = next((s.latency_source for s in self.steps if s.latency_source), None)
-        lines.append(f"  latency: the cost model's estimate ({source or 'none'}); flash: the "
-                     ".pte's bytes; RAM: the ExecuTorch arena; NPU MACs: share on the NPU")
+        lines.append(f"  each step keeps the ones before it; latency: the cost model's estimate "
+                     f"({source or 'none'}); flash: the .pte's bytes; RAM: the ExecuTorch "
+                     "arena; NPU MACs: share on the NPU")
         for step in self.steps:
             if step.why is not None:
                 lines.append(f"  {', '.join(step.why.modules)} -> a16w8: layer "
