@@ -88,7 +88,14 @@ def _request(args, npu: str | None = None, model: str | None = None,
 def _given_precision(args) -> str | None:
     """--precision as Request takes it: `auto` is the search's, not a module map."""
     given = getattr(args, "precision", None)
-    return None if given is not None and given.strip().lower() == "auto" else given
+    if given is None or given.strip().lower() != "auto":
+        return given
+    if args.command not in ("plan", "compile"):
+        raise UserError(f"--precision auto searches one program under a budget: use it with "
+                        f"`orchestrate plan` or `compile` (--dataset, --min-snr or "
+                        f"--max-accuracy-drop), not `{args.command}`; give modules instead "
+                        "(--precision MODULE=a16w8,...)")
+    return None
 
 
 def _plan(args, runner_ops=None):

@@ -148,3 +148,9 @@ def test_plan_json_carries_the_search_and_the_chosen_programs_plan(sets, capsys)
     assert [s["within_budget"] for s in search["steps"]] == [False, True]
     assert search["steps"][1]["why"]["rank"] == 1
     assert document["calibration"]["precision"] in ({"head": "a16w8"}, [["head", "a16w8"]])
+
+
+def test_precision_auto_on_a_sweep_is_refused_in_one_line(capsys):
+    assert main(["sweep", MODEL, "--npus", "ethos-u55-128", "--precision", "auto",
+                 "--quiet"]) == 2
+    assert "--precision auto searches one program under a budget" in capsys.readouterr().err
