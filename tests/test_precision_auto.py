@@ -81,6 +81,21 @@ def test_the_chosen_program_passes_the_twin_the_host_runtime_and_qemu(chosen):
     passes_twin_host_runtime_and_qemu(written.pte, samples=2)
 
 
+def test_the_device_methods_measure_the_searchs_snr_on_the_validation_set(chosen, sets):
+    """The search measured the quantized reference; the twin and the host runtime (every
+    output byte-equal to the twin's) compute the same figure on all 512 samples."""
+    found, written = chosen
+    report = api.evaluate(written.pte, str(sets[1]), labels=None, method="both",
+                          qemu_samples=0)
+    by = {m.method: m for m in report.methods}
+    claimed = found.steps[found.chosen].snr_db
+    assert by["quantized reference"].snr_db == pytest.approx(claimed, abs=1e-3)
+    for method in ("twin", "host runtime"):
+        assert by[method].samples == 512
+        assert by[method].snr_db == pytest.approx(claimed, abs=0.1) and \
+            by[method].snr_db >= FLOOR_DB
+
+
 def test_a_budget_no_raise_meets_is_one_line_exit_4(sets, tmp_path, capsys):
     code = main(["plan", MODEL, "--npu", "ethos-u55-128", "--calibration", str(sets[0]),
                  "--precision", "auto", "--dataset", str(sets[1]), "--labels", "none",
