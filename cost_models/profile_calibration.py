@@ -79,7 +79,8 @@ import yaml
 from cost_models.cost import Cost
 from kernels.safe_files import DataFileError, load_yaml
 
-OP_CLASSES = ("conv", "depthwise", "linear", "pooling", "elementwise", "softmax", "portable")
+OP_CLASSES = ("conv", "depthwise", "linear", "pooling", "elementwise", "softmax", "portable",
+              "conv_s16", "linear_s16")
 UNITS = ("instructions", "cycles")
 FORMAT = "orchestrate-cpu-calibration/2"
 OLD_FORMATS = {"orchestrate-cpu-calibration/1": "one ratio per key"}
@@ -102,6 +103,11 @@ CLASS_TERMS = {
     "softmax": ("calls", "elements"),
     "elementwise": ("calls", "elements"),
     "portable": ("calls", "elements"),
+    # int16 activations (kernels/s16): their own classes, so the int8 classes' fit is not
+    # moved by kernels that compute otherwise (im2col and products of int16, int64 sums); the
+    # CPU model's cycles are the int8 kernels', so the work term is the MACs.
+    "conv_s16": ("calls", "macs"),
+    "linear_s16": ("calls", "macs", "outputs"),
 }
 ALL_TERMS = ("model_cycles",)
 
@@ -110,6 +116,8 @@ ALL_TERMS = ("model_cycles",)
 # share their family's prefix. Any other CMSIS-NN row moves or rescales elements (add, mul,
 # minimum/maximum, activations, quantize/dequantize, transpose, pad, copy): elementwise.
 _KERNEL_CLASSES = (
+    ("arm_convolve_wrapper_s16", "conv_s16"),
+    ("arm_fully_connected_s16", "linear_s16"),
     ("arm_depthwise_conv", "depthwise"),
     ("arm_convolve", "conv"),
     ("arm_transpose_conv", "conv"),
