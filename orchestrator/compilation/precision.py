@@ -13,9 +13,10 @@ the other dtype: a requantize, which the NPU computes as a TOSA RESCALE inside a
 the CPU as a dequantize/quantize pair (cortex_m::dequantize_per_tensor and quantize_per_tensor,
 which take int8 and int16). The plan shows each as a `requantize` row, where it runs.
 
-CPU-only targets are refused: upstream's Cortex-M quantizer quantizes int8 only, and the
-Cortex-M backend has no s16 operator (partitioners/cpu.py keeps an int16 op that leaves the NPU in
-float on its portable kernel, between its int16 dequantize and quantize).
+CPU-only targets are refused: upstream's Cortex-M quantizer quantizes int8 only. An int16 op that
+leaves the NPU runs on our CMSIS-NN s16 operators where one exists (convolution and linear:
+kernels/s16, partitioners/s16_operators.py), else in float on its portable kernel between its
+int16 dequantize and quantize (partitioners/cpu.py, reason no-s16-operator).
 """
 
 from __future__ import annotations
@@ -91,9 +92,8 @@ def check_target(pairs, npu: str | None) -> None:
     if raised(pairs) and npu is None:
         raise UserError(
             f"--precision {raised(pairs)[0]}=a16w8 needs an NPU target: upstream's Cortex-M "
-            "quantizer (ExecuTorch 1.5.1) quantizes int8 only and the Cortex-M backend has no "
-            "int16 operator; compile for an Ethos-U (e.g. --npu ethos-u55-128) or leave the "
-            "module at a8w8")
+            "quantizer (ExecuTorch 1.5.1) quantizes int8 only; compile for an Ethos-U (e.g. "
+            "--npu ethos-u55-128) or leave the module at a8w8")
 
 
 def check_modules(module, pairs, model_name: str) -> None:
