@@ -129,7 +129,7 @@ TARGET = (
            "activations with int8 weights (upstream's a16w8 config; NPU targets only); "
            "auto (plan, compile): raise the fewest modules, worst per-layer error first, "
            "until --min-snr/--max-accuracy-drop hold on --dataset; "
-           "without it every module is int8 (a8w8), or as the --policy file's precision: map "
+           "default: every module int8 (a8w8), or as the --policy file's precision: map "
            "says"),
     option("--cpu-hz", type=clock_hz, help="override the platform CPU clock: hertz "
            "(400000000, 4e8) or with a unit (400MHz); default: the platform YAML's"),

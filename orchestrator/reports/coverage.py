@@ -217,7 +217,7 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
             continue
         op = _short_op(r.op) if r.kind == "op" else f"{HIDDEN_LABELS[r.kind]}"
         cost = _cost_cell(r, short=True)
-        table.append([i, _wrap_name(r.name, 17), _wrap_name(op, 17),
+        table.append([i, _wrap_name(r.name, 17), _wrap_name(op, 16),
                       f"{_shape(r.output_shape)} {_out_dtype(r)}", r.precision or "-",
                       f"{r.macs:,}", _where(r).replace("CMSIS-NN/", "CMSIS/"), cost])
         for line in _reasons(r):
