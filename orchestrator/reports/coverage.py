@@ -199,6 +199,10 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
         len(firsts) == sum(1 for r in rows if r.placement != "npu") else None
     if folded is not None:
         why.append(["all", textwrap.fill(f"all {len(firsts)} CPU rows: {folded}", 90)])
+    # The precision column only when the program has more than one (--precision): an int8
+    # program's plan keeps its node names whole (22 wide) instead of a column of "a8w8".
+    mixed = len({r.precision for r in rows if r.precision}) > 1
+    node_width, op_width = (17, 16) if mixed else (22, 16)
     for i, r in _collapsed(rows, recurrences):
         if not hasattr(r, "placement"):  # a collapsed recurrence
             last = r.last_row
@@ -208,8 +212,9 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
             sources = "+".join(sorted({short_source(x.cost.source) for x in rows[i:last + 1]
                                        if x.cost is not None}))
             kinds = "/".join(sorted({x.precision for x in rows[i:last + 1] if x.precision}))
-            table.append([f"{i}-{last}", _ellipsize(f"{r.path} ({r.type})", 17),
-                          _ellipsize(f"{r.steps} steps, {r.rows} ops", 17), "-", kinds or "-",
+            table.append([f"{i}-{last}", _ellipsize(f"{r.path} ({r.type})", node_width),
+                          _ellipsize(f"{r.steps} steps, {r.rows} ops", op_width), "-",
+                          kinds or "-",
                           f"{macs:,}",
                           _ellipsize(", ".join(where), 14), f"{seconds * 1e6:,.1f}us {sources}"])
             for line in _recurrence_why(rows, r):
@@ -217,7 +222,7 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
             continue
         op = _short_op(r.op) if r.kind == "op" else f"{HIDDEN_LABELS[r.kind]}"
         cost = _cost_cell(r, short=True)
-        table.append([i, _wrap_name(r.name, 17), _wrap_name(op, 16),
+        table.append([i, _wrap_name(r.name, node_width), _wrap_name(op, op_width),
                       f"{_shape(r.output_shape)} {_out_dtype(r)}", r.precision or "-",
                       f"{r.macs:,}", _where(r).replace("CMSIS-NN/", "CMSIS/"), cost])
         for line in _reasons(r):
@@ -226,9 +231,12 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
             why.append([i, textwrap.fill(line, 90)])
         if r.placement == "cmsis-nn" and r.kernel:
             why.append([i, textwrap.fill(f"kernel: {r.kernel}", 90)])
-    text = tabulate(table, ["#", "node", "op", "out", "prec", "MACs", "where", "cost (source)"],
-                    tablefmt="simple", disable_numparse=True,
-                    colalign=("right", "left", "left", "left", "left", "right", "left", "right"))
+    headers = ["#", "node", "op", "out", "prec", "MACs", "where", "cost (source)"]
+    align = ["right", "left", "left", "left", "left", "right", "left", "right"]
+    if not mixed:
+        table = [row[:4] + row[5:] for row in table]
+        headers, align = headers[:4] + headers[5:], align[:4] + align[5:]
+    text = tabulate(table, headers, tablefmt="simple", disable_numparse=True, colalign=align)
     if why:
         text += "\n\nwhy each CPU op is not in a better place (# = row above):\n"
         text += tabulate(why, ["#", "reason (from the check that decided)"], tablefmt="simple")
