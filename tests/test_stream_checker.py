@@ -167,3 +167,19 @@ def test_a_flipped_weight_byte_fails_verify_on_every_method(ds_cnn, tmp_path, ca
             missing(methods[name]["detail"])
         assert methods[name]["outcome"] == "failed", methods[name]
         assert "weight data fails its check against the TOSA graph" in methods[name]["detail"]
+
+
+def test_a_tosa_graph_the_weight_check_cannot_parse_leaves_the_verdict_to_the_reference_model(
+        ds_cnn):
+    """A damaged TOSA graph in the artifacts (about one random byte flip in seven breaks its
+    parse here) is no weight mismatch and no internal error: the check reports every stream
+    not checked, and the TOSA reference model, run next in its child process, judges the graph
+    (tests/test_npu_verify.py: it crashes or refuses, one line, exit 2)."""
+    partition = load_twin(ds_cnn).partitions[0]
+    damaged = bytearray(partition.tosa_bytes)
+    damaged[8:24] = b"\xff" * 16  # the root table's offsets
+    report = check_partition_weights(partition.payload, bytes(damaged))
+    assert report.checked == () and report.checked_bytes == 0
+    assert report.unchecked[0].startswith("every stream: the partition's TOSA graph does not "
+                                          "parse (")
+    assert report.data_bytes == report.weight_bytes > 0

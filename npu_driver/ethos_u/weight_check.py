@@ -132,7 +132,14 @@ def check_weights(weight_data: bytes, check: StreamCheck, tosa_bytes: bytes,
                   accel: Accelerator) -> WeightReport:
     """Check every weight and scale stream `check` lists against the TOSA graph; raise
     WeightMismatch naming the command and word offset of the first that differs."""
-    kernels, raw_constants = _tosa_graph(tosa_bytes)
+    try:
+        kernels, raw_constants = _tosa_graph(tosa_bytes)
+    except Exception as error:  # noqa: BLE001 - a damaged graph file is data, not our bug
+        # Nothing to compare with: the TOSA reference model, which runs this graph next in a
+        # child process, refuses it (or crashes) in its own words, as verify reports.
+        return WeightReport((), (f"every stream: the partition's TOSA graph does not parse "
+                                 f"({type(error).__name__})",), len(weight_data), 0, 0,
+                            len(weight_data))
     fate = np.zeros(len(weight_data), dtype=np.int8)  # 0 unread, 1 checked, 2 data
     checked, unchecked = [], []
     scales = {read.offset: read for read in check.scales}
