@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from examples.training import fit
+
 TRAIN = 1437  # samples 0..1436 train; 1437..1796 validate
 SEED = 0
 
@@ -55,25 +57,7 @@ class DigitsMlp(nn.Module):
 
 def _trained(model: nn.Module, epochs: int) -> nn.Module:
     images, labels = _digits()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: the same weights on every machine and run
-    try:
-        torch.manual_seed(SEED)
-        for parameter in model.parameters():  # a fresh, seeded initialisation
-            if parameter.dim() > 1:
-                nn.init.kaiming_uniform_(parameter, a=5 ** 0.5)
-            else:
-                nn.init.zeros_(parameter)
-        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-        order = torch.Generator().manual_seed(SEED)
-        for _ in range(epochs):
-            for batch in torch.randperm(TRAIN, generator=order).split(64):
-                optimizer.zero_grad()
-                nn.functional.cross_entropy(model(images[batch]), labels[batch]).backward()
-                optimizer.step()
-    finally:
-        torch.set_num_threads(threads)
-    return model.eval()
+    return fit(model, images, labels, TRAIN, nn.functional.cross_entropy, lr=0.01, epochs=epochs, seed=SEED)
 
 
 def cnn():

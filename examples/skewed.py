@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from examples.training import fit
+
 FEATURES, TARGETS = 16, 4
 TRAIN, VALIDATE = 2048, 512
 SEED = 0
@@ -51,25 +53,7 @@ class SkewedMlp(nn.Module):
 
 def _trained(model: nn.Module, epochs: int) -> nn.Module:
     inputs, targets = _data()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: the same weights on every machine and run
-    try:
-        torch.manual_seed(SEED)
-        for parameter in model.parameters():  # a fresh, seeded initialisation
-            if parameter.dim() > 1:
-                nn.init.kaiming_uniform_(parameter, a=5 ** 0.5)
-            else:
-                nn.init.zeros_(parameter)
-        optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
-        order = torch.Generator().manual_seed(SEED)
-        for _ in range(epochs):
-            for batch in torch.randperm(TRAIN, generator=order).split(64):
-                optimizer.zero_grad()
-                nn.functional.mse_loss(model(inputs[batch]), targets[batch]).backward()
-                optimizer.step()
-    finally:
-        torch.set_num_threads(threads)
-    return model.eval()
+    return fit(model, inputs, targets, TRAIN, nn.functional.mse_loss, lr=0.003, epochs=epochs, seed=SEED)
 
 
 def mlp():
