@@ -107,3 +107,29 @@ def test_the_key_follows_a_modules_constructor_settings(private_cache):
     samples = load_calibration(None, padded.example_inputs)
     assert quantized_key(padded, samples, target, True) != \
         quantized_key(unpadded, samples, target, True)
+
+
+def test_artifacts_and_cache_entry_hold_one_serialization_of_each_program(private_cache,
+                                                                          tmp_path):
+    import io
+
+    import torch
+
+    from orchestrator.artifacts.manifest import artifacts_dir_for
+    from orchestrator.artifacts.outputs import write_outputs
+
+    cold = _compile("mixed", "ethos-u55-128")
+    write_outputs(cold, tmp_path / "cold.pte", extra_files={})
+    warm = _compile("mixed", "ethos-u55-128")
+    write_outputs(warm, tmp_path / "warm.pte", extra_files={})
+    (entry,) = (private_cache / "quantized").iterdir()
+    for name, program in (("float.pt2", cold.captured.program),
+                          ("quantized.pt2", cold.quantized.program)):
+        stored = (entry / name).read_bytes()
+        # what torch.export.save writes for the program, written once and reused: the cache
+        # entry, the cold compile's artifacts and the warm (cache-hit) compile's artifacts
+        fresh = io.BytesIO()
+        torch.export.save(program, fresh)
+        assert stored == fresh.getvalue()
+        assert (artifacts_dir_for(tmp_path / "cold.pte") / name).read_bytes() == stored
+        assert (artifacts_dir_for(tmp_path / "warm.pte") / name).read_bytes() == stored

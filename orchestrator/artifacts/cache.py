@@ -42,6 +42,7 @@ import torch
 
 from kernels.cache_root import cache_root
 from orchestrator import numerics
+from orchestrator.artifacts.pt2_bytes import pt2_bytes, remember
 from orchestrator.errors import UserError
 from orchestrator.sources.pt2 import read_exported_program
 from orchestrator.target import compile_spec
@@ -213,8 +214,13 @@ def load(key: str):
 
         fixes = tuple(Workaround(*(str(part) for part in fix)) for fix in
                       json.loads((entry / "workarounds.json").read_text()))
-        return (read_exported_program(entry / "float.pt2", remedy),
-                read_exported_program(entry / "quantized.pt2", remedy), fixes)
+        programs = tuple(read_exported_program(entry / name, remedy)
+                         for name in ("float.pt2", "quantized.pt2"))
+        for program, name in zip(programs, ("float.pt2", "quantized.pt2")):
+            data = (entry / name).read_bytes()
+            if hashlib.sha256(data).hexdigest() == recorded.get(name):
+                remember(program, data)  # the artifacts reuse the entry's own bytes
+        return (*programs, fixes)
     except (UserError, OSError, ValueError, TypeError) as error:
         _discard(entry, f"it does not load: {str(error)[:120]}")
         return None
@@ -231,8 +237,8 @@ def store(key: str, float_program, quantized_program, workarounds=()) -> None:
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".entry-", dir=final.parent))
-        torch.export.save(float_program, tmp / "float.pt2")
-        torch.export.save(quantized_program, tmp / "quantized.pt2")
+        (tmp / "float.pt2").write_bytes(pt2_bytes(float_program))
+        (tmp / "quantized.pt2").write_bytes(pt2_bytes(quantized_program))
 
         (tmp / "workarounds.json").write_text(json.dumps(
             [[fix.node, fix.upstream, fix.message] for fix in workarounds]))

@@ -25,10 +25,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
-
 from orchestrator.artifacts.files import (check_outputs, folder_of, publish_mode, require_ours,
                                           staged_write, write_failed)
+from orchestrator.artifacts.pt2_bytes import pt2_bytes
 from orchestrator.artifacts.manifest import MANIFEST_NAME, artifacts_dir_for, manifest_json
 from partitioners.npu import npu_delegates
 
@@ -79,8 +78,8 @@ def write_outputs(compiled, pte_path: Path, extra_files: dict[str, bytes] | None
             vela_out = p.vela_dir / "output"
             for item in sorted(vela_out.iterdir()):
                 shutil.copy2(item, pdir / "vela" / item.name)
-        torch.export.save(compiled.captured.program, art_tmp / "float.pt2")
-        torch.export.save(compiled.quantized.program, art_tmp / "quantized.pt2")
+        (art_tmp / "float.pt2").write_bytes(pt2_bytes(compiled.captured.program))
+        (art_tmp / "quantized.pt2").write_bytes(pt2_bytes(compiled.quantized.program))
         for name, data in (extra_files or {}).items():
             (art_tmp / name).write_bytes(data)
         written = manifest_json(compiled, partitions)
