@@ -127,10 +127,10 @@ def resolve(request: Request) -> Resolved:
     return Resolved(request, target, policy, mode, io_request(request.io)[1],
                     memory_policy(request.memory_policy, target.platform),
                     cpu_calibration(request.calibration_costs, target),
-                    _precisions(request, policy, target))
+                    _precisions(request, policy))
 
 
-def _precisions(request: Request, policy, target: Target) -> tuple[tuple[str, str], ...]:
+def _precisions(request: Request, policy) -> tuple[tuple[str, str], ...]:
     """The modules' precisions: the policy's `precision:` map, then --precision's entries."""
     given = request.precision
     pairs = precision.from_mapping(given, "--precision") if isinstance(given, dict) else \
@@ -138,7 +138,6 @@ def _precisions(request: Request, policy, target: Target) -> tuple[tuple[str, st
     ruled = precision.checked(policy.precision, f"policy {policy.source}: precision") \
         if policy is not None else ()
     pairs = precision.merged(ruled, pairs)
-    precision.check_target(pairs, target.npu)
     return pairs
 
 

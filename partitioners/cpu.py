@@ -442,6 +442,9 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
             origin, decisions[origin].aten_op if origin in decisions else origin, "lowered",
             f"int16 on CMSIS-NN's {node.meta[s16_operators.S16_KEY]} (orchestrate:: s16 "
             "operator, kernels/s16)", "partitioners/s16_operators.py")
+    wide_origins = {node.meta.get(ORIGIN_KEY, node.name) for node in wide}
+    s16_operators.fold_fallback_weights(
+        transformed, lambda node: node.meta.get(ORIGIN_KEY, node.name) in wide_origins)
     for node in float_only:
         if node in wide:
             continue

@@ -86,6 +86,55 @@ def _match(node) -> _Match | None:
     return _Match(node, x, users[0], weight, bias)
 
 
+@dataclass(frozen=True)
+class _Activation:
+    """A ReLU (hardtanh, clamp) on the op's int16 output, between a dequantize and a quantize of
+    the op's own output scale: the kernel's activation bounds compute it."""
+
+    dequantize: torch.fx.Node
+    activation: torch.fx.Node
+    quantize: torch.fx.Node
+    low: int  # the bounds in int16 codes (zero point 0)
+    high: int
+
+
+def _activation_after(quantize) -> _Activation | None:
+    """`quantize -> dequantize -> relu | hardtanh | clamp -> quantize`, all four with the same
+    scale, zero point and range, as upstream's ActivationFusionPass folds for int8: with the
+    same scale, quantize(clamp(dequantize(q), a, b)) is clamp(q, round(a / scale), round(b /
+    scale)), and a ReLU is clamp(q, 0, max)."""
+    from partitioners.fused_activation_split import (  # lazy: heavy (executorch)
+        ACTIVATIONS)
+
+    def only_user(node):
+        users = list(node.users)
+        return users[0] if len(users) == 1 else None
+
+    dequantize = only_user(quantize)
+    activation = only_user(dequantize) if dequantize is not None else None
+    out = only_user(activation) if activation is not None else None
+    if not (_named(dequantize, "dequantize_per_tensor") and activation.target in ACTIVATIONS
+            and _named(out, "quantize_per_tensor") and "dequantize" not in str(out.target)
+            and tuple(dequantize.args[1:]) == tuple(quantize.args[1:]) == tuple(out.args[1:])):
+        return None
+    scale, low, high = float(quantize.args[1]), int(quantize.args[3]), int(quantize.args[4])
+    name = str(activation.target)
+    if "relu" in name:
+        bounds = (0.0, None)
+    else:
+        defaults = (-1.0, 1.0) if "hardtanh" in name else (None, None)
+        given = list(activation.args[1:3]) + [None] * 2
+        bounds = tuple(given[i] if len(activation.args) > i + 1 else defaults[i]
+                       for i in range(2))
+    if any(b is not None and not isinstance(b, (int, float)) for b in bounds):
+        return None
+    if bounds[0] is not None:
+        low = max(low, int(round(float(bounds[0]) / scale)))
+    if bounds[1] is not None:
+        high = min(high, int(round(float(bounds[1]) / scale)))
+    return _Activation(dequantize, activation, out, low, high) if low <= high else None
+
+
 def _requantization(in_scale: float, weight_scales: torch.Tensor, out_scale: float):
     """Per output channel (multiplier, shift), or None when a shift is outside what
     arm_nn_requantize_s64 (`val >> (14 - shift)` on an int64) can apply."""
@@ -137,6 +186,9 @@ def rewrite(program) -> list[torch.fx.Node]:
                 constants[role] = create_constant_placeholder(
                     program, graph, f"{node.name}_s16_{role}", InputKind.PARAMETER, data)
         low, high = int(match.quantize.args[3]), int(match.quantize.args[4])
+        folded = _activation_after(match.quantize)
+        if folded is not None:
+            low, high = folded.low, folded.high
         with graph.inserting_before(match.quantize):
             if conv:
                 stride, padding, dilation = (list(node.args[i]) for i in (3, 4, 5))
@@ -160,8 +212,12 @@ def rewrite(program) -> list[torch.fx.Node]:
                 function = s16.CMSIS_FUNCTIONS["quantized_linear_s16"]
             replacement = graph.call_function(target, args)
         replacement.meta = {**node.meta, "val": match.quantize.meta["val"], S16_KEY: function}
-        match.quantize.replace_all_uses_with(replacement)
         dead = [match.quantize, node]
+        if folded is not None:
+            folded.quantize.replace_all_uses_with(replacement)
+            dead = [folded.quantize, folded.activation, folded.dequantize, *dead]
+        else:
+            match.quantize.replace_all_uses_with(replacement)
         if not conv and "addmm" in str(node.target):
             dead.append(node.args[2])
         dead += [match.weight, match.bias, match.dequantize]
@@ -179,8 +235,24 @@ def rewrite(program) -> list[torch.fx.Node]:
     return rewritten
 
 
-def _fold_weight_dequantize(program) -> None:
-    """Every dequantize_per_channel of constants replaced by its float value (a constant)."""
+def fold_fallback_weights(program, falls_back) -> list[torch.fx.Node]:
+    """The constant weights of every op `falls_back(node)` names (an int16 op with no s16
+    operator, on its portable kernel in float) dequantized ahead of time into float constants;
+    the ops whose weights were folded. The runtime has no `dequantize_per_channel.out` (module
+    docstring), so a CPU-only depthwise convolution given int16 activations (DS-CNN's
+    feature_extractor.4) stopped the host runtime with error 0x14, missing operator, where
+    only the twin ran it."""
+    graph = program.graph_module.graph
+    folded = [n for n in graph.nodes if n.op == "call_function" and falls_back(n)
+              and any(_named(a, "dequantize_per_channel") for a in n.all_input_nodes)]
+    _fold_weight_dequantize(program, lambda dq: bool(dq.users) and all(
+        u in folded for u in dq.users))
+    return folded
+
+
+def _fold_weight_dequantize(program, which=lambda node: True) -> None:
+    """Every dequantize_per_channel of constants that `which` names replaced by its float value
+    (a constant)."""
     import torch.ao.quantization.fx._decomposed  # noqa: F401  # lazy: heavy (torch.ao)
     from executorch.backends.transforms.utils import (  # lazy: heavy (executorch)
         create_constant_placeholder, delete_constant_placeholder, get_param_tensor)
@@ -189,7 +261,7 @@ def _fold_weight_dequantize(program) -> None:
     graph = program.graph_module.graph
     user_inputs = set(program.graph_signature.user_inputs)
     for node in list(graph.nodes):
-        if not _named(node, "dequantize_per_channel"):
+        if not _named(node, "dequantize_per_channel") or not which(node):
             continue
         operands = [a for a in node.args[:3] if isinstance(a, torch.fx.Node)]
         if not all(a.op == "placeholder" and a.name not in user_inputs for a in operands):

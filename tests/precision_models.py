@@ -33,3 +33,34 @@ class ConvGramLinear(nn.Module):
 def conv_gram_linear():
     torch.manual_seed(0)
     return ConvGramLinear().eval(), (torch.randn(1, 1, 8, 8),)
+
+
+class Separable(nn.Module):
+    """A depthwise-separable block (DS-CNN's form): CMSIS-NN has no s16 operator of ours for
+    the depthwise convolution (groups > 1), one for the pointwise one."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.depthwise = nn.Conv2d(channels, channels, 3, padding=1, groups=channels)
+        self.pointwise = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.pointwise(torch.relu(self.depthwise(x))))
+
+
+class SeparableNet(nn.Module):
+    """conv -> depthwise-separable block -> linear: `block` is the module raised to A16W8."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(1, 8, 3, padding=1)
+        self.block = Separable(8)
+        self.head = nn.Linear(8 * 6 * 6, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(torch.relu(self.stem(x))).flatten(1))
+
+
+def separable():
+    torch.manual_seed(0)
+    return SeparableNet().eval(), (torch.randn(1, 1, 6, 6),)

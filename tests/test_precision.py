@@ -1,6 +1,6 @@
-"""A16W8 per module (--precision): int16 activations where a user asks for them, on NPU targets,
-through every method (tests/precision_models.py: conv -> linear -> a Gram matrix -> linear, the
-Gram module raised to a16w8)."""
+"""A16W8 per module (--precision): int16 activations where a user asks for them, on NPU targets
+(CPU-only: tests/test_precision_cpu_only.py), through every method (tests/precision_models.py:
+conv -> linear -> a Gram matrix -> linear, the Gram module raised to a16w8)."""
 
 from __future__ import annotations
 
@@ -178,11 +178,6 @@ def test_the_twin_checks_int16_values_in_int16_steps(u55):
 def test_bad_precision_syntax_is_one_line(given, says):
     with pytest.raises(UserError, match=says):
         precision.parse(given)
-
-
-def test_a16w8_on_a_cpu_only_target_says_why_and_what_to_do():
-    with pytest.raises(UserError, match="needs an NPU target: upstream's Cortex-M quantizer"):
-        resolve(Request(MODEL, npu="none", precision=RAISED))
 
 
 def test_an_unknown_module_names_the_closest(tmp_path):

@@ -109,11 +109,6 @@ def test_a_budget_without_precision_auto_is_refused():
     assert main(["plan", MODEL, "--min-snr", "30", "--quiet"]) == 2
 
 
-def test_precision_auto_on_a_cpu_only_target_says_why_before_compiling(sets):
-    with pytest.raises(UserError, match="needs an NPU target"):
-        api.precision_auto(MODEL, str(sets[1]), None, min_snr_db=30.0, npu="none")
-
-
 def test_precision_auto_without_a_budget_says_so(sets):
     with pytest.raises(UserError, match="needs a budget"):
         api.precision_auto(MODEL, str(sets[1]), None, npu="ethos-u55-128")

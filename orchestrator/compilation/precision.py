@@ -1,27 +1,37 @@
-"""Precision per module: int16 activations (A16W8) where a user asks for them, on NPU targets.
+"""Precision per module: int16 activations (A16W8) where a user asks for them.
 
 `--precision MODULE=a16w8[,MODULE=a16w8...]` (or a policy's `precision:` map) quantizes the named
 modules (as `model.named_modules()` names them) with upstream's
 `get_symmetric_a16w8_quantization_config` (ExecuTorch 1.5.1, executorch.backends.arm.quantizer:
-int16 activations, symmetric, zero point 0; int8 per-channel weights), given to the
-EthosUQuantizer through its own `set_module_name`; every other module keeps the global int8
-config (a8w8). The activation observer is the calibration method's
+int16 activations, symmetric, zero point 0; int8 per-channel weights); every other module keeps
+the target's int8 config (a8w8). The activation observer is the calibration method's
 (orchestrator/compilation/observers.py), as for the int8 config.
+
+- NPU targets: the EthosUQuantizer takes it through its own `set_module_name`.
+- CPU-only targets: upstream's CortexMQuantizer has no `set_module_name`, and its pattern checks
+  accept int8 only (cortex_m/quantizer/pattern_checkers.py: `is_int8_activations` for conv,
+  linear, add, ...). It is a ComposableQuantizer in which the first quantizer to match a node
+  wins, so each A16W8 module gets, in front of its int8 quantizers, the quantizer that
+  EthosUQuantizer's `set_module_name` builds: upstream's `PatternQuantizer` with the a16w8
+  config, a `ModuleNameNodeFinder` and the Arm quantizer's pattern matcher
+  (`TOSA_QUANTIZER_SUPPORT_DICT`, which takes int16). The graph is the one an NPU target's
+  quantizer makes for those modules: int16 dequantize/quantize around int8 per-channel weights.
 
 Where an int8 value meets an int16 one, upstream's quantizer puts a dequantize and a quantize of
 the other dtype: a requantize, which the NPU computes as a TOSA RESCALE inside a partition and
 the CPU as a dequantize/quantize pair (cortex_m::dequantize_per_tensor and quantize_per_tensor,
 which take int8 and int16). The plan shows each as a `requantize` row, where it runs.
 
-CPU-only targets are refused: upstream's Cortex-M quantizer quantizes int8 only. An int16 op that
-leaves the NPU runs on our CMSIS-NN s16 operators where one exists (convolution and linear:
-kernels/s16, partitioners/s16_operators.py), else in float on its portable kernel between its
-int16 dequantize and quantize (partitioners/cpu.py, reason no-s16-operator).
+An int16 op on the CPU (CPU-only, or one that leaves the NPU) runs on our CMSIS-NN s16 operators
+where one exists (convolution and linear: kernels/s16, partitioners/s16_operators.py), else in
+float on its portable kernel between its int16 dequantize and quantize (partitioners/cpu.py,
+reason no-s16-operator).
 """
 
 from __future__ import annotations
 
 import difflib
+import inspect
 import re
 
 from orchestrator.errors import UserError
@@ -87,15 +97,6 @@ def raised(pairs) -> tuple[str, ...]:
     return tuple(module for module, precision in pairs if precision == A16W8)
 
 
-def check_target(pairs, npu: str | None) -> None:
-    """A16W8 needs an NPU target: say why not and what to do."""
-    if raised(pairs) and npu is None:
-        raise UserError(
-            f"--precision {raised(pairs)[0]}=a16w8 needs an NPU target: upstream's Cortex-M "
-            "quantizer (ExecuTorch 1.5.1) quantizes int8 only; compile for an Ethos-U (e.g. "
-            "--npu ethos-u55-128) or leave the module at a8w8")
-
-
 def check_modules(module, pairs, model_name: str) -> None:
     """Every module named is one of the model's (named_modules()); else one line with the
     closest names."""
@@ -110,7 +111,7 @@ def check_modules(module, pairs, model_name: str) -> None:
 
 
 def configure(quantizer, pairs, observed) -> None:
-    """Give each A16W8 module upstream's a16w8 config through the quantizer's own
+    """Give each A16W8 module upstream's a16w8 config through the EthosUQuantizer's own
     set_module_name; `observed(config)` gives it the calibration method's activation observer
     (orchestrator/compilation/observers.py)."""
     from executorch.backends.arm.quantizer import (  # lazy: heavy (executorch)
@@ -119,15 +120,51 @@ def configure(quantizer, pairs, observed) -> None:
     for module in raised(pairs):
         quantizer.set_module_name(module, observed(
             get_symmetric_a16w8_quantization_config(is_per_channel=True)))
+    _output_config(quantizer.set_node_finder, pairs, observed)
+
+
+def configure_cortex_m(quantizer, pairs, observed) -> None:
+    """The CPU-only form of `configure` (module docstring): in front of the CortexMQuantizer's
+    own quantizers, what EthosUQuantizer's set_module_name and set_node_finder put in front of
+    its global one."""
+    from executorch.backends.arm.quantizer import (  # lazy: heavy (executorch)
+        get_symmetric_a16w8_quantization_config)
+    from executorch.backends.arm.quantizer.arm_quantizer_utils import (  # lazy: heavy (executorch)
+        PatternQuantizer)
+    from executorch.backends.arm.quantizer.quantizer_support import (  # lazy: heavy (executorch)
+        TOSA_QUANTIZER_SUPPORT_DICT)
+    from executorch.backends.cortex_m.quantizer.node_finders import (  # lazy: heavy (executorch)
+        ModuleNameNodeFinder)
+    from executorch.backends.cortex_m.quantizer.pattern_matcher import (  # lazy: heavy (executorch)
+        PatternMatcher)
+
+    if not raised(pairs):
+        return
+    matcher = PatternMatcher(TOSA_QUANTIZER_SUPPORT_DICT)
+
+    def in_front(config, finder) -> None:
+        quantizer.quantizers.insert(0, PatternQuantizer(config, finder, matcher))
+
+    # Each insertion goes first, as EthosUQuantizer's add_quantizer does: the output node's
+    # finder, inserted last, wins over the modules'.
+    for module in raised(pairs):
+        in_front(observed(get_symmetric_a16w8_quantization_config(is_per_channel=True)),
+                 ModuleNameNodeFinder(module))
+    _output_config(in_front, pairs, observed)
+
+
+def _output_config(set_node_finder, pairs, observed) -> None:
+    from executorch.backends.arm.quantizer import (  # lazy: heavy (executorch)
+        get_symmetric_a16w8_quantization_config)
+
     if raised(pairs):
         # Upstream's global config covers the graph's output node too, so a raised module that
         # computes the model output had its int16 result requantized to int8 there (the digits
         # CNN's classifier: 98.8% of the error was that int8 output's rounding and clipping).
         # The output node, where every value it returns comes from a raised module, gets the
         # a16w8 config: the program returns int16.
-        quantizer.set_node_finder(observed(
-            get_symmetric_a16w8_quantization_config(is_per_channel=True)),
-            _output_of(raised(pairs)))
+        set_node_finder(observed(get_symmetric_a16w8_quantization_config(is_per_channel=True)),
+                        _output_of(raised(pairs)))
 
 
 def _output_of(modules):
@@ -189,3 +226,30 @@ def output_widths(reference) -> tuple[str, ...]:
             widths.append(str(dtype).replace("torch.", "") if dtype is not None else "float")
     return tuple(widths)
 
+
+
+def contract() -> dict[str, object]:
+    """What configure_cortex_m relies on upstream for (ExecuTorch 1.5.1), each True when it
+    holds."""
+    import torch  # lazy: heavy (torch)
+    from executorch.backends.arm.quantizer.arm_quantizer_utils import (  # lazy: heavy (executorch)
+        PatternQuantizer)
+    from executorch.backends.arm.quantizer.quantizer_support import (  # lazy: heavy (executorch)
+        TOSA_QUANTIZER_SUPPORT_DICT)
+    from executorch.backends.cortex_m.quantizer.quantizer import (  # lazy: heavy (executorch)
+        CortexMQuantizer)
+    from torchao.quantization.pt2e.quantizer import (  # lazy: heavy (torchao)
+        ComposableQuantizer)
+
+    quantizer = CortexMQuantizer()
+    return {
+        "CortexMQuantizer composes a list of quantizers, first match wins":
+            isinstance(quantizer, ComposableQuantizer)
+            and isinstance(quantizer.quantizers, list),
+        "PatternQuantizer(quantization_config, node_finder, pattern_matcher)":
+            list(inspect.signature(PatternQuantizer).parameters)[:3]
+            == ["quantization_config", "node_finder", "pattern_matcher"],
+        "the Arm support dict matches conv2d and linear": all(
+            (op,) in TOSA_QUANTIZER_SUPPORT_DICT
+            for op in (torch.ops.aten.conv2d.default, torch.ops.aten.linear.default)),
+    }

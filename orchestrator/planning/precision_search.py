@@ -182,10 +182,6 @@ def search(request: Request, dataset: str, labels: str | None = "labels",
     if max_accuracy_drop is not None and labels is None:
         raise UserError("--max-accuracy-drop needs labels in the --dataset (--labels KEY); "
                         "a regression takes --min-snr DB")
-    if (request.npu or "").lower() == "none":
-        raise UserError("--precision auto raises modules to a16w8, which needs an NPU target: "
-                        "upstream's Cortex-M quantizer (ExecuTorch 1.5.1) quantizes int8 only; "
-                        "compile for an Ethos-U (e.g. --npu ethos-u55-128)")
     base = replace(request, precision=None)
     steps: list[Step] = []
     with tempfile.TemporaryDirectory(prefix="orchestrate-precision-") as work:
