@@ -25,10 +25,12 @@ Entry points:
 - `check_stream(command_stream, region_sizes, accel)`: the stream checker `execute` runs first
   (checker.py): every access bounded, reserved bits, registers set, a STOP at the end.
 - `check_partition_weights(payload, tosa_bytes)`: every weight and scale stream against the
-  TOSA graph's constants, whatever the inputs (weight_check.py).
-- Ethos-U85: `u85_commands` (the U85 command table, generated from `ethosu85_interface.h`) and
-  `u85_checker.check_u85_stream` (the stream checker's rules on U85 streams); the U85 stream is
-  decoded and bounds-checked, not executed.
+  TOSA graph's constants, whatever the inputs (weight_check.py), on the U55/U65 and the U85.
+- Ethos-U85: `u85_commands` (the U85 command table, generated from `ethosu85_interface.h`),
+  `u85_checker.check_u85_stream` (the stream checker's rules on U85 streams) and
+  `u85_weights` (its SWD/FWD weight streams and scale records, `u85_mlw` the stream Vela's
+  encoder writes for given weights); the U85 stream is decoded, bounds-checked and its weights
+  checked, not executed.
 
 `Counters` (what an execution did): commands and their count per opcode, operations per kind,
 MACs (convolution and depthwise), DMA bytes per source->destination, bytes read and written per
@@ -69,9 +71,11 @@ from npu_driver.ethos_u.errors import (CommandStreamError, ConfigMismatch, Memor
 from npu_driver.ethos_u.fmap import Memory
 from npu_driver.ethos_u.machine import Counters, Machine
 from npu_driver.ethos_u.mlw import WeightStreamError
+from npu_driver.ethos_u.u85_checker import check_u85_stream
 from npu_driver.ethos_u.weight_check import WeightMismatch, WeightReport, check_weights
-from npu_driver.ethos_u.stream import (Command, CustomOperatorPayload, OptimizerConfig,
-                                       decode_commands, parse_custom_operator_payload)
+from npu_driver.ethos_u.stream import (ACTION_OPTIMIZER_CONFIG, Command, CustomOperatorPayload,
+                                       OptimizerConfig, decode_commands,
+                                       parse_custom_operator_payload)
 
 __all__ = ["ACCELERATORS", "Accelerator", "CommandStreamError", "ConfigMismatch", "Counters",
            "MemoryFault", "NpuModelError", "UnmodelledCommand", "execute", "run_partition",
@@ -165,11 +169,26 @@ def check_partition_weights(payload, tosa_bytes: bytes,
                             accelerator: str | None = None) -> WeightReport:
     """Every weight and scale stream of an EthosUPayload against its TOSA graph's constants,
     whatever the inputs (weight_check.py); the regions are the payload's weight data and
-    scratch, the fast scratch sized by use."""
+    scratch, the fast scratch sized by use. An Ethos-U85 payload (by `accelerator`, or by its
+    OPTIMIZER_CONFIG when None) is walked by the U85 stream checker, its streams decoded in
+    the U85's formats (u85_weights.py)."""
+    regions = [len(payload.weight_bytes), payload.scratch_bytes, None]
+    if _for_u85(payload.cmd_bytes, accelerator):
+        check = check_u85_stream(payload.cmd_bytes, regions, accelerator, (FAST_SCRATCH_REGION,))
+        return check_weights(payload.weight_bytes, check, tosa_bytes)
     accel = resolve_accelerator(parse_custom_operator_payload(payload.cmd_bytes), accelerator)
-    check = check_stream(payload.cmd_bytes, [len(payload.weight_bytes), payload.scratch_bytes,
-                                             None], accel, (FAST_SCRATCH_REGION,))
-    return check_weights(payload.weight_bytes, check, tosa_bytes, accel)
+    check = check_stream(payload.cmd_bytes, regions, accel, (FAST_SCRATCH_REGION,))
+    return check_weights(payload.weight_bytes, check, tosa_bytes)
+
+
+def _for_u85(command_stream: bytes, accelerator: str | None) -> bool:
+    """Whether the payload is for an Ethos-U85: the accelerator named, or else the product of
+    the OPTIMIZER_CONFIG that opens it (config_r.product 2)."""
+    if accelerator is not None:
+        return accelerator.startswith("ethos-u85-")
+    words = [int.from_bytes(command_stream[i:i + 4], "little") for i in range(4, 12, 4)]
+    return (len(command_stream) >= 12 and words[0] & 0xFF == ACTION_OPTIMIZER_CONFIG
+            and (words[1] >> 28) & 0xF == 2)
 
 
 def run_partition(payload, inputs: Sequence, accelerator: str | None = None, *,

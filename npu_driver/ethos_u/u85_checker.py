@@ -26,14 +26,16 @@ Linux driver refuses storage NONE and transposed OFMs, which Vela 5.1 emits.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
-from npu_driver.ethos_u.checker import Checker, StreamCheck, StreamRefused
+from npu_driver.ethos_u.checker import Checker, StreamCheck, StreamRead, StreamRefused
 from npu_driver.ethos_u.errors import ConfigMismatch, UnmodelledCommand, where
 from npu_driver.ethos_u.fmap import FeatureMap
 from npu_driver.ethos_u.stream import CustomOperatorPayload, parse_custom_operator_payload
 from npu_driver.ethos_u.u85_commands import U85_OPCODES, describe, table
+from npu_driver.ethos_u.u85_weights import (U85ScaleLayout, U85WeightLayout, ifm_block_depth,
+                                            ofm_ublock_depth, scale_records)
 
 PRODUCT_U85 = 2  # config_r.product of an Ethos-U85 (ethosu85_interface.h CONFIG)
 _STORAGE = {value: name for name, value in table()["enums"]["activation_storage"].items()}
@@ -42,6 +44,7 @@ _ELEMENTWISE = table()["enums"]["elementwise_mode"]
 _UNARY = {_ELEMENTWISE[name] for name in ("LRELU", "ABS", "CLZ", "NOT")}
 _SCALAR = table()["enums"]["broadcast_mode"]["SCALAR"]
 _POOL_NONE = table()["enums"]["pooling_mode"]["NONE"]
+_MICROBLOCK = {value: name for name, value in table()["enums"]["microblock"].items()}
 
 
 @dataclass(frozen=True)
@@ -176,24 +179,58 @@ class U85Checker(Checker):
             # the IFM2 holds the weights: IFM depth x OFM depth (the Linux driver's bound)
             self._map("IFM2", op, (1, ifm_depth, ofm_shape[2]), "read")
         self._map("OFM", op, ofm_shape, "write")
+        acc = self.param("NPU_SET_ACC_FORMAT", op)
+        ublock = ofm_ublock_depth(self.accel.macs, _MICROBLOCK.get((acc >> 8) & 0x7, "?"),
+                                  where(op.name, op.offset))
         if not weights_from_ifm2:
-            self._stream(op, "WEIGHT", None, ofm_shape[2])
+            layout = self._weight_layout(op, ofm_shape[2], kernel, ifm_depth, ublock)
+            self._stream(op, "WEIGHT", layout, ofm_shape[2])
             for index in (1, 2, 3):
-                self._extra_weights(op, index)
+                self._extra_weights(op, index, layout)
         if self._scaled(op):
-            self._stream(op, "SCALE", None, ofm_shape[2])
+            self._stream(op, "SCALE", U85ScaleLayout(scale_records(ofm_shape[2], ublock),
+                                                     bool(acc & 0x3)), ofm_shape[2])
 
-    def _extra_weights(self, op, index: int) -> None:
-        """WEIGHTn_BASE/LENGTH: the stream of weight decoder n, in WEIGHT_REGION; optional
-        (unset on configurations with fewer decoders)."""
+    def _weight_layout(self, op, ofm_depth: int, kernel, ifm_depth: int,
+                       ublock: int) -> U85WeightLayout:
+        """The registers that decide the order of the weights (u85_weights.py)."""
+        depthwise = op.name == "NPU_OP_DEPTHWISE"
+        traversal = "depthwise" if depthwise else "part_kernel" if kernel[6] else "depth_first"
+        ifm_bits = 8 << ((self.param("NPU_SET_IFM_PRECISION", op) >> 2) & 0x3)
+        weight_format = self.param("NPU_SET_WEIGHT_FORMAT", op)
+        sparse = bool(weight_format & 0x10)
+        if (self.param("NPU_SET_KERNEL_STRIDE", op) >> 5) & 1:
+            raise UnmodelledCommand(f"{where(op.name, op.offset)}: the 4x4 kernel "
+                                    "decomposition is not decoded (Vela decomposes 8x8)")
+        return U85WeightLayout(
+            ofm_depth=ofm_depth, kernel_h=kernel[0], kernel_w=kernel[1],
+            ifm_depth=1 if depthwise else ifm_depth,
+            ofm_block_depth=self.param("NPU_SET_OFM_BLK_DEPTH_M1", op) + 1,
+            ifm_block_depth=ifm_block_depth(traversal, ifm_bits, self.accel.macs, ublock,
+                                            sparse),
+            traversal=traversal, ifm_bits=ifm_bits, stride_y=kernel[2], stride_x=kernel[3],
+            dilation_y=kernel[4], dilation_x=kernel[5], ofm_ublock_depth=ublock,
+            macs=self.accel.macs, fast=bool(weight_format & 0x1), sparse=sparse)
+
+    def _extra_weights(self, op, index: int, layout: U85WeightLayout) -> None:
+        """WEIGHTn_BASE/LENGTH: the SWD stream of core n, in WEIGHT_REGION (unset on
+        configurations with fewer cores; length 0 where the operation has one stream)."""
         base = self.regs.get(f"NPU_SET_WEIGHT{index}_BASE")
         length = self.regs.get(f"NPU_SET_WEIGHT{index}_LENGTH")
         if base is None and length is None:
             return
-        base = self.reg(f"NPU_SET_WEIGHT{index}_BASE", op).address
         length = self.reg(f"NPU_SET_WEIGHT{index}_LENGTH", op).payload
+        if index >= layout.streams:
+            if length:
+                raise StreamRefused(f"{where(op.name, op.offset)}: WEIGHT{index}_LENGTH is "
+                                    f"{length}; the operation has {layout.streams} weight "
+                                    "stream(s)")
+            return
+        base = self.reg(f"NPU_SET_WEIGHT{index}_BASE", op).address
         region = self.param("NPU_SET_WEIGHT_REGION", op) & 0x7
         self._access(op, "read", region, base, length, f"weight stream {index}")
+        self.weights.append(StreamRead(op.name, op.offset, region, base, length,
+                                       replace(layout, stream=index), 0))
 
     def _u85_pool(self, op) -> None:
         ofm_shape = self._ofm_shape(op)

@@ -1,12 +1,15 @@
 """Weights checked without inputs: every weight and scale stream against the TOSA graph.
 
 A damaged weight byte is seen by executing the stream only when the samples exercise it (a
-channel that random weights leave dead hides it). Here each Ethos-U55/U65 partition's weight
-data is checked whatever the inputs: the stream checker (`checker.py`) lists every weight and
-scale stream an operation reads, with the decoder layout its registers imply; each is traced
-back through the DMA that copied it to the bytes of the `.pte`'s weight data (region 0),
-decoded (`weights.decode_weights`, strictly: every bit, `mlw.decode(strict=True)`) and compared
-with the constants of the TOSA graph Vela was given, as Vela lowers them:
+channel that random weights leave dead hides it). Here each Ethos-U partition's weight data is
+checked whatever the inputs: the stream checker (`checker.py`, `u85_checker.py` for the
+Ethos-U85) lists every weight and scale stream an operation reads, with the decoder layout its
+registers imply; each is traced back through the DMA that copied it to the bytes of the
+`.pte`'s weight data (region 0), decoded in its product's format (U55/U65:
+`weights.decode_weights`, strictly, `mlw.decode(strict=True)`; U85: `u85_weights`, its SWD
+streams one per core and FWD streams, each required to be the stream Vela's encoder writes for
+what it decodes to, and its scale records) and compared with the constants of the TOSA graph
+Vela was given, as Vela lowers them:
 
 - a CONV2D's OHWI weights, a DEPTHWISE_CONV2D's [KH, KW, C, M] weights as output channel
   c x M + m (an NPU depthwise when M is 1, a convolution of one input channel when C is 1),
@@ -30,10 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npu_driver.ethos_u import mlw
-from npu_driver.ethos_u.arch import Accelerator
+from npu_driver.ethos_u import mlw, u85_weights
 from npu_driver.ethos_u.checker import SHRAM, StreamCheck, StreamRead
 from npu_driver.ethos_u.errors import NpuModelError, where
+from npu_driver.ethos_u.u85_weights import U85ScaleLayout, U85WeightLayout
 from npu_driver.ethos_u.weights import SCALE_RECORD_BYTES, decode_scales, decode_weights, weight_order
 from npu_driver.tosa_twin import main_block
 
@@ -128,8 +131,7 @@ def _tosa_graph(tosa_bytes: bytes) -> tuple[list[TosaKernel], list[bytes]]:
     return kernels, raw_constants
 
 
-def check_weights(weight_data: bytes, check: StreamCheck, tosa_bytes: bytes,
-                  accel: Accelerator) -> WeightReport:
+def check_weights(weight_data: bytes, check: StreamCheck, tosa_bytes: bytes) -> WeightReport:
     """Check every weight and scale stream `check` lists against the TOSA graph; raise
     WeightMismatch naming the command and word offset of the first that differs."""
     try:
@@ -143,26 +145,25 @@ def check_weights(weight_data: bytes, check: StreamCheck, tosa_bytes: bytes,
     fate = np.zeros(len(weight_data), dtype=np.int8)  # 0 unread, 1 checked, 2 data
     checked, unchecked = [], []
     scales = {read.offset: read for read in check.scales}
-    for read in check.weights:
+    operations: dict[int, list[StreamRead]] = {}
+    for read in check.weights:  # an Ethos-U85 operation reads one stream per core (SWD)
+        operations.setdefault(read.offset, []).append(read)
+    for reads in operations.values():
+        read = reads[0]
         w = where(read.command, read.offset)
-        source = _source(read, check)
+        sources = [_source(r, check) for r in reads]
         scale = scales.get(read.offset)
         scale_source = _source(scale, check) if scale else None
-        if source is None or (scale is not None and scale_source is None):
+        if None in sources or (scale is not None and scale_source is None):
             unchecked.append(f"{w}: its weights or scales are not copied from the weight data")
-            _mark_data(fate, read, source, scale, scale_source)
+            for r, source in zip(reads, sources):
+                _mark_data(fate, r, source, None, None)
+            _mark_data(fate, None, None, scale, scale_source)
             continue
-        stream = weight_data[source:source + read.length]
-        try:
-            total = mlw.decode(stream, strict=True).size
-        except mlw.WeightStreamError as error:
-            raise WeightMismatch(f"{w}: {error}") from None
-        if total != weight_order(read.layout).size:
-            raise WeightMismatch(f"{w}: the weight stream holds {total} weights; the operation "
-                                 f"consumes {weight_order(read.layout).size}")
-        values = decode_weights(stream, read.layout, w)
-        records = (decode_scales(weight_data[scale_source:scale_source + scale.length],
-                                 scale.channels) if scale else None)
+        streams = [weight_data[s:s + r.length] for r, s in zip(reads, sources)]
+        values = _decode_weights(streams, [r.layout for r in reads], w)
+        records = (_decode_scales(weight_data[scale_source:scale_source + scale.length], scale,
+                                  w) if scale else None)
         found = _match(values, records, kernels)
         if found is None:
             shaped = [k for k in kernels if k.weights.shape[1:] == values.shape[1:]
@@ -175,9 +176,12 @@ def check_weights(weight_data: bytes, check: StreamCheck, tosa_bytes: bytes,
                     "weight data differs from the graph Vela compiled")
             unchecked.append(f"{w}: no TOSA constant has a {values.shape[1]}x"
                              f"{values.shape[2]}x{values.shape[3]} kernel (Vela made it)")
-            _mark_data(fate, read, source, scale, scale_source)
+            for r, source in zip(reads, sources):
+                _mark_data(fate, r, source, None, None)
+            _mark_data(fate, None, None, scale, scale_source)
             continue
-        fate[source:source + read.length] = 1
+        for r, source in zip(reads, sources):
+            fate[source:source + r.length] = 1
         if scale:
             fate[scale_source:scale_source + scale.length] = 1
             _zero_tail(weight_data, scale, scale_source)
@@ -198,6 +202,37 @@ def check_weights(weight_data: bytes, check: StreamCheck, tosa_bytes: bytes,
     checked.extend(stored)
     return WeightReport(tuple(checked), tuple(unchecked), len(weight_data),
                         int((fate == 1).sum()), int((fate == 0).sum()), int((fate == 2).sum()))
+
+
+def _decode_weights(streams: list[bytes], layouts: list, w: str) -> np.ndarray:
+    """The OHWI weights an operation's stream(s) carry, by the product's weight format: one
+    MLW stream in the U55/U65 decoder's order, or the U85's SWD/FWD stream(s)."""
+    if isinstance(layouts[0], U85WeightLayout):
+        try:
+            return u85_weights.decode_weights(streams, layouts, w)
+        except mlw.WeightStreamError as error:
+            raise WeightMismatch(str(error)) from None
+    (stream,), (layout,) = streams, layouts
+    try:
+        total = mlw.decode(stream, strict=True).size
+    except mlw.WeightStreamError as error:
+        raise WeightMismatch(f"{w}: {error}") from None
+    if total != weight_order(layout).size:
+        raise WeightMismatch(f"{w}: the weight stream holds {total} weights; the operation "
+                             f"consumes {weight_order(layout).size}")
+    return decode_weights(stream, layout, w)
+
+
+def _decode_scales(stream: bytes, scale: StreamRead, w: str):
+    """(bias, scale, shift) per OFM channel: the U55/U65's 10-byte records, or the U85's
+    (u85_weights.decode_scales: its accumulator format, records rounded up, reserved bits)."""
+    if isinstance(scale.layout, U85ScaleLayout):
+        try:
+            return u85_weights.decode_scales(stream, scale.channels, scale.layout.records,
+                                             scale.layout.acc48, w)
+        except mlw.WeightStreamError as error:
+            raise WeightMismatch(str(error)) from None
+    return decode_scales(stream, scale.channels)
 
 
 def _closest(values: np.ndarray, kernel: TosaKernel) -> float:
@@ -232,24 +267,39 @@ def _match(values: np.ndarray, records, kernels: list[TosaKernel]) -> str | None
 
 
 def _stored_constants(weight_data: bytes, fate: np.ndarray, constants: list[bytes]) -> list[str]:
-    """Runs of bytes no command reads that hold a TOSA constant whole, then zeros: Vela stores
-    a constant the stream takes another way (as IFM2_SCALAR) all the same. Marked checked."""
+    """Runs of bytes no command reads that hold TOSA constants whole, each from a 16-byte
+    boundary (Vela's tensor alignment) and followed by zeros to the next: Vela stores a
+    constant the stream takes another way (as IFM2_SCALAR, OP_SCALAR on the U85) all the same.
+    Marked checked; a run holding anything else stays unread."""
     found = []
     unread = np.flatnonzero(fate == 0)
     if not unread.size:
         return found
     starts = unread[np.r_[True, np.diff(unread) > 1]]
     ends = unread[np.r_[np.diff(unread) > 1, True]] + 1
+    by_length = sorted({c for c in constants if c}, key=len, reverse=True)
     for start, end in zip(starts.tolist(), ends.tolist()):
-        run = weight_data[start:end]
-        if not any(run):
+        if not any(weight_data[start:end]):
             continue
-        for constant in constants:
-            if run.startswith(constant) and not any(run[len(constant):]):
-                fate[start:end] = 1
-                found.append(f"weight data bytes {start}..{end - 1}: a TOSA constant "
-                             f"({len(constant)} B) no command reads, then zeros")
+        held, position = [], start
+        while position < end and any(weight_data[position:end]):
+            slot_end = min(-(-(position + 1) // 16) * 16, end)
+            constant = next((c for c in by_length if position + len(c) <= end
+                             and weight_data[position:position + len(c)] == c), None)
+            if constant is not None:
+                stop = min(-(-(position + len(constant)) // 16) * 16, end)
+                if any(weight_data[position + len(constant):stop]):
+                    break
+                held.append(len(constant))
+                position = stop
+            elif not any(weight_data[position:slot_end]):
+                position = slot_end
+            else:
                 break
+        else:
+            fate[start:end] = 1
+            found.append(f"weight data bytes {start}..{end - 1}: {len(held)} TOSA constant(s) "
+                         f"({', '.join(f'{n} B' for n in held)}) no command reads, then zeros")
     return found
 
 
@@ -297,6 +347,7 @@ def _source(read: StreamRead, check: StreamCheck) -> int | None:
 
 
 def _mark_data(fate, read, source, scale, scale_source) -> None:
+    """Mark a stream's bytes (and its scales', when given) read as data, not checked."""
     for stream, start in ((read, source), (scale, scale_source)):
         if stream is not None and start is not None:
             fate[start:start + stream.length] = np.maximum(fate[start:start + stream.length], 2)

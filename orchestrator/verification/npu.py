@@ -10,7 +10,9 @@
   `auto` (the default), before a U85 partition first runs its command stream is decoded and
   bounds-checked against the regions its payload declares (npu_driver/ethos_u/u85_checker.py),
   so a stream that would write past its region fails verification naming the command and its
-  word offset. An explicit `tosa` leaves the stream unread.
+  word offset, and its weight and scale streams are decoded and checked against the TOSA
+  graph's constants (npu_driver/ethos_u/u85_weights.py, weight_check.py), so a changed weight
+  byte fails whatever the samples. An explicit `tosa` leaves the stream unread.
 - `both` (what `auto`, the default, runs on the Ethos-U55 and U65): the stream computes the
   invocation and the TOSA graph checks it byte for byte; any difference fails verification,
   naming the partition and the first differing byte. The stream alone is checked only against
@@ -35,6 +37,7 @@ from npu_driver.ethos_u import (FAST_SCRATCH_REGION, SCRATCH_REGION, NpuModelErr
                                 check_partition_weights, execute_backend_invocation,
                                 run_partition)
 from npu_driver.ethos_u.u85_checker import check_u85_stream
+from npu_driver.ethos_u.weight_check import check_weights
 from npu_driver.tosa_twin import TosaTwinError
 from npu_driver.tosa_worker import shared as shared_tosa
 from orchestrator.errors import NotRun, UserError, VerificationFailure
@@ -95,8 +98,16 @@ class NpuTally:
         self.operations.setdefault(name, Counter()).update(counters.operations)
 
     def to_json(self) -> dict:
-        checks = {name: {"stream_check": text} for name, text in self.stream_checks.items()}
+        checks = {name: {"stream_check": text, **self._weight_figures(name)}
+                  for name, text in self.stream_checks.items()}
         return {**checks, **self._executed()}
+
+    def _weight_figures(self, name: str) -> dict:
+        if name not in self.weights:
+            return {}
+        return {"weight_check": self.weights[name].summary(),
+                "weight_streams_checked": list(self.weights[name].checked),
+                "weight_streams_not_checked": list(self.weights[name].unchecked)}
 
     def _executed(self) -> dict:
         return {name: {"invocations": self.invocations[name],
@@ -105,10 +116,7 @@ class NpuTally:
                        "dma_bytes_per_invocation":
                            self.dma_bytes[name] // self.invocations[name],
                        "operations": dict(self.operations[name]),
-                       **({"weight_check": self.weights[name].summary(),
-                           "weight_streams_checked": list(self.weights[name].checked),
-                           "weight_streams_not_checked": list(self.weights[name].unchecked)}
-                          if name in self.weights else {}),
+                       **self._weight_figures(name),
                        **({"stream_check": self.stream_checks[name]}
                           if name in self.stream_checks else {})}
                 for name in sorted(self.invocations)}
@@ -138,6 +146,7 @@ def npu_lines(execution: dict) -> list[str]:
         if "stream_check" in figures:
             lines.append(f"{name} command stream: {figures['stream_check']}")
         if "invocations" not in figures:
+            lines.extend(_weight_lines(name, figures))
             continue
         ops = ", ".join(f"{kind} {count // figures['invocations']}"
                         for kind, count in sorted(figures["operations"].items()))
@@ -148,11 +157,15 @@ def npu_lines(execution: dict) -> list[str]:
                  f"; FINDING: the plan counts {planned:,} MACs for this partition")
         lines.append(f"{name}: {figures['commands_per_invocation']} commands, {macs:,} MACs"
                      f"{check}, {figures['dma_bytes_per_invocation']:,} B by DMA ({ops})")
-        if "weight_check" in figures:
-            lines.append(f"{name} weights, whatever the inputs: {figures['weight_check']}")
-            lines.extend(f"  not checked: {line}" for line in
-                         figures["weight_streams_not_checked"])
+        lines.extend(_weight_lines(name, figures))
     return lines
+
+
+def _weight_lines(name: str, figures: dict) -> list[str]:
+    if "weight_check" not in figures:
+        return []
+    return ([f"{name} weights, whatever the inputs: {figures['weight_check']}"]
+            + [f"  not checked: {line}" for line in figures["weight_streams_not_checked"]])
 
 
 class NpuExecutor:
@@ -177,14 +190,17 @@ class NpuExecutor:
         reason = "" if self.accelerator is None or self.accelerator.startswith(
             _MODELLED_PREFIXES) else f"; the {self.accelerator} is not modelled"
         if self.checks_u85:
-            reason += "; its command stream is decoded and bounds-checked before the first run"
+            reason += ("; its command stream is decoded and bounds-checked, and its weights "
+                       "checked against the TOSA graph, before the first run")
         return f"NPU: {TOSA_METHOD} (the command stream is not executed{reason})"
 
     def check_u85(self, partition: NpuPartition, where: str) -> None:
         """Once per U85 partition, before it first runs: decode its command stream with the
-        U85 table and bound every access against the regions its payload declares (weights,
-        scratch; the fast scratch sized by use). A refusal fails verification naming the
-        command and its word offset; what the checker cannot bound is reported, not hidden."""
+        U85 table, bound every access against the regions its payload declares (weights,
+        scratch; the fast scratch sized by use), then decode every weight and scale stream and
+        check it against the TOSA graph's constants (weight_check.py), so a changed weight byte
+        fails whatever the samples exercise. A refusal fails verification naming the command
+        and its word offset; what the checker cannot bound is reported, not hidden."""
         name = partition.delegate_name
         if not self.checks_u85 or name in self.tally.stream_checks:
             return
@@ -204,6 +220,14 @@ class NpuExecutor:
             f"{check.commands} commands decoded (Ethos-U85 table), {len(check.accesses)} "
             f"accesses bounded: weights {extent.get(0, 0):,} of {len(payload.weight_bytes):,} "
             f"B, scratch {extent.get(SCRATCH_REGION, 0):,} of {payload.scratch_bytes:,} B")
+        try:
+            self.tally.weights[name] = check_weights(payload.weight_bytes, check,
+                                                     partition.tosa_bytes)
+        except UnmodelledCommand as error:
+            self.tally.stream_checks[name] += f"; weights not checked: {error}"
+        except (WeightMismatch, WeightStreamError) as error:
+            raise NpuModelFault(f"{where}: the weight data fails its check against the TOSA "
+                                f"graph Vela compiled: {error}") from None
 
     def run(self, partition: NpuPartition, arrays: Sequence[np.ndarray],
             where: str) -> list[np.ndarray]:
