@@ -19,6 +19,7 @@ from npu_driver.ethos_u.mlw import WeightStreamError
 from npu_driver.ethos_u.u85_checker import check_u85_stream
 from npu_driver.ethos_u.u85_weights import (U85WeightLayout, decode_fwd, decode_scales,
                                             decode_stream, encode_fwd, weight_order)
+from orchestrator.cli import main
 from orchestrator.verification.npu import NpuExecutor, NpuModelFault
 from orchestrator.verification.twin import load_twin
 from tests.tampering import (copy_program, payload_bytes, replace_payload,
@@ -66,6 +67,28 @@ def test_correct_u85_programs_pass_the_weight_check(compiles, model, npu):
         assert all(line.endswith("(Vela made it)") for line in report.unchecked), report.unchecked
         if not report.unchecked:
             assert report.checked_bytes == report.weight_bytes, report.summary()
+
+
+A16W8 = ("feature_extractor.0=a16w8,feature_extractor.4=a16w8,"
+         "feature_extractor.5.depthwise=a16w8,classifier=a16w8")
+
+
+@pytest.mark.parametrize("npu", ["ethos-u85-256", "ethos-u85-2048"])
+def test_16_bit_activations_pass_the_weight_check(tmp_path, npu):
+    """DS-CNN with some layers at 16-bit activations: 16-bit weight orders (the depthwise
+    padding of 2 taps per 10 on the U85-256, 6 on the U85-2048; 2:4 sparse part-kernel-first
+    and FWD streams) and the 48-bit accumulator's scale records (48-bit bias, 15-bit scale)."""
+    pte = tmp_path / "a16.pte"
+    assert main(["compile", "ds-cnn", "--platform", "corstone320", "--npu", npu,
+                 "--precision", A16W8, "-o", str(pte)]) == 0
+    (partition,) = load_twin(pte).partitions
+    check = check_u85_stream(partition.payload.cmd_bytes, [
+        len(partition.payload.weight_bytes), partition.payload.scratch_bytes, None], npu, (2,))
+    assert {r.layout.ifm_bits for r in check.weights} == {8, 16}
+    assert {s.layout.acc48 for s in check.scales} == {False, True}
+    report = check_partition_weights(partition.payload, partition.tosa_bytes, npu)
+    assert report.checked_bytes == report.weight_bytes and not report.unchecked, \
+        report.summary()
 
 
 def test_every_flipped_u85_weight_byte_fails_whatever_the_inputs(ds_cnn, tmp_path):
