@@ -10,9 +10,11 @@ programs on U85-128, 256, 512 and 2048 pass with every weight byte accounted for
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from npu_driver.ethos_u import check_partition_weights, mlw, u85_mlw
 from npu_driver.ethos_u.mlw import WeightStreamError
@@ -89,6 +91,52 @@ def test_16_bit_activations_pass_the_weight_check(tmp_path, npu):
     report = check_partition_weights(partition.payload, partition.tosa_bytes, npu)
     assert report.checked_bytes == report.weight_bytes and not report.unchecked, \
         report.summary()
+
+
+class FewValues(torch.nn.Module):
+    """Two 1x1 convolutions whose weights take 3 and 15 values: Vela writes their FWD
+    streams with a 2-bit and a 4-bit LUT (the zoo's random weights always give RAW codes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(32, 32, 1)
+        self.b = torch.nn.Conv2d(32, 32, 1)
+        with torch.no_grad():
+            self.a.weight.copy_(torch.randint(-1, 2, self.a.weight.shape).float())
+            self.b.weight.copy_(torch.randint(-7, 8, self.b.weight.shape).float() / 7)
+            self.a.weight[:, 0] = self.b.weight[:, 0] = 1.0  # every channel's scale alike
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def few_values():
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        return FewValues().eval(), (torch.rand(1, 32, 8, 8) * 2 - 1,)
+
+
+@pytest.mark.parametrize("model,expected", [
+    (f"{__file__}:few_values", {"FWD LUT2", "FWD LUT4"}),
+    (f"{Path(__file__).with_name('npu_edge_models.py')}:conv_edges", {"dilation 2", "FWD RAW"})],
+    ids=["few_values", "conv_edges"])
+def test_vela_streams_of_every_fwd_code_width_and_of_a_dilated_kernel_pass(tmp_path, model,
+                                                                           expected):
+    pte = tmp_path / "model.pte"
+    assert main(["compile", model, "--platform", "corstone320", "--npu", NPU, "-o",
+                 str(pte)]) == 0
+    (partition,) = load_twin(pte).partitions
+    payload = partition.payload
+    check = check_u85_stream(payload.cmd_bytes, [len(payload.weight_bytes),
+                                                 payload.scratch_bytes, None], NPU, (2,))
+    seen = {f"dilation {r.layout.dilation_x}" for r in check.weights}
+    modes = {0: "LUT4", 1: "RAW", 2: "LUT2"}  # header bits 0 (RAW) and 1 (SMALL_LUT)
+    seen |= {f"FWD {modes.get(payload.weight_bytes[r.base] & 3)}"
+             for r in check.weights if r.layout.fast}
+    assert expected <= seen
+    report = check_partition_weights(payload, partition.tosa_bytes, NPU)
+    assert not report.unchecked and report.checked_bytes + report.data_bytes == \
+        report.weight_bytes, report.summary()
 
 
 def test_every_flipped_u85_weight_byte_fails_whatever_the_inputs(ds_cnn, tmp_path):
