@@ -276,6 +276,14 @@ set(CMAKE_RANLIB "${{ARM_TOOLCHAIN_DIR}}/arm-none-eabi-gcc-ranlib")
 """
 
 
+def stream_check(spec: FirmwareSpec) -> bool:
+    """A check-profile firmware checks every Ethos-U55/U65 command stream before the driver
+    submits it (templates/npu_stream_check.c, linked around ethosu_invoke_v3); an Ethos-U85
+    stream is checked on the host only (npu_driver/ethos_u/u85_checker.py)."""
+    return (spec.profile == "check" and bool(spec.npu_partitions)
+            and spec.npu_product in ("ethos-u55", "ethos-u65"))
+
+
 def _npu_cmake(spec: FirmwareSpec, config: BoardRecipe, third_party: ThirdParty,
                optimization: str) -> str:
     """ExecuTorch's EthosUBackend and the Ethos-U core driver, compiled in place, with the
@@ -297,7 +305,9 @@ def _npu_cmake(spec: FirmwareSpec, config: BoardRecipe, third_party: ThirdParty,
         [f"  ${{ORCHESTRATE_THIRD_PARTY}}/{(backend / name).relative_to(tp)}"
          for name in ETHOS_U_BACKEND_SOURCES]
         + [f"  ${{ORCHESTRATE_THIRD_PARTY}}/{(driver / 'src' / 'ethosu_driver.c').relative_to(tp)}"]
-        + [f"  {path}" for path in (*device, "board/npu_semaphore.c", "board/npu_new.cpp")])
+        + [f"  {path}" for path in (*device, "board/npu_semaphore.c", "board/npu_new.cpp",
+                                     *(("board/npu_stream_check.c",) if stream_check(spec)
+                                       else ()))])
     return f"""
 # The NPU: ExecuTorch's EthosUBackend and the Ethos-U core driver ({define}), device layer:
 # {spec.npu_device}.
@@ -356,6 +366,8 @@ target_link_libraries({name}_kernels PUBLIC executorch_headers)""")
            else "board/pal.cpp board/printf_c99.c")
     link_extra = ("--specs=nano.specs -Wl,--wrap=snprintf" if release
                   else "-Wl,--wrap=vsnprintf")
+    if stream_check(spec):
+        link_extra += " -Wl,--wrap=ethosu_invoke_v3"
     lto = "-flto" if spec.lto else ""
     # GCC resolves --wrap after link-time optimization has dropped the wrapper, so the files
     # defining wrapped or libc-replacing symbols stay out of it.

@@ -40,7 +40,7 @@ from kernels.native.sources import ThirdParty, source_tree_digest
 from kernels.native.toolchains import Toolchain, build_jobs
 from orchestrator.firmware.generated import (cmakelists, example_io_header, example_io_source,
                                              linker_script, model_io_header, model_memory_source,
-                                             model_pte_assembly, toolchain_file)
+                                             model_pte_assembly, stream_check, toolchain_file)
 from orchestrator.firmware.spec import (BOARD_FILES, BUILD_DIR, ELF_NAME, NPU_DEVICES, PROFILES,
                                         RECORD_NAME, FirmwareSpec, IoTensor)
 from platforms.firmware_recipe import BoardRecipe, NoRunnerForPlatform, board_recipe
@@ -100,7 +100,8 @@ def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_pa
         for name in ("pal.cpp", "printf_c99.c"):
             _copy(config.sources_dir / name, folder / "board" / name)
     if spec.npu_partitions:
-        for name in ("npu_semaphore.c", "npu_new.cpp"):
+        for name in ("npu_semaphore.c", "npu_new.cpp") + (
+                ("npu_stream_check.c",) if stream_check(spec) else ()):
             _copy(TEMPLATES / name, folder / "board" / name)
         bridge = spec.npu_device == "qemu-bridge"
         name = "npu_qemu_bridge.c" if bridge else "npu_hardware.c"
