@@ -166,8 +166,7 @@ def check_weights(weight_data: bytes, check: StreamCheck, tosa_bytes: bytes) -> 
                                   w) if scale else None)
         found = _match(values, records, kernels)
         if found is None:
-            shaped = [k for k in kernels if k.weights.shape[1:] == values.shape[1:]
-                      and _closest(values, k) < 0.5]
+            shaped = [k for k in kernels if _closest(values, k) < 0.5]
             if shaped:
                 raise WeightMismatch(
                     f"{w}: its {values.shape[0]} channel(s) of {values.shape[1]}x"
@@ -235,34 +234,50 @@ def _decode_scales(stream: bytes, scale: StreamRead, w: str):
     return decode_scales(stream, scale.channels)
 
 
+def _windows(values: np.ndarray, kernel: TosaKernel):
+    """(label, the kernel's weights over that window) for each window of `kernel` a stream of
+    `values`' shape can be: the whole kernel, or a part of its taps with all its input
+    channels (Vela splits a kernel it cannot stride, the mixed model's 4x4 stride-4
+    convolution, into one 1x1 operation per tap, accumulating)."""
+    _, h, w, depth = values.shape
+    _, kh, kw, kernel_depth = kernel.weights.shape
+    if depth != kernel_depth or h > kh or w > kw:
+        return
+    for y in range(kh - h + 1):
+        for x in range(kw - w + 1):
+            label = "" if (h, w) == (kh, kw) else f" taps {y}..{y + h - 1} x {x}..{x + w - 1}"
+            yield label, kernel.weights[:, y:y + h, x:x + w, :]
+
+
 def _closest(values: np.ndarray, kernel: TosaKernel) -> float:
     """The smallest share of weights that differ between `values` and a run of `kernel`'s
-    channels: a damaged stream differs from its kernel in a few (or, with equal weights, only in
-    its scales: 0), a kernel Vela built itself that happens to share a TOSA kernel's shape (the
-    1x1x48 ones of a LayerNorm's mean beside a Linear of 48 inputs) in nearly all."""
+    channels (over its windows): a damaged stream differs from its kernel in a few (or, with
+    equal weights, only in its scales: 0), a kernel Vela built itself that happens to share a
+    TOSA kernel's shape (the 1x1x48 ones of a LayerNorm's mean beside a Linear of 48 inputs) in
+    nearly all."""
     channels = values.shape[0]
-    shares = [float(np.mean(kernel.weights[first:first + channels] != values))
-              for first in range(kernel.weights.shape[0] - channels + 1)]
+    shares = [float(np.mean(window[first:first + channels] != values))
+              for _, window in _windows(values, kernel)
+              for first in range(window.shape[0] - channels + 1)]
     return min(shares, default=1.0)
 
 
 def _match(values: np.ndarray, records, kernels: list[TosaKernel]) -> str | None:
     channels = values.shape[0]
     for kernel in kernels:
-        if kernel.weights.shape[1:] != values.shape[1:]:
-            continue
-        for first in range(kernel.weights.shape[0] - channels + 1):
-            span = slice(first, first + channels)
-            if not np.array_equal(kernel.weights[span], values):
-                continue
-            if records is not None:
-                bias, scale, shift = records
-                if not np.array_equal(kernel.bias[span], bias):
+        for label, window in _windows(values, kernel):
+            for first in range(window.shape[0] - channels + 1):
+                span = slice(first, first + channels)
+                if not np.array_equal(window[span], values):
                     continue
-                if kernel.multiplier is not None and not _same_scale(
-                        scale, shift, kernel.multiplier[span], kernel.shift[span]):
-                    continue
-            return f"{kernel.name} channels {first}..{first + channels - 1}"
+                if records is not None:
+                    bias, scale, shift = records
+                    if not np.array_equal(kernel.bias[span], bias):
+                        continue
+                    if kernel.multiplier is not None and not _same_scale(
+                            scale, shift, kernel.multiplier[span], kernel.shift[span]):
+                        continue
+                return f"{kernel.name} channels {first}..{first + channels - 1}{label}"
     return None
 
 
