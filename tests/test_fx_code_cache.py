@@ -101,3 +101,22 @@ def test_install_leaves_torch_alone_when_the_function_it_wraps_changed(monkeypat
     monkeypatch.setattr(graph_module, "_exec_with_source", other)
     assert fx_code_cache.install() is False
     assert graph_module._exec_with_source is other
+
+
+def test_the_cache_keeps_the_last_sources_only(monkeypatch):
+    """A long-lived process (a sweep, a precision search) holds a bounded number of code
+    objects, not one per graph it ever compiled."""
+    _torch_path(monkeypatch)
+    assert fx_code_cache.install()
+    before = fx_code_cache.counts()["compiled"]
+    modules = []
+    for scale in range(fx_code_cache._KEEP + 8):
+        class Scaled(torch.nn.Module):
+            def forward(self, x, k=scale):
+                return x * k + k
+        modules.append(torch.fx.symbolic_trace(Scaled()))
+    assert fx_code_cache.counts()["compiled"] - before == fx_code_cache._KEEP + 8  # all distinct
+    assert len(fx_code_cache._codes) == fx_code_cache._KEEP
+    x = torch.ones(3)
+    for scale, gm in enumerate(modules):  # the evicted ones still run: their code is bound
+        torch.testing.assert_close(gm(x), x * scale + scale)
