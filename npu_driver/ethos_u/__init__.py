@@ -29,8 +29,10 @@ Entry points:
 - Ethos-U85: `u85_commands` (the U85 command table, generated from `ethosu85_interface.h`),
   `u85_checker.check_u85_stream` (the stream checker's rules on U85 streams) and
   `u85_weights` (its SWD/FWD weight streams and scale records, `u85_mlw` the stream Vela's
-  encoder writes for given weights); the U85 stream is decoded, bounds-checked and its weights
-  checked, not executed.
+  encoder writes for given weights); `u85_machine` executes U85 streams (`execute`,
+  `run_partition` and the rest dispatch a U85 payload to it by its OPTIMIZER_CONFIG): bit-exact
+  against the TOSA reference model on the zoo's U85 partitions, refusing what it does not
+  execute (kept accumulators, table lookups, ...) by command and word offset.
 
 `Counters` (what an execution did): commands and their count per opcode, operations per kind,
 MACs (convolution and depthwise), DMA bytes per source->destination, bytes read and written per
@@ -72,6 +74,7 @@ from npu_driver.ethos_u.fmap import Memory
 from npu_driver.ethos_u.machine import Counters, Machine
 from npu_driver.ethos_u.mlw import WeightStreamError
 from npu_driver.ethos_u.u85_checker import check_u85_stream
+from npu_driver.ethos_u.u85_machine import execute_u85
 from npu_driver.ethos_u.weight_check import WeightMismatch, WeightReport, check_weights
 from npu_driver.ethos_u.stream import (ACTION_OPTIMIZER_CONFIG, Command, CustomOperatorPayload,
                                        OptimizerConfig, decode_commands,
@@ -124,7 +127,11 @@ def execute(command_stream: bytes, regions: Sequence, accelerator: str | None = 
             growable_regions: tuple[int, ...] = (), trace: bool = False) -> Counters:
     """Run one custom-operator payload over `regions` (mutated in place). `growable_regions`:
     regions sized by use instead of refusing an access beyond them (diagnosis; the fast
-    scratch of unknown size). `trace`: record every memory access in `Counters.trace`."""
+    scratch of unknown size). `trace`: record every memory access in `Counters.trace`.
+    An Ethos-U85 payload runs in the U85 model (u85_machine.execute_u85)."""
+    if _for_u85(bytes(command_stream[:12]), accelerator):
+        return execute_u85(command_stream, regions, accelerator,
+                           growable_regions=growable_regions, trace=trace)
     cop = parse_custom_operator_payload(bytes(command_stream))
     accel = resolve_accelerator(cop, accelerator)
     # Bound every access before any byte moves, as the Linux driver does before submitting

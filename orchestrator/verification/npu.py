@@ -6,8 +6,7 @@
   payload, executed by the functional model (npu_driver/ethos_u) on the invocation's memory
   regions: the bytes the device reads.
 - `tosa`: the partition's TOSA graph (the one Vela was given, from the artifacts folder) in the
-  TOSA reference model. The only path for the Ethos-U85, whose stream is not executed; with
-  `auto` (the default), before a U85 partition first runs its command stream is decoded and
+  TOSA reference model. What `auto` runs on the Ethos-U85; with `auto`, before a U85 partition first runs its command stream is decoded and
   bounds-checked against the regions its payload declares (npu_driver/ethos_u/u85_checker.py),
   so a stream that would write past its region fails verification naming the command and its
   word offset, and its weight and scale streams are decoded and checked against the TOSA
@@ -18,6 +17,11 @@
   naming the partition and the first differing byte. The stream alone is checked only against
   the quantized reference's rounding bound, which a damaged weight byte that moves an output
   by one step passes; the TOSA graph is the bit-exact statement of what the payload must do.
+
+On the Ethos-U85, `stream` and `both` execute the U85 command stream (u85_machine.py) for each
+partition the model executes completely (decided once per partition, by a run on zeroed
+inputs); a partition it refuses (a command or mode it does not execute, named with its word
+offset) is computed from its TOSA graph instead, and the NPU lines say so by name.
 
 The twin and the host runtime's EthosUBackend callback both compute through `NpuExecutor`, so
 the two verifiers run the NPU the same way and say so in the same words.
@@ -48,10 +52,12 @@ if TYPE_CHECKING:
 
 NPU_MODELS = ("auto", "stream", "tosa", "both")
 STREAM_METHOD = "Vela command stream executed by the Ethos-U55/U65 functional model"
+U85_STREAM_METHOD = "Vela command stream executed by the Ethos-U85 functional model"
 TOSA_METHOD = "TOSA reference model on the partition's TOSA graph"
 # Accelerators the functional model executes (npu_driver.ethos_u.arch.ACCELERATORS).
 _MODELLED_PREFIXES = ("ethos-u55-", "ethos-u65-")
-_U85_PREFIX = "ethos-u85-"  # stream checked (u85_checker.py), computed from the TOSA graph
+_U85_PREFIX = "ethos-u85-"  # auto: stream checked (u85_checker.py), computed from the TOSA
+# graph; stream/both: executed by u85_machine.py where it executes the partition completely
 
 
 class NpuModelFault(VerificationFailure):
@@ -71,9 +77,10 @@ def choose(npu_model: str, accelerator: str | None) -> str:
     modelled = bool(accelerator) and accelerator.startswith(_MODELLED_PREFIXES)
     if npu_model == "auto":
         return "both" if modelled else "tosa"
-    if npu_model in ("stream", "both") and not modelled:
-        raise UserError(f"--npu-model {npu_model}: the functional model executes the Ethos-U55 "
-                        f"and U65; {accelerator or 'this program'}'s partitions run as TOSA "
+    if npu_model in ("stream", "both") and not modelled and not (
+            accelerator and accelerator.startswith(_U85_PREFIX)):
+        raise UserError(f"--npu-model {npu_model}: the functional model executes the Ethos-U55, "
+                        f"U65 and U85; {accelerator or 'this program'}'s partitions run as TOSA "
                         "graphs (use --npu-model tosa or auto)")
     return npu_model
 
@@ -89,6 +96,8 @@ class NpuTally:
     operations: dict[str, Counter] = field(default_factory=dict)  # delegate name -> kinds
     weights: dict[str, object] = field(default_factory=dict)  # delegate name -> WeightReport
     stream_checks: dict[str, str] = field(default_factory=dict)  # delegate name -> U85 check
+    # U85 partitions the model does not execute completely -> why (computed from TOSA)
+    not_executed: dict[str, str] = field(default_factory=dict)
 
     def add(self, name: str, counters: Counters) -> None:
         self.invocations[name] += 1
@@ -100,7 +109,9 @@ class NpuTally:
     def to_json(self) -> dict:
         checks = {name: {"stream_check": text, **self._weight_figures(name)}
                   for name, text in self.stream_checks.items()}
-        return {**checks, **self._executed()}
+        refused = {name: {"stream_not_executed": reason, **self._weight_figures(name)}
+                   for name, reason in self.not_executed.items()}
+        return {**checks, **refused, **self._executed()}
 
     def _weight_figures(self, name: str) -> dict:
         if name not in self.weights:
@@ -145,6 +156,9 @@ def npu_lines(execution: dict) -> list[str]:
     for name, figures in execution.items():
         if "stream_check" in figures:
             lines.append(f"{name} command stream: {figures['stream_check']}")
+        if "stream_not_executed" in figures:
+            lines.append(f"{name}: command stream not executed ({figures['stream_not_executed']}"
+                         "); computed from its TOSA graph by the TOSA reference model")
         if "invocations" not in figures:
             lines.extend(_weight_lines(name, figures))
             continue
@@ -181,7 +195,18 @@ class NpuExecutor:
             _U85_PREFIX)
 
     @property
+    def u85_stream(self) -> bool:
+        """The Ethos-U85 model executes this program's partitions (stream or both)."""
+        return self.choice != "tosa" and bool(self.accelerator) and self.accelerator.startswith(
+            _U85_PREFIX)
+
+    @property
     def method(self) -> str:
+        if self.u85_stream:
+            compared = (f", compared byte for byte with the {TOSA_METHOD}"
+                        if self.choice == "both" else "")
+            return (f"NPU: {U85_STREAM_METHOD} ({self.accelerator}){compared}; a partition the "
+                    f"model does not execute completely runs in the {TOSA_METHOD}, named below")
         if self.choice == "stream":
             return f"NPU: {STREAM_METHOD} ({self.accelerator})"
         if self.choice == "both":
@@ -234,8 +259,9 @@ class NpuExecutor:
         """The partition's outputs (TOSA-shaped arrays) for `arrays`; `where` names the
         instruction in errors."""
         self.check_u85(partition, where)
-        streamed = self._stream(partition, arrays, where) if self.choice != "tosa" else None
-        if self.choice == "stream":
+        streamed = (self._stream(partition, arrays, where)
+                    if self.choice != "tosa" and self._executes(partition, where) else None)
+        if self.choice == "stream" and streamed is not None:
             return streamed
         graph = self._tosa(partition, arrays, where)
         if streamed is not None:
@@ -274,8 +300,8 @@ class NpuExecutor:
         arrays = [np.frombuffer(bytes(scratch[v.offset:v.offset + v.nbytes]),
                                 dtype=spec.numpy_type).reshape(spec.shape).copy()
                   for v, spec in zip(payload.inputs, partition.io.inputs)]
-        if self.choice == "tosa":
-            results = self.run(partition, arrays, where)
+        if self.choice == "tosa" or not self._executes(partition, where):
+            results = self._tosa(partition, arrays, where)
             for vela, array in zip(payload.outputs, results):
                 scratch[vela.offset:vela.offset + vela.nbytes] = np.ascontiguousarray(
                     array).tobytes()
@@ -287,6 +313,30 @@ class NpuExecutor:
                                       dtype=spec.numpy_type).reshape(spec.shape)
                         for v, spec in zip(payload.outputs, partition.io.outputs)]
             self._compare(streamed, self._tosa(partition, arrays, where), where)
+
+    def _executes(self, partition: NpuPartition, where: str) -> bool:
+        """Whether the command stream computes this partition: always on the U55/U65 (what the
+        model does not implement is a NotRun there); on the U85 only where the U85 model
+        executes the whole stream, found once per partition by a run on zeroed inputs (a
+        refusal names the command and its word offset, and the partition is computed from
+        its TOSA graph)."""
+        if not self.u85_stream:
+            return True
+        name = partition.delegate_name
+        if name in self.tally.not_executed:
+            return False
+        if name in self.tally.invocations or name in self.tally.weights:
+            return True
+        self._check_weights(partition, where)
+        payload = partition.payload
+        try:
+            run_partition(payload, [bytes(v.nbytes) for v in payload.inputs], self.accelerator)
+        except UnmodelledCommand as error:
+            self.tally.not_executed[name] = str(error)
+            return False
+        except (NpuModelError, ValueError):
+            pass  # the run on the real inputs reports it, naming the instruction
+        return True
 
     def _check_weights(self, partition: NpuPartition, where: str) -> None:
         """Once per partition, before its stream first runs: every weight and scale stream

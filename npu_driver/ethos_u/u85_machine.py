@@ -1,0 +1,535 @@
+"""The Ethos-U85 register machine: a U85 command stream executed from its own bytes.
+
+The same shape as the Ethos-U55/U65 machine (machine.py): register state as one value (the
+command that last set each register, by name), one handler per operation kind, and everything
+it does not execute refused naming the command and its word offset (UnmodelledCommand). It
+reads the U85's own definitions: the command table and named fields of `u85_commands.json`
+(from `ethosu85_interface.h`), the feature-map storage, transposes and broadcast the U85
+stream checker knows (u85_checker.py), and the U85 weight and scale formats
+(u85_weights.py). The checker runs first (`execute_u85`): every access is bounded before a
+byte moves, and it hands over each operation's weight and scale streams with the decoder
+layout their registers imply, which the machine decodes and computes with.
+
+What differs from the U55/U65 and is modelled here, as Vela 5.1's U85 generator (regor
+`ethos_u85_register_cs_generator.cpp`) fills the registers:
+
+- the rounding mode of the output stage is NPU_SET_OFM_SCALE's `round_mode` (not a bit of
+  OFM_PRECISION), also with per-channel scales, where OFM_SCALE's scale and shift are unused;
+- scale records are 32-bit (ACC_FORMAT I32: int32 bias, 31-bit scale) or 48-bit (I48: int48
+  bias, 16-bit scale), `u85_weights.decode_scales`;
+- pooling SUM (regor's average pooling over a kernel larger than 8x8: the window's sum, the
+  1/N in the global OFM_SCALE) next to MAX;
+- elementwise ADD/SUB scale each operand by its own IFM_SCALE / IFM2_SCALE before the sum
+  (the TOSA RESCALEs around the ADD fused), MIN/MAX compare the operands unscaled, and the
+  result is scaled by OFM_SCALE; IFM as well as IFM2 can broadcast, a SCALAR operand comes from
+  OP_SCALAR.
+
+Refused as not modelled (each by command and word offset): NPU_OP_RESIZE, NPU_OP_BRANCH,
+NPU_OP_IRQ; chained feature maps (storage CHAINED), kept accumulators (storage NONE,
+ACC_FORMAT acc_input KEEP/IFM2, acc_output DISABLE); transposed or reversed OFMs; weights from
+IFM2; table lookups (LUT activations, the U85's TANH/SIGMOID); the rounding modes other than
+NATURAL and TRUNCATE_TO_ZERO; double rounding (`dbl_rnd` not 0); AVERAGE pooling; elementwise
+modes other than ADD, SUB, MUL, MIN, MAX; DMA (the zoo's U85 streams move no bytes by DMA).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+import numpy as np
+
+from npu_driver.ethos_u import arith
+from npu_driver.ethos_u.checker import StreamCheck
+from npu_driver.ethos_u.errors import UnmodelledCommand, where
+from npu_driver.ethos_u.fmap import FeatureMap, Memory, feature_map
+from npu_driver.ethos_u.machine import Counters, Machine
+from npu_driver.ethos_u.stream import Command
+from npu_driver.ethos_u.u85_checker import (U85Accelerator, U85Checker, parse_u85_payload,
+                                            resolve_u85)
+from npu_driver.ethos_u.u85_commands import fields, table
+from npu_driver.ethos_u.u85_weights import decode_scales, decode_weights
+
+_ENUMS = table()["enums"]
+
+
+def _names(enum: str) -> dict[int, str]:
+    return {value: name for name, value in _ENUMS[enum].items()}
+
+
+_STORAGE = _names("activation_storage")
+_TRANSPOSE = _names("activation_transpose")
+_REVERSE = _names("activation_reverse")
+_POOL = _names("pooling_mode")
+_ELEMENTWISE = _names("elementwise_mode")
+_ROUND_OFM = _names("round_mode_ofm")
+_ROUND_IFM = _names("round_mode_ifm")
+_ACTIVATION = _names("activation_function")
+_ACC_INPUT = _names("acc_input")
+_ACC_OUTPUT = _names("acc_output")
+_UPSCALE = _names("ifm_upscale_mode")
+_SCALAR = _ENUMS["broadcast_mode"]["SCALAR"]
+# round_mode_ofm / round_mode_ifm members the model executes, as arith's rounding modes:
+# NATURAL rounds half up (TOSA RESCALE SINGLE_ROUND), TRUNCATE_TO_ZERO rounds towards zero.
+_ROUNDING = {"NATURAL": arith.ROUND_NATURAL, "TRUNCATE_TO_ZERO": arith.ROUND_TRUNCATE}
+_UNARY = {"LRELU", "ABS", "CLZ", "NOT"}
+_PADDED = {"conv", "depthwise", "pool.max", "pool.sum"}
+
+
+class U85Machine:
+    """The U85's register file and operation units over one set of memory regions."""
+
+    def __init__(self, accel: U85Accelerator, memory: Memory, check: StreamCheck):
+        self.accel = accel
+        self.memory = memory
+        self.regs: dict[str, Command] = {}
+        self.counters = Counters()
+        self.stopped = False
+        # the streams the checker bounded, by the word offset of the operation reading them
+        self.weight_reads = defaultdict(list)
+        for read in check.weights:
+            self.weight_reads[read.offset].append(read)
+        self.scale_reads = {read.offset: read for read in check.scales}
+        self.chain: dict[int, np.ndarray] = {}  # chaining buffer -> the OFM values it holds
+
+    # -- registers ---------------------------------------------------------------------------
+
+    def reg(self, name: str, op: Command) -> Command:
+        command = self.regs.get(name)
+        if command is None:
+            raise UnmodelledCommand(f"{where(op.name, op.offset)} reads {name}, which the "
+                                    "command stream never set (its reset value is not modelled)")
+        return command
+
+    def field(self, name: str, field: str, op: Command) -> int:
+        return fields(self.reg(name, op))[field]
+
+    def param(self, name: str, op: Command) -> int:
+        return self.reg(name, op).param
+
+    def sparam(self, name: str, op: Command) -> int:
+        return self.reg(name, op).signed_param
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    def handlers(self) -> dict:
+        return {"NPU_OP_STOP": self._op_stop, "NPU_OP_CONV": self._op_conv,
+                "NPU_OP_DEPTHWISE": self._op_depthwise, "NPU_OP_POOL": self._op_pool,
+                "NPU_OP_ELEMENTWISE": self._op_elementwise, "NPU_OP_DMA_WAIT": self._op_wait,
+                "NPU_OP_KERNEL_WAIT": self._op_wait, "NPU_OP_PMU_MASK": self._op_wait}
+
+    def run(self, commands) -> Counters:
+        handlers = self.handlers()
+        for command in commands:
+            if self.stopped:
+                break
+            self.step(command, handlers)
+        self.counters.read_bytes = dict(self.memory.read_bytes)
+        self.counters.written_bytes = dict(self.memory.written_bytes)
+        return self.counters
+
+    def step(self, command: Command, handlers: dict) -> None:
+        self.counters.commands += 1
+        self.counters.by_opcode[command.name] += 1
+        if command.name.startswith("NPU_SET_"):
+            self.regs[command.name] = command
+            return
+        handler = handlers.get(command.name)
+        if handler is None:
+            raise UnmodelledCommand(f"{where(command.name, command.offset)}: not modelled by "
+                                    "the Ethos-U85 model")
+        self.memory.current = (command.name, command.offset)
+        self.memory.op_accesses = []
+        handler(command)
+
+    def _op_stop(self, op: Command) -> None:
+        self.stopped = True
+
+    def _op_wait(self, op: Command) -> None:
+        """DMA_WAIT/KERNEL_WAIT/PMU_MASK: synchronisation and profiling; in-order execution
+        already completes every earlier command."""
+
+    # -- feature maps ------------------------------------------------------------------------
+
+    def _refuse(self, op: Command, what: str):
+        return UnmodelledCommand(f"{where(op.name, op.offset)}: {what} is not modelled by the "
+                                 "Ethos-U85 model")
+
+    def _storage(self, name: str, op: Command) -> str:
+        precision = self.field(f"NPU_SET_{name}_PRECISION", "activation_storage", op)
+        return _STORAGE.get(precision, "reserved")
+
+    def _fm(self, name: str, op: Command) -> FeatureMap:
+        """The feature map the registers describe. A CHAINED map lives in the NPU's chaining
+        buffer (its REGION register holds the buffer's number): only its element type is
+        taken from the registers."""
+        precision = self.reg(f"NPU_SET_{name}_PRECISION", op)
+        storage = self._storage(name, op)
+        region = self.field(f"NPU_SET_{name}_REGION", "region", op)
+        if storage == "CHAINED":
+            return feature_map(name, region, (0, 0, 0, 0), 0, 0, 0, 0, 0, 0, precision.param,
+                               where(op.name, op.offset), ofm=name == "OFM")
+        if storage != "TILE2X2":
+            raise self._refuse(op, f"{name} storage {storage}")
+        # The IFM/IFM2/OFM_PRECISION type, precision and format fields sit where the
+        # Ethos-U55's do (ethosu85_interface.h npu_set_*_precision_t), so fmap decodes them.
+        return feature_map(
+            name, region, [self.reg(f"NPU_SET_{name}_BASE{i}", op).address for i in range(4)],
+            self.param(f"NPU_SET_{name}_HEIGHT0_M1", op),
+            self.param(f"NPU_SET_{name}_HEIGHT1_M1", op),
+            self.param(f"NPU_SET_{name}_WIDTH0_M1", op),
+            self.reg(f"NPU_SET_{name}_STRIDE_X", op).payload,
+            self.reg(f"NPU_SET_{name}_STRIDE_Y", op).payload,
+            self.reg(f"NPU_SET_{name}_STRIDE_C", op).payload,
+            precision.param, where(op.name, op.offset), ofm=name == "OFM")
+
+    def _zero_point(self, name: str, fm: FeatureMap, op: Command) -> int:
+        """xFM_ZERO_POINT is 16 bits: signed for a signed map, unsigned otherwise."""
+        return self.sparam(name, op) if fm.signed else self.param(name, op)
+
+    def _ofm_shape(self, op: Command) -> tuple[int, int, int]:
+        return (self.param("NPU_SET_OFM_HEIGHT_M1", op) + 1,
+                self.param("NPU_SET_OFM_WIDTH_M1", op) + 1,
+                self.param("NPU_SET_OFM_DEPTH_M1", op) + 1)
+
+    def _read(self, fm: FeatureMap, shape, op: Command) -> np.ndarray:
+        if self._storage(fm.name, op) == "CHAINED":
+            values = self.chain.get(fm.region)
+            if values is None:
+                raise self._refuse(op, f"a read of chaining buffer {fm.region}, which no "
+                                       "operation wrote")
+            if values.shape != tuple(shape):
+                raise self._refuse(op, f"a {'x'.join(map(str, shape))} read of chaining buffer "
+                                       f"{fm.region}, which holds "
+                                       f"{'x'.join(map(str, values.shape))}")
+            lo, hi = fm.type_range
+            if values.size and (values.min() < lo or values.max() > hi):
+                raise self._refuse(op, f"chaining buffer {fm.region} read as another type")
+            return values
+        return self.memory.gather(fm, fm.addresses(*shape), where(op.name, op.offset))
+
+    def _write_ofm(self, ofm: FeatureMap, values: np.ndarray, op: Command) -> None:
+        """The OFM into memory, or into its chaining buffer (CHAINED: the next operation reads
+        it as its IFM or IFM2, the output stage already applied). A transposed OFM is written
+        in its transposed order, which its tile and stride registers describe (Vela 5.1:
+        OFM_HEIGHT/WIDTH/DEPTH before the transposition, the tiles after)."""
+        self.counters.ofm_elements += values.size
+        if self._storage("OFM", op) == "CHAINED":
+            self.chain[ofm.region] = np.array(values, dtype=np.int64)
+            self.counters.operations["chained"] += 1
+            return
+        precision = fields(self.reg("NPU_SET_OFM_PRECISION", op))
+        transpose = _TRANSPOSE.get(precision["activation_transpose"], "reserved")
+        reverse = _REVERSE.get(precision["activation_reverse"], "reserved")
+        if reverse != "NONE" or transpose == "reserved":
+            raise self._refuse(op, f"an OFM written reversed ({reverse}) or transposed "
+                                   f"({transpose})")
+        if transpose != "HWC":
+            values = np.transpose(values, ["HWC".index(axis) for axis in transpose])
+            self.counters.operations[f"transpose.{transpose}"] += 1
+        self.memory.scatter(ofm, ofm.addresses(*values.shape), values, where(op.name, op.offset))
+
+    # -- kernel geometry ---------------------------------------------------------------------
+
+    def _kernel(self, op: Command):
+        """(undilated kh, kw, stride y, x, dilation y, x, part-kernel-first, dilated kh, kw),
+        the tuple machine.Machine._windows takes."""
+        stride = fields(self.reg("NPU_SET_KERNEL_STRIDE", op))
+        if stride["decomposition"]:
+            raise self._refuse(op, "the 4x4 kernel decomposition")
+        sx = stride["stride_x_msb"] * 2 + stride["stride_x_lsb"] + 1
+        sy = stride["stride_y_msb"] * 2 + stride["stride_y_lsb"] + 1
+        dx, dy = stride["dilation_x"] + 1, stride["dilation_y"] + 1
+        dkh = self.param("NPU_SET_KERNEL_HEIGHT_M1", op) + 1
+        dkw = self.param("NPU_SET_KERNEL_WIDTH_M1", op) + 1
+        if (dkh - 1) % dy or (dkw - 1) % dx:
+            raise self._refuse(op, f"a dilated kernel extent {dkh}x{dkw} that is not a whole "
+                                   "dilated kernel")
+        return ((dkh - 1) // dy + 1, (dkw - 1) // dx + 1, sy, sx, dy, dx,
+                bool(stride["weight_order"]), dkh, dkw)
+
+    def _padding(self, op: Command) -> tuple[int, int, int, int]:
+        return tuple(self.field(f"NPU_SET_IFM_PAD_{side}", "pad", op)
+                     for side in ("TOP", "LEFT", "BOTTOM", "RIGHT"))
+
+    def _padded_ifm(self, op: Command, ofm_shape, kernel, depth: int):
+        """The IFM window the operation reads, zero point removed, padding positions 0, and the
+        mask of real IFM positions: shape ((OH-1)*sy + dkh, (OW-1)*sx + dkw, depth). The IFM
+        extent follows from the OFM, kernel, stride and padding as in the U55 model."""
+        ifm = self._fm("IFM", op)
+        oh, ow, _ = ofm_shape
+        sy, sx, dkh, dkw = kernel[2], kernel[3], kernel[7], kernel[8]
+        top, left, bottom, right = self._padding(op)
+        full_h, full_w = (oh - 1) * sy + dkh, (ow - 1) * sx + dkw
+        ih, iw = full_h - top - bottom, full_w - left - right
+        if ih <= 0 or iw <= 0:
+            raise self._refuse(op, f"padding {top}/{left}/{bottom}/{right} that leaves no IFM")
+        upscale = _UPSCALE.get(self.field("NPU_SET_IFM_UPSCALE", "mode", op), "reserved")
+        if upscale != "NONE":
+            raise self._refuse(op, f"IFM upscaling {upscale}")
+        zp = self._zero_point("NPU_SET_IFM_ZERO_POINT", ifm, op)
+        values = self._read(ifm, (ih, iw, depth), op) - zp
+        padded = np.zeros((full_h, full_w, depth), dtype=np.int64)
+        padded[top:top + ih, left:left + iw] = values
+        valid = np.zeros((full_h, full_w), dtype=bool)
+        valid[top:top + ih, left:left + iw] = True
+        return padded, valid, ifm
+
+    # -- accumulator and output stage --------------------------------------------------------
+
+    def _accumulator(self, op: Command) -> int:
+        """ACC_FORMAT: the accumulator's width in bits; refuses kept or IFM2-loaded
+        accumulators and a disabled output (chained operations)."""
+        acc = fields(self.reg("NPU_SET_ACC_FORMAT", op))
+        source = _ACC_INPUT.get(acc["acc_input"], "reserved")
+        output = _ACC_OUTPUT.get(acc["acc_output"], "reserved")
+        if source != "RESET" or output != "ENABLE":
+            raise self._refuse(op, f"ACC_FORMAT acc_input {source} / acc_output {output} "
+                                   "(accumulators kept between operations)")
+        return 48 if acc["acc_format"] else 32
+
+    def _check_accumulator(self, acc: np.ndarray, bits: int, op: Command) -> None:
+        if acc.size and (int(acc.max()) >= 1 << (bits - 1) or int(acc.min()) < -(1 << (bits - 1))):
+            raise self._refuse(op, f"an accumulator reaching {int(acc.min())}..{int(acc.max())}"
+                                   f", beyond the {bits}-bit accumulator (its overflow)")
+
+    def _rounding(self, name: str, op: Command, table: dict[int, str]) -> int:
+        scale = fields(self.reg(name, op))
+        mode = table.get(scale["round_mode"], "reserved")
+        if mode not in _ROUNDING:
+            raise self._refuse(op, f"{name} round_mode {mode}")
+        if scale["dbl_rnd"]:
+            raise self._refuse(op, f"{name} double rounding shift {scale['dbl_rnd']}")
+        return _ROUNDING[mode]
+
+    def _global_scale(self, op: Command) -> bool:
+        return bool(self.field("NPU_SET_OFM_PRECISION", "scale_mode", op))
+
+    def _scale_pair(self, name: str, op: Command) -> tuple[int, int]:
+        scale = fields(self.reg(name, op))
+        return scale["scale"], scale["shift"]
+
+    def _scale_records(self, op: Command, channels: int):
+        read = self.scale_reads.get(op.offset)
+        if read is None:  # the checker reads scales wherever the registers select them
+            raise self._refuse(op, "per-channel scaling without a scale stream")
+        w = where(op.name, op.offset)
+        data = self.memory.read_bytes_at(read.region, read.base, read.length, w,
+                                         "scale/bias read")
+        return decode_scales(data, channels, read.layout.records, read.layout.acc48, w)
+
+    def _output(self, values: np.ndarray, ofm: FeatureMap, op: Command) -> np.ndarray:
+        """Add the OFM zero point, clamp to ACTIVATION_MIN/MAX (clip range B16) and the OFM
+        type; a table lookup is refused."""
+        activation = fields(self.reg("NPU_SET_ACTIVATION", op))
+        function = _ACTIVATION.get(activation["activation_function"], "reserved")
+        if function != "LUT_NONE":
+            raise self._refuse(op, f"activation function {function}")
+        lo, hi = ofm.type_range
+        if activation["activation_clip_range"] == 0:  # B16: ACTIVATION_MIN/MAX, 16 bits
+            lo = max(lo, self._zero_point("NPU_SET_ACTIVATION_MIN", ofm, op))
+            hi = min(hi, self._zero_point("NPU_SET_ACTIVATION_MAX", ofm, op))
+        zp = self._zero_point("NPU_SET_OFM_ZERO_POINT", ofm, op)
+        values = arith.saturate(np.asarray(values), -(1 << 48), 1 << 48) + zp
+        return np.clip(values, lo, hi)
+
+    def _scale_output(self, acc: np.ndarray, op: Command, channels: int) -> np.ndarray:
+        """acc x scale / 2**shift, rounded as OFM_SCALE's round_mode says: per channel from
+        the scale records (bias added first), or OFM_SCALE's own scale and shift."""
+        rounding = self._rounding("NPU_SET_OFM_SCALE", op, _ROUND_OFM)
+        if self._global_scale(op):
+            scale, shift = self._scale_pair("NPU_SET_OFM_SCALE", op)
+            return arith.scale_shift(acc, scale, shift, rounding)
+        bias, scale, shift = self._scale_records(op, channels)
+        return arith.scale_shift(acc + bias, scale, shift, rounding)
+
+    # -- convolution / depthwise -------------------------------------------------------------
+
+    def _op_conv(self, op: Command) -> None:
+        if fields(op)["weights_ifm2"]:
+            raise self._refuse(op, "a convolution with its weights from IFM2")
+        self._convolution(op, depthwise=False)
+
+    def _op_depthwise(self, op: Command) -> None:
+        self._convolution(op, depthwise=True)
+
+    def _convolution(self, op: Command, depthwise: bool) -> None:
+        bits = self._accumulator(op)
+        ofm = self._fm("OFM", op)
+        ofm_shape = oh, ow, oc = self._ofm_shape(op)
+        kernel = self._kernel(op)
+        kh, kw = kernel[:2]
+        ifm_depth = self.param("NPU_SET_IFM_DEPTH_M1", op) + 1
+        if depthwise and ifm_depth < oc:
+            raise self._refuse(op, f"a depthwise OFM depth {oc} beyond the IFM depth {ifm_depth}")
+        padded, _, ifm = self._padded_ifm(op, ofm_shape, kernel, oc if depthwise else ifm_depth)
+        if ifm.element_size == 4:
+            raise self._refuse(op, "a 32-bit IFM convolution")
+        weights = self._weights(op)  # (oc, kh, kw, ic)
+        # float64 products and sums are exact: |ifm - zp| < 2**17, |w| < 2**9 and at most
+        # 2**20 terms keep every partial sum below 2**53
+        fweights = weights.astype(np.float64)
+        acc = np.zeros((oh, ow, oc), dtype=np.float64)
+        for ky, kx, window in Machine._windows(padded.astype(np.float64), ofm_shape, kernel):
+            if depthwise:
+                acc += window * fweights[:, ky, kx, 0]
+            else:
+                acc += window @ fweights[:, ky, kx, :].T
+        acc = acc.astype(np.int64)
+        self._check_accumulator(acc, bits, op)
+        out = self._output(self._scale_output(acc, op, oc), ofm, op)
+        self._write_ofm(ofm, out, op)
+        kind = "depthwise" if depthwise else "conv"
+        macs = oh * ow * oc * kh * kw * (1 if depthwise else ifm_depth)
+        self.counters.operations[kind] += 1
+        self.counters.macs += macs
+        self.counters.macs_by_kind[kind] += macs
+
+    def _weights(self, op: Command) -> np.ndarray:
+        reads = self.weight_reads.get(op.offset)
+        if not reads:
+            raise self._refuse(op, "a convolution without a weight stream")
+        w = where(op.name, op.offset)
+        streams = [self.memory.read_bytes_at(r.region, r.base, r.length, w,
+                                             "weight stream read") for r in reads]
+        if self.memory.trace is not None:
+            self.counters.weight_streams.extend(streams)
+        return decode_weights(streams, [r.layout for r in reads], w)
+
+    # -- pooling -----------------------------------------------------------------------------
+
+    def _op_pool(self, op: Command) -> None:
+        mode = _POOL.get(fields(op)["pooling_mode"], "reserved")
+        if mode not in ("MAX", "SUM", "AVERAGE"):
+            raise self._refuse(op, f"pooling mode {mode}")
+        bits = self._accumulator(op)
+        ofm = self._fm("OFM", op)
+        ofm_shape = oh, ow, oc = self._ofm_shape(op)
+        kernel = self._kernel(op)
+        if kernel[4:6] != (1, 1):
+            raise self._refuse(op, "dilated pooling")
+        ifm_depth = self.param("NPU_SET_IFM_DEPTH_M1", op) + 1
+        if ifm_depth < oc:
+            raise self._refuse(op, f"a pooling OFM depth {oc} beyond the IFM depth {ifm_depth}")
+        padded, valid, _ = self._padded_ifm(op, ofm_shape, kernel, oc)
+        if mode == "MAX":
+            lowest = np.iinfo(np.int64).min
+            padded = np.where(valid[:, :, None], padded, lowest)
+            acc = np.full((oh, ow, oc), lowest, dtype=np.int64)
+            for _, _, window in Machine._windows(padded, ofm_shape, kernel):
+                np.maximum(acc, window, out=acc)
+        else:
+            # SUM: the window's sum, padding contributing nothing (regor's average pooling
+            # over a kernel larger than 8x8, its 1/N in the global OFM_SCALE)
+            acc = np.zeros((oh, ow, oc), dtype=np.int64)
+            for _, _, window in Machine._windows(padded, ofm_shape, kernel):
+                acc += window
+        self._check_accumulator(acc, bits, op)
+        if mode == "AVERAGE":
+            acc = self._average(acc, valid, kernel, ofm_shape, op)
+        out = self._output(self._scale_output(acc, op, oc), ofm, op)
+        self._write_ofm(ofm, out, op)
+        self.counters.operations[f"pool.{mode.lower()}"] += 1
+
+    def _average(self, acc, valid, kernel, ofm_shape, op: Command) -> np.ndarray:
+        """AVERAGE (regor's average pooling up to 8x8, with a unit OFM_SCALE): the window's
+        sum divided by its number of real IFM elements, as the 32-bit reciprocal multiply TOSA
+        specifies for avg_pool2d (k = ceil(log2(count)), multiplier = ((2**30 + 1) << k) //
+        count, shift 30 + k), rounded as OFM_SCALE's round_mode says; the OFM_SCALE after."""
+        count = np.zeros(ofm_shape[:2], dtype=np.int64)
+        for _, _, window in Machine._windows(valid[:, :, None].astype(np.int64), ofm_shape,
+                                             kernel):
+            count += window[:, :, 0]
+        if (count == 0).any():
+            raise self._refuse(op, "an AVERAGE pooling window that covers only padding")
+        k = np.array([(int(c) - 1).bit_length() for c in count.ravel()],
+                     dtype=np.int64).reshape(count.shape)
+        multiplier = (np.int64((1 << 30) + 1) << k) // count
+        rounding = self._rounding("NPU_SET_OFM_SCALE", op, _ROUND_OFM)
+        return arith.scale_shift(acc, multiplier[:, :, None], (30 + k)[:, :, None], rounding)
+
+    # -- elementwise -------------------------------------------------------------------------
+
+    def _operand(self, name: str, op: Command, shape) -> np.ndarray:
+        """IFM or IFM2 as the OFM's shape, zero point removed: broadcast along the dimensions
+        its BROADCAST register names, or the OP_SCALAR value (SCALAR)."""
+        broadcast = self.field(f"NPU_SET_{name}_BROADCAST", "broadcast_mode", op)
+        oh, ow, oc = shape
+        if broadcast == _SCALAR:
+            precision = fields(self.reg(f"NPU_SET_{name}_PRECISION", op))
+            value = fields(self.reg("NPU_SET_OP_SCALAR", op))["scalar"]
+            if precision["activation_type"] and value & 0x80000000:
+                value -= 1 << 32
+            zp_reg = self.reg(f"NPU_SET_{name}_ZERO_POINT", op)
+            zp = zp_reg.signed_param if precision["activation_type"] else zp_reg.param
+            return np.full(shape, value - zp, dtype=np.int64)
+        if broadcast & ~0x7:
+            raise self._refuse(op, f"{name}_BROADCAST {broadcast}")
+        fm = self._fm(name, op)
+        part = (1 if broadcast & 1 else oh, 1 if broadcast & 2 else ow, 1 if broadcast & 4 else oc)
+        zp = self._zero_point(f"NPU_SET_{name}_ZERO_POINT", fm, op)
+        return np.broadcast_to(self._read(fm, part, op) - zp, shape)
+
+    def _op_elementwise(self, op: Command) -> None:
+        mode = _ELEMENTWISE.get(fields(op)["elementwise_mode"], "reserved")
+        if mode not in ("ADD", "SUB", "MUL", "MIN", "MAX"):
+            raise self._refuse(op, f"elementwise mode {mode}")
+        self._accumulator(op)
+        ofm = self._fm("OFM", op)
+        shape = self._ofm_shape(op)
+        a = self._operand("IFM", op, shape)
+        b = self._operand("IFM2", op, shape)
+        if mode in ("ADD", "SUB"):
+            a = self._operand_scale("NPU_SET_IFM_SCALE", a, op)
+            b = self._operand_scale("NPU_SET_IFM2_SCALE", b, op)
+            result = a + b if mode == "ADD" else a - b
+        elif mode == "MUL":
+            result = np.asarray(a, dtype=np.int64) * np.asarray(b, dtype=np.int64)
+        else:
+            result = np.minimum(a, b) if mode == "MIN" else np.maximum(a, b)
+        if not self._global_scale(op):
+            raise self._refuse(op, f"elementwise {mode} with per-channel OFM scales")
+        out = self._output(self._scale_output(np.asarray(result, dtype=np.int64), op,
+                                              shape[2]), ofm, op)
+        self._write_ofm(ofm, out, op)
+        self.counters.operations[f"elementwise.{mode.lower()}"] += 1
+
+    def _operand_scale(self, name: str, values: np.ndarray, op: Command) -> np.ndarray:
+        """An ADD/SUB operand times its IFM(2)_SCALE scale / 2**shift, rounded as the
+        register's round_mode says (regor fuses the TOSA RESCALE of each operand here)."""
+        rounding = self._rounding(name, op, _ROUND_IFM)
+        scale, shift = self._scale_pair(name, op)
+        return arith.scale_shift(values, scale, shift, rounding)
+
+
+def execute_u85(command_stream: bytes, regions: Sequence, accelerator: str | None = None, *,
+                growable_regions: tuple[int, ...] = (), trace: bool = False) -> Counters:
+    """Run one Ethos-U85 custom-operator payload over `regions` (mutated in place), as
+    `npu_driver.ethos_u.execute` runs a U55/U65 one: the U85 stream checker bounds every
+    access first, then the machine executes. Raises UnmodelledCommand for what it does not
+    execute (naming the command and its word offset), StreamRefused for an access outside its
+    region, WeightStreamError for a weight stream Vela's encoder would not have written."""
+    cop = parse_u85_payload(command_stream)
+    accel = resolve_u85(cop, accelerator)
+    sizes = [None if r is None else memoryview(r).nbytes for r in regions]
+    check = U85Checker(accel, sizes, set(growable_regions)).run(bytes(command_stream))
+    memory = Memory(regions, 0, growable_regions)
+    if trace:
+        memory.trace = []
+    machine = U85Machine(accel, memory, check)
+    for stream in cop.command_streams:
+        machine.stopped = False
+        machine.regs.clear()
+        machine.run(stream)
+    counters = machine.counters
+    counters.trace = tuple(memory.trace) if trace else ()
+    counters.region_extent = dict(memory.extent)
+    counters.region_sizes = {i: len(r) for i, r in enumerate(memory.regions) if r is not None}
+    if isinstance(regions, list):
+        for index in growable_regions:
+            if index < len(regions) and memory.regions[index] is not None:
+                regions[index] = memory.regions[index].obj
+    return counters
+
+
+__all__ = ["U85Machine", "execute_u85"]

@@ -1,0 +1,126 @@
+"""The Ethos-U85 functional model (npu_driver/ethos_u/u85_machine.py) executes Vela's U85 command
+streams byte for byte as the TOSA reference model executes the partitions' TOSA graphs, and
+refuses what it does not execute by command name and word offset.
+
+Programs (compiled once per module through the session fixture `compiles`): DS-CNN on U85-256
+(part-kernel-first 2:4-sparse, SWD and FWD convolutions, depthwise, a 25x5 average pool as
+pooling SUM), ResNet-8 on U85-2048 (four cores: interleaved FWD and per-core SWD streams,
+convolutions chained into elementwise ADDs through the chaining buffer, AVERAGE pooling) and the
+mixed model on U85-256 (an OFM written transposed, CHW; and a partition whose convolutions keep
+their accumulators between operations, which the model refuses: that partition runs as its TOSA
+graph, and verify says so by name).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from npu_driver.ethos_u import UnmodelledCommand, run_partition
+from npu_driver.ethos_u.u85_checker import parse_u85_payload
+from npu_driver.ethos_u.u85_commands import fields
+from npu_driver.tosa_twin import run_tosa
+from orchestrator.cli import main
+from orchestrator.verification.twin import load_twin
+
+SAMPLES = 2
+PROGRAMS = {"ds-cnn@u85-256": ("ds-cnn", "ethos-u85-256"),
+            "resnet8@u85-2048": ("resnet8", "ethos-u85-2048"),
+            "mixed@u85-256": ("mixed", "ethos-u85-256")}
+
+
+@pytest.fixture(scope="module")
+def programs(compiles):
+    return {key: compiles.get(model, platform="corstone320", npu=npu, write=True)[1]
+            for key, (model, npu) in PROGRAMS.items()}
+
+
+def _inputs(partition, rng):
+    return [rng.integers(np.iinfo(spec.numpy_type).min, np.iinfo(spec.numpy_type).max,
+                         size=spec.shape, endpoint=True).astype(spec.numpy_type)
+            for spec in partition.io.inputs]
+
+
+def _exact(partition, npu: str, seed: int = 2024):
+    """The counters of the last of SAMPLES runs, every output byte equal to TOSA's."""
+    rng = np.random.default_rng(seed)
+    for _ in range(SAMPLES):
+        arrays = _inputs(partition, rng)
+        expected = [a.tobytes() for a in run_tosa(partition.tosa_bytes, partition.io, arrays)]
+        got, counters = run_partition(partition.payload, arrays, npu)
+        for index, (e, g) in enumerate(zip(expected, got)):
+            differ = np.flatnonzero(np.frombuffer(e, np.uint8) != np.frombuffer(g, np.uint8))
+            assert not differ.size, (f"{partition.delegate_name} output {index}: {differ.size} "
+                                     f"of {len(e)} bytes differ from TOSA (first {differ[0]})")
+    return counters
+
+
+def test_ds_cnn_u85_256_stream_equals_tosa_byte_for_byte(programs):
+    (partition,) = load_twin(programs["ds-cnn@u85-256"]).partitions
+    counters = _exact(partition, "ethos-u85-256")
+    assert dict(counters.operations) == {"conv": 6, "depthwise": 4, "pool.sum": 1}
+    assert counters.commands == 259
+    assert counters.macs == 2_656_768
+
+
+def test_resnet8_u85_2048_chained_adds_and_four_cores_equal_tosa(programs):
+    (partition,) = load_twin(programs["resnet8@u85-2048"]).partitions
+    counters = _exact(partition, "ethos-u85-2048")
+    assert counters.operations["chained"] == 3 and counters.operations["elementwise.add"] == 3
+    assert counters.operations["pool.average"] == 1 and counters.operations["conv"] == 10
+    # weight streams of several cores: WEIGHT1-3 are read
+    assert "NPU_SET_WEIGHT3_BASE" in counters.by_opcode
+
+
+def test_a_transposed_u85_ofm_equals_tosa(programs):
+    partition = load_twin(programs["mixed@u85-256"]).partitions[1]
+    counters = _exact(partition, "ethos-u85-256")
+    assert counters.operations["transpose.CHW"] == 1
+
+
+def test_kept_accumulators_are_refused_naming_command_and_word(programs):
+    partition = load_twin(programs["mixed@u85-256"]).partitions[0]
+    commands = parse_u85_payload(partition.payload.cmd_bytes).command_streams[0]
+    kept = next(c for c in commands if c.name == "NPU_OP_CONV" and fields(
+        [s for s in commands if s.name == "NPU_SET_ACC_FORMAT" and s.offset < c.offset][-1])[
+            "acc_output"])
+    with pytest.raises(UnmodelledCommand,
+                       match=f"^NPU_OP_CONV at word {kept.offset}: ACC_FORMAT acc_input RESET "
+                             "/ acc_output DISABLE"):
+        run_partition(partition.payload, _inputs(partition, np.random.default_rng(0)),
+                      "ethos-u85-256")
+
+
+def test_an_unmodelled_pooling_mode_is_refused_naming_command_and_word(programs):
+    (partition,) = load_twin(programs["ds-cnn@u85-256"]).partitions
+    payload = partition.payload
+    commands = parse_u85_payload(payload.cmd_bytes).command_streams[0]
+    pool = next(c for c in commands if c.name == "NPU_OP_POOL")
+    blob = bytearray(payload.cmd_bytes)
+    blob[4 * pool.offset + 2:4 * pool.offset + 4] = (5).to_bytes(2, "little")  # MIN
+    tampered = replace(payload, cmd_bytes=bytes(blob))
+    with pytest.raises(UnmodelledCommand,
+                       match=f"^NPU_OP_POOL at word {pool.offset}: pooling mode MIN is not "
+                             "modelled by the Ethos-U85 model"):
+        run_partition(tampered, _inputs(partition, np.random.default_rng(0)), "ethos-u85-256")
+
+
+def test_verify_runs_u85_partitions_from_their_command_streams(programs, capsys):
+    assert main(["verify", str(programs["ds-cnn@u85-256"]), "--runtime", "twin",
+                 "--npu-model", "both", "--samples", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Vela command stream executed by the Ethos-U85 functional model (ethos-u85-256), " \
+           "compared byte for byte with the TOSA reference model" in out
+    assert "lowered_module_0: 259 commands, 2,656,768 MACs; = the plan's MACs" in out
+    assert "not executed" not in out
+
+
+def test_verify_names_the_u85_partition_left_to_the_tosa_graph(programs, capsys):
+    assert main(["verify", str(programs["mixed@u85-256"]), "--runtime", "twin",
+                 "--npu-model", "stream", "--samples", "2"]) == 0
+    out = capsys.readouterr().out
+    assert ("lowered_module_0: command stream not executed (NPU_OP_CONV at word "
+            in out and "computed from its TOSA graph by the TOSA reference model" in out)
+    assert "lowered_module_1: 84 commands" in out
