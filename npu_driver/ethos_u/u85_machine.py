@@ -16,25 +16,37 @@ What differs from the U55/U65 and is modelled here, as Vela 5.1's U85 generator 
 - the rounding mode of the output stage is NPU_SET_OFM_SCALE's `round_mode` (not a bit of
   OFM_PRECISION), also with per-channel scales, where OFM_SCALE's scale and shift are unused;
 - scale records are 32-bit (ACC_FORMAT I32: int32 bias, 31-bit scale) or 48-bit (I48: int48
-  bias, 16-bit scale), `u85_weights.decode_scales`;
+  bias, 16-bit scale), `u85_weights.decode_scales`; weights come in SWD streams one per core
+  or one interleaved FWD stream, dense or 2:4 sparse (`u85_weights.decode_weights`);
 - pooling SUM (regor's average pooling over a kernel larger than 8x8: the window's sum, the
-  1/N in the global OFM_SCALE) next to MAX;
+  1/N in the global OFM_SCALE) and AVERAGE (the NPU divides by the window's element count,
+  the OFM_SCALE a unit one) next to MAX;
 - elementwise ADD/SUB scale each operand by its own IFM_SCALE / IFM2_SCALE before the sum
-  (the TOSA RESCALEs around the ADD fused), MIN/MAX compare the operands unscaled, and the
-  result is scaled by OFM_SCALE; IFM as well as IFM2 can broadcast, a SCALAR operand comes from
-  OP_SCALAR.
+  (the TOSA RESCALEs around the ADD fused), and the result by OFM_SCALE; IFM as well as IFM2
+  can broadcast, a SCALAR operand comes from OP_SCALAR;
+- chaining: an OFM of storage CHAINED goes to the chaining buffer its OFM_REGION names, output
+  stage applied, and the next operation reads it as a CHAINED IFM/IFM2;
+- a transposed OFM is written in the transposed order its tile and stride registers describe.
+
+Executed bit-exact against the TOSA reference model on the zoo (tests/test_u85_machine.py,
+benchmarks/u85_model.py): all of the above on U85-128/256/512/2048. Implemented from the
+register definitions but exercised by no zoo stream: SUB, MUL, MIN, MAX (unit operand scales
+required), TRUNCATE_TO_ZERO rounding, I48 accumulators.
 
 Refused as not modelled (each by command and word offset): NPU_OP_RESIZE, NPU_OP_BRANCH,
-NPU_OP_IRQ; chained feature maps (storage CHAINED), kept accumulators (storage NONE,
-ACC_FORMAT acc_input KEEP/IFM2, acc_output DISABLE); transposed or reversed OFMs; weights from
-IFM2; table lookups (LUT activations, the U85's TANH/SIGMOID); the rounding modes other than
-NATURAL and TRUNCATE_TO_ZERO; double rounding (`dbl_rnd` not 0); AVERAGE pooling; elementwise
-modes other than ADD, SUB, MUL, MIN, MAX; DMA (the zoo's U85 streams move no bytes by DMA).
+NPU_OP_IRQ, NPU_OP_DMA_START (no zoo U85 stream moves bytes by DMA); kept accumulators
+(ACC_FORMAT acc_input KEEP/IFM2, acc_output DISABLE, OFM storage NONE: the mixed model's
+Vela-built 1x1x8 convolutions), TILE3X1 storage, reversed OFMs; weights from IFM2; table
+lookups (LUT activations, the U85's TANH/SIGMOID); rounding modes other than NATURAL and
+TRUNCATE_TO_ZERO and double rounding (`dbl_rnd` not 0); pooling MIN, REDUCE_SUM, ARGMAX and
+NONE; elementwise modes other than ADD, SUB, MUL, MIN, MAX (CMP_*, shifts, logic, DIV, ...);
+IFM upscaling; an accumulator beyond its width.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -394,7 +406,7 @@ class U85Machine:
                                              "weight stream read") for r in reads]
         if self.memory.trace is not None:
             self.counters.weight_streams.extend(streams)
-        return decode_weights(streams, [r.layout for r in reads], w)
+        return _decoded_weights(tuple(streams), tuple(r.layout for r in reads), w)
 
     # -- pooling -----------------------------------------------------------------------------
 
@@ -474,7 +486,7 @@ class U85Machine:
         mode = _ELEMENTWISE.get(fields(op)["elementwise_mode"], "reserved")
         if mode not in ("ADD", "SUB", "MUL", "MIN", "MAX"):
             raise self._refuse(op, f"elementwise mode {mode}")
-        self._accumulator(op)
+        bits = self._accumulator(op)
         ofm = self._fm("OFM", op)
         shape = self._ofm_shape(op)
         a = self._operand("IFM", op, shape)
@@ -483,10 +495,19 @@ class U85Machine:
             a = self._operand_scale("NPU_SET_IFM_SCALE", a, op)
             b = self._operand_scale("NPU_SET_IFM2_SCALE", b, op)
             result = a + b if mode == "ADD" else a - b
-        elif mode == "MUL":
-            result = np.asarray(a, dtype=np.int64) * np.asarray(b, dtype=np.int64)
+            self._check_accumulator(result, bits, op)
         else:
-            result = np.minimum(a, b) if mode == "MIN" else np.maximum(a, b)
+            # regor writes unit operand scales for these (it asserts so for MUL); another
+            # scale would have to be applied somewhere the model does not know
+            for name in ("NPU_SET_IFM_SCALE", "NPU_SET_IFM2_SCALE"):
+                if name in self.regs and self._scale_pair(name, op) != (1, 0):
+                    raise self._refuse(op, f"elementwise {mode} with {name} "
+                                           f"{self._scale_pair(name, op)} (not a unit scale)")
+            if mode == "MUL":
+                result = np.asarray(a, dtype=np.int64) * np.asarray(b, dtype=np.int64)
+                self._check_accumulator(result, bits, op)
+            else:
+                result = np.minimum(a, b) if mode == "MIN" else np.maximum(a, b)
         if not self._global_scale(op):
             raise self._refuse(op, f"elementwise {mode} with per-channel OFM scales")
         out = self._output(self._scale_output(np.asarray(result, dtype=np.int64), op,
@@ -500,6 +521,15 @@ class U85Machine:
         rounding = self._rounding(name, op, _ROUND_IFM)
         scale, shift = self._scale_pair(name, op)
         return arith.scale_shift(values, scale, shift, rounding)
+
+
+@lru_cache(maxsize=256)
+def _decoded_weights(streams: tuple[bytes, ...], layouts: tuple, where: str) -> np.ndarray:
+    """`u85_weights.decode_weights`, once per distinct stream bytes and layout: the strict
+    decode (each stream re-encoded and compared) dominated repeated invocations."""
+    weights = decode_weights(list(streams), list(layouts), where)
+    weights.setflags(write=False)
+    return weights
 
 
 def execute_u85(command_stream: bytes, regions: Sequence, accelerator: str | None = None, *,
