@@ -384,8 +384,8 @@ FIRMWARE = Verb(
                help="the project folder to write (new, or one this command wrote)"),
         option("--profile", default="release", choices=("release", "check"),
                help="release (default): -Os runtime, -O3 kernels, no logs or program "
-               "verifier; check: ExecuTorch's logs, the program verifier and, on an "
-               "Ethos-U55/U65, each NPU command stream bounded before it is submitted"),
+               "verifier; check: ExecuTorch's logs, the program verifier and each Ethos-U "
+               "command stream bounded before it is submitted"),
         option("--platform", help="an installed platform or a platform YAML "
                "(default: the one the program was compiled for)"),
         option("--third-party", metavar="DIR", help="the ExecuTorch, CMSIS-NN and "

@@ -181,3 +181,41 @@ def test_the_mixed_models_u85_partitions_are_bounded_with_transposed_and_kept_of
             assert transposed.highest + 1 == payload.inputs[0].offset
             seen.add("transposed")
     assert seen == {"kept", "transposed"}
+
+
+def test_a_check_firmware_runs_the_u85_stream_check_on_the_device(ds_cnn, tmp_path):
+    """`orchestrate firmware --profile check` for the Corstone-320: the firmware checks each
+    Ethos-U85 invocation with the U85's command table before the driver submits it
+    (templates/npu_stream_check.c). DS-CNN as compiled runs to the twin's bytes; with its first
+    convolution's OFM base moved past the scratch (the ELF's embedded program patched: one
+    word), the core on QEMU refuses it in the host checker's words, and the host is never
+    asked to compute the invocation."""
+    import hashlib
+    import json
+
+    from orchestrator.firmware import (firmware_run_lines, load_record, make_firmware,
+                                       run_on_qemu)
+    from orchestrator.firmware.spec import BUILD_DIR, ELF_NAME, RECORD_NAME
+    from tests.device_tools import qemu_or_missing
+
+    qemu_or_missing()
+    made = make_firmware(ds_cnn, tmp_path / "fw", profile="check", npu_device="qemu-bridge")
+    assert "board/npu_stream_check.c" in (made.folder / "CMakeLists.txt").read_text()
+    lines, passed = firmware_run_lines(made.folder, ds_cnn)
+    assert passed and "byte-identical to the host twin's" in lines[-1]
+
+    pte, conv = _past_the_scratch(ds_cnn, tmp_path / "tampered", "base")
+    elf = made.folder / BUILD_DIR / ELF_NAME
+    image, good_pte, bad_pte = elf.read_bytes(), ds_cnn.read_bytes(), pte.read_bytes()
+    assert len(bad_pte) == len(good_pte) and image.count(good_pte) == 1
+    elf.write_bytes(image.replace(good_pte, bad_pte))
+    record = load_record(made.folder)
+    record["pte_sha256"] = hashlib.sha256(bad_pte).hexdigest()
+    (made.folder / RECORD_NAME).write_text(json.dumps(record, indent=1) + "\n")
+    refused = run_on_qemu(made.folder, pte_path=pte)
+    scratch = load_twin(pte).partitions[0].payload.scratch_bytes
+    assert refused.exit_code != 0
+    assert (f"E [npu_check] NPU_OP_CONV at word {conv}: OFM reaches bytes "
+            in refused.log), refused.log[-2000:]
+    assert f"of region {SCRATCH_REGION}, which has {scratch} bytes" in refused.log
+    assert "[npu_bridge]" not in refused.log

@@ -277,11 +277,10 @@ set(CMAKE_RANLIB "${{ARM_TOOLCHAIN_DIR}}/arm-none-eabi-gcc-ranlib")
 
 
 def stream_check(spec: FirmwareSpec) -> bool:
-    """A check-profile firmware checks every Ethos-U55/U65 command stream before the driver
-    submits it (templates/npu_stream_check.c, linked around ethosu_invoke_v3); an Ethos-U85
-    stream is checked on the host only (npu_driver/ethos_u/u85_checker.py)."""
+    """A check-profile firmware checks every Ethos-U55/U65/U85 command stream before the driver
+    submits it (templates/npu_stream_check.c, linked around ethosu_invoke_v3)."""
     return (spec.profile == "check" and bool(spec.npu_partitions)
-            and spec.npu_product in ("ethos-u55", "ethos-u65"))
+            and spec.npu_product in ("ethos-u55", "ethos-u65", "ethos-u85"))
 
 
 def _npu_cmake(spec: FirmwareSpec, config: BoardRecipe, third_party: ThirdParty,

@@ -1,5 +1,5 @@
 /*
- * The command-stream check on the device, in a check-profile firmware: every Ethos-U55/U65
+ * The command-stream check on the device, in a check-profile firmware: every Ethos-U55/U65/U85
  * invocation is checked before the driver submits it, as the host's checker does
  * (npu_driver/ethos_u/checker.py in orchestrate) and as the Linux `accel/ethosu` driver does
  * for a user's stream (ethosu_gem.c::ethosu_gem_cmdstream_copy_and_validate).
@@ -22,6 +22,13 @@
  * the command and its word offset in the payload ("E [npu_check] NPU_OP_CONV at word 81: OFM
  * reaches bytes 15936..23935 of region 1, which has 16000 bytes"), and the invocation fails
  * without the NPU being started. Reserved bits are checked on the host only.
+ *
+ * The Ethos-U85 (ETHOSU85, its own command table) as the host's u85_checker.py: a CHAINED or NONE
+ * feature map touches no memory, a transposed OFM is bounded in the transpose's order, weights
+ * from IFM2 are an IFM depth x OFM depth map, WEIGHT1-3 are bounded beside WEIGHT, an
+ * elementwise IFM has its own broadcast, pooling NONE reads no IFM. What the check cannot bound
+ * (a TILE3X1 map, NPU_OP_RESIZE, NPU_OP_BRANCH, indexed or internal DMA, a 2-D/3-D DMA) is let
+ * through with one "W [npu_check] ... is not bounded by this check" line.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -31,7 +38,9 @@
 #include "ethosu_driver.h"
 
 #define NPU_DISASSEMBLE /* the opcode name tables */
-#if defined(ETHOSU65)
+#if defined(ETHOSU85)
+#include "ethosu85_interface.h"
+#elif defined(ETHOSU65)
 #include "ethosu65_interface.h"
 #else
 #include "ethosu55_interface.h"
@@ -56,6 +65,7 @@ int __real_ethosu_invoke_v3(struct ethosu_driver* drv, const void* custom_data_p
 typedef struct {
   const uint32_t* words;
   uint32_t op_offset; /* the operation's word offset in the payload */
+  unsigned op_code;
   const char* op_name;
   const size_t* sizes;
   const bool* present;
@@ -79,8 +89,18 @@ static bool known(const char* name) {
   return name != NULL && name[0] == 'C';
 }
 
+/* What the check cannot bound it lets through, saying so once per invocation. */
+static bool not_bounded(check_t* c, const char* what) {
+  char line[200];
+  snprintf(line, sizeof(line), "W [npu_check] %s at word %lu: %s is not bounded by this check\n",
+           c->op_name, (unsigned long)c->op_offset, what);
+  sh_print(line);
+  return true;
+}
+
 static bool refuse(check_t* c, const char* text) {
   char line[260];
+  (void)c;
   snprintf(line, sizeof(line), "E [npu_check] %s\n", text);
   sh_print(line);
   return false;
@@ -165,6 +185,28 @@ static bool feature_map(check_t* c, const fm_regs_t* r, bool ofm, int64_t height
     return false;
   for (int t = 0; t < 4; t++)
     if (!reg1(c, r->base[t], NULL, &base[t])) return false;
+#if defined(ETHOSU85)
+  /* activation_storage (bits 14-15): a CHAINED map is in the chaining buffer and a NONE map is
+   * not written (accumulators kept): no memory access; TILE3X1 is not bounded here. */
+  unsigned storage = (precision >> 14) & 0x3;
+  if (storage == ACTIVATION_STORAGE_CHAINED || storage == ACTIVATION_STORAGE_NONE) return true;
+  if (storage != ACTIVATION_STORAGE_TILE2X2) return not_bounded(c, "a TILE3X1 feature map");
+  if (ofm) { /* a transposed OFM is the map of the OFM's H x W x C in the transpose's order */
+    int64_t hwc[3] = {height, width, depth}, out[3];
+    static const int8_t order[8][3] = {{0, 1, 2}, {1, 0, 2}, {0, 2, 1}, {1, 2, 0},
+                                       {-1, -1, -1}, {-1, -1, -1}, {2, 0, 1}, {2, 1, 0}};
+    unsigned transpose = (precision >> 11) & 0x7;
+    if (order[transpose][0] < 0) {
+      snprintf(c->message, sizeof(c->message), "%s at word %lu: OFM transpose %u is a reserved "
+               "value", c->op_name, (unsigned long)c->op_offset, transpose);
+      return refuse(c, c->message);
+    }
+    for (int i = 0; i < 3; i++) out[i] = hwc[order[transpose][i]];
+    height = out[0];
+    width = out[1];
+    depth = out[2];
+  }
+#endif
   unsigned size_code = ofm ? (precision >> 1) & 0x3 : (precision >> 2) & 0x3;
   unsigned layout = (precision >> 6) & 0x3;
   if (size_code == 3 || layout > 1) {
@@ -234,7 +276,7 @@ static const fm_regs_t OFM = {
     CMD0_OPCODE_NPU_SET_OFM_PRECISION};
 
 static bool ofm_shape(check_t* c, int64_t shape[3]) {
-  uint32_t h, w, d;
+  uint32_t h = 0, w = 0, d = 0;
   if (!reg0(c, CMD0_OPCODE_NPU_SET_OFM_HEIGHT_M1, &h) ||
       !reg0(c, CMD0_OPCODE_NPU_SET_OFM_WIDTH_M1, &w) ||
       !reg0(c, CMD0_OPCODE_NPU_SET_OFM_DEPTH_M1, &d))
@@ -307,29 +349,92 @@ static bool stream(check_t* c, bool weights, int64_t channels) {
                        weights ? "weight stream" : "scale/bias records");
 }
 
-static bool op_conv(check_t* c) {
+#if defined(ETHOSU85)
+/* WEIGHTn_BASE/LENGTH: the stream of weight decoder n, in WEIGHT_REGION, when set. */
+static bool extra_weights(check_t* c) {
+  static const unsigned regs[3][2] = {
+      {CMD1_OPCODE_NPU_SET_WEIGHT1_BASE, CMD1_OPCODE_NPU_SET_WEIGHT1_LENGTH},
+      {CMD1_OPCODE_NPU_SET_WEIGHT2_BASE, CMD1_OPCODE_NPU_SET_WEIGHT2_LENGTH},
+      {CMD1_OPCODE_NPU_SET_WEIGHT3_BASE, CMD1_OPCODE_NPU_SET_WEIGHT3_LENGTH}};
+  static const char* names[3] = {"weight stream 1", "weight stream 2", "weight stream 3"};
+  for (int i = 0; i < 3; i++) {
+    unsigned length_reg = regs[i][1];
+    if (!(c->cmd1_set[length_reg / 8] & (1u << (length_reg % 8)))) continue;
+    uint32_t region, length;
+    int64_t base;
+    if (!reg1(c, length_reg, &length, NULL)) return false;
+    if (length == 0) continue;
+    if (!reg0(c, CMD0_OPCODE_NPU_SET_WEIGHT_REGION, &region) ||
+        !reg1(c, regs[i][0], NULL, &base) ||
+        !access_region(c, (int)(region & 0x7), base, length, names[i]))
+      return false;
+  }
+  return true;
+}
+#endif
+
+static bool op_conv(check_t* c, uint32_t param) {
   int64_t ofm[3];
   uint32_t depth;
-  bool per_channel;
+  bool per_channel, weights = true;
   if (!ofm_shape(c, ofm) || !reg0(c, CMD0_OPCODE_NPU_SET_IFM_DEPTH_M1, &depth) ||
-      !ifm_for_kernel(c, ofm, (int64_t)depth + 1) ||
-      !feature_map(c, &OFM, true, ofm[0], ofm[1], ofm[2], "OFM") || !stream(c, true, ofm[2]) ||
-      !scaled(c, &per_channel))
+      !ifm_for_kernel(c, ofm, (int64_t)depth + 1))
     return false;
+#if defined(ETHOSU85)
+  if (c->op_code == CMD0_OPCODE_NPU_OP_CONV && (param & 1)) { /* NPU_OP_CONV weights_ifm2: IFM depth x OFM depth */
+    weights = false;
+    if (!feature_map(c, &IFM2, false, 1, (int64_t)depth + 1, ofm[2], "IFM2")) return false;
+  }
+#else
+  (void)param;
+#endif
+  if (!feature_map(c, &OFM, true, ofm[0], ofm[1], ofm[2], "OFM")) return false;
+  if (weights && !stream(c, true, ofm[2])) return false;
+#if defined(ETHOSU85)
+  if (weights && !extra_weights(c)) return false;
+#endif
+  if (!scaled(c, &per_channel)) return false;
   return !per_channel || stream(c, false, ofm[2]);
 }
 
-static bool op_pool(check_t* c) {
+static bool op_pool(check_t* c, uint32_t param) {
   int64_t ofm[3];
   uint32_t depth;
-  bool per_channel;
+  bool per_channel, reads_ifm = true;
+#if defined(ETHOSU85)
+  reads_ifm = (param & 0x7) != POOLING_MODE_NONE;
+#else
+  (void)param;
+#endif
   if (!ofm_shape(c, ofm) || !reg0(c, CMD0_OPCODE_NPU_SET_IFM_DEPTH_M1, &depth) ||
-      !ifm_for_kernel(c, ofm, (int64_t)depth + 1) ||
+      (reads_ifm && !ifm_for_kernel(c, ofm, (int64_t)depth + 1)) ||
       !feature_map(c, &OFM, true, ofm[0], ofm[1], ofm[2], "OFM") || !scaled(c, &per_channel))
     return false;
   return !per_channel || stream(c, false, ofm[2]);
 }
 
+#if defined(ETHOSU85)
+static bool op_elementwise(check_t* c, uint32_t param) {
+  int64_t ofm[3];
+  unsigned mode = param & 0x3F;
+  bool unary = mode == ELEMENTWISE_MODE_LRELU || mode == ELEMENTWISE_MODE_ABS ||
+               mode == ELEMENTWISE_MODE_CLZ || mode == ELEMENTWISE_MODE_NOT;
+  if (!ofm_shape(c, ofm)) return false;
+  for (int operand = 0; operand < (unary ? 1 : 2); operand++) {
+    uint32_t broadcast;
+    if (!reg0(c, operand ? CMD0_OPCODE_NPU_SET_IFM2_BROADCAST : CMD0_OPCODE_NPU_SET_IFM_BROADCAST,
+              &broadcast))
+      return false;
+    broadcast &= 0xF;
+    if (broadcast == BROADCAST_MODE_SCALAR) continue; /* a scalar: no feature map read */
+    if (!feature_map(c, operand ? &IFM2 : &IFM, false, broadcast & 1 ? 1 : ofm[0],
+                     broadcast & 2 ? 1 : ofm[1], broadcast & 4 ? 1 : ofm[2],
+                     operand ? "IFM2" : "IFM"))
+      return false;
+  }
+  return feature_map(c, &OFM, true, ofm[0], ofm[1], ofm[2], "OFM");
+}
+#else
 static bool op_elementwise(check_t* c, uint32_t mode) {
   int64_t ofm[3];
   if (!ofm_shape(c, ofm) || !feature_map(c, &IFM, false, ofm[0], ofm[1], ofm[2], "IFM"))
@@ -344,6 +449,7 @@ static bool op_elementwise(check_t* c, uint32_t mode) {
   }
   return feature_map(c, &OFM, true, ofm[0], ofm[1], ofm[2], "OFM");
 }
+#endif
 
 static bool op_dma(check_t* c) {
   uint32_t src_region, dst_region, length;
@@ -354,11 +460,11 @@ static bool op_dma(check_t* c) {
       !reg1(c, CMD1_OPCODE_NPU_SET_DMA0_DST, NULL, &dst) ||
       !reg1(c, CMD1_OPCODE_NPU_SET_DMA0_LEN, &length, NULL))
     return false;
-  if ((src_region >> 9) & 0x3) {
-    snprintf(c->message, sizeof(c->message), "%s at word %lu: a 2-D/3-D DMA, which this check "
-             "does not bound", c->op_name, (unsigned long)c->op_offset);
-    return refuse(c, c->message);
-  }
+#if defined(ETHOSU85)
+  if ((src_region | dst_region) & 0x800) return not_bounded(c, "an indexed DMA");
+  if ((src_region | dst_region) & 0x100) return not_bounded(c, "a DMA in the NPU's memory");
+#endif
+  if ((src_region >> 9) & 0x3) return not_bounded(c, "a 2-D/3-D DMA");
   int src_at = src_region & 0x100 ? SHRAM_REGION : (int)(src_region & 0x7);
   int dst_at = dst_region & 0x100 ? SHRAM_REGION : (int)(dst_region & 0x7);
   return access_region(c, src_at, src, length, "DMA source") &&
@@ -381,12 +487,16 @@ static bool check_commands(check_t* c, uint32_t start, uint32_t end) {
       last_name = name;
       stopped = opcode == CMD0_OPCODE_NPU_OP_STOP;
       c->op_name = name;
+      c->op_code = opcode;
       c->op_offset = index;
       bool ok = true;
       switch (opcode) {
         case CMD0_OPCODE_NPU_OP_CONV:
-        case CMD0_OPCODE_NPU_OP_DEPTHWISE: ok = op_conv(c); break;
-        case CMD0_OPCODE_NPU_OP_POOL: ok = op_pool(c); break;
+        case CMD0_OPCODE_NPU_OP_DEPTHWISE: ok = op_conv(c, param); break;
+        case CMD0_OPCODE_NPU_OP_POOL: ok = op_pool(c, param); break;
+#if defined(ETHOSU85)
+        case CMD0_OPCODE_NPU_OP_RESIZE: ok = not_bounded(c, "NPU_OP_RESIZE"); break;
+#endif
         case CMD0_OPCODE_NPU_OP_ELEMENTWISE: ok = op_elementwise(c, param); break;
         case CMD0_OPCODE_NPU_OP_DMA_START: ok = op_dma(c); break;
         default:
@@ -401,6 +511,14 @@ static bool check_commands(check_t* c, uint32_t start, uint32_t end) {
                known(cmd1_opcode_str[opcode]) && index + 1 < end) {
       last_name = strip(cmd1_opcode_str[opcode], 12);
       stopped = false;
+#if defined(ETHOSU85)
+      if (opcode == CMD1_OPCODE_NPU_OP_BRANCH) {
+        c->op_name = last_name;
+        c->op_code = opcode;
+        c->op_offset = index;
+        not_bounded(c, "NPU_OP_BRANCH");
+      }
+#endif
       c->cmd1_param[opcode] = (uint16_t)param;
       c->cmd1_payload[opcode] = c->words[index + 1];
       c->cmd1_set[opcode / 8] |= 1u << (opcode % 8);
