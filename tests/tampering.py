@@ -90,3 +90,39 @@ def verify_fails_on_every_method(pte: Path, capsys, partition: str, expected: st
             missing(methods[name]["detail"])
         assert methods[name]["outcome"] == "failed", methods[name]
         assert expected in methods[name]["detail"], methods[name]["detail"]
+
+
+def check_firmware_refuses_on_the_device(good: Path, tampered: Path, conv: int,
+                                         folder: Path) -> None:
+    """`orchestrate firmware --profile check` of `good` (qemu-bridge) runs to the twin's bytes
+    on QEMU; with `tampered` (the same size: one word differs, its first convolution's OFM base
+    past the scratch) in its place in the ELF, the core refuses the invocation in the host
+    checker's words (templates/npu_stream_check.c) and the host never computes it."""
+    from orchestrator.firmware import (firmware_run_lines, load_record, make_firmware,
+                                       run_on_qemu)
+    from orchestrator.firmware.spec import BUILD_DIR, ELF_NAME, RECORD_NAME
+    from npu_driver.ethos_u import SCRATCH_REGION
+    from tests.device_tools import qemu_or_missing
+
+    qemu_or_missing()
+    made = make_firmware(good, folder, profile="check", npu_device="qemu-bridge")
+    assert "board/npu_stream_check.c" in (made.folder / "CMakeLists.txt").read_text()
+    lines, passed = firmware_run_lines(made.folder, good)
+    assert passed and "byte-identical to the host twin's" in lines[-1]
+
+    # The tampered program in place of the embedded one, patched into the ELF where the .pte
+    # lies instead of building again.
+    elf = made.folder / BUILD_DIR / ELF_NAME
+    image, good_pte, bad_pte = elf.read_bytes(), good.read_bytes(), tampered.read_bytes()
+    assert len(bad_pte) == len(good_pte) and image.count(good_pte) == 1
+    elf.write_bytes(image.replace(good_pte, bad_pte))
+    record = load_record(made.folder)
+    record["pte_sha256"] = hashlib.sha256(bad_pte).hexdigest()
+    (made.folder / RECORD_NAME).write_text(json.dumps(record, indent=1) + "\n")
+    refused = run_on_qemu(made.folder, pte_path=tampered)
+    scratch = load_twin(tampered).partitions[0].payload.scratch_bytes
+    assert refused.exit_code != 0
+    assert (f"E [npu_check] NPU_OP_CONV at word {conv}: OFM reaches bytes "
+            in refused.log), refused.log[-2000:]
+    assert f"of region {SCRATCH_REGION}, which has {scratch} bytes" in refused.log
+    assert "[npu_bridge]" not in refused.log  # the host's model was never asked

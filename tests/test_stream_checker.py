@@ -23,8 +23,8 @@ from orchestrator.cli import main
 from orchestrator.verification.npu import NpuExecutor, NpuModelFault
 from orchestrator.verification.twin import load_twin
 from tests.device_tools import missing
-from tests.tampering import (copy_program, payload_bytes, replace_payload,
-                             verify_fails_on_every_method)
+from tests.tampering import (check_firmware_refuses_on_the_device, copy_program, payload_bytes,
+                             replace_payload, verify_fails_on_every_method)
 
 PARTITION = "lowered_module_0"
 
@@ -191,33 +191,5 @@ def test_a_check_firmware_runs_the_stream_check_on_the_device(ds_cnn, tmp_path):
     ethosu_invoke_v3). DS-CNN as compiled runs to the twin's bytes; with its first convolution's
     OFM base moved past the scratch (the same project relinked with that program), the Cortex-M55
     on QEMU refuses it in the host checker's words, and the invocation never reaches the NPU."""
-    import hashlib
-
-    from orchestrator.firmware import (firmware_run_lines, load_record, make_firmware,
-                                       run_on_qemu)
-    from orchestrator.firmware.spec import BUILD_DIR, ELF_NAME, RECORD_NAME
-    from tests.device_tools import qemu_or_missing
-
-    qemu_or_missing()
-    made = make_firmware(ds_cnn, tmp_path / "fw", profile="check", npu_device="qemu-bridge")
-    assert "board/npu_stream_check.c" in (made.folder / "CMakeLists.txt").read_text()
-    lines, passed = firmware_run_lines(made.folder, ds_cnn)
-    assert passed and "byte-identical to the host twin's" in lines[-1]
-
     pte, conv = _past_the_scratch(ds_cnn, tmp_path / "tampered", "base")
-    # The tampered program in place of the embedded one: the same bytes but one word, so the
-    # ELF is patched where the .pte lies instead of building again.
-    elf = made.folder / BUILD_DIR / ELF_NAME
-    image, good_pte, bad_pte = elf.read_bytes(), ds_cnn.read_bytes(), pte.read_bytes()
-    assert len(bad_pte) == len(good_pte) and image.count(good_pte) == 1
-    elf.write_bytes(image.replace(good_pte, bad_pte))
-    record = load_record(made.folder)
-    record["pte_sha256"] = hashlib.sha256(bad_pte).hexdigest()
-    (made.folder / RECORD_NAME).write_text(json.dumps(record, indent=1) + "\n")
-    refused = run_on_qemu(made.folder, pte_path=pte)
-    scratch = load_twin(pte).partitions[0].payload.scratch_bytes
-    assert refused.exit_code != 0
-    assert (f"E [npu_check] NPU_OP_CONV at word {conv}: OFM reaches bytes "
-            in refused.log), refused.log[-2000:]
-    assert f"of region {SCRATCH_REGION}, which has {scratch} bytes" in refused.log
-    assert "[npu_bridge]" not in refused.log  # the host's model was never asked
+    check_firmware_refuses_on_the_device(ds_cnn, pte, conv, tmp_path / "fw")
