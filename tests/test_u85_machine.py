@@ -6,6 +6,8 @@ Programs (compiled once per module through the session fixture `compiles`): DS-C
 (part-kernel-first 2:4-sparse, SWD and FWD convolutions, depthwise, a 25x5 average pool as
 pooling SUM), ResNet-8 on U85-2048 (four cores: interleaved FWD and per-core SWD streams,
 convolutions chained into elementwise ADDs through the chaining buffer, AVERAGE pooling) and the
+edge-case convolutions of tests/npu_edge_models.py on U85-256 (asymmetric zero padding, stride 2,
+dilation 2, a strided depthwise, a 5x5 kernel with per-channel scales over four decades), the
 mixed model on U85-256 (an OFM written transposed, CHW; and a partition whose convolutions keep
 their accumulators between operations, which the model refuses: that partition runs as its TOSA
 graph, and verify says so by name).
@@ -24,9 +26,11 @@ from npu_driver.ethos_u.u85_commands import fields
 from npu_driver.tosa_twin import run_tosa
 from orchestrator.cli import main
 from orchestrator.verification.twin import load_twin
+from tests.npu_edge_models import model_spec
 
 SAMPLES = 2
 PROGRAMS = {"ds-cnn@u85-256": ("ds-cnn", "ethos-u85-256"),
+            "conv-edges@u85-256": (model_spec("conv_edges"), "ethos-u85-256"),
             "resnet8@u85-2048": ("resnet8", "ethos-u85-2048"),
             "mixed@u85-256": ("mixed", "ethos-u85-256")}
 
@@ -72,6 +76,12 @@ def test_resnet8_u85_2048_chained_adds_and_four_cores_equal_tosa(programs):
     assert counters.operations["pool.average"] == 1 and counters.operations["conv"] == 10
     # weight streams of several cores: WEIGHT1-3 are read
     assert "NPU_SET_WEIGHT3_BASE" in counters.by_opcode
+
+
+def test_edge_case_convolutions_on_the_u85_equal_tosa(programs):
+    (partition,) = load_twin(programs["conv-edges@u85-256"]).partitions
+    counters = _exact(partition, "ethos-u85-256")
+    assert counters.operations["conv"] == 4 and counters.operations["depthwise"] == 1
 
 
 def test_a_transposed_u85_ofm_equals_tosa(programs):

@@ -305,13 +305,17 @@ class U85Machine:
             raise self._refuse(op, f"an accumulator reaching {int(acc.min())}..{int(acc.max())}"
                                    f", beyond the {bits}-bit accumulator (its overflow)")
 
-    def _rounding(self, name: str, op: Command, table: dict[int, str]) -> int:
+    def _rounding(self, name: str, op: Command, table: dict[int, str], shift) -> int:
+        """The arith rounding mode `name`'s round_mode selects. With every shift 0 nothing is
+        rounded, whatever the mode (regor writes DOUBLE_SYMMETRIC with unit scales)."""
         scale = fields(self.reg(name, op))
         mode = table.get(scale["round_mode"], "reserved")
-        if mode not in _ROUNDING:
-            raise self._refuse(op, f"{name} round_mode {mode}")
         if scale["dbl_rnd"]:
             raise self._refuse(op, f"{name} double rounding shift {scale['dbl_rnd']}")
+        if mode not in _ROUNDING:
+            if mode != "reserved" and not np.any(np.asarray(shift)):
+                return arith.ROUND_NATURAL
+            raise self._refuse(op, f"{name} round_mode {mode}")
         return _ROUNDING[mode]
 
     def _global_scale(self, op: Command) -> bool:
@@ -348,11 +352,12 @@ class U85Machine:
     def _scale_output(self, acc: np.ndarray, op: Command, channels: int) -> np.ndarray:
         """acc x scale / 2**shift, rounded as OFM_SCALE's round_mode says: per channel from
         the scale records (bias added first), or OFM_SCALE's own scale and shift."""
-        rounding = self._rounding("NPU_SET_OFM_SCALE", op, _ROUND_OFM)
         if self._global_scale(op):
             scale, shift = self._scale_pair("NPU_SET_OFM_SCALE", op)
+            rounding = self._rounding("NPU_SET_OFM_SCALE", op, _ROUND_OFM, shift)
             return arith.scale_shift(acc, scale, shift, rounding)
         bias, scale, shift = self._scale_records(op, channels)
+        rounding = self._rounding("NPU_SET_OFM_SCALE", op, _ROUND_OFM, shift)
         return arith.scale_shift(acc + bias, scale, shift, rounding)
 
     # -- convolution / depthwise -------------------------------------------------------------
@@ -457,7 +462,7 @@ class U85Machine:
         k = np.array([(int(c) - 1).bit_length() for c in count.ravel()],
                      dtype=np.int64).reshape(count.shape)
         multiplier = (np.int64((1 << 30) + 1) << k) // count
-        rounding = self._rounding("NPU_SET_OFM_SCALE", op, _ROUND_OFM)
+        rounding = self._rounding("NPU_SET_OFM_SCALE", op, _ROUND_OFM, 30 + k)
         return arith.scale_shift(acc, multiplier[:, :, None], (30 + k)[:, :, None], rounding)
 
     # -- elementwise -------------------------------------------------------------------------
@@ -518,8 +523,8 @@ class U85Machine:
     def _operand_scale(self, name: str, values: np.ndarray, op: Command) -> np.ndarray:
         """An ADD/SUB operand times its IFM(2)_SCALE scale / 2**shift, rounded as the
         register's round_mode says (regor fuses the TOSA RESCALE of each operand here)."""
-        rounding = self._rounding(name, op, _ROUND_IFM)
         scale, shift = self._scale_pair(name, op)
+        rounding = self._rounding(name, op, _ROUND_IFM, shift)
         return arith.scale_shift(values, scale, shift, rounding)
 
 
