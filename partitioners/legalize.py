@@ -78,7 +78,7 @@ from torch.export.graph_signature import InputKind
 
 from kernels.catalogue import CHANNELS_LAST
 from kernels.layout_checks import is_layout_finding, layout_findings
-from kernels.reference import TRANSPOSE_MAX_RANK
+from kernels.reference import TRANSPOSE_MAX_RANK, is_portable_elementwise, layouts_differ
 from partitioners.boundary import same_bytes_order
 from partitioners.fused_activation_split import ACTIVATIONS
 from partitioners.records import (MOVED_OFF_CMSIS_KEY, ORIGIN_KEY, REMOVED_COPIES_KEY, Workaround,
@@ -561,12 +561,54 @@ def odd_orders_made_contiguous(program) -> list[Workaround]:
     return fixes
 
 
+def broadcast_outputs_contiguous(program) -> list[Workaround]:
+    """A broadcasting portable elementwise op whose output is not laid out contiguous: its
+    operands copied to contiguous and its output written contiguous, then copied back
+    (`contiguous_operands`).
+
+    The portable elementwise kernels (ExecuTorch 1.5.1 elementwise_util.h,
+    broadcast_indexes_range.h) read broadcast inputs through their strides but write the output
+    as the row-major bytes of its sizes (kernels/reference.py), whatever its dim_order: a
+    channels-last output is read back wrong. The dim-order check passes where the broadcast
+    operand's size-1 dims make its layout ambiguous: a CPU-only squeeze-excite raised to
+    int16 (so its `x * scale` in float, [1, 8, 8, 8] channels-last by [1, 8, 1, 1]) was 2,150
+    int16 steps off the quantized reference, the same bytes on the host runtime and QEMU."""
+    fixes = []
+    for node in list(program.graph_module.graph.nodes):
+        parts = _target_parts(node)
+        if node.op != "call_function" or len(parts) < 2 or parts[0] != "aten" \
+                or not is_portable_elementwise(f"aten::{parts[1]}"):
+            continue
+        out = _val(node)
+        if out is None or out.dim() < 2 or not layouts_differ(
+                tuple(out.shape), tuple(out.dim_order()), tuple(range(out.dim()))):
+            continue
+        shapes = [tuple(_val(a).shape) for a in node.all_input_nodes if _val(a) is not None]
+        if all(_without_leading_ones(shape) == _without_leading_ones(tuple(out.shape))
+               for shape in shapes):
+            continue  # no broadcast: raw bytes in lockstep, any shared layout
+        fix = contiguous_operands(program, node, "nothing (it computed wrong numbers)")
+        if fix is not None:
+            fixes.append(Workaround(
+                fix.node, "ExecuTorch 1.5.1 portable elementwise kernels (a broadcast writes "
+                "the output row-major whatever its dim_order)",
+                f"{parts[1]} broadcasts into a {tuple(int(d) for d in out.dim_order())} output: "
+                f"{fix.message.split('; ', 1)[1]}"))
+    return fixes
+
+
+def _without_leading_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
 def legalize_for_device(program) -> list[Workaround]:
     """Apply every rewrite above to the final CPU-side program, in place."""
     fixes = (odd_orders_made_contiguous(program) + identity_copies_removed(program)
              + scalarize_constant_operands(program) + sort_values_via_topk(program)
              + float_linear_via_matmul(program) + wide_transpose_to_portable(program)
-             + copy_to_kernel_layouts(program))
+             + copy_to_kernel_layouts(program) + broadcast_outputs_contiguous(program))
     fixes += size1_copy_orders(program)  # last: the copies above included
     if fixes:
         program.graph_module.graph.eliminate_dead_code()

@@ -402,15 +402,23 @@ def linear_batchnorm_folded(module: torch.fx.GraphModule) -> list[Workaround]:
     return fixes
 
 
-def hardswish_as_elementwise(module: torch.fx.GraphModule) -> list[Workaround]:
-    """A hardswish whose input is not a convolution or linear (after a mean, a residual add) as
-    `x * hardtanh(x + 3, 0, 6) / 6` (in place); the rewrite's report.
+def hardswish_as_elementwise(module: torch.fx.GraphModule,
+                             int16_modules: tuple[str, ...] = ()) -> list[Workaround]:
+    """A hardswish whose input is not a convolution or linear (after a mean, a residual add), or
+    that is inside one of `int16_modules` (--precision a16w8), as `x * hardtanh(x + 3, 0, 6) / 6`
+    (in place); the rewrite's report.
 
     ExecuTorch 1.5.1's Cortex-M quantizer annotates every hardswish, but its
     DecomposeHardswishPass lowers only one fused after a convolution or linear; any other stays
     an int8 `aten::hardswish`, for which no kernel library of the device runtime has a kernel,
     so the program does not load. The elementwise form is the same function and each of its ops
-    has a kernel."""
+    has a kernel. An int16 one is never lowered (the pass is int8), and its float fallback would
+    be the same missing `aten::hardswish` (a CPU-only transposed decoder with its encoder raised
+    was refused: "the program needs aten::hardswish.out")."""
+    from torchao.quantization.pt2e.quantizer.utils import (  # lazy: heavy (torchao)
+        get_module_name_filter)
+
+    in_int16 = [get_module_name_filter(name) for name in int16_modules]
     fixes = []
     targets = (torch.ops.aten.hardswish.default, torch.ops.aten.hardswish_.default)
     for node in list(module.graph.nodes):
@@ -419,7 +427,7 @@ def hardswish_as_elementwise(module: torch.fx.GraphModule) -> list[Workaround]:
         source = node.args[0]
         producer = str(getattr(source, "target", ""))
         if isinstance(source, torch.fx.Node) and any(p in producer for p in _HARDSWISH_PRODUCERS) \
-                and len(source.users) == 1:
+                and len(source.users) == 1 and not any(inside(node) for inside in in_int16):
             continue  # the Cortex-M passes lower it with the op before it
         graph = module.graph
         with graph.inserting_before(node):
@@ -441,6 +449,46 @@ def hardswish_as_elementwise(module: torch.fx.GraphModule) -> list[Workaround]:
             "computed as x * hardtanh(x + 3, 0, 6) / 6: the Cortex-M passes lower only a "
             "hardswish fused after a convolution or linear, and no device kernel library has "
             "an int8 hardswish"))
+    if fixes:
+        module.recompile()
+    return fixes
+
+
+def int16_hardsigmoid_as_elementwise(module: torch.fx.GraphModule,
+                                     int16_modules: tuple[str, ...]) -> list[Workaround]:
+    """A hardsigmoid inside one of `int16_modules` (--precision a16w8) as
+    `hardtanh(x + 3, 0, 6) / 6` (in place); the rewrite's report.
+
+    An int8 hardsigmoid folds into the convolution or linear before it on CMSIS-NN; an int16 one
+    runs in float on its portable kernel, and no kernel library of the device runtime has
+    `aten::hardsigmoid` (a CPU-only MobileNetV3 block raised was refused at load: "the program
+    needs aten::hardsigmoid.out"). The elementwise form is the same function and each of its
+    ops has a kernel."""
+    from torchao.quantization.pt2e.quantizer.utils import (  # lazy: heavy (torchao)
+        get_module_name_filter)
+
+    in_int16 = [get_module_name_filter(name) for name in int16_modules]
+    fixes = []
+    targets = (torch.ops.aten.hardsigmoid.default, torch.ops.aten.hardsigmoid_.default)
+    for node in list(module.graph.nodes):
+        if node.op != "call_function" or node.target not in targets or not any(
+                inside(node) for inside in in_int16):
+            continue
+        graph = module.graph
+        with graph.inserting_before(node):
+            shifted = graph.call_function(torch.ops.aten.add.Tensor, (node.args[0], 3.0))
+            gate = graph.call_function(torch.ops.aten.hardtanh.default, (shifted, 0.0, 6.0))
+            result = graph.call_function(torch.ops.aten.div.Tensor, (gate, 6.0))
+        for new in (shifted, gate, result):
+            new.meta.update({k: v for k, v in node.meta.items()
+                             if k in ("nn_module_stack", "stack_trace", "source_fn_stack", "val")})
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+        fixes.append(Workaround(
+            _module_path(result), "no device kernel library has aten::hardsigmoid",
+            "int16 hardsigmoid computed as hardtanh(x + 3, 0, 6) / 6 on portable kernels in "
+            "float (--precision a16w8): an int8 one folds into the CMSIS-NN kernel before it, "
+            "an int16 one has no kernel of its own on the device"))
     if fixes:
         module.recompile()
     return fixes

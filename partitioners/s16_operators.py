@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels import s16
+from partitioners.records import ORIGIN_KEY
 
 S16_KEY = "orchestrate_s16_operator"  # node.meta: the CMSIS-NN function the op calls
 _OFF = "ORCHESTRATE_NO_S16_OPERATORS"
@@ -113,7 +114,8 @@ def _activation_after(quantize) -> _Activation | None:
     dequantize = only_user(quantize)
     activation = only_user(dequantize) if dequantize is not None else None
     out = only_user(activation) if activation is not None else None
-    if not (_named(dequantize, "dequantize_per_tensor") and activation.target in ACTIVATIONS
+    if not (_named(dequantize, "dequantize_per_tensor") and _named(activation, "")
+            and activation.target in ACTIVATIONS and not activation.kwargs
             and _named(out, "quantize_per_tensor") and "dequantize" not in str(out.target)
             and tuple(dequantize.args[1:]) == tuple(quantize.args[1:]) == tuple(out.args[1:])):
         return None
@@ -201,9 +203,9 @@ def rewrite(program) -> list[torch.fx.Node]:
                 scratch.meta["val"] = torch.empty((scratch_bytes,), dtype=torch.uint8,
                                                   device="meta")
                 target = exir_ops.edge.orchestrate.quantized_conv2d_s16.default
-                args = (match.dequantize.args[0], constants["weight"], constants["bias"], stride,
-                        padding, dilation, constants["multipliers"], constants["shifts"], low,
-                        high, scratch)
+                args = (_channels_last(graph, match.dequantize.args[0], node), constants["weight"],
+                        constants["bias"], stride, padding, dilation, constants["multipliers"],
+                        constants["shifts"], low, high, scratch)
                 function = s16.CMSIS_FUNCTIONS["quantized_conv2d_s16"]
             else:
                 target = exir_ops.edge.orchestrate.quantized_linear_s16.default
@@ -211,13 +213,19 @@ def rewrite(program) -> list[torch.fx.Node]:
                         constants["multipliers"], constants["shifts"], low, high)
                 function = s16.CMSIS_FUNCTIONS["quantized_linear_s16"]
             replacement = graph.call_function(target, args)
-        replacement.meta = {**node.meta, "val": match.quantize.meta["val"], S16_KEY: function}
+        replaced = folded.quantize if folded is not None else match.quantize
+        val = replaced.meta["val"]
+        replacement.meta = {**node.meta, "val": val, S16_KEY: function}
+        result = replacement
+        if conv and _reordered(val):
+            # The kernel writes NHWC; the consumers keep the layout they were compiled for.
+            replacement.meta["val"] = _in_order(val, _CHANNELS_LAST)
+            with graph.inserting_after(replacement):
+                result = _dim_order_copy(graph, replacement, _order(val), node)
+        replaced.replace_all_uses_with(result)
         dead = [match.quantize, node]
         if folded is not None:
-            folded.quantize.replace_all_uses_with(replacement)
             dead = [folded.quantize, folded.activation, folded.dequantize, *dead]
-        else:
-            match.quantize.replace_all_uses_with(replacement)
         if not conv and "addmm" in str(node.target):
             dead.append(node.args[2])
         dead += [match.weight, match.bias, match.dequantize]
@@ -233,6 +241,44 @@ def rewrite(program) -> list[torch.fx.Node]:
         graph.eliminate_dead_code()
         program.graph_module.recompile()
     return rewritten
+
+
+_CHANNELS_LAST = (0, 2, 3, 1)  # NHWC: the only layout CMSIS-NN's s16 convolution reads
+
+
+def _order(val) -> tuple[int, ...]:
+    return tuple(int(d) for d in val.dim_order())
+
+
+def _in_order(val, order: tuple[int, ...]):
+    """`val` (a fake tensor) laid out in dim order `order`."""
+    inverse = [order.index(d) for d in range(len(order))]
+    return val.permute(*order).contiguous().permute(*inverse)
+
+
+def _reordered(val) -> bool:
+    """A 4-D value the s16 convolution refuses: more than one channel and a dim_order other than
+    NHWC (kernels/s16/op_quantized_conv2d_s16.cpp checks the dim_order itself, not the bytes, so
+    a [1, C, 1, 1] counts). A Conv1d's [N, C, 1, W] (its 2-D form) is laid out NCHW: the kernel
+    refused it at run time (error 0x12, "input and output must have channels_last
+    dim_order")."""
+    return val.dim() == 4 and val.shape[1] > 1 and _order(val) != _CHANNELS_LAST
+
+
+def _dim_order_copy(graph, source, order: tuple[int, ...], op: torch.fx.Node) -> torch.fx.Node:
+    """A `_to_dim_order_copy` of `source` into `order`, a layout row of `op`'s in the plan."""
+    from executorch.exir.dialects._ops import ops as exir_ops  # lazy: heavy (executorch)
+
+    copy = graph.call_function(exir_ops.edge.dim_order_ops._to_dim_order_copy.default,
+                               (source,), {"dim_order": list(order)})
+    copy.meta["val"] = _in_order(source.meta["val"], order)
+    copy.meta[ORIGIN_KEY] = f"{op.meta.get(ORIGIN_KEY, op.name)}:to_s16_layout"
+    return copy
+
+
+def _channels_last(graph, x: torch.fx.Node, op: torch.fx.Node) -> torch.fx.Node:
+    """`x`, or its NHWC copy where it is laid out otherwise."""
+    return _dim_order_copy(graph, x, _CHANNELS_LAST, op) if _reordered(x.meta["val"]) else x
 
 
 def fold_fallback_weights(program, falls_back) -> list[torch.fx.Node]:

@@ -64,3 +64,40 @@ class SeparableNet(nn.Module):
 def separable():
     torch.manual_seed(0)
     return SeparableNet().eval(), (torch.randn(1, 1, 6, 6),)
+
+
+class SqueezeExcite(nn.Module):
+    """x * hardsigmoid(conv(mean(x))): a channel broadcast multiply, in float when raised."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.reduce = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = nn.functional.adaptive_avg_pool2d(x, 1)
+        return x * nn.functional.hardsigmoid(self.reduce(scale))
+
+
+class Conv1dSqueezeExcite(nn.Module):
+    """conv + hardswish -> squeeze-excite, beside a Conv1d over the same input's rows, summed ->
+    linear: the forms an int16 module meets on a CPU-only target beside the plain conv and
+    linear (a Conv1d's NCHW [N, C, 1, W] 2-D form, a hardswish after a conv, a hardsigmoid, a
+    broadcast multiply of a channels-last value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1)
+        self.act = nn.Hardswish()
+        self.se = SqueezeExcite(8)
+        self.temporal = nn.Conv1d(4, 8, 3, padding=1)
+        self.head = nn.Linear(8 * 16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        spatial = self.se(self.act(self.conv(x))).flatten(1)
+        temporal = torch.relu(self.temporal(x.flatten(2))).flatten(1)
+        return self.head(spatial + temporal)
+
+
+def conv1d_squeeze_excite():
+    torch.manual_seed(0)
+    return Conv1dSqueezeExcite().eval(), (torch.randn(1, 4, 4, 4),)

@@ -7,6 +7,7 @@ CMSIS-NN s16 operators, every other int16 op in float on its portable kernel, an
 from __future__ import annotations
 
 import pytest
+import torch
 
 from orchestrator import api
 from orchestrator.request import Request, resolve
@@ -111,6 +112,30 @@ def test_a_depthwise_conv_in_int16_runs_on_the_device_in_float(tmp_path):
     passes_twin_host_runtime_and_qemu(result.pte)
 
 
+def test_a_conv1d_hardswish_and_squeeze_excite_in_int16_run_on_every_method(tmp_path):
+    """tests/precision_models.py:conv1d_squeeze_excite, every module but the head raised: the
+    Conv1d's NCHW [N, C, 1, W] form copied to NHWC for the s16 kernel and back (it refused it:
+    error 0x12), the hardswish after a conv and the hardsigmoid as hardtanh arithmetic (no
+    device kernel has either), and the broadcast `x * scale` made contiguous (the portable
+    kernel writes a broadcast's output row-major: 2,150 int16 steps off in channels-last)."""
+    result = api.compile("tests/precision_models.py:conv1d_squeeze_excite", tmp_path / "c.pte",
+                         npu="none", cpu="cortex-m55",
+                         precision="conv=a16w8,act=a16w8,se=a16w8,temporal=a16w8")
+    convs = [(r.module, r.kernel) for r in result.plan.rows
+             if r.kind == "op" and "convolution" in r.op]
+    assert convs == [("conv", "arm_convolve_wrapper_s16"),
+                     ("se.reduce", "arm_convolve_wrapper_s16"),
+                     ("temporal.layers.0", "arm_convolve_wrapper_s16")]
+    rows = [r for r in result.plan.rows if r.kind in ("op", "layout")]
+    temporal = next(i for i, r in enumerate(rows) if r.module == "temporal.layers.0")
+    assert (rows[temporal - 1].kind, rows[temporal - 1].dtypes) == ("layout", "int16 -> int16")
+    ops = {r.op.split(".")[1] for r in result.plan.rows if r.kind == "op"}
+    assert not ops & {"hardswish", "hardsigmoid"} and "hardtanh" in ops
+    assert any("broadcasts into a (0, 2, 3, 1) output" in w.message
+               for w in result.plan.compiled.workarounds)
+    passes_twin_host_runtime_and_qemu(result.pte)
+
+
 def test_precision_auto_recovers_the_budget_on_the_cpu_only_m55(chosen):
     found, _ = chosen
     first, last = found.steps[0], found.steps[found.chosen]
@@ -141,3 +166,34 @@ def test_the_upstream_quantizer_machinery_it_composes_is_there():
     from orchestrator.compilation import precision
 
     assert all(precision.contract().values()), precision.contract()
+
+
+def _int16_activation_chain(activation, *bounds, scales=(0.01, 0.01, 0.01)):
+    """quantize -> dequantize -> activation -> quantize in int16 (edge ops), the first
+    quantize returned."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    q, dq = (exir_ops.edge.quantized_decomposed.quantize_per_tensor.default,
+             exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default)
+    graph = torch.fx.Graph()
+    first = graph.call_function(q, (graph.placeholder("x"), scales[0], 0, -32767, 32767,
+                                    torch.int16))
+    back = graph.call_function(dq, (first, scales[1], 0, -32767, 32767, torch.int16))
+    clamped = graph.call_function(activation, (back, *bounds))
+    graph.output(graph.call_function(q, (clamped, scales[2], 0, -32767, 32767, torch.int16)))
+    return first
+
+
+def test_an_activation_at_the_s16_ops_own_scale_becomes_its_output_bounds():
+    """quantize(clamp(dequantize(q), a, b)) at one scale is clamp(q, a / scale, b / scale): a
+    relu6 at scale 0.01 is the codes [0, 600]; another scale between them is not folded."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    from partitioners.s16_operators import _activation_after
+
+    hardtanh, relu = exir_ops.edge.aten.hardtanh.default, exir_ops.edge.aten.relu.default
+    relu6 = _activation_after(_int16_activation_chain(hardtanh, 0.0, 6.0))
+    assert (relu6.low, relu6.high) == (0, 600)
+    plain = _activation_after(_int16_activation_chain(relu))
+    assert (plain.low, plain.high) == (0, 32767)
+    assert _activation_after(_int16_activation_chain(relu, scales=(0.01, 0.01, 0.02))) is None

@@ -231,7 +231,10 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
     if legalize and not target.npu:
         fixes += quantizable.fold_constant_state(module)
         fixes += quantizable.explicit_rank_broadcast(module)
-        fixes += quantizable.hardswish_as_elementwise(module)
+        fixes += quantizable.hardswish_as_elementwise(module,
+                                                      precision.raised(calibration.precision))
+        fixes += quantizable.int16_hardsigmoid_as_elementwise(
+            module, precision.raised(calibration.precision))
         fixes += quantizable.activations_before_squeeze(module)
         fixes += quantizable.transpose_conv_padding_cropped(module)
     if legalize:
