@@ -7,7 +7,10 @@ Programs (compiled once per module through the session fixture `compiles`): DS-C
 pooling SUM), ResNet-8 on U85-2048 (four cores: interleaved FWD and per-core SWD streams,
 convolutions chained into elementwise ADDs through the chaining buffer, AVERAGE pooling) and the
 edge-case convolutions of tests/npu_edge_models.py on U85-256 (asymmetric zero padding, stride 2,
-dilation 2, a strided depthwise, a 5x5 kernel with per-channel scales over four decades), the
+dilation 2, a strided depthwise, a 5x5 kernel with per-channel scales over four decades) and its
+elementwise edge cases (int8 lookup tables loaded by DMA into the LUT memory, MIN/MAX/ADD/SUB
+with operand scales, MUL, broadcasts, max/average/sum pooling) and matmul edge cases (weights
+read from IFM2, REDUCE_SUM, ABS, 32-bit chained OFMs, HCW transposes), the
 mixed model on U85-256 (an OFM written transposed, CHW; and a partition whose convolutions keep
 their accumulators between operations, which the model refuses: that partition runs as its TOSA
 graph, and verify says so by name).
@@ -31,6 +34,8 @@ from tests.npu_edge_models import model_spec
 SAMPLES = 2
 PROGRAMS = {"ds-cnn@u85-256": ("ds-cnn", "ethos-u85-256"),
             "conv-edges@u85-256": (model_spec("conv_edges"), "ethos-u85-256"),
+            "elementwise-edges@u85-256": (model_spec("elementwise_edges"), "ethos-u85-256"),
+            "matmul-edges@u85-256": (model_spec("matmul_edges"), "ethos-u85-256"),
             "resnet8@u85-2048": ("resnet8", "ethos-u85-2048"),
             "mixed@u85-256": ("mixed", "ethos-u85-256")}
 
@@ -82,6 +87,21 @@ def test_edge_case_convolutions_on_the_u85_equal_tosa(programs):
     (partition,) = load_twin(programs["conv-edges@u85-256"]).partitions
     counters = _exact(partition, "ethos-u85-256")
     assert counters.operations["conv"] == 4 and counters.operations["depthwise"] == 1
+
+
+def test_u85_lookup_tables_and_elementwise_edges_equal_tosa(programs):
+    (partition,) = load_twin(programs["elementwise-edges@u85-256"]).partitions
+    counters = _exact(partition, "ethos-u85-256")
+    assert counters.operations["lut"] == 3 and counters.operations["dma"] == 3
+    assert {"elementwise.min", "elementwise.max", "elementwise.mul", "elementwise.sub",
+            "pool.max", "pool.average"} <= set(counters.operations)
+
+
+def test_a_u85_matmul_with_weights_from_ifm2_equals_tosa(programs):
+    (partition,) = load_twin(programs["matmul-edges@u85-256"]).partitions
+    counters = _exact(partition, "ethos-u85-256")
+    assert counters.operations["pool.reduce_sum"] == 2 and counters.operations["transpose.HCW"]
+    assert counters.operations["elementwise.abs"] == 1
 
 
 def test_a_transposed_u85_ofm_equals_tosa(programs):

@@ -20,7 +20,8 @@ and weight/scale extents) and changes what the U85 does differently, as the Linu
 - reserved bits from the U85 masks (`reserved_bits.json`, "ethos-u85").
 
 What it cannot bound it refuses (UnmodelledCommand, naming the command and word offset):
-NPU_OP_RESIZE, NPU_OP_BRANCH, indexed DMA, and DMA to or from the NPU's internal memory. (The
+NPU_OP_RESIZE, NPU_OP_BRANCH, indexed DMA, and DMA from the NPU's internal memory (a DMA into
+it, the LUT memory, is bounded by its 2048 bytes). (The
 Linux driver refuses storage NONE and transposed OFMs, which Vela 5.1 emits.)
 """
 
@@ -60,6 +61,12 @@ class U85Accelerator:
     def config_macs_log2(self) -> int:
         """config_r.macs_per_cc: log2 of the MACs per cycle (8 in an ethos-u85-256 stream)."""
         return self.macs.bit_length() - 1
+
+    @property
+    def shram_bytes(self) -> int:
+        """The internal memory a DMA of region_mode INTERNAL writes: the U85's LUT memory,
+        2048 bytes (regor ethos_u85.cpp `_lutRam`, 8 slots of 256 bytes)."""
+        return 2048
 
 
 U85_ACCELERATORS = {a.name: a for a in (
@@ -259,7 +266,7 @@ class U85Checker(Checker):
             if register & 0x800:
                 raise UnmodelledCommand(f"{where(op.name, op.offset)}: indexed DMA "
                                         f"({end} idx_mode) is not bounded by the U85 checker")
-            if register & 0x100:
+            if register & 0x100 and end == "SRC":
                 raise UnmodelledCommand(f"{where(op.name, op.offset)}: DMA {end} in the NPU's "
                                         "internal memory is not bounded by the U85 checker")
         self._dma(op)

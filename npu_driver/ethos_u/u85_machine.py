@@ -21,26 +21,32 @@ What differs from the U55/U65 and is modelled here, as Vela 5.1's U85 generator 
 - pooling SUM (regor's average pooling over a kernel larger than 8x8: the window's sum, the
   1/N in the global OFM_SCALE) and AVERAGE (the NPU divides by the window's element count,
   the OFM_SCALE a unit one) next to MAX;
-- elementwise ADD/SUB scale each operand by its own IFM_SCALE / IFM2_SCALE before the sum
-  (the TOSA RESCALEs around the ADD fused), and the result by OFM_SCALE; IFM as well as IFM2
-  can broadcast, a SCALAR operand comes from OP_SCALAR;
+- elementwise ADD, SUB, MIN and MAX scale each operand by its own IFM_SCALE / IFM2_SCALE
+  first (the TOSA RESCALEs to a common scale fused), MUL multiplies the operands (unit operand
+  scales required), and the result is scaled by OFM_SCALE; IFM as well as IFM2 can broadcast,
+  a SCALAR operand comes from OP_SCALAR;
 - chaining: an OFM of storage CHAINED goes to the chaining buffer its OFM_REGION names, output
   stage applied, and the next operation reads it as a CHAINED IFM/IFM2;
-- a transposed OFM is written in the transposed order its tile and stride registers describe.
+- a transposed OFM is written in the transposed order its tile and stride registers describe;
+- 8-bit lookup tables (LUT_S8_S8, LUT_U8_U8): 256 entries at 256 x `table` in the 2048-byte
+  LUT memory, loaded by a 1-D DMA of region_mode INTERNAL (regor's LUT DMAs), indexed by the
+  output value saturated to 8 bits.
 
-Executed bit-exact against the TOSA reference model on the zoo (tests/test_u85_machine.py,
-benchmarks/u85_model.py): all of the above on U85-128/256/512/2048. Implemented from the
-register definitions but exercised by no zoo stream: SUB, MUL, MIN, MAX (unit operand scales
-required), TRUNCATE_TO_ZERO rounding, I48 accumulators.
+Executed bit-exact against the TOSA reference model (tests/test_u85_machine.py,
+benchmarks/u85_model.py): all of the above, on the zoo on U85-128/256/512/2048 and the edge-case
+models of tests/npu_edge_models.py (conv_edges, elementwise_edges) on U85-256. Implemented from
+the register definitions but exercised by no stream here: TRUNCATE_TO_ZERO rounding, I48
+accumulators, LUT_U8_U8.
 
 Refused as not modelled (each by command and word offset): NPU_OP_RESIZE, NPU_OP_BRANCH,
-NPU_OP_IRQ, NPU_OP_DMA_START (no zoo U85 stream moves bytes by DMA); kept accumulators
-(ACC_FORMAT acc_input KEEP/IFM2, acc_output DISABLE, OFM storage NONE: the mixed model's
-Vela-built 1x1x8 convolutions), TILE3X1 storage, reversed OFMs; weights from IFM2; table
-lookups (LUT activations, the U85's TANH/SIGMOID); rounding modes other than NATURAL and
-TRUNCATE_TO_ZERO and double rounding (`dbl_rnd` not 0); pooling MIN, REDUCE_SUM, ARGMAX and
-NONE; elementwise modes other than ADD, SUB, MUL, MIN, MAX (CMP_*, shifts, logic, DIV, ...);
-IFM upscaling; an accumulator beyond its width.
+NPU_OP_IRQ; DMA other than a LUT load; kept accumulators (ACC_FORMAT acc_input KEEP/IFM2,
+acc_output DISABLE, OFM storage NONE: the mixed model's stride-4 convolution, which Vela
+decomposes into 16 1x1 convolutions summed in kept accumulators), TILE3X1 storage, reversed
+OFMs; weights from IFM2 (matmul); table lookups other than 8-bit (int16 tables, TANH,
+SIGMOID); rounding modes other than NATURAL and TRUNCATE_TO_ZERO where a shift is not 0, and
+double rounding (`dbl_rnd` not 0); pooling MIN, REDUCE_SUM, ARGMAX and NONE; elementwise modes
+other than ADD, SUB, MUL, MIN, MAX (CMP_*, shifts, logic, DIV, ...); IFM upscaling; an
+accumulator beyond its width.
 """
 
 from __future__ import annotations
@@ -127,7 +133,8 @@ class U85Machine:
     def handlers(self) -> dict:
         return {"NPU_OP_STOP": self._op_stop, "NPU_OP_CONV": self._op_conv,
                 "NPU_OP_DEPTHWISE": self._op_depthwise, "NPU_OP_POOL": self._op_pool,
-                "NPU_OP_ELEMENTWISE": self._op_elementwise, "NPU_OP_DMA_WAIT": self._op_wait,
+                "NPU_OP_ELEMENTWISE": self._op_elementwise, "NPU_OP_DMA_START": self._op_dma,
+                "NPU_OP_DMA_WAIT": self._op_wait,
                 "NPU_OP_KERNEL_WAIT": self._op_wait, "NPU_OP_PMU_MASK": self._op_wait}
 
     def run(self, commands) -> Counters:
@@ -335,11 +342,11 @@ class U85Machine:
         return decode_scales(data, channels, read.layout.records, read.layout.acc48, w)
 
     def _output(self, values: np.ndarray, ofm: FeatureMap, op: Command) -> np.ndarray:
-        """Add the OFM zero point, clamp to ACTIVATION_MIN/MAX (clip range B16) and the OFM
-        type; a table lookup is refused."""
+        """Add the OFM zero point, look the value up in a table (LUT_S8_S8, LUT_U8_U8), clamp
+        to ACTIVATION_MIN/MAX (clip range B16) and the OFM type."""
         activation = fields(self.reg("NPU_SET_ACTIVATION", op))
         function = _ACTIVATION.get(activation["activation_function"], "reserved")
-        if function != "LUT_NONE":
+        if function not in ("LUT_NONE", "LUT_S8_S8", "LUT_U8_U8"):
             raise self._refuse(op, f"activation function {function}")
         lo, hi = ofm.type_range
         if activation["activation_clip_range"] == 0:  # B16: ACTIVATION_MIN/MAX, 16 bits
@@ -347,7 +354,48 @@ class U85Machine:
             hi = min(hi, self._zero_point("NPU_SET_ACTIVATION_MAX", ofm, op))
         zp = self._zero_point("NPU_SET_OFM_ZERO_POINT", ofm, op)
         values = arith.saturate(np.asarray(values), -(1 << 48), 1 << 48) + zp
+        if function != "LUT_NONE":
+            values = self._lut(values, function, activation["table"], ofm, op)
         return np.clip(values, lo, hi)
+
+    def _lut(self, values, function: str, table: int, ofm: FeatureMap, op: Command):
+        """An 8-bit table: 256 entries at LUT memory byte 256 x `table` (regor: 8 slots of
+        256 bytes, a 256-byte table's index its slot), indexed by the value (zero point added)
+        saturated to the table's 8-bit input type; loaded by a DMA into the LUT memory."""
+        signed = function == "LUT_S8_S8"
+        if ofm.element_size != 1 or ofm.signed != signed:
+            raise self._refuse(op, f"{function} into a {ofm.element_size * 8}-bit "
+                                   f"{'signed' if ofm.signed else 'unsigned'} OFM")
+        start = 256 * table
+        if not self.memory.shram_valid[start:start + 256].all():
+            raise self._refuse(op, f"{function} table {table}, which no DMA loaded")
+        self.memory._record("read", -1, start, start + 255, "LUT")
+        entries = np.frombuffer(bytes(self.memory.shram[start:start + 256]),
+                                dtype=np.int8 if signed else np.uint8).astype(np.int64)
+        low = -128 if signed else 0
+        self.counters.operations["lut"] += 1
+        return entries[np.clip(values, low, low + 255) - low]
+
+    def _op_dma(self, op: Command) -> None:
+        """One 1-D copy from a region into the LUT memory (regor's LUT DMAs): the only DMA the
+        model executes."""
+        src = fields(self.reg("NPU_SET_DMA0_SRC_REGION", op))
+        dst = fields(self.reg("NPU_SET_DMA0_DST_REGION", op))
+        if src["region_mode"] or src["stride_mode"] or src["idx_mode"] or dst["idx_mode"]:
+            raise self._refuse(op, "a DMA other than a 1-D copy from a region")
+        if not dst["region_mode"]:
+            raise self._refuse(op, "a DMA into a region (only LUT loads are modelled)")
+        w = where(op.name, op.offset)
+        length = self.reg("NPU_SET_DMA0_LEN", op).address
+        at = self.reg("NPU_SET_DMA0_DST", op).address
+        data = self.memory.read_bytes_at(src["region"], self.reg("NPU_SET_DMA0_SRC", op).address,
+                                         length, w, "DMA source")
+        # the checker bounded the destination in the 2048-byte LUT memory
+        self.memory.shram[at:at + length] = data
+        self.memory.shram_valid[at:at + length] = True
+        self.memory._record("write", -1, at, at + length - 1, "DMA destination")
+        self.counters.dma_bytes[f"region{src['region']}->lut"] += length
+        self.counters.operations["dma"] += 1
 
     def _scale_output(self, acc: np.ndarray, op: Command, channels: int) -> np.ndarray:
         """acc x scale / 2**shift, rounded as OFM_SCALE's round_mode says: per channel from
@@ -363,14 +411,12 @@ class U85Machine:
     # -- convolution / depthwise -------------------------------------------------------------
 
     def _op_conv(self, op: Command) -> None:
-        if fields(op)["weights_ifm2"]:
-            raise self._refuse(op, "a convolution with its weights from IFM2")
-        self._convolution(op, depthwise=False)
+        self._convolution(op, depthwise=False, weights_ifm2=bool(fields(op)["weights_ifm2"]))
 
     def _op_depthwise(self, op: Command) -> None:
         self._convolution(op, depthwise=True)
 
-    def _convolution(self, op: Command, depthwise: bool) -> None:
+    def _convolution(self, op: Command, depthwise: bool, weights_ifm2: bool = False) -> None:
         bits = self._accumulator(op)
         ofm = self._fm("OFM", op)
         ofm_shape = oh, ow, oc = self._ofm_shape(op)
@@ -382,7 +428,8 @@ class U85Machine:
         padded, _, ifm = self._padded_ifm(op, ofm_shape, kernel, oc if depthwise else ifm_depth)
         if ifm.element_size == 4:
             raise self._refuse(op, "a 32-bit IFM convolution")
-        weights = self._weights(op)  # (oc, kh, kw, ic)
+        weights = (self._ifm2_weights(op, oc, ifm_depth, kernel) if weights_ifm2
+                   else self._weights(op))  # (oc, kh, kw, ic)
         # float64 products and sums are exact: |ifm - zp| < 2**17, |w| < 2**9 and at most
         # 2**20 terms keep every partial sum below 2**53
         fweights = weights.astype(np.float64)
@@ -402,6 +449,18 @@ class U85Machine:
         self.counters.macs += macs
         self.counters.macs_by_kind[kind] += macs
 
+    def _ifm2_weights(self, op: Command, oc: int, ic: int, kernel) -> np.ndarray:
+        """Weights read from IFM2 (a matrix product: regor's dynamic weights, a global
+        OFM scale): a 1 x OFM depth x IFM depth map, element (0, o, i) the weight of OFM
+        channel o and IFM channel i, its zero point removed; a 1x1 kernel only."""
+        if kernel[:6] != (1, 1, 1, 1, 1, 1):
+            raise self._refuse(op, "weights from IFM2 with a kernel other than 1x1, stride 1")
+        if not self._global_scale(op):
+            raise self._refuse(op, "weights from IFM2 with per-channel scales")
+        fm = self._fm("IFM2", op)
+        zp = self._zero_point("NPU_SET_IFM2_ZERO_POINT", fm, op)
+        return (self._read(fm, (1, oc, ic), op)[0] - zp)[:, None, None, :]
+
     def _weights(self, op: Command) -> np.ndarray:
         reads = self.weight_reads.get(op.offset)
         if not reads:
@@ -417,12 +476,25 @@ class U85Machine:
 
     def _op_pool(self, op: Command) -> None:
         mode = _POOL.get(fields(op)["pooling_mode"], "reserved")
-        if mode not in ("MAX", "SUM", "AVERAGE"):
+        if mode not in ("MAX", "SUM", "AVERAGE", "REDUCE_SUM"):
             raise self._refuse(op, f"pooling mode {mode}")
         bits = self._accumulator(op)
         ofm = self._fm("OFM", op)
         ofm_shape = oh, ow, oc = self._ofm_shape(op)
         kernel = self._kernel(op)
+        if mode == "REDUCE_SUM":
+            # the IFM's depth summed into one channel (regor's ReduceSum), 1x1, unpadded
+            if kernel[:6] != (1, 1, 1, 1, 1, 1) or any(self._padding(op)) or oc != 1:
+                raise self._refuse(op, "REDUCE_SUM with a kernel, stride, padding or an OFM "
+                                       "deeper than one channel")
+            depth = self.param("NPU_SET_IFM_DEPTH_M1", op) + 1
+            padded, _, _ = self._padded_ifm(op, ofm_shape, kernel, depth)
+            acc = padded.sum(axis=2, keepdims=True)
+            self._check_accumulator(acc, bits, op)
+            out = self._output(self._scale_output(acc, op, oc), ofm, op)
+            self._write_ofm(ofm, out, op)
+            self.counters.operations["pool.reduce_sum"] += 1
+            return
         if kernel[4:6] != (1, 1):
             raise self._refuse(op, "dilated pooling")
         ifm_depth = self.param("NPU_SET_IFM_DEPTH_M1", op) + 1
@@ -489,30 +561,37 @@ class U85Machine:
 
     def _op_elementwise(self, op: Command) -> None:
         mode = _ELEMENTWISE.get(fields(op)["elementwise_mode"], "reserved")
-        if mode not in ("ADD", "SUB", "MUL", "MIN", "MAX"):
+        if mode not in ("ADD", "SUB", "MUL", "MIN", "MAX", "ABS"):
             raise self._refuse(op, f"elementwise mode {mode}")
         bits = self._accumulator(op)
         ofm = self._fm("OFM", op)
         shape = self._ofm_shape(op)
         a = self._operand("IFM", op, shape)
-        b = self._operand("IFM2", op, shape)
-        if mode in ("ADD", "SUB"):
+        b = None if mode == "ABS" else self._operand("IFM2", op, shape)
+        if mode == "ABS":
+            # |IFM - zero point|, then OFM_SCALE (regor's Abs: the rescale in OFM_SCALE, the
+            # operand scale unit)
+            if "NPU_SET_IFM_SCALE" in self.regs and self._scale_pair(
+                    "NPU_SET_IFM_SCALE", op) != (1, 0):
+                raise self._refuse(op, "elementwise ABS with an IFM_SCALE")
+            result = np.abs(np.asarray(a, dtype=np.int64))
+        elif mode in ("ADD", "SUB", "MIN", "MAX"):
+            # each operand scaled by its IFM(2)_SCALE first (the TOSA RESCALEs to a common
+            # scale that Vela fuses into the operation)
             a = self._operand_scale("NPU_SET_IFM_SCALE", a, op)
             b = self._operand_scale("NPU_SET_IFM2_SCALE", b, op)
-            result = a + b if mode == "ADD" else a - b
+            result = {"ADD": np.add, "SUB": np.subtract, "MIN": np.minimum,
+                      "MAX": np.maximum}[mode](a, b)
             self._check_accumulator(result, bits, op)
         else:
-            # regor writes unit operand scales for these (it asserts so for MUL); another
-            # scale would have to be applied somewhere the model does not know
+            # MUL: regor writes unit operand scales (it asserts so); another scale would have
+            # to be applied somewhere the model does not know
             for name in ("NPU_SET_IFM_SCALE", "NPU_SET_IFM2_SCALE"):
                 if name in self.regs and self._scale_pair(name, op) != (1, 0):
                     raise self._refuse(op, f"elementwise {mode} with {name} "
                                            f"{self._scale_pair(name, op)} (not a unit scale)")
-            if mode == "MUL":
-                result = np.asarray(a, dtype=np.int64) * np.asarray(b, dtype=np.int64)
-                self._check_accumulator(result, bits, op)
-            else:
-                result = np.minimum(a, b) if mode == "MIN" else np.maximum(a, b)
+            result = np.asarray(a, dtype=np.int64) * np.asarray(b, dtype=np.int64)
+            self._check_accumulator(result, bits, op)
         if not self._global_scale(op):
             raise self._refuse(op, f"elementwise {mode} with per-channel OFM scales")
         out = self._output(self._scale_output(np.asarray(result, dtype=np.int64), op,
@@ -548,7 +627,7 @@ def execute_u85(command_stream: bytes, regions: Sequence, accelerator: str | Non
     accel = resolve_u85(cop, accelerator)
     sizes = [None if r is None else memoryview(r).nbytes for r in regions]
     check = U85Checker(accel, sizes, set(growable_regions)).run(bytes(command_stream))
-    memory = Memory(regions, 0, growable_regions)
+    memory = Memory(regions, accel.shram_bytes, growable_regions)  # the LUT memory as SHRAM
     if trace:
         memory.trace = []
     machine = U85Machine(accel, memory, check)
