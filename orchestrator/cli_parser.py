@@ -126,7 +126,8 @@ TARGET = (
            "moving-average (the running average of each sample's min and max)"),
     option("--precision", metavar="MODULE=a16w8[,...]|auto",
            help="give the named modules (as model.named_modules() names them) int16 "
-           "activations with int8 weights (upstream's a16w8 config; NPU targets only); "
+           "activations with int8 weights (upstream's a16w8 config; on the CPU int16 conv and "
+           "linear run on CMSIS-NN's s16 kernels, other int16 ops in float); "
            "auto (plan, compile): raise the fewest modules, worst per-layer error first, "
            "until --min-snr/--max-accuracy-drop hold on --dataset; "
            "default: every module int8 (a8w8), or as the --policy file's precision: map "
