@@ -20,8 +20,8 @@ and weight/scale extents) and changes what the U85 does differently, as the Linu
 - reserved bits from the U85 masks (`reserved_bits.json`, "ethos-u85").
 
 What it cannot bound it refuses (UnmodelledCommand, naming the command and word offset):
-NPU_OP_RESIZE, NPU_OP_BRANCH, indexed DMA, and DMA from the NPU's internal memory (a DMA into
-it, the LUT memory, is bounded by its 2048 bytes). (The
+NPU_OP_RESIZE, NPU_OP_BRANCH, indexed DMA, and DMA to or from the NPU's internal memory (the
+U85 model's own check, `lut_loads=True`, bounds a DMA into the 2048-byte LUT memory). (The
 Linux driver refuses storage NONE and transposed OFMs, which Vela 5.1 emits.)
 """
 
@@ -133,6 +133,7 @@ class U85Checker(Checker):
     """checker.Checker with the Ethos-U85's command table and its differences."""
 
     opcodes = U85_OPCODES
+    lut_loads = False  # bound a DMA into the LUT memory (u85_machine.execute_u85) or refuse it
 
     def product_name(self) -> str:
         return "ethos-u85"
@@ -266,7 +267,7 @@ class U85Checker(Checker):
             if register & 0x800:
                 raise UnmodelledCommand(f"{where(op.name, op.offset)}: indexed DMA "
                                         f"({end} idx_mode) is not bounded by the U85 checker")
-            if register & 0x100 and end == "SRC":
+            if register & 0x100 and (end == "SRC" or not self.lut_loads):
                 raise UnmodelledCommand(f"{where(op.name, op.offset)}: DMA {end} in the NPU's "
                                         "internal memory is not bounded by the U85 checker")
         self._dma(op)

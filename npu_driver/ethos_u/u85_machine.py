@@ -626,7 +626,9 @@ def execute_u85(command_stream: bytes, regions: Sequence, accelerator: str | Non
     cop = parse_u85_payload(command_stream)
     accel = resolve_u85(cop, accelerator)
     sizes = [None if r is None else memoryview(r).nbytes for r in regions]
-    check = U85Checker(accel, sizes, set(growable_regions)).run(bytes(command_stream))
+    checker = U85Checker(accel, sizes, set(growable_regions))
+    checker.lut_loads = True  # the machine executes LUT loads: bound them in the LUT memory
+    check = checker.run(bytes(command_stream))
     memory = Memory(regions, accel.shram_bytes, growable_regions)  # the LUT memory as SHRAM
     if trace:
         memory.trace = []
