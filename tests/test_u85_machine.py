@@ -154,3 +154,29 @@ def test_verify_names_the_u85_partition_left_to_the_tosa_graph(programs, capsys)
     assert ("lowered_module_0: command stream not executed (NPU_OP_CONV at word "
             in out and "computed from its TOSA graph by the TOSA reference model" in out)
     assert "lowered_module_1: 84 commands" in out
+
+
+def test_a_tampered_u85_command_fails_verify_once_the_stream_runs(programs, tmp_path, capsys):
+    """The last convolution's OFM zero point changed in DS-CNN's U85 stream (manifest hashes
+    rewritten): no bound, weight or scale moves, so the stream checker and the weight check
+    pass it and the TOSA graph alone computes the old result; executing the bytes shows it."""
+    from tests.tampering import copy_program, payload_bytes, replace_payload
+
+    pte = copy_program(programs["ds-cnn@u85-256"], tmp_path)
+    twin = load_twin(pte)
+    payload = payload_bytes(twin)
+    cmd = twin.partitions[0].payload.cmd_bytes
+    commands = parse_u85_payload(cmd).command_streams[0]
+    zero_point = [c for c in commands if c.name == "NPU_SET_OFM_ZERO_POINT"][-1]
+    blob = bytearray(payload)
+    at = payload.index(cmd) + 4 * zero_point.offset + 2
+    blob[at:at + 2] = ((zero_point.param + 9) & 0xFFFF).to_bytes(2, "little")
+    replace_payload(pte, payload, bytes(blob))
+    assert main(["verify", str(pte), "--runtime", "twin", "--npu-model", "tosa",
+                 "--samples", "2"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(pte), "--runtime", "twin", "--npu-model", "both",
+                 "--samples", "2"]) == 4
+    out = capsys.readouterr()
+    assert ("EthosUBackend lowered_module_0): output 0 of the command stream differs from the "
+            "TOSA graph's") in out.out + out.err
