@@ -104,6 +104,12 @@ def _verify_on_its_machine(compiles, platform, cpu, machine, core_text, model="d
     assert f"({core_text})" in qemu.detail and "byte-exact against the twin" in qemu.detail
     assert qemu.report["instructions"] > 0
     assert f"memory: QEMU {machine}'s own memory map" in qemu.text
+    # The report names the core that executed it, not the Corstone-300's M55
+    ran = core_text.split("QEMU's ")[-1].split(" ")[0] if "build" in core_text \
+        else core_text.split(" ")[0]
+    assert qemu.shown.startswith(f"QEMU {ran}"), qemu.shown
+    assert f"  {qemu.shown}: passed: " in verdict.render_text()
+    assert f"PASSED by {qemu.shown} (device code)" in verdict.verdict
     return qemu
 
 

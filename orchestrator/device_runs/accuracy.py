@@ -43,7 +43,7 @@ from orchestrator.device_runs.qemu import (installed_platform, qemu_on_checked_p
 from orchestrator.device_runs.runtime_verify import npu_handler
 from orchestrator.errors import NotRun, UserError, VerificationFailure
 from orchestrator.sources.loader import Dataset, load_dataset
-from orchestrator.verification.methods import QEMU, RUNTIME, TWIN
+from orchestrator.verification.methods import QEMU, RUNTIME, TWIN, qemu_label
 from orchestrator.verification.twin import TwinProgram
 from orchestrator.verification.twin_verify import (as_tuple, device_inputs, model_example_inputs,
                                                    output_quantization)
@@ -68,9 +68,14 @@ class MethodAccuracy:
     mean_abs_error: float | None = None
     max_abs_error: float | None = None
     note: str = ""  # what it proves, or why it did not run
+    label: str = ""  # how the report names it, when not by `method` (QEMU: the core it ran)
+
+    @property
+    def shown(self) -> str:
+        return self.label or self.method
 
     def to_json(self) -> dict:
-        return {"method": self.method, "samples": self.samples,
+        return {"method": self.method, "label": self.shown, "samples": self.samples,
                 "seconds_per_sample": self.seconds_per_sample, "top1_pct": self.top1,
                 "top5_pct": self.topk, "agreement_with_float_pct": self.agreement,
                 "changed_predictions": list(self.changed),
@@ -115,7 +120,7 @@ class AccuracyReport:
                 f"{'SNR dB':>7} {'max err':>8} {'ms/sample':>9}")
         lines.append(head)
         for m in self.methods:
-            lines.append(f"  {m.method:<22} {m.samples:>7} {_pct(m.top1):>7} {_pct(m.topk):>7} "
+            lines.append(f"  {m.shown:<22} {m.samples:>7} {_pct(m.top1):>7} {_pct(m.topk):>7} "
                          f"{_pct(m.agreement):>7} {_num(m.snr_db):>7} "
                          f"{_num(m.max_abs_error, 4):>8} "
                          f"{_ms(m.seconds_per_sample):>9}")
@@ -123,16 +128,16 @@ class AccuracyReport:
             if m.changed:
                 listed = ", ".join(str(i) for i in m.changed[:MAX_LISTED])
                 more = f" (+{len(m.changed) - MAX_LISTED})" if len(m.changed) > MAX_LISTED else ""
-                lines.append(f"  {m.method}: prediction differs from the float model's on "
+                lines.append(f"  {m.shown}: prediction differs from the float model's on "
                              f"sample(s) {listed}{more}")
             if m.note:
-                lines.append(f"  {m.method}: {m.note}")
+                lines.append(f"  {m.shown}: {m.note}")
         judged = next((m for m in self.methods if m.method == self.judge), None)
         missed = sorted(((label, right, total) for label, (right, total) in
                          (judged.per_class.items() if judged is not None else ())
                          if right < total), key=lambda c: c[1] / c[2])
         if missed:
-            lines.append(f"  {judged.method}, weakest classes (right/samples): " + ", ".join(
+            lines.append(f"  {judged.shown}, weakest classes (right/samples): " + ", ".join(
                 f"{label} {right}/{total}" for label, right, total in missed[:3]))
         lines.append("  top-1/top-5 against the labels; =float: predictions equal to the float "
                      "model's; SNR and max err: output 0 against the float model (its units)")
@@ -284,28 +289,30 @@ def _runtime(program, program_inputs, twin_runs, float_outs, truth, npu, executo
 def _qemu(program, chosen, twin_raw, float_outs, truth, platform_override, timeout_s,
           npu_model) -> MethodAccuracy:
     target = program.require_manifest().target
+    label = qemu_label(str(target.get("cpu") or ""))
     try:
         platform = installed_platform(target, platform_override)
     except UserError as error:
-        return MethodAccuracy(QEMU, 0, None, note=f"not run: {error}")
+        return MethodAccuracy(QEMU, 0, None, note=f"not run: {error}", label=label)
     reason = qemu_unavailable_reason(target, bool(program.partitions), platform)
     if reason is not None:
-        return MethodAccuracy(QEMU, 0, None, note=f"not run: {reason}")
+        return MethodAccuracy(QEMU, 0, None, note=f"not run: {reason}", label=label)
     try:
         result = qemu_on_checked_pte(program, platform, timeout_s, samples=len(chosen),
                                      npu_model=npu_model, inputs=tuple(chosen))
     except (NotRun, QemuUnavailable) as error:
-        return MethodAccuracy(QEMU, 0, None, note=f"not run: {error}")
+        return MethodAccuracy(QEMU, 0, None, note=f"not run: {error}", label=label)
+    label = qemu_label(result.core) if result.core else label
     if not result.passed:
         return MethodAccuracy(QEMU, len(chosen), None, note=(
             "FAILED: not byte-exact against the twin on its subset: " + "; ".join(
-                result.errors or ["a BundleIO case did not match"])))
+                result.errors or ["a BundleIO case did not match"])), label=label)
     outputs = [_as_float(program, 0, o) for o in twin_raw[:len(chosen)]]
     per = f", {result.instructions:,} instructions per inference" if result.instructions else ""
     measured = _measure(QEMU, outputs, float_outs, truth, None,
                         f"samples 0..{len(chosen) - 1} on {result.core}, BundleIO byte-exact "
                         f"against the twin{per}: its figures are the twin's on them")
-    return measured
+    return replace(measured, label=label)
 
 
 def _judged(program, data, samples, labelled, results, min_accuracy,
@@ -321,7 +328,7 @@ def _judged(program, data, samples, labelled, results, min_accuracy,
     pte = str(program.pte_path)
     if failed:
         return AccuracyReport(pte, data.source, samples, labelled, results, judge, "failed",
-                              "FAILED: " + "; ".join(f"{m.method}: {m.note}" for m in failed))
+                              "FAILED: " + "; ".join(f"{m.shown}: {m.note}" for m in failed))
     if judge is None:
         return AccuracyReport(pte, data.source, samples, labelled, results, None, "not-run",
                               "not run: no method computed the program's outputs")

@@ -66,8 +66,9 @@ class CombinedVerdict:
 
     def to_json(self) -> dict:
         return {"pte": self.pte, "outcome": self.outcome, "verdict": self.verdict,
-                "methods": [{"name": r.name, "outcome": r.outcome, "detail": r.detail,
-                             "device_code": r.device_code, "report": r.report}
+                "methods": [{"name": r.name, "label": r.shown, "outcome": r.outcome,
+                             "detail": r.detail, "device_code": r.device_code,
+                             "report": r.report}
                             for r in self.results]}
 
     def render_text(self) -> str:
@@ -79,11 +80,11 @@ class CombinedVerdict:
                 # combined one below.
                 head, _, body = result.text.partition("\n")
                 if head.startswith("verify "):
-                    head = f"{result.name} ({head.partition(': ')[2] or result.outcome}):"
+                    head = f"{result.shown} ({head.partition(': ')[2] or result.outcome}):"
                 lines.append(f"{head}\n{body}" if body else head)
         lines.append(f"verify {self.pte}: {self.outcome.upper()}")
         for result in self.results:
-            lines.append(f"  {result.name}: {result.outcome}: {result.detail}")
+            lines.append(f"  {result.shown}: {result.outcome}: {result.detail}")
         lines.append(f"  verdict: {self.verdict}")
         return "\n".join(lines)
 
@@ -215,7 +216,7 @@ def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False,
     # a partial twin does not hold back what device code judged: the device methods decide
     partial = [r for r in ran if r.outcome == "partial" and r.device_code]
     not_run = [r for r in results if r.outcome == "not-run" and r.device_code]
-    names = lambda rs: ", ".join(r.name for r in rs)  # noqa: E731
+    names = lambda rs: ", ".join(r.shown for r in rs)  # noqa: E731
     if failed:
         return CombinedVerdict(str(pte), results, "failed",
                                f"FAILED by {names(failed)}: " + "; ".join(r.detail for r in failed))
@@ -245,13 +246,13 @@ def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False,
     if twin_partial:
         return CombinedVerdict(str(pte), results, "partial",
                                f"PARTIAL: {twin_partial[0].detail}; device code not run: "
-                               + "; ".join(f"{r.name}: {r.detail}" for r in not_run))
+                               + "; ".join(f"{r.shown}: {r.detail}" for r in not_run))
     if any(r.name == TWIN and r.outcome == "passed" for r in ran):
         return CombinedVerdict(str(pte), results, "twin-only",
                                "PASSED by the twin only; device code not run: "
-                               + "; ".join(f"{r.name}: {r.detail}" for r in not_run))
+                               + "; ".join(f"{r.shown}: {r.detail}" for r in not_run))
     return CombinedVerdict(str(pte), results, "not-run",
-                           "not run: " + "; ".join(f"{r.name}: {r.detail}" for r in results))
+                           "not run: " + "; ".join(f"{r.shown}: {r.detail}" for r in results))
 
 
 def load_program(pte) -> TwinProgram:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from orchestrator.artifacts.profile import (DWT_CYCLES, METHOD_EXECUTE, QEMU_ICOUNT, Clock,
                                             Profile, TraceEvent, etdump_bytes)
 from orchestrator.errors import NotRun, UserError, VerificationFailure
-from orchestrator.verification.methods import QEMU, MethodResult
+from orchestrator.verification.methods import QEMU, MethodResult, qemu_label
 from platforms.platform import PlatformError, list_platforms, load_platform
 from platforms.qemu import run_bpte_on_qemu
 from kernels.native.errors import QemuUnavailable
@@ -240,18 +240,21 @@ def run_qemu(program, platform_override=None, timeout_s: int = 600,
     twin = as_program(program)
     pte = twin.pte_path
     target = twin.require_manifest().target
+    label = qemu_label(str(target.get("cpu") or ""))
     try:
         platform = installed_platform(target, platform_override)
     except UserError as error:
-        return MethodResult(QEMU, "not-run", str(error), True)
+        return MethodResult(QEMU, "not-run", str(error), True, label=label)
     reason = qemu_unavailable_reason(target, bool(twin.partitions), platform)
     if reason is not None:
-        return MethodResult(QEMU, "not-run", reason, True)
+        return MethodResult(QEMU, "not-run", reason, True, label=label)
     try:
         result = qemu_on_checked_pte(twin, platform, timeout_s, atol=atol, samples=samples,
                                      npu_model=npu_model)
     except (NotRun, QemuUnavailable) as error:
-        return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True)
+        return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True,
+                            label=label)
+    label = qemu_label(result.core) if result.core else label
     text = "\n".join([f"verify --qemu {pte}: {'PASS' if result.passed else 'FAIL'}",
                       *qemu_lines(result)])
     if result.passed:
@@ -273,4 +276,5 @@ def run_qemu(program, platform_override=None, timeout_s: int = 600,
                          "npu_invocations": result.npu_invocations,
                          "npu_commands": result.npu_commands,
                          "cases": [{"index": c.index, "passed": c.passed,
-                                    "instructions": c.instructions} for c in result.cases]})
+                                    "instructions": c.instructions} for c in result.cases]},
+                        label=label)

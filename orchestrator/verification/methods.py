@@ -10,6 +10,7 @@ with the others and lets the verdict rule (`combine`) weigh it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -18,6 +19,21 @@ if TYPE_CHECKING:  # the twin imports torch (seconds)
     from orchestrator.verification.twin import TwinProgram
 
 TWIN, RUNTIME, QEMU, FVP = "twin", "host runtime", "QEMU Cortex-M55", "Corstone FVP"
+_CORE = re.compile(r"Cortex-M\d+\w*\+?", re.IGNORECASE)
+
+
+def qemu_label(core: str | None) -> str:
+    """What the QEMU method is called in a report: QEMU and the core that executed the program
+    ("QEMU Cortex-M3" for a scalar program on mps2-an385; "QEMU Cortex-M55 (M85)" for a
+    Cortex-M85 build on QEMU's Cortex-M55), from a core description
+    (FirmwareConfig.core_text) or a `--cpu` name; QEMU's method name (QEMU, above) stays the
+    key `--methods` and the JSON use."""
+    found = [m.replace("cortex-m", "Cortex-M") for m in _CORE.findall(core or "")]
+    if not found:
+        return QEMU
+    if " build " in (core or "") and len(found) > 1:  # "<built> build (...) on QEMU's <ran>"
+        return f"QEMU {found[-1]} ({found[0].removeprefix('Cortex-')})"
+    return f"QEMU {found[0]}"
 
 
 @dataclass(frozen=True)
@@ -29,6 +45,11 @@ class MethodResult:
     text: str = ""  # the method's full report (text)
     report: dict | None = None  # the method's JSON report
     exercised: str = ""  # what ran: runtime, kernels, how the NPU partitions were computed
+    label: str = ""  # how reports name it, when not by `name` (QEMU: the core that ran it)
+
+    @property
+    def shown(self) -> str:
+        return self.label or self.name
 
 
 @dataclass(frozen=True)
