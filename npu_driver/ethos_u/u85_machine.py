@@ -90,8 +90,6 @@ _SCALAR = _ENUMS["broadcast_mode"]["SCALAR"]
 # round_mode_ofm / round_mode_ifm members the model executes, as arith's rounding modes:
 # NATURAL rounds half up (TOSA RESCALE SINGLE_ROUND), TRUNCATE_TO_ZERO rounds towards zero.
 _ROUNDING = {"NATURAL": arith.ROUND_NATURAL, "TRUNCATE_TO_ZERO": arith.ROUND_TRUNCATE}
-_UNARY = {"LRELU", "ABS", "CLZ", "NOT"}
-_PADDED = {"conv", "depthwise", "pool.max", "pool.sum"}
 
 
 class U85Machine:
