@@ -10,7 +10,9 @@ edge-case convolutions of tests/npu_edge_models.py on U85-256 (asymmetric zero p
 dilation 2, a strided depthwise, a 5x5 kernel with per-channel scales over four decades) and its
 elementwise edge cases (int8 lookup tables loaded by DMA into the LUT memory, MIN/MAX/ADD/SUB
 with operand scales, MUL, broadcasts, max/average/sum pooling) and matmul edge cases (weights
-read from IFM2, REDUCE_SUM, ABS, 32-bit chained OFMs, HCW transposes), the
+read from IFM2, REDUCE_SUM, ABS, 32-bit chained OFMs, HCW transposes), the user family
+transposed_decoder on U85-256 (int32 accumulators loaded from IFM2 by pooling NONE and rescaled
+per channel, lookup tables), the
 mixed model on U85-256 (an OFM written transposed, CHW; and a partition whose convolutions keep
 their accumulators between operations, which the model refuses: that partition runs as its TOSA
 graph, and verify says so by name).
@@ -29,6 +31,7 @@ from npu_driver.ethos_u.u85_commands import fields
 from npu_driver.tosa_twin import run_tosa
 from orchestrator.cli import main
 from orchestrator.verification.twin import load_twin
+from examples.user_models import model_spec as user_model_spec
 from tests.npu_edge_models import model_spec
 
 SAMPLES = 2
@@ -36,6 +39,8 @@ PROGRAMS = {"ds-cnn@u85-256": ("ds-cnn", "ethos-u85-256"),
             "conv-edges@u85-256": (model_spec("conv_edges"), "ethos-u85-256"),
             "elementwise-edges@u85-256": (model_spec("elementwise_edges"), "ethos-u85-256"),
             "matmul-edges@u85-256": (model_spec("matmul_edges"), "ethos-u85-256"),
+            "transposed-decoder@u85-256": (user_model_spec("transposed_decoder"),
+                                           "ethos-u85-256"),
             "resnet8@u85-2048": ("resnet8", "ethos-u85-2048"),
             "mixed@u85-256": ("mixed", "ethos-u85-256")}
 
@@ -102,6 +107,12 @@ def test_a_u85_matmul_with_weights_from_ifm2_equals_tosa(programs):
     counters = _exact(partition, "ethos-u85-256")
     assert counters.operations["pool.reduce_sum"] == 2 and counters.operations["transpose.HCW"]
     assert counters.operations["elementwise.abs"] == 1
+
+
+def test_u85_accumulators_loaded_from_ifm2_equal_tosa(programs):
+    (partition,) = load_twin(programs["transposed-decoder@u85-256"]).partitions
+    counters = _exact(partition, "ethos-u85-256")
+    assert counters.operations["pool.none"] == 2 and counters.operations["lut"] == 2
 
 
 def test_a_transposed_u85_ofm_equals_tosa(programs):

@@ -20,7 +20,9 @@ What differs from the U55/U65 and is modelled here, as Vela 5.1's U85 generator 
   or one interleaved FWD stream, dense or 2:4 sparse (`u85_weights.decode_weights`);
 - pooling SUM (regor's average pooling over a kernel larger than 8x8: the window's sum, the
   1/N in the global OFM_SCALE) and AVERAGE (the NPU divides by the window's element count,
-  the OFM_SCALE a unit one) next to MAX;
+  the OFM_SCALE a unit one) next to MAX; REDUCE_SUM (the IFM's depth summed); NONE with
+  ACC_FORMAT acc_input IFM2 (regor's NullPool: int32 accumulators loaded from IFM2, rescaled);
+- convolution weights read from IFM2 (a matrix product: a 1 x OFM depth x IFM depth map);
 - elementwise ADD, SUB, MIN and MAX scale each operand by its own IFM_SCALE / IFM2_SCALE
   first (the TOSA RESCALEs to a common scale fused), MUL multiplies the operands (unit operand
   scales required), and the result is scaled by OFM_SCALE; IFM as well as IFM2 can broadcast,
@@ -34,19 +36,20 @@ What differs from the U55/U65 and is modelled here, as Vela 5.1's U85 generator 
 
 Executed bit-exact against the TOSA reference model (tests/test_u85_machine.py,
 benchmarks/u85_model.py): all of the above, on the zoo on U85-128/256/512/2048 and the edge-case
-models of tests/npu_edge_models.py (conv_edges, elementwise_edges) on U85-256. Implemented from
+models of tests/npu_edge_models.py (conv_edges, elementwise_edges, matmul_edges) and user
+families (examples/user_models.py: 10 of 11 surveyed) on U85-256. Implemented from
 the register definitions but exercised by no stream here: TRUNCATE_TO_ZERO rounding, I48
 accumulators, LUT_U8_U8.
 
 Refused as not modelled (each by command and word offset): NPU_OP_RESIZE, NPU_OP_BRANCH,
-NPU_OP_IRQ; DMA other than a LUT load; kept accumulators (ACC_FORMAT acc_input KEEP/IFM2,
+NPU_OP_IRQ; DMA other than a LUT load; kept accumulators (ACC_FORMAT acc_input KEEP,
 acc_output DISABLE, OFM storage NONE: the mixed model's stride-4 convolution, which Vela
-decomposes into 16 1x1 convolutions summed in kept accumulators), TILE3X1 storage, reversed
-OFMs; weights from IFM2 (matmul); table lookups other than 8-bit (int16 tables, TANH,
-SIGMOID); rounding modes other than NATURAL and TRUNCATE_TO_ZERO where a shift is not 0, and
-double rounding (`dbl_rnd` not 0); pooling MIN, REDUCE_SUM, ARGMAX and NONE; elementwise modes
-other than ADD, SUB, MUL, MIN, MAX (CMP_*, shifts, logic, DIV, ...); IFM upscaling; an
-accumulator beyond its width.
+decomposes into 16 1x1 convolutions summed in kept accumulators), accumulators from IFM2
+other than pooling NONE's, TILE3X1 storage, reversed OFMs; table lookups other than 8-bit
+(int16 tables, TANH, SIGMOID); rounding modes other than NATURAL and TRUNCATE_TO_ZERO where a
+shift is not 0, and double rounding (`dbl_rnd` not 0); pooling MIN and ARGMAX; elementwise
+modes other than ADD, SUB, MUL, MIN, MAX, ABS (CMP_*, shifts, logic, DIV, ...); IFM
+upscaling; an accumulator beyond its width.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ from npu_driver.ethos_u.stream import Command
 from npu_driver.ethos_u.u85_checker import (U85Accelerator, U85Checker, parse_u85_payload,
                                             resolve_u85)
 from npu_driver.ethos_u.u85_commands import fields, table
-from npu_driver.ethos_u.u85_weights import decode_scales, decode_weights
+from npu_driver.ethos_u.u85_weights import (U85ScaleLayout, decode_scales, decode_weights,
+                                            ofm_ublock_depth, scale_records)
 
 _ENUMS = table()["enums"]
 
@@ -86,6 +90,7 @@ _ACTIVATION = _names("activation_function")
 _ACC_INPUT = _names("acc_input")
 _ACC_OUTPUT = _names("acc_output")
 _UPSCALE = _names("ifm_upscale_mode")
+_MICROBLOCK = _names("microblock")
 _SCALAR = _ENUMS["broadcast_mode"]["SCALAR"]
 # round_mode_ofm / round_mode_ifm members the model executes, as arith's rounding modes:
 # NATURAL rounds half up (TOSA RESCALE SINGLE_ROUND), TRUNCATE_TO_ZERO rounds towards zero.
@@ -337,7 +342,12 @@ class U85Machine:
         w = where(op.name, op.offset)
         data = self.memory.read_bytes_at(read.region, read.base, read.length, w,
                                          "scale/bias read")
-        return decode_scales(data, channels, read.layout.records, read.layout.acc48, w)
+        layout = read.layout
+        if layout is None:  # the checker lays out a convolution's records only
+            acc = fields(self.reg("NPU_SET_ACC_FORMAT", op))
+            ublock = ofm_ublock_depth(self.accel.macs, _MICROBLOCK.get(acc["microblock"], "?"), w)
+            layout = U85ScaleLayout(scale_records(channels, ublock), bool(acc["acc_format"]))
+        return decode_scales(data, channels, layout.records, layout.acc48, w)
 
     def _output(self, values: np.ndarray, ofm: FeatureMap, op: Command) -> np.ndarray:
         """Add the OFM zero point, look the value up in a table (LUT_S8_S8, LUT_U8_U8), clamp
@@ -474,8 +484,11 @@ class U85Machine:
 
     def _op_pool(self, op: Command) -> None:
         mode = _POOL.get(fields(op)["pooling_mode"], "reserved")
-        if mode not in ("MAX", "SUM", "AVERAGE", "REDUCE_SUM"):
+        if mode not in ("MAX", "SUM", "AVERAGE", "REDUCE_SUM", "NONE"):
             raise self._refuse(op, f"pooling mode {mode}")
+        if mode == "NONE":
+            self._accumulators_from_ifm2(op)
+            return
         bits = self._accumulator(op)
         ofm = self._fm("OFM", op)
         ofm_shape = oh, ow, oc = self._ofm_shape(op)
@@ -517,6 +530,32 @@ class U85Machine:
         out = self._output(self._scale_output(acc, op, oc), ofm, op)
         self._write_ofm(ofm, out, op)
         self.counters.operations[f"pool.{mode.lower()}"] += 1
+
+    def _accumulators_from_ifm2(self, op: Command) -> None:
+        """Pooling NONE with ACC_FORMAT acc_input IFM2 (regor's NullPool, the rescale of a
+        32-bit tensor): the accumulators are loaded from IFM2, a map of the OFM's shape in the
+        accumulator's format, and go through the output stage; the IFM is not read."""
+        acc_format = fields(self.reg("NPU_SET_ACC_FORMAT", op))
+        source = _ACC_INPUT.get(acc_format["acc_input"], "reserved")
+        output = _ACC_OUTPUT.get(acc_format["acc_output"], "reserved")
+        if (source, output) != ("IFM2", "ENABLE") or acc_format["acc_format"]:
+            raise self._refuse(op, f"pooling NONE with ACC_FORMAT acc_input {source} / "
+                                   f"acc_output {output} (only I32 accumulators from IFM2)")
+        if not self._unit_kernel(op):
+            raise self._refuse(op, "pooling NONE with a kernel, stride or padding")
+        ofm = self._fm("OFM", op)
+        shape = self._ofm_shape(op)
+        ifm2 = self._fm("IFM2", op)
+        if ifm2.element_size != 4 or self.param("NPU_SET_IFM2_ZERO_POINT", op):
+            raise self._refuse(op, "accumulators loaded from an IFM2 that is not int32 with "
+                                   "zero point 0")
+        acc = self._read(ifm2, shape, op)
+        out = self._output(self._scale_output(acc, op, shape[2]), ofm, op)
+        self._write_ofm(ofm, out, op)
+        self.counters.operations["pool.none"] += 1
+
+    def _unit_kernel(self, op: Command) -> bool:
+        return self._kernel(op)[:6] == (1, 1, 1, 1, 1, 1) and not any(self._padding(op))
 
     def _average(self, acc, valid, kernel, ofm_shape, op: Command) -> np.ndarray:
         """AVERAGE (regor's average pooling up to 8x8, with a unit OFM_SCALE): the window's
