@@ -37,7 +37,7 @@ What differs from the U55/U65 and is modelled here, as Vela 5.1's U85 generator 
 Executed bit-exact against the TOSA reference model (tests/test_u85_machine.py,
 benchmarks/u85_model.py): all of the above, on the zoo on U85-128/256/512/2048 and the edge-case
 models of tests/npu_edge_models.py (conv_edges, elementwise_edges, matmul_edges) and user
-families (examples/user_models.py: 10 of 11 surveyed) on U85-256. Implemented from
+families (examples/user_models.py: 13 of the 14 surveyed) on U85-256. Implemented from
 the register definitions but exercised by no stream here: TRUNCATE_TO_ZERO rounding, I48
 accumulators, LUT_U8_U8.
 
