@@ -58,6 +58,9 @@ def test_a_trained_model_keeps_its_accuracy_on_every_method(programs, sets, caps
         assert by[method]["samples"] == int(SAMPLES)
         assert abs(by[method]["top1_pct"] - by["float model"]["top1_pct"]) <= 3, by[method]
     assert by["host runtime"]["note"].startswith("every output byte-equal to the twin's")
+    # the host computes CMSIS-NN's C path, not the M55's MVE form: its row says so
+    assert by["host runtime"]["label"] == "host runtime (C path)"
+    assert by["QEMU Cortex-M55"]["label"] == "QEMU Cortex-M55"
     assert by["QEMU Cortex-M55"]["samples"] == 4
     assert "BundleIO byte-exact against the twin" in by["QEMU Cortex-M55"]["note"]
     # the device's figures are the twin's for the M55's own (MVE) kernels

@@ -283,7 +283,11 @@ def _runtime(program, program_inputs, twin_runs, float_outs, truth, npu, executo
     note = (f"every output byte-equal to the twin's{path}" if not differ else
             f"outputs differ from the twin's{path} on sample(s) "
             f"{', '.join(map(str, differ[:10]))}")
-    return _measure(RUNTIME, outputs, float_outs, truth, seconds / max(len(outputs), 1), note)
+    # Named by the path it computed: on an MVE or DSP core's program the host's C path is not
+    # the program's form (its figures can be far from the device's: QEMU and the twin judge).
+    return replace(_measure(RUNTIME, outputs, float_outs, truth,
+                            seconds / max(len(outputs), 1), note),
+                   label=f"{RUNTIME} (C path)" if c_path else "")
 
 
 def _qemu(program, chosen, twin_raw, float_outs, truth, platform_override, timeout_s,
