@@ -260,20 +260,28 @@ def run_bpte_on_qemu(
             f"{','.join(planned)}, allocators in {config.runtime_region}"))
     if bridge is None:
         return result
-    return dataclasses.replace(result, method=npu_method(npu, config, platform.name), npu=npu,
-                               npu_invocations=bridge.log.invocations,
+    # The handler says whether it executed an Ethos-U85's command streams (--npu-model
+    # stream|both: the U85 model) or computed its partitions' TOSA graphs.
+    streamed = bool(getattr(npu_handler, "executes_stream", False))
+    return dataclasses.replace(result, method=npu_method(npu, config, platform.name, streamed),
+                               npu=npu, npu_invocations=bridge.log.invocations,
                                npu_commands=bridge.log.commands)
 
 
-def npu_method(npu: str | None, config: FirmwareConfig, platform_name: str) -> str:
+def npu_method(npu: str | None, config: FirmwareConfig, platform_name: str,
+               u85_stream: bool = False) -> str:
     """The method's name for a hybrid program run with the NPU bridge: what computed the NPU's
-    half on the host (the Ethos-U55/U65 functional model; an Ethos-U85's TOSA graphs)."""
+    half on the host (the Ethos-U55/U65 functional model; an Ethos-U85's command stream in the
+    U85 model with `u85_stream`, else its TOSA graphs)."""
     family = (npu or "ethos-u").split("-")
     family = f"Ethos-{family[1].upper()}" if len(family) > 1 else "Ethos-U"
     cpu = (f"{core_name(config.qemu_cpu)} on QEMU" if config.cpu == config.qemu_cpu else
            f"{core_name(config.cpu)} build on QEMU's {core_name(config.qemu_cpu)}")
     if (npu or "").startswith(("ethos-u55", "ethos-u65")):
         return f"{cpu} + {family} functional model over semihosting"
+    if u85_stream:
+        return (f"{cpu} + {family} command streams in the Ethos-U85 model over semihosting (a "
+                "partition the model does not execute completely: its TOSA graph)")
     return (f"{cpu} + {family} partitions as TOSA graphs in the TOSA reference model "
             "over semihosting (the command stream is not executed)")
 

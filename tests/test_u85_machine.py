@@ -191,3 +191,36 @@ def test_a_tampered_u85_command_fails_verify_once_the_stream_runs(programs, tmp_
     out = capsys.readouterr()
     assert ("EthosUBackend lowered_module_0): output 0 of the command stream differs from the "
             "TOSA graph's") in out.out + out.err
+
+
+def test_verify_qemu_on_the_corstone_320_executes_the_u85_bytes(programs, tmp_path, capsys):
+    """`verify --qemu --npu-model stream` on a Corstone-320 program: each invocation the
+    firmware's EthosUBackend hands over the bridge runs from its command stream in the U85
+    model (4 cases x 259 commands), and a flipped weight byte (hashes rewritten) fails it,
+    naming the partition, whatever the samples exercise."""
+    from tests.device_tools import qemu_or_missing
+    from npu_driver.ethos_u.u85_checker import check_u85_stream
+    from tests.tampering import copy_program, payload_bytes, replace_payload
+
+    qemu_or_missing()
+    ds_cnn = programs["ds-cnn@u85-256"]
+    assert main(["verify", str(ds_cnn), "--qemu", "--npu-model", "stream"]) == 0
+    out = capsys.readouterr().out
+    assert "Ethos-U85 command streams in the Ethos-U85 model over semihosting" in out
+    assert "npu: 4 invocation(s), 1,036 NPU commands executed by the Ethos-U85 model" in out
+
+    pte = copy_program(ds_cnn, tmp_path)
+    twin = load_twin(pte)
+    partition = twin.partitions[0].payload
+    check = check_u85_stream(partition.cmd_bytes, [len(partition.weight_bytes),
+                                                   partition.scratch_bytes, None],
+                             "ethos-u85-256", (2,))
+    first = check.weights[0]  # the first convolution's weight stream, in region 0
+    payload = payload_bytes(twin)
+    blob = bytearray(payload)
+    blob[payload.index(partition.weight_bytes) + first.base + first.length // 2] ^= 0x40
+    replace_payload(pte, payload, bytes(blob))
+    assert main(["verify", str(pte), "--qemu", "--npu-model", "stream"]) == 4
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "lowered_module_0" in text and "weight" in text, text[-2000:]

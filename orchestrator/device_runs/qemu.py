@@ -201,6 +201,9 @@ def qemu_lines(result) -> list[str]:
     if result.npu:
         computed = (f"{result.npu_commands:,} NPU commands executed by the functional model "
                     "over the run" if result.npu.startswith(("ethos-u55", "ethos-u65")) else
+                    f"{result.npu_commands:,} NPU commands executed by the Ethos-U85 model over "
+                    "the run (a partition it does not execute completely: its TOSA graph)"
+                    if "Ethos-U85 model" in (result.method or "") else
                     "each computed from its partition's TOSA graph by the TOSA reference model "
                     "(the command stream is not executed)")
         lines = [f"method: {result.method} ({core}: ExecuTorch runtime, portable and CMSIS-NN "

@@ -22,6 +22,12 @@ class QemuNpuHandler:
         self.partitions = {bytes(p.payload.cmd_bytes): p for p in twin.partitions}
         self.calls = 0
 
+    @property
+    def executes_stream(self) -> bool:
+        """Whether an Ethos-U85's invocations run from their command streams (the U85 model,
+        --npu-model stream|both) rather than from the partitions' TOSA graphs."""
+        return self.executor.u85_stream
+
     def __call__(self, payload: bytes, regions: list) -> int:
         self.calls += 1
         partition = self.partitions.get(bytes(payload))
