@@ -26,6 +26,7 @@ it wraps, `install()` leaves torch as it is and compiles run at torch's own spee
 from __future__ import annotations
 
 import inspect
+import threading
 from collections import OrderedDict
 
 import torch.fx.graph_module as _graph_module
@@ -35,19 +36,23 @@ TORCH_EXEC_WITH_SOURCE = getattr(_graph_module, "_exec_with_source", None)  # to
 _KEEP = 16  # distinct sources kept, least recently used dropped first
 _codes: "OrderedDict[str, object]" = OrderedDict()
 _counts = {"compiled": 0, "reused": 0}
+_lock = threading.Lock()  # compiles in threads (a sweep's) share the one cache
 
 
 def _exec_with_source(src, globals, co_fields=None):  # noqa: A002 - torch's own names
     key = _graph_module._loader.cache(src, globals, co_fields)
-    code = _codes.get(src)
+    with _lock:
+        code = _codes.get(src)
+        if code is not None:
+            _codes.move_to_end(src)
+            _counts["reused"] += 1
     if code is None:
-        code = _codes[src] = compile(src, key, "exec", dont_inherit=True)
-        _counts["compiled"] += 1
-        while len(_codes) > _KEEP:
-            _codes.popitem(last=False)
-    else:
-        _codes.move_to_end(src)
-        _counts["reused"] += 1
+        code = compile(src, key, "exec", dont_inherit=True)
+        with _lock:
+            _codes[src] = code
+            _counts["compiled"] += 1
+            while len(_codes) > _KEEP:
+                _codes.popitem(last=False)
     exec(code, globals)  # noqa: S102 - torch.fx's own generated source, as torch does
 
 
