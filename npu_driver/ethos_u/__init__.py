@@ -71,7 +71,7 @@ from npu_driver.ethos_u.disasm import disassemble
 from npu_driver.ethos_u.errors import (CommandStreamError, ConfigMismatch, MemoryFault,
                                        NpuModelError, UnmodelledCommand)
 from npu_driver.ethos_u.fmap import Memory
-from npu_driver.ethos_u.machine import Counters, Machine
+from npu_driver.ethos_u.machine import Counters, Machine, run_streams
 from npu_driver.ethos_u.mlw import WeightStreamError
 from npu_driver.ethos_u.u85_checker import check_u85_stream
 from npu_driver.ethos_u.u85_machine import execute_u85
@@ -137,23 +137,8 @@ def execute(command_stream: bytes, regions: Sequence, accelerator: str | None = 
     # Bound every access before any byte moves, as the Linux driver does before submitting
     check_stream(command_stream, [None if r is None else memoryview(r).nbytes for r in regions],
                  accel, tuple(growable_regions))
-    memory = Memory(regions, accel.shram_bytes, growable_regions)
-    if trace:
-        memory.trace = []
-    machine = Machine(accel, memory)
-    for stream in cop.command_streams:
-        machine.stopped = False
-        machine.run(stream)
-    counters = machine.counters
-    counters.trace = tuple(memory.trace) if trace else ()
-    counters.region_extent = dict(memory.extent)
-    counters.region_sizes = {i: len(r) for i, r in enumerate(memory.regions) if r is not None}
-    if isinstance(regions, list):
-        # a region grown by use is handed back in place of the caller's (empty) one
-        for index in growable_regions:
-            if index < len(regions) and memory.regions[index] is not None:
-                regions[index] = memory.regions[index].obj
-    return counters
+    machine = Machine(accel, Memory(regions, accel.shram_bytes, growable_regions))
+    return run_streams(machine, cop.command_streams, regions, tuple(growable_regions), trace)
 
 
 def execute_backend_invocation(command_stream: bytes, regions: list,

@@ -298,6 +298,23 @@ class Machine:
             self.counters.operations[f"upscale.{_UPSCALE[upscale]}"] += 1
         return padded, valid, ifm
 
+    @classmethod
+    def _pool_windows(cls, padded, valid, ofm_shape, kernel, maximum: bool) -> np.ndarray:
+        """Each OFM element's window over the padded IFM: its maximum (padding never wins) or
+        its sum (padding adds nothing), as int64 accumulators (H, W, C)."""
+        oh, ow, oc = ofm_shape
+        if maximum:
+            lowest = np.iinfo(np.int64).min
+            padded = np.where(valid[:, :, None], padded, lowest)
+            acc = np.full((oh, ow, oc), lowest, dtype=np.int64)
+            for _, _, window in cls._windows(padded, ofm_shape, kernel):
+                np.maximum(acc, window, out=acc)
+        else:
+            acc = np.zeros((oh, ow, oc), dtype=np.int64)
+            for _, _, window in cls._windows(padded, ofm_shape, kernel):
+                acc += window
+        return acc
+
     @staticmethod
     def _windows(padded: np.ndarray, ofm_shape, kernel):
         """Yield (ky, kx, view) with view[oy, ox, :] = padded[oy*sy + ky*dy, ox*sx + kx*dx, :]."""
@@ -601,16 +618,7 @@ class Machine:
                 raise UnmodelledCommand(f"{where(op.name, op.offset)}: pooling OFM depth {oc} "
                                         f"exceeds IFM depth {ifm_depth}")
             padded, valid, ifm = self._padded_ifm(op, ofm_shape, kernel, oc)
-            if mode == "max":
-                lowest = np.iinfo(np.int64).min
-                padded = np.where(valid[:, :, None], padded, lowest)
-                acc = np.full((oh, ow, oc), lowest, dtype=np.int64)
-                for _, _, window in self._windows(padded, ofm_shape, kernel):
-                    np.maximum(acc, window, out=acc)
-            else:
-                acc = np.zeros((oh, ow, oc), dtype=np.int64)
-                for _, _, window in self._windows(padded, ofm_shape, kernel):
-                    acc += window
+            acc = self._pool_windows(padded, valid, ofm_shape, kernel, maximum=mode == "max")
         if mode == "average" and any(self._padding(op)):
             acc = self._average_padded(acc, valid, kernel, ofm_shape, op)
         if self._global_scale(op):
@@ -750,3 +758,30 @@ class Machine:
             raise UnmodelledCommand(f"{w}: elementwise {mode.upper()} with per-channel OFM "
                                     "scaling is not modelled")
         return np.asarray(result, dtype=np.int64)
+
+
+def run_streams(machine: Machine, streams, regions, growable_regions: tuple[int, ...] = (),
+                trace: bool = False, fresh_registers: bool = False) -> Counters:
+    """Run each command stream of a payload on `machine` (its memory built over `regions`) and
+    hand back its counters: the accesses traced when `trace`, each region's extent and size, and
+    a region grown by use in place of the caller's (empty) one. `fresh_registers`: each stream
+    starts with no register set (the Ethos-U85 model; the U55/U65 model keeps them)."""
+    memory = machine.memory
+    if trace:
+        memory.trace = []
+    for stream in streams:
+        machine.stopped = False
+        if fresh_registers:
+            machine.regs.clear()
+        machine.run(stream)
+    counters = machine.counters
+    counters.trace = tuple(memory.trace) if trace else ()
+    counters.region_extent = dict(memory.extent)
+    counters.region_sizes = {i: len(r) for i, r in enumerate(memory.regions) if r is not None}
+    if isinstance(regions, list):
+        # a region grown by use is handed back in place of the caller's (empty) one
+        for index in growable_regions:
+            if index < len(regions) and memory.regions[index] is not None:
+                regions[index] = memory.regions[index].obj
+    return counters
+

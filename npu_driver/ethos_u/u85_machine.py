@@ -64,7 +64,7 @@ from npu_driver.ethos_u import arith
 from npu_driver.ethos_u.checker import StreamCheck
 from npu_driver.ethos_u.errors import UnmodelledCommand, where
 from npu_driver.ethos_u.fmap import FeatureMap, Memory, feature_map
-from npu_driver.ethos_u.machine import Counters, Machine
+from npu_driver.ethos_u.machine import Counters, Machine, run_streams
 from npu_driver.ethos_u.stream import Command
 from npu_driver.ethos_u.u85_checker import (U85Accelerator, U85Checker, parse_u85_payload,
                                             resolve_u85)
@@ -512,18 +512,9 @@ class U85Machine:
         if ifm_depth < oc:
             raise self._refuse(op, f"a pooling OFM depth {oc} beyond the IFM depth {ifm_depth}")
         padded, valid, _ = self._padded_ifm(op, ofm_shape, kernel, oc)
-        if mode == "MAX":
-            lowest = np.iinfo(np.int64).min
-            padded = np.where(valid[:, :, None], padded, lowest)
-            acc = np.full((oh, ow, oc), lowest, dtype=np.int64)
-            for _, _, window in Machine._windows(padded, ofm_shape, kernel):
-                np.maximum(acc, window, out=acc)
-        else:
-            # SUM: the window's sum, padding contributing nothing (regor's average pooling
-            # over a kernel larger than 8x8, its 1/N in the global OFM_SCALE)
-            acc = np.zeros((oh, ow, oc), dtype=np.int64)
-            for _, _, window in Machine._windows(padded, ofm_shape, kernel):
-                acc += window
+        # SUM: the window's sum, padding contributing nothing (regor's average pooling over a
+        # kernel larger than 8x8, its 1/N in the global OFM_SCALE)
+        acc = Machine._pool_windows(padded, valid, ofm_shape, kernel, maximum=mode == "MAX")
         self._check_accumulator(acc, bits, op)
         if mode == "AVERAGE":
             acc = self._average(acc, valid, kernel, ofm_shape, op)
@@ -667,22 +658,9 @@ def execute_u85(command_stream: bytes, regions: Sequence, accelerator: str | Non
     checker.lut_loads = True  # the machine executes LUT loads: bound them in the LUT memory
     check = checker.run(bytes(command_stream))
     memory = Memory(regions, accel.shram_bytes, growable_regions)  # the LUT memory as SHRAM
-    if trace:
-        memory.trace = []
     machine = U85Machine(accel, memory, check)
-    for stream in cop.command_streams:
-        machine.stopped = False
-        machine.regs.clear()
-        machine.run(stream)
-    counters = machine.counters
-    counters.trace = tuple(memory.trace) if trace else ()
-    counters.region_extent = dict(memory.extent)
-    counters.region_sizes = {i: len(r) for i, r in enumerate(memory.regions) if r is not None}
-    if isinstance(regions, list):
-        for index in growable_regions:
-            if index < len(regions) and memory.regions[index] is not None:
-                regions[index] = memory.regions[index].obj
-    return counters
+    return run_streams(machine, cop.command_streams, regions, tuple(growable_regions), trace,
+                       fresh_registers=True)
 
 
 __all__ = ["U85Machine", "execute_u85"]
