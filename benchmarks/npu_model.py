@@ -38,11 +38,12 @@ def _zoo_models() -> list[str]:
     return list(zoo_names())
 
 
-def _compile(spec: str, npu: str, pte: Path) -> str | None:
+def compile_once(spec: str, npu: str, pte: Path, platform: str = "corstone300") -> str | None:
+    """Compile `spec` for `npu` to `pte` unless it is there; the error line, or None."""
     if pte.exists():
         return None
     done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compile", spec,
-                           "--platform", "corstone300", "--npu", npu, "-o", str(pte)],
+                           "--platform", platform, "--npu", npu, "-o", str(pte)],
                           cwd=ROOT, capture_output=True, text=True)
     if done.returncode:
         lines = [line for line in (done.stdout + done.stderr).splitlines()
@@ -148,7 +149,7 @@ def main(argv=None) -> int:
         for name in zoo + users:
             spec = name if name in zoo else model_spec(name)
             pte = work / (f"{name}__{npu}.pte" if name in zoo else f"user_{name}__{npu}.pte")
-            failure = _compile(spec, npu, pte)
+            failure = compile_once(spec, npu, pte)
             if failure:
                 print(f"{name:<27} {npu:<14} compile {failure}")
                 continue

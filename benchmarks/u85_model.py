@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,22 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from npu_model import run_partition_row  # noqa: E402
+from npu_model import compile_once, run_partition_row  # noqa: E402
 
 NPUS = ("ethos-u85-128", "ethos-u85-256", "ethos-u85-512", "ethos-u85-2048")
-
-
-def _compile(model: str, npu: str, pte: Path) -> str | None:
-    if pte.exists():
-        return None
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compile", model,
-                           "--platform", "corstone320", "--npu", npu, "-o", str(pte)],
-                          cwd=ROOT, capture_output=True, text=True)
-    if done.returncode:
-        lines = [line for line in (done.stdout + done.stderr).splitlines()
-                 if line.startswith("orchestrate:")]
-        return f"exit {done.returncode}: {(lines[-1] if lines else '').strip()[:110]}"
-    return None
 
 
 def main(argv=None) -> int:
@@ -71,7 +57,7 @@ def main(argv=None) -> int:
                  "tosa": 0.0}
         for model in models:
             pte = work / f"{model}__{npu}.pte"
-            failure = _compile(model, npu, pte)
+            failure = compile_once(model, npu, pte, platform="corstone320")
             if failure:
                 print(f"{model:<18} {npu:<15} compile {failure}")
                 continue
