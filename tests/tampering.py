@@ -66,6 +66,15 @@ def replace_payload(pte: Path, old: bytes, new: bytes) -> None:
     path.write_text(json.dumps(manifest))
 
 
+def flip_weight_byte(pte: Path, position: int, mask: int = 0x01) -> None:
+    """XOR (in place) byte `position` of the first partition's weight data with `mask`."""
+    twin = load_twin(pte)
+    payload = payload_bytes(twin)
+    blob = bytearray(payload)
+    blob[payload.index(twin.partitions[0].payload.weight_bytes) + position] ^= mask
+    replace_payload(pte, payload, bytes(blob))
+
+
 def flip_used_weight_byte(pte: Path) -> None:
     """Change (in place) a weight byte the first partition's first operation reads."""
     twin = load_twin(pte)

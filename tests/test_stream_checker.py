@@ -23,8 +23,9 @@ from orchestrator.cli import main
 from orchestrator.verification.npu import NpuExecutor, NpuModelFault
 from orchestrator.verification.twin import load_twin
 from tests.device_tools import missing
-from tests.tampering import (check_firmware_refuses_on_the_device, copy_program, payload_bytes,
-                             replace_payload, verify_fails_on_every_method)
+from tests.tampering import (check_firmware_refuses_on_the_device, copy_program,
+                             flip_weight_byte, payload_bytes, replace_payload,
+                             verify_fails_on_every_method)
 
 PARTITION = "lowered_module_0"
 
@@ -152,12 +153,7 @@ def test_every_flipped_weight_byte_fails_whatever_the_inputs(ds_cnn, tmp_path):
 def test_a_flipped_weight_byte_fails_verify_on_every_method(ds_cnn, tmp_path, capsys, position):
     """The same through `verify` itself, the .pte rewritten (hashes too), for three of them."""
     pte = copy_program(ds_cnn, tmp_path)
-    twin = load_twin(pte)
-    payload = payload_bytes(twin)
-    weights = twin.partitions[0].payload.weight_bytes
-    blob = bytearray(payload)
-    blob[payload.index(weights) + position] ^= 0x01
-    replace_payload(pte, payload, bytes(blob))
+    flip_weight_byte(pte, position)
     code = main(["verify", str(pte), "--samples", "1", "--format", "json"])
     report = json.loads(capsys.readouterr().out)
     methods = {m["name"]: m for m in report["methods"]}

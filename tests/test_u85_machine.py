@@ -200,7 +200,7 @@ def test_verify_qemu_on_the_corstone_320_executes_the_u85_bytes(programs, tmp_pa
     naming the partition, whatever the samples exercise."""
     from tests.device_tools import qemu_or_missing
     from npu_driver.ethos_u.u85_checker import check_u85_stream
-    from tests.tampering import copy_program, payload_bytes, replace_payload
+    from tests.tampering import copy_program, flip_weight_byte
 
     qemu_or_missing()
     ds_cnn = programs["ds-cnn@u85-256"]
@@ -216,10 +216,7 @@ def test_verify_qemu_on_the_corstone_320_executes_the_u85_bytes(programs, tmp_pa
                                                    partition.scratch_bytes, None],
                              "ethos-u85-256", (2,))
     first = check.weights[0]  # the first convolution's weight stream, in region 0
-    payload = payload_bytes(twin)
-    blob = bytearray(payload)
-    blob[payload.index(partition.weight_bytes) + first.base + first.length // 2] ^= 0x40
-    replace_payload(pte, payload, bytes(blob))
+    flip_weight_byte(pte, first.base + first.length // 2, 0x40)
     assert main(["verify", str(pte), "--qemu", "--npu-model", "stream"]) == 4
     captured = capsys.readouterr()
     text = captured.out + captured.err

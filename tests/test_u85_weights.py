@@ -24,8 +24,7 @@ from npu_driver.ethos_u.u85_weights import (U85WeightLayout, decode_fwd, decode_
 from orchestrator.cli import main
 from orchestrator.verification.npu import NpuExecutor, NpuModelFault
 from orchestrator.verification.twin import load_twin
-from tests.tampering import (copy_program, payload_bytes, replace_payload,
-                             verify_fails_on_every_method)
+from tests.tampering import copy_program, flip_weight_byte, verify_fails_on_every_method
 
 PARTITION = "lowered_module_0"
 NPU = "ethos-u85-256"
@@ -168,12 +167,7 @@ def test_a_flipped_u85_weight_byte_fails_verify_on_every_method(ds_cnn, tmp_path
     the first convolution and in an FWD stream; the twin, the host runtime and the QEMU
     bridge all refuse it before the TOSA graph computes the partition."""
     pte = copy_program(ds_cnn, tmp_path)
-    twin = load_twin(pte)
-    payload = payload_bytes(twin)
-    weights = twin.partitions[0].payload.weight_bytes
-    blob = bytearray(payload)
-    blob[payload.index(weights) + position] ^= 0x01
-    replace_payload(pte, payload, bytes(blob))
+    flip_weight_byte(pte, position)
     verify_fails_on_every_method(pte, capsys, PARTITION,
                                  "weight data fails its check against the TOSA graph")
 
