@@ -214,12 +214,15 @@ def load(key: str):
 
         fixes = tuple(Workaround(*(str(part) for part in fix)) for fix in
                       json.loads((entry / "workarounds.json").read_text()))
-        programs = tuple(read_exported_program(entry / name, remedy)
-                         for name in ("float.pt2", "quantized.pt2"))
-        for program, name in zip(programs, ("float.pt2", "quantized.pt2")):
+        programs = []
+        for name in ("float.pt2", "quantized.pt2"):
             data = (entry / name).read_bytes()
-            if hashlib.sha256(data).hexdigest() == recorded.get(name):
-                remember(program, data)  # the artifacts reuse the entry's own bytes
+            if hashlib.sha256(data).hexdigest() != recorded.get(name):
+                _discard(entry, "its files changed since their SHA-256 was checked")
+                return None
+            program = read_exported_program(entry / name, remedy, data)
+            remember(program, data)  # the artifacts reuse the entry's own bytes
+            programs.append(program)
         return (*programs, fixes)
     except (UserError, OSError, ValueError, TypeError) as error:
         _discard(entry, f"it does not load: {str(error)[:120]}")

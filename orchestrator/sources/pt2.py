@@ -34,7 +34,8 @@ _OPERATOR_NAME = re.compile(
 
 
 
-def read_exported_program(path: Path, remedy: str) -> torch.export.ExportedProgram:
+def read_exported_program(path: Path, remedy: str,
+                          data: bytes | None = None) -> torch.export.ExportedProgram:
     """Load a saved ExportedProgram, refusing every part of it that could run code when loaded.
 
     `torch.export.load` unpickles parts of an archive with `torch.load(weights_only=False)` (the
@@ -51,7 +52,7 @@ def read_exported_program(path: Path, remedy: str) -> torch.export.ExportedProgr
     from torch.export.pt2_archive._package import load_pt2  # lazy: heavy (torch._dynamo, sympy)
 
     try:
-        data = path.read_bytes()
+        data = path.read_bytes() if data is None else data  # `data`: path's bytes, already read
     except OSError as exc:
         raise UserError(f"{path} cannot be read ({describe_error(exc)}); check the file") from exc
     _Pt2Check(path, data, remedy).run()
