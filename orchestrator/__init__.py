@@ -27,10 +27,17 @@ parses, calls one and prints what it returns:
 Errors are orchestrator.errors.OrchestrateError subclasses, each with the CLI's exit code.
 """
 
+import os as _os
+
+from kernels.cache_root import cache_root as _cache_root
 from orchestrator import numerics as _numerics
 
 # Before anything imports torch: the float kernels it picks decide calibration results.
 _numerics.pin()
+# torch makes its compile-cache folder (torchinductor_<user>) in the temporary folder as it
+# loads; under orchestrate's cache root instead, a compile leaves nothing in $TMPDIR, and one
+# stopped by a signal neither (the user's own TORCHINDUCTOR_CACHE_DIR is kept).
+_os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_cache_root() / "torchinductor"))
 
 from orchestrator.api import (  # noqa: E402,A004
     CompileResult, cache, calibrate, check_gates, compile, doctor, evaluate, fetch_sources,
