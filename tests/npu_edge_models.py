@@ -15,6 +15,10 @@ module and example inputs, seeded, so every compile of it is the same program:
   upscaling modes), and a global average pool.
 - `matmul_edges`: an activation-by-activation matmul (an int32 MUL then REDUCE_SUM), a channel
   sum, a mean, abs and hardswish.
+- `strided_edges`: a 4x4 convolution of stride 4 with padding 1 over a map whose size needs no
+  trimming (30x34): the U85 has no stride 4, so Vela computes it as 16 1x1 convolutions, each
+  reading the IFM stepped by 4, summed in accumulators kept between them, the padding in
+  stepped units.
 - `all_edges`: the four in one program, for a single compile.
 """
 
@@ -107,6 +111,15 @@ class MatmulEdges(nn.Module):
         return m, torch.abs(m) + F.hardswish(m), m.sum(dim=-1, keepdim=True), m.mean(dim=1)
 
 
+class StridedEdges(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c0 = nn.Conv2d(4, 8, 4, stride=4, padding=1)
+
+    def forward(self, x):
+        return F.relu(self.c0(x))
+
+
 class AllEdges(nn.Module):
     """The four above in one program (one compile for the test suite): five inputs, nine
     outputs."""
@@ -130,12 +143,13 @@ conv_edges = _seeded(ConvEdges, (1, 3, 15, 13))
 elementwise_edges = _seeded(ElementwiseEdges, (1, 8, 9, 7), (1, 8, 1, 7))
 resample_edges = _seeded(ResampleEdges, (1, 4, 10, 12))
 matmul_edges = _seeded(MatmulEdges, (1, 8, 16), (1, 16, 12))
+strided_edges = _seeded(StridedEdges, (1, 4, 30, 34))
 all_edges = _seeded(AllEdges, (1, 3, 15, 13), (1, 8, 9, 7), (1, 8, 1, 7), (1, 8, 16),
                     (1, 16, 12))
 
 EDGE_MODELS = {"conv_edges": conv_edges, "elementwise_edges": elementwise_edges,
                "resample_edges": resample_edges, "matmul_edges": matmul_edges,
-               "all_edges": all_edges}
+               "strided_edges": strided_edges, "all_edges": all_edges}
 
 
 def model_spec(name: str) -> str:

@@ -12,10 +12,11 @@ elementwise edge cases (int8 lookup tables loaded by DMA into the LUT memory, MI
 with operand scales, MUL, broadcasts, max/average/sum pooling) and matmul edge cases (weights
 read from IFM2, REDUCE_SUM, ABS, 32-bit chained OFMs, HCW transposes), the user family
 transposed_decoder on U85-256 (int32 accumulators loaded from IFM2 by pooling NONE and rescaled
-per channel, lookup tables), the
-mixed model on U85-256 (an OFM written transposed, CHW; and a partition whose convolutions keep
-their accumulators between operations, which the model refuses: that partition runs as its TOSA
-graph, and verify says so by name).
+per channel, lookup tables), tests/npu_edge_models.py's strided_edges on U85-256 (a stride-4
+convolution as 16 1x1 convolutions summed in accumulators kept between them, padding in stepped
+units), the mixed model on U85-256 (an OFM written transposed, CHW; and a partition whose
+stride-4 convolution Vela 5.1 decomposes without its top/left padding: the model executes what
+the registers say, which is not the TOSA graph, and verify --npu-model both says so by name).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ PROGRAMS = {"ds-cnn@u85-256": ("ds-cnn", "ethos-u85-256"),
             "transposed-decoder@u85-256": (user_model_spec("transposed_decoder"),
                                            "ethos-u85-256"),
             "resnet8@u85-2048": ("resnet8", "ethos-u85-2048"),
+            "strided-edges@u85-256": (model_spec("strided_edges"), "ethos-u85-256"),
             "mixed@u85-256": ("mixed", "ethos-u85-256")}
 
 
@@ -121,17 +123,70 @@ def test_a_transposed_u85_ofm_equals_tosa(programs):
     assert counters.operations["transpose.CHW"] == 1
 
 
-def test_kept_accumulators_are_refused_naming_command_and_word(programs):
+def test_a_stride_4_convolution_summed_in_kept_accumulators_equals_tosa(programs):
+    """Vela gives the U85 a stride-4 convolution as 16 1x1 convolutions (one per kernel
+    position, each reading the IFM stepped by 4 through its stride registers), the first 15
+    with ACC_FORMAT acc_output DISABLE (no OFM written), the rest with acc_input KEEP; the
+    padding is in stepped units (PAD_TOP 1 with the IFM starting 3 rows in)."""
+    (partition,) = load_twin(programs["strided-edges@u85-256"]).partitions
+    counters = _exact(partition, "ethos-u85-256")
+    assert counters.operations["conv"] == 16 and counters.operations["accumulators kept"] == 15
+    assert counters.macs == 8 * 9 * 8 * 4 * 16
+
+
+def _without_strided_padding(tosa_bytes: bytes) -> bytes:
+    """The mixed partition's TOSA graph with its stride-4 convolution's padding removed and
+    the SLICE before it (ExecuTorch trims the 32x32 map to 31x31 so that the padded size is a
+    whole number of strides) widened back to 32x32: the convolution the Vela 5.1 stream
+    computes."""
+    import struct
+
+    from tosa.Conv2dAttribute import Conv2dAttribute
+    from tosa.Op import Op
+    from npu_driver.tosa_twin import main_block
+
+    data = bytearray(tosa_bytes)
+    block = main_block(tosa_bytes)
+    ops = [block.Operators(i) for i in range(block.OperatorsLength())]
+    tensors = {block.Tensors(i).Name(): block.Tensors(i) for i in range(block.TensorsLength())}
+    shapes = {block.Shapes(i).Name(): block.Shapes(i) for i in range(block.ShapesLength())}
+    conv, attribute = next((o, a) for o in ops if o.Op() == Op.CONV2D for a in [
+        Conv2dAttribute()] if not a.Init(o.Attribute().Bytes, o.Attribute().Pos) and list(
+            a.StrideAsNumpy()) == [4, 4])
+    sliced = conv.Inputs(0)
+    trim = next(o for o in ops if o.Op() == Op.SLICE and o.Outputs(0) == sliced)
+    full = list(tensors[trim.Inputs(0)].ShapeAsNumpy())
+    pad = attribute._tab.Vector(attribute._tab.Offset(4))
+    assert struct.unpack_from("<4i", data, pad) == (1, 0, 1, 0)  # top, bottom, left, right
+    struct.pack_into("<4i", data, pad, 0, 0, 0, 0)
+    size = shapes[trim.Inputs(2)]
+    struct.pack_into("<4q", data, size._tab.Vector(size._tab.Offset(8)), *full)
+    shape = tensors[sliced]
+    struct.pack_into("<4i", data, shape._tab.Vector(shape._tab.Offset(6)), *full)
+    return bytes(data)
+
+
+def test_the_mixed_models_stream_computes_its_strided_convolution_without_padding(programs):
+    """The mixed model's 4x4 stride-4 pad-1 convolution on U85-256: ExecuTorch trims its 32x32
+    IFM to 31x31 by a SLICE, which regor moves into the convolution's IFM slice; its stride
+    decomposition (scheduler_decompose.cpp DecomposeConv2D) then finds the slice offset set
+    and never makes it -padding, so the 16 accumulating 1x1 convolutions read rows and columns
+    4i + k with PAD_* 0 where the graph reads 4i + k - 1. The model executes what the
+    registers say (the NPU has no other padding): its bytes are the TOSA graph's with that
+    convolution unpadded over the untrimmed map, and differ from the graph Vela was given."""
     partition = load_twin(programs["mixed@u85-256"]).partitions[0]
-    commands = parse_u85_payload(partition.payload.cmd_bytes).command_streams[0]
-    kept = next(c for c in commands if c.name == "NPU_OP_CONV" and fields(
-        [s for s in commands if s.name == "NPU_SET_ACC_FORMAT" and s.offset < c.offset][-1])[
-            "acc_output"])
-    with pytest.raises(UnmodelledCommand,
-                       match=f"^NPU_OP_CONV at word {kept.offset}: ACC_FORMAT acc_input RESET "
-                             "/ acc_output DISABLE"):
-        run_partition(partition.payload, _inputs(partition, np.random.default_rng(0)),
-                      "ethos-u85-256")
+    unpadded = _without_strided_padding(partition.tosa_bytes)
+    rng = np.random.default_rng(5)
+    for _ in range(SAMPLES):
+        arrays = _inputs(partition, rng)
+        got, counters = run_partition(partition.payload, arrays, "ethos-u85-256")
+        assert got[0] == run_tosa(unpadded, partition.io, arrays)[0].tobytes()
+        differ = np.frombuffer(got[0], np.int8) != run_tosa(
+            partition.tosa_bytes, partition.io, arrays)[0].reshape(-1)
+        assert differ.sum() > 900
+    assert counters.operations["accumulators kept"] == 15
+    assert {"elementwise.cmp_gt", "elementwise.and", "elementwise.and_not",
+            "elementwise.or"} <= set(counters.operations)
 
 
 def test_an_unmodelled_pooling_mode_is_refused_naming_command_and_word(programs):
@@ -158,13 +213,40 @@ def test_verify_runs_u85_partitions_from_their_command_streams(programs, capsys)
     assert "not executed" not in out
 
 
-def test_verify_names_the_u85_partition_left_to_the_tosa_graph(programs, capsys):
+def test_verify_fails_the_mixed_models_miscompiled_u85_partition_naming_it(programs, capsys):
+    """The partition above through verify: TOSA alone passes it, executing its bytes shows the
+    device would compute something else."""
     assert main(["verify", str(programs["mixed@u85-256"]), "--runtime", "twin",
-                 "--npu-model", "stream", "--samples", "2"]) == 0
+                 "--npu-model", "tosa", "--samples", "1"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(programs["mixed@u85-256"]), "--runtime", "twin",
+                 "--npu-model", "both", "--samples", "1"]) == 4
+    out = capsys.readouterr()
+    assert ("EthosUBackend lowered_module_0): output 0 of the command stream differs from the "
+            "TOSA graph's") in out.out + out.err
+    assert "does not compute the graph it was given" in out.out + out.err
+
+
+def test_verify_names_the_u85_partition_left_to_the_tosa_graph(programs, tmp_path, capsys):
+    """DS-CNN's pooling turned into MIN (hashes rewritten), which the model does not execute:
+    verify --npu-model stream computes that partition from its TOSA graph and says why."""
+    from tests.tampering import copy_program, payload_bytes, replace_payload
+
+    pte = copy_program(programs["ds-cnn@u85-256"], tmp_path)
+    twin = load_twin(pte)
+    payload = payload_bytes(twin)
+    cmd = twin.partitions[0].payload.cmd_bytes
+    pool = next(c for c in parse_u85_payload(cmd).command_streams[0] if c.name == "NPU_OP_POOL")
+    blob = bytearray(payload)
+    at = payload.index(cmd) + 4 * pool.offset + 2
+    blob[at:at + 2] = (5).to_bytes(2, "little")  # pooling_mode MIN
+    replace_payload(pte, payload, bytes(blob))
+    assert main(["verify", str(pte), "--runtime", "twin", "--npu-model", "stream",
+                 "--samples", "1"]) == 0
     out = capsys.readouterr().out
-    assert ("lowered_module_0: command stream not executed (NPU_OP_CONV at word "
-            in out and "computed from its TOSA graph by the TOSA reference model" in out)
-    assert "lowered_module_1: 84 commands" in out
+    assert (f"lowered_module_0: command stream not executed (NPU_OP_POOL at word {pool.offset}"
+            f": pooling mode MIN is not modelled" in out)
+    assert "computed from its TOSA graph by the TOSA reference model" in out
 
 
 def test_a_tampered_u85_command_fails_verify_once_the_stream_runs(programs, tmp_path, capsys):

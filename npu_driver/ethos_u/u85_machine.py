@@ -32,24 +32,39 @@ What differs from the U55/U65 and is modelled here, as Vela 5.1's U85 generator 
 - a transposed OFM is written in the transposed order its tile and stride registers describe;
 - 8-bit lookup tables (LUT_S8_S8, LUT_U8_U8): 256 entries at 256 x `table` in the 2048-byte
   LUT memory, loaded by a 1-D DMA of region_mode INTERNAL (regor's LUT DMAs), indexed by the
-  output value saturated to 8 bits.
+  output value saturated to 8 bits;
+- accumulators kept between convolutions (ACC_FORMAT acc_output DISABLE, OFM storage NONE,
+  then acc_input KEEP): regor's DecomposeForStrides gives a stride the NPU lacks (4 and up) as
+  one 1x1 convolution per kernel position, each reading the IFM stepped by the stride through
+  its stride registers, with IFM_PAD_* in stepped units (CalculateStripePadding);
+- comparisons CMP_EQ/NE/GE/GT (operands scaled as ADD's; true is all ones, regor's internal
+  bool) and bitwise AND, OR, XOR, AND_NOT (IFM & ~IFM2), NOT, with zero points 0 and unit
+  scales (regor's SELECT: OR(AND(a, mask), AND_NOT(b, mask))).
+
+The registers are executed as they read, also where Vela 5.1 fills them wrongly: the mixed
+model's 4x4 stride-4 pad-1 convolution follows a SLICE (ExecuTorch trims 32x32 to 31x31) that
+regor moves into the convolution's IFM slice; DecomposeConv2D's `ifmSlice.Initialize(-padding)`
+then keeps the slice's offset 0, so the 16 accumulating 1x1 convolutions read rows and columns
+4i + k with PAD_* 0 instead of 4i + k - 1: the stream computes the convolution unpadded over the
+untrimmed map, and differs from the TOSA graph (tests/test_u85_machine.py shows it equals the
+graph with that padding removed).
 
 Executed bit-exact against the TOSA reference model (tests/test_u85_machine.py,
 benchmarks/u85_model.py): all of the above, on the zoo on U85-128/256/512/2048 and the edge-case
-models of tests/npu_edge_models.py (conv_edges, elementwise_edges, matmul_edges) and user
+models of tests/npu_edge_models.py (conv_edges, elementwise_edges, matmul_edges,
+strided_edges) and user
 families (examples/user_models.py: 13 of the 14 surveyed) on U85-256. Implemented from
 the register definitions but exercised by no stream here: TRUNCATE_TO_ZERO rounding, I48
 accumulators, LUT_U8_U8.
 
 Refused as not modelled (each by command and word offset): NPU_OP_RESIZE, NPU_OP_BRANCH,
-NPU_OP_IRQ; DMA other than a LUT load; kept accumulators (ACC_FORMAT acc_input KEEP,
-acc_output DISABLE, OFM storage NONE: the mixed model's stride-4 convolution, which Vela
-decomposes into 16 1x1 convolutions summed in kept accumulators), accumulators from IFM2
-other than pooling NONE's, TILE3X1 storage, reversed OFMs; table lookups other than 8-bit
+NPU_OP_IRQ; DMA other than a LUT load; accumulators kept by an operation other than a
+convolution, or kept and then not of the next OFM's shape; accumulators from IFM2 other than
+pooling NONE's, TILE3X1 storage, reversed OFMs; table lookups other than 8-bit
 (int16 tables, TANH, SIGMOID); rounding modes other than NATURAL and TRUNCATE_TO_ZERO where a
 shift is not 0, and double rounding (`dbl_rnd` not 0); pooling MIN and ARGMAX; elementwise
-modes other than ADD, SUB, MUL, MIN, MAX, ABS (CMP_*, shifts, logic, DIV, ...); IFM
-upscaling; an accumulator beyond its width.
+LRELU, CLZ, SHR, SHL, LSR, DIV; comparisons or bitwise operations with other zero points or
+scales; IFM upscaling; an accumulator beyond its width.
 """
 
 from __future__ import annotations
@@ -92,6 +107,9 @@ _ACC_OUTPUT = _names("acc_output")
 _UPSCALE = _names("ifm_upscale_mode")
 _MICROBLOCK = _names("microblock")
 _SCALAR = _ENUMS["broadcast_mode"]["SCALAR"]
+_COMPARE = {"CMP_EQ": np.equal, "CMP_NE": np.not_equal, "CMP_GE": np.greater_equal,
+            "CMP_GT": np.greater}
+_BITWISE = ("AND", "OR", "XOR", "AND_NOT", "NOT")
 # round_mode_ofm / round_mode_ifm members the model executes, as arith's rounding modes:
 # NATURAL rounds half up (TOSA RESCALE SINGLE_ROUND), TRUNCATE_TO_ZERO rounds towards zero.
 _ROUNDING = {"NATURAL": arith.ROUND_NATURAL, "TRUNCATE_TO_ZERO": arith.ROUND_TRUNCATE}
@@ -112,6 +130,9 @@ class U85Machine:
             self.weight_reads[read.offset].append(read)
         self.scale_reads = {read.offset: read for read in check.scales}
         self.chain: dict[int, np.ndarray] = {}  # chaining buffer -> the OFM values it holds
+        # accumulators a convolution with acc_output DISABLE left for the next one (acc_input
+        # KEEP): (values, the bias of its scale records)
+        self.kept: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- registers ---------------------------------------------------------------------------
 
@@ -299,16 +320,26 @@ class U85Machine:
 
     # -- accumulator and output stage --------------------------------------------------------
 
-    def _accumulator(self, op: Command) -> int:
-        """ACC_FORMAT: the accumulator's width in bits; refuses kept or IFM2-loaded
-        accumulators and a disabled output (chained operations)."""
+    def _accumulator(self, op: Command, keeps: bool = False) -> int:
+        """ACC_FORMAT: the accumulator's width in bits. Accumulators kept between operations
+        (acc_input KEEP, acc_output DISABLE) only where `keeps` (convolutions); elsewhere, and
+        with accumulators kept by the operation before, refused."""
         acc = fields(self.reg("NPU_SET_ACC_FORMAT", op))
         source = _ACC_INPUT.get(acc["acc_input"], "reserved")
         output = _ACC_OUTPUT.get(acc["acc_output"], "reserved")
-        if source != "RESET" or output != "ENABLE":
+        if (source, output) != ("RESET", "ENABLE") and not (
+                keeps and source in ("RESET", "KEEP") and output in ("ENABLE", "DISABLE")):
             raise self._refuse(op, f"ACC_FORMAT acc_input {source} / acc_output {output} "
-                                   "(accumulators kept between operations)")
+                                   f"on {op.name}")
+        if not keeps and self.kept is not None:
+            raise self._refuse(op, f"{op.name} after an operation that kept its accumulators")
         return 48 if acc["acc_format"] else 32
+
+    def _acc_mode(self, op: Command) -> tuple[bool, bool]:
+        """(acc_input KEEP, acc_output DISABLE) of ACC_FORMAT."""
+        acc = fields(self.reg("NPU_SET_ACC_FORMAT", op))
+        return (_ACC_INPUT.get(acc["acc_input"]) == "KEEP",
+                _ACC_OUTPUT.get(acc["acc_output"]) == "DISABLE")
 
     def _check_accumulator(self, acc: np.ndarray, bits: int, op: Command) -> None:
         if acc.size and (int(acc.max()) >= 1 << (bits - 1) or int(acc.min()) < -(1 << (bits - 1))):
@@ -425,8 +456,9 @@ class U85Machine:
         self._convolution(op, depthwise=True)
 
     def _convolution(self, op: Command, depthwise: bool, weights_ifm2: bool = False) -> None:
-        bits = self._accumulator(op)
-        ofm = self._fm("OFM", op)
+        bits = self._accumulator(op, keeps=True)
+        keep_input, keep_output = self._acc_mode(op)
+        ofm = None if keep_output else self._fm("OFM", op)
         ofm_shape = oh, ow, oc = self._ofm_shape(op)
         kernel = self._kernel(op)
         kh, kw = kernel[:2]
@@ -448,14 +480,49 @@ class U85Machine:
             else:
                 acc += window @ fweights[:, ky, kx, :].T
         acc = acc.astype(np.int64)
+        acc = self._keep(op, acc, keep_input, keep_output)
         self._check_accumulator(acc, bits, op)
-        out = self._output(self._scale_output(acc, op, oc), ofm, op)
-        self._write_ofm(ofm, out, op)
+        if not keep_output:
+            out = self._output(self._scale_output(acc, op, oc), ofm, op)
+            self._write_ofm(ofm, out, op)
         kind = "depthwise" if depthwise else "conv"
         macs = oh * ow * oc * kh * kw * (1 if depthwise else ifm_depth)
         self.counters.operations[kind] += 1
         self.counters.macs += macs
         self.counters.macs_by_kind[kind] += macs
+
+    def _keep(self, op: Command, acc: np.ndarray, keep_input: bool,
+              keep_output: bool) -> np.ndarray:
+        """Accumulators kept between convolutions (regor's DecomposeForStrides: a convolution
+        of a stride the NPU lacks as one 1x1 convolution per kernel position, each reading
+        the IFM stepped by the stride, summed in the accumulators): acc_input KEEP adds the
+        accumulators the operation before left (of this OFM's shape), acc_output DISABLE
+        leaves them for the next one and writes no OFM (its storage NONE). Every step's scale
+        records carry the whole convolution's bias, which the output stage adds once, at the
+        step that enables the output; steps whose biases differ are refused, as it would be
+        open which one the NPU adds."""
+        kept, self.kept = self.kept, None  # acc_input RESET discards them
+        if not (keep_input or keep_output):
+            return acc
+        if self._global_scale(op):
+            bias = np.zeros(acc.shape[2], dtype=np.int64)
+        else:
+            bias = self._scale_records(op, acc.shape[2])[0]
+        if keep_input:
+            if kept is None or kept[0].shape != acc.shape:
+                raise self._refuse(op, "acc_input KEEP without accumulators of the OFM's "
+                                       "shape kept by the operation before")
+            if not np.array_equal(kept[1], bias):
+                raise self._refuse(op, "kept accumulators whose steps' scale records carry "
+                                       "different biases")
+            acc = acc + kept[0]
+        if keep_output:
+            if self._storage("OFM", op) != "NONE":
+                raise self._refuse(op, f"acc_output DISABLE with OFM storage "
+                                       f"{self._storage('OFM', op)}")
+            self.kept = (acc, bias)
+            self.counters.operations["accumulators kept"] += 1
+        return acc
 
     def _ifm2_weights(self, op: Command, oc: int, ic: int, kernel) -> np.ndarray:
         """Weights read from IFM2 (a matrix product: regor's dynamic weights, a global
@@ -589,14 +656,24 @@ class U85Machine:
 
     def _op_elementwise(self, op: Command) -> None:
         mode = _ELEMENTWISE.get(fields(op)["elementwise_mode"], "reserved")
-        if mode not in ("ADD", "SUB", "MUL", "MIN", "MAX", "ABS"):
+        if mode not in ("ADD", "SUB", "MUL", "MIN", "MAX", "ABS", *_COMPARE, *_BITWISE):
             raise self._refuse(op, f"elementwise mode {mode}")
         bits = self._accumulator(op)
         ofm = self._fm("OFM", op)
         shape = self._ofm_shape(op)
         a = self._operand("IFM", op, shape)
-        b = None if mode == "ABS" else self._operand("IFM2", op, shape)
-        if mode == "ABS":
+        b = None if mode in ("ABS", "NOT") else self._operand("IFM2", op, shape)
+        if mode in _BITWISE:
+            result = self._bitwise(mode, a, b, op)
+        elif mode in _COMPARE:
+            # each operand scaled as ADD's are, then compared: true is all ones (-1), false 0,
+            # regor's internal bool (ConvertBool8Tensors: "-1 (true) and 0 (false)"), the mask
+            # its SELECT (AND / AND_NOT / OR of the two choices) takes
+            a = self._operand_scale("NPU_SET_IFM_SCALE", a, op)
+            b = self._operand_scale("NPU_SET_IFM2_SCALE", b, op)
+            result = np.where(_COMPARE[mode](a, b), -1, 0)
+            self._unit_output(mode, op)
+        elif mode == "ABS":
             # |IFM - zero point|, then OFM_SCALE (regor's Abs: the rescale in OFM_SCALE, the
             # operand scale unit)
             if "NPU_SET_IFM_SCALE" in self.regs and self._scale_pair(
@@ -626,6 +703,34 @@ class U85Machine:
                                               shape[2]), ofm, op)
         self._write_ofm(ofm, out, op)
         self.counters.operations[f"elementwise.{mode.lower()}"] += 1
+
+    def _bitwise(self, mode: str, a, b, op: Command) -> np.ndarray:
+        """AND, OR, XOR, AND_NOT (IFM & ~IFM2: regor's SELECT takes its false choice as IFM
+        and the mask as IFM2), NOT (~IFM) on the operands' two's-complement bits. Vela writes
+        them with zero points 0 and unit scales; another zero point or scale would have to be
+        applied somewhere the model does not know, so it is refused."""
+        for name in ("IFM",) if b is None else ("IFM", "IFM2"):
+            if self.param(f"NPU_SET_{name}_ZERO_POINT", op):
+                raise self._refuse(op, f"elementwise {mode} with a non-zero {name} zero point")
+            scale = f"NPU_SET_{name}_SCALE"
+            if scale in self.regs and self._scale_pair(scale, op) != (1, 0):
+                raise self._refuse(op, f"elementwise {mode} with {scale} "
+                                       f"{self._scale_pair(scale, op)}")
+        self._unit_output(mode, op)
+        a = np.asarray(a, dtype=np.int64)
+        if mode == "NOT":
+            return ~a
+        b = np.asarray(b, dtype=np.int64)
+        return {"AND": a & b, "OR": a | b, "XOR": a ^ b, "AND_NOT": a & ~b}[mode]
+
+    def _unit_output(self, mode: str, op: Command) -> None:
+        """A comparison's or bitwise operation's result goes out unscaled: Vela writes a unit
+        OFM_SCALE and OFM zero point 0 for them."""
+        if self._scale_pair("NPU_SET_OFM_SCALE", op) != (1, 0) or self.param(
+                "NPU_SET_OFM_ZERO_POINT", op):
+            raise self._refuse(op, f"elementwise {mode} with OFM_SCALE "
+                                   f"{self._scale_pair('NPU_SET_OFM_SCALE', op)} or a non-zero "
+                                   "OFM zero point")
 
     def _operand_scale(self, name: str, values: np.ndarray, op: Command) -> np.ndarray:
         """An ADD/SUB operand times its IFM(2)_SCALE scale / 2**shift, rounded as the
