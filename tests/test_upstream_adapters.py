@@ -36,6 +36,10 @@ def test_exir_adapter_contract():
     assert contract["serialize_pte_binary"][:2] == ["pte_file", "extract_delegate_segments"]
     # provenance_shared: what it makes cheap is still there to make cheap
     assert contract["NodeSource deep-copies from_node"] is True
+    # idle_decompositions_skipped: the method it wraps and upstream's test it skips by
+    assert contract["run_decompositions"][:3] == ["self", "decomp_table",
+                                                  "decompose_custom_triton_ops"]
+    assert contract["contains_any_call_fn_target_op"] == ["graph_module", "ops"]
 
 
 def test_tag_module_wrapper_forwards_the_tag_iterator():
@@ -323,3 +327,66 @@ def test_the_reason_capture_runs_under_cprofile_and_leaves_it_profiling(pools_ed
     assert still_profiling
     assert {d.aten_op for d in decisions.values()} >= {"aten.max_pool2d.default",
                                                        "aten.avg_pool2d.default"}
+
+
+def _conv_relu_program():
+    import torch
+    from torch import nn
+
+    module = nn.Sequential(nn.Conv2d(2, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16, 3)).eval()
+    return torch.export.export(module, (torch.rand(1, 2, 4, 4),), strict=False)
+
+
+def _targets(program) -> list[str]:
+    return sorted(str(n.target) for n in program.graph.nodes if n.op == "call_function")
+
+
+def test_a_retrace_that_decomposes_nothing_is_skipped_and_one_that_would_is_not():
+    """Upstream's to_edge_transform_and_lower re-traces a functional program with its default
+    table when a filtering partitioner (Ethos-U) is given, even when nothing in the graph is in
+    the table: the re-trace gives the same operators. Inside idle_decompositions_skipped such a
+    call returns the program; a program holding a table target or a CompositeImplicitAutograd
+    operator (aten.conv2d, aten.linear), or one not made by a run_decompositions inside, is
+    decomposed as before."""
+    from executorch.exir.program._program import _default_decomposition_table
+
+    from orchestrator.compilation import upstream_exir
+
+    exported = _conv_relu_program()
+    # upstream's behaviour, outside: the second re-trace of the decomposed program changes nothing
+    decomposed = exported.run_decompositions(_default_decomposition_table())
+    again = decomposed.run_decompositions(_default_decomposition_table())
+    assert again is not decomposed and _targets(again) == _targets(decomposed)
+    assert "aten.convolution.default" in _targets(decomposed)
+
+    record: list[str] = []
+    with upstream_exir.idle_decompositions_skipped(record):
+        functional = exported.run_decompositions({})
+        # aten.conv2d and aten.linear are CompositeImplicitAutograd: a re-trace decomposes them
+        assert {"aten.conv2d.default", "aten.linear.default"} <= set(_targets(functional))
+        table_run = functional.run_decompositions(_default_decomposition_table())
+        assert "aten.convolution.default" in _targets(table_run)
+        idle = table_run.run_decompositions(_default_decomposition_table())
+        # made outside the context: never skipped
+        outside = decomposed.run_decompositions(_default_decomposition_table())
+    assert record == ["ran", "ran", "skipped", "ran"]
+    assert idle is table_run and _targets(outside) == _targets(decomposed)
+    # restored on exit
+    after = table_run.run_decompositions(_default_decomposition_table())
+    assert after is not table_run and record == ["ran", "ran", "skipped", "ran"]
+
+
+def test_a_table_target_in_the_graph_is_still_decomposed():
+    import torch
+
+    from orchestrator.compilation import upstream_exir
+
+    record: list[str] = []
+    with upstream_exir.idle_decompositions_skipped(record):
+        functional = _conv_relu_program().run_decompositions({})
+        relu = torch.ops.aten.relu.default
+        table = {relu: lambda x: torch.clamp(x, min=0)}
+        decomposed = functional.run_decompositions(table)
+    assert record == ["ran", "ran"]
+    assert "aten.relu.default" not in _targets(decomposed)
+    assert "aten.clamp.default" in _targets(decomposed)

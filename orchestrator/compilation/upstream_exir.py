@@ -12,6 +12,9 @@
   it was.
 - `torch.fx.traceback.NodeSource` (torch's node provenance, `node.meta["from_node"]`), copied
   by reference while a compile runs (`provenance_shared`).
+- `torch.export.ExportedProgram.run_decompositions`, wrapped while a program is lowered to the
+  NPU so that a call with nothing to decompose is not a retrace (`idle_decompositions_skipped`),
+  by `executorch.exir.graph_module.contains_any_call_fn_target_op`, upstream's own test.
 
 `tests/test_upstream_adapters.py` checks these names and signatures without compiling.
 """
@@ -83,6 +86,72 @@ def _same_node_source(node_source, memo):
     return node_source
 
 
+@contextlib.contextmanager
+def idle_decompositions_skipped(record: list | None = None) -> Iterator[None]:
+    """Inside: `run_decompositions(table)` on a program that an earlier `run_decompositions`
+    inside made, whose graph calls no operator of `table`, returns that program as it is.
+
+    `to_edge_transform_and_lower` functionalizes the program (`run_decompositions({})`) and then,
+    for a partitioner that filters the operators it keeps (the Ethos-U partitioner does), runs
+    two more `run_decompositions` with upstream's default table. Each is a full re-trace under
+    fake tensors. Upstream skips the same call on its other path when the graph holds none of the
+    table's targets (its comment: the first call has already functionalized the graph, so "it is
+    safe to skip when none of those targets occur in the graph"); a quantized program usually
+    holds none, so on this path the two re-traces change nothing (a 25-step GRU on the U55-128:
+    2,144 nodes in and out, 2.7 + 3.2 s). The test is upstream's own
+    (`contains_any_call_fn_target_op`, which looks into control-flow subgraphs too); a graph
+    with any target of the table, or any operator with a CompositeImplicitAutograd kernel, is
+    decomposed as before. `record` gets one entry per call:
+    "skipped" or "ran". Process-global while inside, like `provenance_shared`."""
+    require("torch", SUPPORTED_TORCH, "orchestrator/compilation/upstream_exir.py")
+    from executorch.exir.graph_module import (  # lazy: heavy (torch, executorch)
+        contains_any_call_fn_target_op)
+    from torch.export import ExportedProgram  # lazy: heavy (torch)
+
+    original = ExportedProgram.__dict__["run_decompositions"]
+    made: list = []  # programs a run_decompositions inside returned (kept alive: compared by id)
+
+    def run_decompositions(program, decomp_table=None, *args, **kwargs):
+        idle = (decomp_table is not None and not args and not kwargs
+                and any(program is seen for seen in made)
+                and not contains_any_call_fn_target_op(program.graph_module, decomp_table)
+                and not _calls_composite_implicit(program.graph_module))
+        if record is not None:
+            record.append("skipped" if idle else "ran")
+        if idle:
+            return program
+        result = original(program, decomp_table, *args, **kwargs)
+        made.append(result)
+        return result
+
+    ExportedProgram.run_decompositions = run_decompositions
+    try:
+        yield
+    finally:
+        ExportedProgram.run_decompositions = original
+
+
+def _calls_composite_implicit(graph_module) -> bool:
+    """Whether the graph (or a control-flow subgraph) calls an operator with a
+    CompositeImplicitAutograd kernel: a re-trace may decompose one whatever the table says
+    (a quantized DS-CNN's `aten.conv2d`, absent from the table, comes back as
+    `aten.convolution`), so a program holding one is never skipped."""
+    import torch  # lazy: heavy (torch)
+
+    stack = [graph_module]
+    while stack:
+        module = stack.pop()
+        stack.extend(child for child in module.children()
+                     if isinstance(child, torch.fx.GraphModule))
+        for node in module.graph.nodes:
+            op = getattr(node.target, "_op", node.target)
+            if (node.op == "call_function" and isinstance(op, torch._ops.OpOverload)
+                    and torch._C._dispatch_has_kernel_for_dispatch_key(
+                        op.name(), "CompositeImplicitAutograd")):
+                return True
+    return False
+
+
 def read_pte(pte_bytes: bytes):
     """The PTEFile of a `.pte`: its Program (constants back in `constant_buffer`, delegate
     payloads inline) and its mutable/named data segments."""
@@ -105,6 +174,9 @@ def write_pte(pte_file) -> bytes:
 def contract() -> dict[str, object]:
     from executorch.exir import EdgeProgramManager  # lazy: heavy (torch, executorch)
     from executorch.exir._serialize import _program  # lazy: heavy (torch, executorch)
+    from executorch.exir.graph_module import (  # lazy: heavy (torch, executorch)
+        contains_any_call_fn_target_op)
+    from torch.export import ExportedProgram  # lazy: heavy (torch)
     from torch.fx.traceback import NodeSource  # lazy: heavy (torch)
 
     return {
@@ -114,4 +186,7 @@ def contract() -> dict[str, object]:
         "_config_methods": "_config_methods" in EdgeProgramManager.__init__.__code__.co_names,
         # provenance_shared: NodeSource deep-copies its predecessor's chain in __init__
         "NodeSource deep-copies from_node": "deepcopy" in inspect.getsource(NodeSource.__init__),
+        "run_decompositions": list(inspect.signature(ExportedProgram.run_decompositions).parameters),
+        "contains_any_call_fn_target_op": list(
+            inspect.signature(contains_any_call_fn_target_op).parameters),
     }
