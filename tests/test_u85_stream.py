@@ -13,7 +13,8 @@ import pytest
 
 from npu_driver.ethos_u import FAST_SCRATCH_REGION, SCRATCH_REGION, StreamRefused
 from npu_driver.ethos_u.errors import CommandStreamError
-from npu_driver.ethos_u.u85_checker import check_u85_stream, disassemble_u85, parse_u85_payload
+from npu_driver.ethos_u.u85_checker import (U85_ACCELERATORS, U85Checker, check_u85_stream,
+                                            disassemble_u85, parse_u85_payload)
 from npu_driver.ethos_u.u85_commands import U85_OPCODES, fields, table, table_from_header
 from orchestrator.verification.npu import NpuExecutor
 from orchestrator.verification.twin import load_twin
@@ -192,3 +193,42 @@ def test_a_check_firmware_runs_the_u85_stream_check_on_the_device(ds_cnn, tmp_pa
     asked to compute the invocation."""
     pte, conv = _past_the_scratch(ds_cnn, tmp_path / "tampered", "base")
     check_firmware_refuses_on_the_device(ds_cnn, pte, conv, tmp_path / "fw")
+
+
+def test_weights_from_ifm2_are_bounded_as_ofm_depth_by_ifm_depth(compiles):
+    """A matmul's weights read from IFM2 (matmul_edges on U85-256: [8, 16] x [16, 12]) are a
+    1 x OFM depth x IFM depth map, 12 x 16 here (regor's RewriteMatmul transposes the operand
+    so; the model reads it so, bit-exact): with IFM2_BASE0 moved so that the map's last byte
+    is the scratch's last, the stream is accepted, and one byte further it is refused naming
+    the convolution. The transposed 16 x 12 bound lets that one through: its 12 channels end
+    4 bytes short in each brick, and its columns 12-15 lie past WIDTH0, in tile 1."""
+    from tests.npu_edge_models import model_spec
+
+    pte = compiles.get(model_spec("matmul_edges"), platform="corstone320", npu=NPU,
+                       write=True)[1]
+    payload = load_twin(pte).partitions[0].payload
+    commands = parse_u85_payload(payload.cmd_bytes).command_streams[0]
+    conv = next(c for c in commands if c.name == "NPU_OP_CONV" and fields(c)["weights_ifm2"])
+    base = [c for c in commands if c.name == "NPU_SET_IFM2_BASE0" and c.offset < conv.offset][-1]
+    registers = {c.name: fields(c) for c in commands if c.offset < conv.offset}
+    assert registers["NPU_SET_IFM2_WIDTH0_M1"]["width_m1"] + 1 == 12  # the OFM depth
+    assert registers["NPU_SET_IFM_DEPTH_M1"]["depth_m1"] + 1 == 16
+    extent = 11 * 16 + 16  # NHCWB16, STRIDE_X 16: x 0..11, channels 0..15 in one brick
+
+    def with_base(address: int) -> bytes:
+        blob = bytearray(payload.cmd_bytes)
+        blob[4 * (base.offset + 1):4 * (base.offset + 2)] = address.to_bytes(4, "little")
+        return bytes(blob)
+
+    def check(cmd: bytes):
+        # as the U85 model checks before it runs (its LUT loads bounded in the LUT memory)
+        checker = U85Checker(U85_ACCELERATORS[NPU], _regions(payload), {FAST_SCRATCH_REGION})
+        checker.lut_loads = True
+        return checker.run(cmd)
+
+    assert registers["NPU_SET_IFM2_STRIDE_X"]["addr_lo"] == 16
+    check(with_base(payload.scratch_bytes - extent))
+    with pytest.raises(StreamRefused, match=f"^NPU_OP_CONV at word {conv.offset}: IFM2 reaches "
+                                            f"bytes {payload.scratch_bytes - extent + 1}\\.\\."
+                                            f"{payload.scratch_bytes} of region 1"):
+        check(with_base(payload.scratch_bytes - extent + 1))

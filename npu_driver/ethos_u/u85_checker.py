@@ -17,10 +17,11 @@ and weight/scale extents) and changes what the U85 does differently, as the Linu
 - convolution: `weights_ifm2` takes the weights from IFM2 (no weight stream); up to four weight
   streams (WEIGHT, WEIGHT1-3 BASE/LENGTH, one per weight decoder), each bounded in WEIGHT_REGION;
 - pooling mode NONE reads no IFM;
+- resize: the IFM is KERNEL_HEIGHT x KERNEL_WIDTH elements at the OFM's depth;
 - reserved bits from the U85 masks (`reserved_bits.json`, "ethos-u85").
 
 What it cannot bound it refuses (UnmodelledCommand, naming the command and word offset):
-NPU_OP_RESIZE, NPU_OP_BRANCH, indexed DMA, and DMA to or from the NPU's internal memory (the
+NPU_OP_BRANCH, indexed DMA, and DMA to or from the NPU's internal memory (the
 U85 model's own check, `lut_loads=True`, bounds a DMA into the 2048-byte LUT memory). (The
 Linux driver refuses storage NONE and transposed OFMs, which Vela 5.1 emits.)
 """
@@ -142,7 +143,7 @@ class U85Checker(Checker):
         return {**super().handlers(), "NPU_OP_CONV": self._u85_conv,
                 "NPU_OP_DEPTHWISE": self._u85_conv, "NPU_OP_POOL": self._u85_pool,
                 "NPU_OP_ELEMENTWISE": self._u85_elementwise, "NPU_OP_DMA_START": self._u85_dma,
-                "NPU_OP_RESIZE": self._refuse, "NPU_OP_BRANCH": self._refuse}
+                "NPU_OP_RESIZE": self._u85_resize, "NPU_OP_BRANCH": self._refuse}
 
     @staticmethod
     def _refuse(op) -> None:
@@ -184,8 +185,10 @@ class U85Checker(Checker):
         self._ifm(op, ofm_shape, kernel, ifm_depth)
         weights_from_ifm2 = op.name == "NPU_OP_CONV" and op.param & 1
         if weights_from_ifm2:
-            # the IFM2 holds the weights: IFM depth x OFM depth (the Linux driver's bound)
-            self._map("IFM2", op, (1, ifm_depth, ofm_shape[2]), "read")
+            # the IFM2 holds the weights as a 1 x OFM depth x IFM depth map: regor's
+            # RewriteMatmul transposes TOSA MATMUL's [N, C, W] operand so, its width the OFM
+            # depth and its depth the IFM's, as the model reads it
+            self._map("IFM2", op, (1, ofm_shape[2], ifm_depth), "read")
         self._map("OFM", op, ofm_shape, "write")
         acc = self.param("NPU_SET_ACC_FORMAT", op)
         ublock = ofm_ublock_depth(self.accel.macs, _MICROBLOCK.get((acc >> 8) & 0x7, "?"),
@@ -259,6 +262,15 @@ class U85Checker(Checker):
             oh, ow, oc = shape
             self._map(name, op, (1 if broadcast & 1 else oh, 1 if broadcast & 2 else ow,
                                  1 if broadcast & 4 else oc), "read")
+        self._map("OFM", op, shape, "write")
+
+    def _u85_resize(self, op) -> None:
+        """RESIZE reads an IFM of KERNEL_HEIGHT x KERNEL_WIDTH elements (regor writes the
+        IFM's height and the width the OFM reaches there) at the OFM's depth, and writes the
+        OFM."""
+        shape = self._ofm_shape(op)
+        self._map("IFM", op, (self.param("NPU_SET_KERNEL_HEIGHT_M1", op) + 1,
+                              self.param("NPU_SET_KERNEL_WIDTH_M1", op) + 1, shape[2]), "read")
         self._map("OFM", op, shape, "write")
 
     def _u85_dma(self, op) -> None:

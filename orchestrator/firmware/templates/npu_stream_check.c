@@ -25,9 +25,10 @@
  *
  * The Ethos-U85 (ETHOSU85, its own command table) as the host's u85_checker.py: a CHAINED or NONE
  * feature map touches no memory, a transposed OFM is bounded in the transpose's order, weights
- * from IFM2 are an IFM depth x OFM depth map, WEIGHT1-3 are bounded beside WEIGHT, an
- * elementwise IFM has its own broadcast, pooling NONE reads no IFM. What the check cannot bound
- * (a TILE3X1 map, NPU_OP_RESIZE, NPU_OP_BRANCH, indexed or internal DMA, a 2-D/3-D DMA) is let
+ * from IFM2 are a 1 x OFM depth x IFM depth map, WEIGHT1-3 are bounded beside WEIGHT, an
+ * elementwise IFM has its own broadcast, pooling NONE reads no IFM, a resize reads a
+ * KERNEL_HEIGHT x KERNEL_WIDTH IFM. What the check cannot bound
+ * (a TILE3X1 map, NPU_OP_BRANCH, indexed or internal DMA, a 2-D/3-D DMA) is let
  * through with one "W [npu_check] ... is not bounded by this check" line.
  */
 #include <stdbool.h>
@@ -381,9 +382,11 @@ static bool op_conv(check_t* c, uint32_t param) {
       !ifm_for_kernel(c, ofm, (int64_t)depth + 1))
     return false;
 #if defined(ETHOSU85)
-  if (c->op_code == CMD0_OPCODE_NPU_OP_CONV && (param & 1)) { /* NPU_OP_CONV weights_ifm2: IFM depth x OFM depth */
+  if (c->op_code == CMD0_OPCODE_NPU_OP_CONV && (param & 1)) {
+    /* NPU_OP_CONV weights_ifm2: a 1 x OFM depth x IFM depth map (regor's RewriteMatmul
+     * transposes the weights so; element (0, o, i) weighs IFM channel i into OFM channel o) */
     weights = false;
-    if (!feature_map(c, &IFM2, false, 1, (int64_t)depth + 1, ofm[2], "IFM2")) return false;
+    if (!feature_map(c, &IFM2, false, 1, ofm[2], (int64_t)depth + 1, "IFM2")) return false;
   }
 #else
   (void)param;
@@ -414,6 +417,17 @@ static bool op_pool(check_t* c, uint32_t param) {
 }
 
 #if defined(ETHOSU85)
+/* NPU_OP_RESIZE: an IFM of KERNEL_HEIGHT x KERNEL_WIDTH elements (regor writes the IFM's height
+ * and the width the OFM reaches) at the OFM's depth, and the OFM. */
+static bool op_resize(check_t* c) {
+  int64_t ofm[3];
+  uint32_t kh, kw;
+  return ofm_shape(c, ofm) && reg0(c, CMD0_OPCODE_NPU_SET_KERNEL_HEIGHT_M1, &kh) &&
+         reg0(c, CMD0_OPCODE_NPU_SET_KERNEL_WIDTH_M1, &kw) &&
+         feature_map(c, &IFM, false, (int64_t)kh + 1, (int64_t)kw + 1, ofm[2], "IFM") &&
+         feature_map(c, &OFM, true, ofm[0], ofm[1], ofm[2], "OFM");
+}
+
 static bool op_elementwise(check_t* c, uint32_t param) {
   int64_t ofm[3];
   unsigned mode = param & 0x3F;
@@ -495,7 +509,7 @@ static bool check_commands(check_t* c, uint32_t start, uint32_t end) {
         case CMD0_OPCODE_NPU_OP_DEPTHWISE: ok = op_conv(c, param); break;
         case CMD0_OPCODE_NPU_OP_POOL: ok = op_pool(c, param); break;
 #if defined(ETHOSU85)
-        case CMD0_OPCODE_NPU_OP_RESIZE: ok = not_bounded(c, "NPU_OP_RESIZE"); break;
+        case CMD0_OPCODE_NPU_OP_RESIZE: ok = op_resize(c); break;
 #endif
         case CMD0_OPCODE_NPU_OP_ELEMENTWISE: ok = op_elementwise(c, param); break;
         case CMD0_OPCODE_NPU_OP_DMA_START: ok = op_dma(c); break;
