@@ -19,6 +19,9 @@ module and example inputs, seeded, so every compile of it is the same program:
   trimming (30x34): the U85 has no stride 4, so Vela computes it as 16 1x1 convolutions, each
   reading the IFM stepped by 4, summed in accumulators kept between them, the padding in
   stepped units.
+- `bilinear_edges`: bilinear upsampling, 2x with half-pixel centres and to 9x11 with aligned
+  corners, and a nearest-neighbour downsampling (the U85's native resize, its scales and
+  offsets).
 - `all_edges`: the four in one program, for a single compile.
 """
 
@@ -120,6 +123,19 @@ class StridedEdges(nn.Module):
         return F.relu(self.c0(x))
 
 
+class BilinearEdges(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c0 = nn.Conv2d(4, 8, 3, padding=1)
+
+    def forward(self, x):
+        x = F.relu(self.c0(x))
+        up = F.interpolate(x, scale_factor=2.0, mode="bilinear")
+        aligned = F.interpolate(x, size=(9, 11), mode="bilinear", align_corners=True)
+        down = F.interpolate(up, size=(3, 4), mode="nearest")
+        return up, aligned, down
+
+
 class AllEdges(nn.Module):
     """The four above in one program (one compile for the test suite): five inputs, nine
     outputs."""
@@ -144,12 +160,14 @@ elementwise_edges = _seeded(ElementwiseEdges, (1, 8, 9, 7), (1, 8, 1, 7))
 resample_edges = _seeded(ResampleEdges, (1, 4, 10, 12))
 matmul_edges = _seeded(MatmulEdges, (1, 8, 16), (1, 16, 12))
 strided_edges = _seeded(StridedEdges, (1, 4, 30, 34))
+bilinear_edges = _seeded(BilinearEdges, (1, 4, 5, 6))
 all_edges = _seeded(AllEdges, (1, 3, 15, 13), (1, 8, 9, 7), (1, 8, 1, 7), (1, 8, 16),
                     (1, 16, 12))
 
 EDGE_MODELS = {"conv_edges": conv_edges, "elementwise_edges": elementwise_edges,
                "resample_edges": resample_edges, "matmul_edges": matmul_edges,
-               "strided_edges": strided_edges, "all_edges": all_edges}
+               "strided_edges": strided_edges, "bilinear_edges": bilinear_edges,
+               "all_edges": all_edges}
 
 
 def model_spec(name: str) -> str:

@@ -14,7 +14,7 @@ read from IFM2, REDUCE_SUM, ABS, 32-bit chained OFMs, HCW transposes), the user 
 transposed_decoder on U85-256 (int32 accumulators loaded from IFM2 by pooling NONE and rescaled
 per channel, lookup tables), tests/npu_edge_models.py's strided_edges on U85-256 (a stride-4
 convolution as 16 1x1 convolutions summed in accumulators kept between them, padding in stepped
-units), the mixed model on U85-256 (an OFM written transposed, CHW; and a partition whose
+units) and bilinear_edges (the U85's resize: bilinear and nearest), the mixed model on U85-256 (an OFM written transposed, CHW; and a partition whose
 stride-4 convolution Vela 5.1 decomposes without its top/left padding: the model executes what
 the registers say, which is not the TOSA graph, and verify --npu-model both says so by name).
 """
@@ -44,6 +44,7 @@ PROGRAMS = {"ds-cnn@u85-256": ("ds-cnn", "ethos-u85-256"),
                                            "ethos-u85-256"),
             "resnet8@u85-2048": ("resnet8", "ethos-u85-2048"),
             "strided-edges@u85-256": (model_spec("strided_edges"), "ethos-u85-256"),
+            "bilinear-edges@u85-256": (model_spec("bilinear_edges"), "ethos-u85-256"),
             "mixed@u85-256": ("mixed", "ethos-u85-256")}
 
 
@@ -132,6 +133,18 @@ def test_a_stride_4_convolution_summed_in_kept_accumulators_equals_tosa(programs
     counters = _exact(partition, "ethos-u85-256")
     assert counters.operations["conv"] == 16 and counters.operations["accumulators kept"] == 15
     assert counters.macs == 8 * 9 * 8 * 4 * 16
+
+
+def test_u85_resizes_nearest_and_bilinear_equal_tosa(programs):
+    """NPU_OP_RESIZE as regor lowers TOSA RESIZE: bilinear 2x with half-pixel centres (scale
+    4/2, offset -1), bilinear to 9x11 with aligned corners, a nearest downsampling (scales
+    2/6 and 6/20, offset -3); TOSA's integer algorithm on the registers' scale, step and
+    offset, the result with 16 fraction bits through OFM_SCALE (shift 16, + 4 for the
+    bilinear 1/16)."""
+    (partition,) = load_twin(programs["bilinear-edges@u85-256"]).partitions
+    counters = _exact(partition, "ethos-u85-256")
+    assert counters.operations["resize.bilinear"] == 2
+    assert counters.operations["resize.nearest"] == 1
 
 
 def _without_strided_padding(tosa_bytes: bytes) -> bytes:

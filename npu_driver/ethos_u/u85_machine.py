@@ -37,6 +37,10 @@ What differs from the U55/U65 and is modelled here, as Vela 5.1's U85 generator 
   then acc_input KEEP): regor's DecomposeForStrides gives a stride the NPU lacks (4 and up) as
   one 1x1 convolution per kernel position, each reading the IFM stepped by the stride through
   its stride registers, with IFM_PAD_* in stepped units (CalculateStripePadding);
+- resize (NPU_OP_RESIZE, NEAREST and BILINEAR): TOSA RESIZE's integer algorithm on the
+  scale n (RESIZE_*_SCALE_N_M1), the step d (one_step_int x n + one_step_mod) and the offset
+  the registers hold, over a KERNEL_HEIGHT x KERNEL_WIDTH IFM; the result carries 16 fraction
+  bits into OFM_SCALE (regor writes shift 16 plus the fused RESCALE's);
 - comparisons CMP_EQ/NE/GE/GT (operands scaled as ADD's; true is all ones, regor's internal
   bool) and bitwise AND, OR, XOR, AND_NOT (IFM & ~IFM2), NOT, with zero points 0 and unit
   scales (regor's SELECT: OR(AND(a, mask), AND_NOT(b, mask))).
@@ -52,13 +56,14 @@ graph with that padding removed).
 Executed bit-exact against the TOSA reference model (tests/test_u85_machine.py,
 benchmarks/u85_model.py): all of the above, on the zoo on U85-128/256/512/2048 and the edge-case
 models of tests/npu_edge_models.py (conv_edges, elementwise_edges, matmul_edges,
-strided_edges) and user
+strided_edges, bilinear_edges) and user
 families (examples/user_models.py: 13 of the 14 surveyed) on U85-256. Implemented from
 the register definitions but exercised by no stream here: TRUNCATE_TO_ZERO rounding, I48
 accumulators, LUT_U8_U8.
 
-Refused as not modelled (each by command and word offset): NPU_OP_RESIZE, NPU_OP_BRANCH,
-NPU_OP_IRQ; DMA other than a LUT load; accumulators kept by an operation other than a
+Refused as not modelled (each by command and word offset): resize mode REPLICATE, a resize
+whose block steps are not its scale's, with IFM padding, upscaling or per-channel scales;
+NPU_OP_BRANCH, NPU_OP_IRQ; DMA other than a LUT load; accumulators kept by an operation other than a
 convolution, or kept and then not of the next OFM's shape; accumulators from IFM2 other than
 pooling NONE's, TILE3X1 storage, reversed OFMs; table lookups other than 8-bit
 (int16 tables, TANH, SIGMOID); rounding modes other than NATURAL and TRUNCATE_TO_ZERO where a
@@ -106,6 +111,7 @@ _ACC_INPUT = _names("acc_input")
 _ACC_OUTPUT = _names("acc_output")
 _UPSCALE = _names("ifm_upscale_mode")
 _MICROBLOCK = _names("microblock")
+_RESIZE = _names("resize_mode")
 _SCALAR = _ENUMS["broadcast_mode"]["SCALAR"]
 _COMPARE = {"CMP_EQ": np.equal, "CMP_NE": np.not_equal, "CMP_GE": np.greater_equal,
             "CMP_GT": np.greater}
@@ -158,6 +164,7 @@ class U85Machine:
         return {"NPU_OP_STOP": self._op_stop, "NPU_OP_CONV": self._op_conv,
                 "NPU_OP_DEPTHWISE": self._op_depthwise, "NPU_OP_POOL": self._op_pool,
                 "NPU_OP_ELEMENTWISE": self._op_elementwise, "NPU_OP_DMA_START": self._op_dma,
+                "NPU_OP_RESIZE": self._op_resize,
                 "NPU_OP_DMA_WAIT": self._op_wait,
                 "NPU_OP_KERNEL_WAIT": self._op_wait, "NPU_OP_PMU_MASK": self._op_wait}
 
@@ -631,6 +638,82 @@ class U85Machine:
         multiplier = (np.int64((1 << 30) + 1) << k) // count
         rounding = self._rounding("NPU_SET_OFM_SCALE", op, _ROUND_OFM, 30 + k)
         return arith.scale_shift(acc, multiplier[:, :, None], (30 + k)[:, :, None], rounding)
+
+    # -- resize ------------------------------------------------------------------------------
+
+    def _resize_axis(self, axis: str, size: int, block: int, op: Command):
+        """One axis of a resize, as regor's GenerateResizeOp writes it: the scale's numerator
+        n (RESIZE_<axis>_SCALE_N_M1 + 1), its denominator d (one_step_int x n + one_step_mod:
+        the input advance per output step) and the offset (12 bits, two's complement). Output
+        position o samples input position o x d + offset in units of 1/n, TOSA RESIZE's
+        `y = oy * scale_y_d + offset_y`. The block step must be the (block - 1) steps it
+        stands for, where the model computes every position from the formula."""
+        n = self.param(f"NPU_SET_RESIZE_{axis}_SCALE_N_M1", op) + 1
+        steps = fields(self.reg(f"NPU_SET_RESIZE_{axis}", op))
+        d = steps["one_step_int"] * n + steps["one_step_mod"]
+        if steps["one_step_mod"] >= n or steps["blk_step_mod"] >= n or (
+                steps["blk_step_int"] * n + steps["blk_step_mod"] != (block - 1) * d):
+            raise self._refuse(op, f"RESIZE_{axis} steps {steps} that are not the scale "
+                                   f"{n}/{d}'s over an OFM block of {block}")
+        offset = self.param(f"NPU_SET_RESIZE_{axis}_OFFSET", op) & 0xFFF
+        offset -= (offset & 0x800) << 1
+        position = np.arange(size, dtype=np.int64) * d + offset
+        return position // n, position % n, n
+
+    def _op_resize(self, op: Command) -> None:
+        """RESIZE (regor's native U85 resize): TOSA RESIZE's integer algorithm on the IFM,
+        zero point removed, of KERNEL_HEIGHT x KERNEL_WIDTH elements at the OFM's depth:
+        NEAREST takes input (iy, ix), + 1 where 2 x remainder >= n, clamped to the IFM;
+        BILINEAR sums the four neighbours (clamped) weighted (n - r) and r per axis. The
+        NPU's result carries 16 fraction bits: regor writes OFM_SCALE scale 1 with shift 16
+        plus the shift of the RESCALE it fuses (the 1 / (n_y x n_x) of a bilinear resize),
+        and 16 alone for NEAREST, so the output stage sees the TOSA value x 2**16."""
+        mode = _RESIZE.get(fields(op)["resize_mode"], "reserved")
+        if mode not in ("NEAREST", "BILINEAR"):
+            raise self._refuse(op, f"resize mode {mode}")
+        bits = self._accumulator(op)
+        if not self._global_scale(op) or any(self._padding(op)):
+            raise self._refuse(op, "a resize with per-channel scales or IFM padding")
+        if _UPSCALE.get(self.field("NPU_SET_IFM_UPSCALE", "mode", op)) != "NONE":
+            raise self._refuse(op, "a resize of an upscaled IFM")
+        ofm = self._fm("OFM", op)
+        shape = oh, ow, oc = self._ofm_shape(op)
+        ih = self.param("NPU_SET_KERNEL_HEIGHT_M1", op) + 1
+        iw = self.param("NPU_SET_KERNEL_WIDTH_M1", op) + 1
+        iy, ry, ny = self._resize_axis("Y", oh, self.param("NPU_SET_OFM_BLK_HEIGHT_M1", op) + 1,
+                                       op)
+        ix, rx, nx = self._resize_axis("X", ow, self.param("NPU_SET_OFM_BLK_WIDTH_M1", op) + 1,
+                                       op)
+        if iy.min() < -1 or ix.min() < -1 or iy.max() >= ih or ix.max() >= iw:
+            raise self._refuse(op, f"a resize sampling outside its {ih}x{iw} IFM")
+        ifm = self._fm("IFM", op)
+        zp = self._zero_point("NPU_SET_IFM_ZERO_POINT", ifm, op)
+        values = self._read(ifm, (ih, iw, oc), op) - zp
+        iy0, iy1 = np.maximum(iy, 0), np.minimum(iy + 1, ih - 1)
+        ix0, ix1 = np.maximum(ix, 0), np.minimum(ix + 1, iw - 1)
+        if mode == "NEAREST":
+            rows = np.where(2 * ry >= ny, iy1, iy0)
+            cols = np.where(2 * rx >= nx, ix1, ix0)
+            acc = values[rows][:, cols]
+        else:
+            wy, wx = ry[:, None, None], rx[None, :, None]
+            acc = (values[iy0][:, ix0] * (ny - wy) * (nx - wx)
+                   + values[iy0][:, ix1] * (ny - wy) * wx
+                   + values[iy1][:, ix0] * wy * (nx - wx)
+                   + values[iy1][:, ix1] * wy * wx)
+        acc = np.asarray(acc, dtype=np.int64) << 16
+        self._check_accumulator(acc, bits, op)
+        scale, shift = self._scale_pair("NPU_SET_OFM_SCALE", op)
+        if scale != 1 or shift < 16:
+            raise self._refuse(op, f"a resize with OFM_SCALE {scale}, shift {shift} (regor "
+                                   "writes scale 1, shift 16 and up)")
+        if mode == "NEAREST" and shift == 16:
+            out = acc >> 16  # exact: no rounding mode changes a whole value
+        else:
+            out = arith.scale_shift(acc, 1, shift,
+                                    self._rounding("NPU_SET_OFM_SCALE", op, _ROUND_OFM, shift))
+        self._write_ofm(ofm, self._output(out, ofm, op), op)
+        self.counters.operations[f"resize.{mode.lower()}"] += 1
 
     # -- elementwise -------------------------------------------------------------------------
 
