@@ -216,9 +216,10 @@ def lower_a16w8(factory, npu: str, calibration_samples: int = 4):
     from partitioners.npu import vela_runs_recorded
 
     module, inputs = factory()
-    u65 = npu.startswith("ethos-u65")
-    spec = EthosUCompileSpec(npu, system_config="Ethos_U65_High_End" if u65 else
-                             "Ethos_U55_High_End_Embedded", memory_mode="Shared_Sram")
+    system, memory = {"ethos-u65": ("Ethos_U65_High_End", "Shared_Sram"),
+                      "ethos-u85": ("Ethos_U85_SYS_DRAM_Mid", "Sram_Only")}.get(
+        npu[:9], ("Ethos_U55_High_End_Embedded", "Shared_Sram"))
+    spec = EthosUCompileSpec(npu, system_config=system, memory_mode=memory)
     quantizer = EthosUQuantizer(spec)
     quantizer.set_global(get_symmetric_a16w8_quantization_config(is_per_channel=True))
     prepared = prepare_pt2e(torch.export.export(module, inputs, strict=True).module(), quantizer)

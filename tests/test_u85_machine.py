@@ -147,6 +147,30 @@ def test_u85_resizes_nearest_and_bilinear_equal_tosa(programs):
     assert counters.operations["resize.nearest"] == 1
 
 
+def test_u85_int16_activations_and_interpolating_tables_equal_tosa():
+    """tests/npu_edge_models.py's int16_edges quantized a16w8 (ExecuTorch's Arm backend, as
+    `--precision MODULE=a16w8` does) for U85-256: int16 convolutions, depthwise, max pooling,
+    add and multiply, and sigmoid and tanh as LUT_S16_S16 (512 int16 base/slope pairs filling
+    the 2048-byte LUT memory, interpolated in 128 steps)."""
+    from npu_driver.payload import parse_payload
+    from npu_driver.tosa_twin import graph_io
+    from tests.npu_edge_models import int16_edges, lower_a16w8
+
+    rng = np.random.default_rng(16)
+    (tosa, payload), = lower_a16w8(int16_edges, "ethos-u85-256")
+    payload, io = parse_payload(payload), graph_io(tosa)
+    assert {spec.numpy_type for spec in io.inputs} == {"int16"}
+    for _ in range(SAMPLES):
+        arrays = [rng.integers(-32768, 32768, size=spec.shape).astype(spec.numpy_type)
+                  for spec in io.inputs]
+        expected = [a.tobytes() for a in run_tosa(tosa, io, arrays)]
+        got, counters = run_partition(payload, arrays, "ethos-u85-256")
+        assert got == expected
+    assert counters.operations["lut"] == 3 and counters.operations["dma"] == 2
+    assert {"conv", "depthwise", "pool.max", "elementwise.add",
+            "elementwise.mul"} <= set(counters.operations)
+
+
 def _without_strided_padding(tosa_bytes: bytes) -> bytes:
     """The mixed partition's TOSA graph with its stride-4 convolution's padding removed and
     the SLICE before it (ExecuTorch trims the 32x32 map to 31x31 so that the padded size is a

@@ -33,6 +33,9 @@ What differs from the U55/U65 and is modelled here, as Vela 5.1's U85 generator 
 - 8-bit lookup tables (LUT_S8_S8, LUT_U8_U8): 256 entries at 256 x `table` in the 2048-byte
   LUT memory, loaded by a 1-D DMA of region_mode INTERNAL (regor's LUT DMAs), indexed by the
   output value saturated to 8 bits;
+- the 16-bit interpolating table LUT_S16_S16 (regor's RewriteTable: 512 int16 base/slope
+  pairs, the whole 2048-byte LUT memory), base + (slope x fraction + 64) >> 7 over 128-value
+  steps, as on the Ethos-U55 (A16W8 sigmoid and tanh);
 - accumulators kept between convolutions (ACC_FORMAT acc_output DISABLE, OFM storage NONE,
   then acc_input KEEP): regor's DecomposeForStrides gives a stride the NPU lacks (4 and up) as
   one 1x1 convolution per kernel position, each reading the IFM stepped by the stride through
@@ -55,21 +58,21 @@ graph with that padding removed).
 
 Executed bit-exact against the TOSA reference model (tests/test_u85_machine.py,
 benchmarks/u85_model.py): all of the above, on the zoo on U85-128/256/512/2048 and the edge-case
-models of tests/npu_edge_models.py (conv_edges, elementwise_edges, matmul_edges,
-strided_edges, bilinear_edges) and user
-families (examples/user_models.py: 13 of the 14 surveyed) on U85-256. Implemented from
-the register definitions but exercised by no stream here: TRUNCATE_TO_ZERO rounding, I48
-accumulators, LUT_U8_U8.
+models of tests/npu_edge_models.py (conv_edges, elementwise_edges, matmul_edges, strided_edges,
+bilinear_edges) and user families (examples/user_models.py: 13 of the 14 surveyed) on U85-256.
+Implemented from the register definitions but exercised by no stream here: TRUNCATE_TO_ZERO
+rounding, I48 accumulators, LUT_U8_U8.
 
-Refused as not modelled (each by command and word offset): resize mode REPLICATE, a resize
-whose block steps are not its scale's, with IFM padding, upscaling or per-channel scales;
-NPU_OP_BRANCH, NPU_OP_IRQ; DMA other than a LUT load; accumulators kept by an operation other than a
-convolution, or kept and then not of the next OFM's shape; accumulators from IFM2 other than
-pooling NONE's, TILE3X1 storage, reversed OFMs; table lookups other than 8-bit
-(int16 tables, TANH, SIGMOID); rounding modes other than NATURAL and TRUNCATE_TO_ZERO where a
-shift is not 0, and double rounding (`dbl_rnd` not 0); pooling MIN and ARGMAX; elementwise
-LRELU, CLZ, SHR, SHL, LSR, DIV; comparisons or bitwise operations with other zero points or
-scales; IFM upscaling; an accumulator beyond its width.
+Refused as not modelled (each by command and word offset): resize mode REPLICATE, a resize whose
+block steps are not its scale's, with IFM padding, upscaling or per-channel scales;
+NPU_OP_BRANCH, NPU_OP_IRQ; DMA other than a LUT load; accumulators kept by an operation other
+than a convolution, or kept and then not of the next OFM's shape; accumulators from IFM2 other
+than pooling NONE's, TILE3X1 storage, reversed OFMs; rounding modes other than NATURAL and
+TRUNCATE_TO_ZERO where a shift is not 0, and double rounding (`dbl_rnd` not 0); pooling MIN and
+ARGMAX; elementwise LRELU, CLZ, SHR, SHL, LSR, DIV; LUT_S8_S16, LUT_S8_S32, LUT_S16_S32 and the
+U85's LUT_TANH and LUT_SIGMOID (regor writes the last two for TFLite graphs only, never for the
+TOSA graphs ExecuTorch gives it, so no stream here exercises them); comparisons or bitwise
+operations with other zero points or scales; IFM upscaling; an accumulator beyond its width.
 """
 
 from __future__ import annotations
@@ -392,7 +395,7 @@ class U85Machine:
         to ACTIVATION_MIN/MAX (clip range B16) and the OFM type."""
         activation = fields(self.reg("NPU_SET_ACTIVATION", op))
         function = _ACTIVATION.get(activation["activation_function"], "reserved")
-        if function not in ("LUT_NONE", "LUT_S8_S8", "LUT_U8_U8"):
+        if function not in ("LUT_NONE", "LUT_S8_S8", "LUT_U8_U8", "LUT_S16_S16"):
             raise self._refuse(op, f"activation function {function}")
         lo, hi = ofm.type_range
         if activation["activation_clip_range"] == 0:  # B16: ACTIVATION_MIN/MAX, 16 bits
@@ -407,20 +410,36 @@ class U85Machine:
     def _lut(self, values, function: str, table: int, ofm: FeatureMap, op: Command):
         """An 8-bit table: 256 entries at LUT memory byte 256 x `table` (regor: 8 slots of
         256 bytes, a 256-byte table's index its slot), indexed by the value (zero point added)
-        saturated to the table's 8-bit input type; loaded by a DMA into the LUT memory."""
-        signed = function == "LUT_S8_S8"
-        if ofm.element_size != 1 or ofm.signed != signed:
+        saturated to the table's 8-bit input type; loaded by a DMA into the LUT memory.
+
+        LUT_S16_S16: the whole 2048-byte LUT memory (table 0), 512 entries of an int16 base
+        and an int16 slope (regor's RewriteTable: base = TOSA TABLE value i, slope = value
+        i+1 - value i), indexed by the value saturated to int16 plus 32768: step = index >> 7,
+        fraction = index & 127, output base + (slope x fraction + 64) >> 7, TOSA TABLE's
+        int16 interpolation with the RESCALE by 1/128 regor fuses (QuantizedScale(1, 7),
+        RoundMode::NATURAL), as on the Ethos-U55 (machine.Machine._lut)."""
+        wide = function == "LUT_S16_S16"
+        signed = function != "LUT_U8_U8"
+        size, low = (2048, -32768) if wide else (256, -128 if signed else 0)
+        if ofm.element_size != (2 if wide else 1) or ofm.signed != signed:
             raise self._refuse(op, f"{function} into a {ofm.element_size * 8}-bit "
                                    f"{'signed' if ofm.signed else 'unsigned'} OFM")
+        if wide and table:
+            raise self._refuse(op, f"{function} table {table} (a 2048-byte table fills the LUT "
+                                   "memory)")
         start = 256 * table
-        if not self.memory.shram_valid[start:start + 256].all():
+        if not self.memory.shram_valid[start:start + size].all():
             raise self._refuse(op, f"{function} table {table}, which no DMA loaded")
-        self.memory._record("read", -1, start, start + 255, "LUT")
-        entries = np.frombuffer(bytes(self.memory.shram[start:start + 256]),
-                                dtype=np.int8 if signed else np.uint8).astype(np.int64)
-        low = -128 if signed else 0
+        self.memory._record("read", -1, start, start + size - 1, "LUT")
+        raw = bytes(self.memory.shram[start:start + size])
+        index = np.clip(values, low, low + (1 << (16 if wide else 8)) - 1) - low
         self.counters.operations["lut"] += 1
-        return entries[np.clip(values, low, low + 255) - low]
+        if not wide:
+            return np.frombuffer(raw, dtype=np.int8 if signed else np.uint8).astype(
+                np.int64)[index]
+        entries = np.frombuffer(raw, dtype="<i2").astype(np.int64).reshape(512, 2)
+        step, fraction = index >> 7, index & 0x7F
+        return entries[step, 0] + ((entries[step, 1] * fraction + 64) >> 7)
 
     def _op_dma(self, op: Command) -> None:
         """One 1-D copy from a region into the LUT memory (regor's LUT DMAs): the only DMA the
