@@ -14,7 +14,8 @@ read from IFM2, REDUCE_SUM, ABS, 32-bit chained OFMs, HCW transposes), the user 
 transposed_decoder on U85-256 (int32 accumulators loaded from IFM2 by pooling NONE and rescaled
 per channel, lookup tables), tests/npu_edge_models.py's strided_edges on U85-256 (a stride-4
 convolution as 16 1x1 convolutions summed in accumulators kept between them, padding in stepped
-units) and bilinear_edges (the U85's resize: bilinear and nearest), the mixed model on U85-256 (an OFM written transposed, CHW; and a partition whose
+units) and bilinear_edges (the U85's resize: bilinear and nearest), the user families index_ops
+(a gather DMA, a select) and gated_flip_two_outputs (a reversed OFM), the mixed model on U85-256 (an OFM written transposed, CHW; and a partition whose
 stride-4 convolution Vela 5.1 decomposes without its top/left padding: the model executes what
 the registers say, which is not the TOSA graph, and verify --npu-model both says so by name).
 """
@@ -28,7 +29,6 @@ import pytest
 
 from npu_driver.ethos_u import UnmodelledCommand, run_partition
 from npu_driver.ethos_u.u85_checker import parse_u85_payload
-from npu_driver.ethos_u.u85_commands import fields
 from npu_driver.tosa_twin import run_tosa
 from orchestrator.cli import main
 from orchestrator.verification.twin import load_twin
@@ -45,6 +45,8 @@ PROGRAMS = {"ds-cnn@u85-256": ("ds-cnn", "ethos-u85-256"),
             "resnet8@u85-2048": ("resnet8", "ethos-u85-2048"),
             "strided-edges@u85-256": (model_spec("strided_edges"), "ethos-u85-256"),
             "bilinear-edges@u85-256": (model_spec("bilinear_edges"), "ethos-u85-256"),
+            "index-ops@u85-256": (user_model_spec("index_ops"), "ethos-u85-256"),
+            "gated-flip@u85-256": (user_model_spec("gated_flip_two_outputs"), "ethos-u85-256"),
             "mixed@u85-256": ("mixed", "ethos-u85-256")}
 
 
@@ -145,6 +147,25 @@ def test_u85_resizes_nearest_and_bilinear_equal_tosa(programs):
     counters = _exact(partition, "ethos-u85-256")
     assert counters.operations["resize.bilinear"] == 2
     assert counters.operations["resize.nearest"] == 1
+
+
+def test_a_u85_gather_dma_and_select_equal_tosa(programs):
+    """index_ops' second partition on U85-256: a GATHER as a 2-D DMA with indexed source rows
+    (int32 indices in the weight data, IDX_MAX the last row), and a SELECT as regor lowers it
+    (CMP_GT, then OR(AND(a, mask), AND_NOT(b, mask)))."""
+    partition = load_twin(programs["index-ops@u85-256"]).partitions[1]
+    counters = _exact(partition, "ethos-u85-256")
+    assert counters.operations["dma.gather"] == 1 and counters.operations["elementwise.cmp_gt"]
+    assert {"elementwise.and", "elementwise.and_not", "elementwise.or"} <= set(
+        counters.operations)
+
+
+def test_a_reversed_u85_ofm_equals_tosa(programs):
+    """gated_flip_two_outputs on U85-256: a flip along the channels written as an OFM with
+    activation_reverse C, its registers those of the unreversed map."""
+    (partition,) = load_twin(programs["gated-flip@u85-256"]).partitions
+    counters = _exact(partition, "ethos-u85-256")
+    assert counters.operations["reverse.C"] == 1
 
 
 def test_u85_int16_activations_and_interpolating_tables_equal_tosa():

@@ -20,8 +20,11 @@ and weight/scale extents) and changes what the U85 does differently, as the Linu
 - resize: the IFM is KERNEL_HEIGHT x KERNEL_WIDTH elements at the OFM's depth;
 - reserved bits from the U85 masks (`reserved_bits.json`, "ethos-u85").
 
+- a 2-D DMA with indexed source rows (regor's GATHER): the indices, the source rows up to
+  IDX_MAX and the destination rows;
+
 What it cannot bound it refuses (UnmodelledCommand, naming the command and word offset):
-NPU_OP_BRANCH, indexed DMA, and DMA to or from the NPU's internal memory (the
+NPU_OP_BRANCH, other indexed DMA, and DMA to or from the NPU's internal memory (the
 U85 model's own check, `lut_loads=True`, bounds a DMA into the 2048-byte LUT memory). (The
 Linux driver refuses storage NONE and transposed OFMs, which Vela 5.1 emits.)
 """
@@ -31,7 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from npu_driver.ethos_u.checker import Checker, StreamCheck, StreamRead, StreamRefused
+from npu_driver.ethos_u.checker import (Checker, DmaCopy, StreamCheck, StreamRead,
+                                        StreamRefused)
 from npu_driver.ethos_u.errors import ConfigMismatch, UnmodelledCommand, where
 from npu_driver.ethos_u.fmap import FeatureMap
 from npu_driver.ethos_u.stream import CustomOperatorPayload, parse_custom_operator_payload
@@ -276,13 +280,39 @@ class U85Checker(Checker):
     def _u85_dma(self, op) -> None:
         for end in ("SRC", "DST"):
             register = self.param(f"NPU_SET_DMA0_{end}_REGION", op)
-            if register & 0x800:
+            if register & 0x800 and (end == "DST" or (register >> 9) & 0x3 != 1):
                 raise UnmodelledCommand(f"{where(op.name, op.offset)}: indexed DMA "
-                                        f"({end} idx_mode) is not bounded by the U85 checker")
+                                        f"({end} idx_mode{'' if end == 'DST' else ', 3-D'}) is "
+                                        "not bounded by the U85 checker")
             if register & 0x100 and (end == "SRC" or not self.lut_loads):
                 raise UnmodelledCommand(f"{where(op.name, op.offset)}: DMA {end} in the NPU's "
                                         "internal memory is not bounded by the U85 checker")
+        if self.param("NPU_SET_DMA0_SRC_REGION", op) & 0x800:
+            self._gather(op)
+            return
         self._dma(op)
+
+    def _gather(self, op) -> None:
+        """A 2-D DMA whose source rows are indexed (regor's GATHER): SIZE0 int32 indices at
+        DMA0_IDX in IDX_REGION, each at most IDX_MAX, row i copied from SRC + index x
+        SRC_STRIDE0 to DST + i x DST_STRIDE0, LEN bytes each."""
+        def address(name: str) -> int:
+            value = self.reg(f"NPU_SET_DMA0_{name}", op).address
+            return value - (1 << 40) if value & (1 << 39) else value
+
+        length, rows = address("LEN"), self.param("NPU_SET_DMA0_SIZE0", op)
+        idx_max = self.reg("NPU_SET_DMA0_IDX_MAX", op).payload & 0x7FFFFFFF
+        src_region = self.param("NPU_SET_DMA0_SRC_REGION", op) & 0x7
+        dst_region = self.param("NPU_SET_DMA0_DST_REGION", op) & 0x7
+        self._access(op, "read", self.param("NPU_SET_DMA0_IDX_REGION", op) & 0x7,
+                     address("IDX"), 4 * rows, "DMA index")
+        self._access(op, "read", src_region, address("SRC"),
+                     idx_max * max(address("SRC_STRIDE0"), 0) + length, "DMA source")
+        self._access(op, "write", dst_region, address("DST"),
+                     (rows - 1) * max(address("DST_STRIDE0"), 0) + length, "DMA destination")
+        # rows picked by index: no byte-for-byte copy the weight check could trace (-1)
+        self.dmas.append(DmaCopy(op.offset, src_region, address("SRC"), dst_region,
+                                 address("DST"), -1))
 
 
 __all__ = ["PRODUCT_U85", "U85_ACCELERATORS", "U85Accelerator", "U85Checker", "StreamRefused",

@@ -65,7 +65,8 @@ rounding, I48 accumulators, LUT_U8_U8.
 
 Refused as not modelled (each by command and word offset): resize mode REPLICATE, a resize whose
 block steps are not its scale's, with IFM padding, upscaling or per-channel scales;
-NPU_OP_BRANCH, NPU_OP_IRQ; DMA other than a LUT load; accumulators kept by an operation other
+NPU_OP_BRANCH, NPU_OP_IRQ; DMA other than a 1-D copy (into a region or the LUT memory) or a
+2-D gather; accumulators kept by an operation other
 than a convolution, or kept and then not of the next OFM's shape; accumulators from IFM2 other
 than pooling NONE's, TILE3X1 storage, reversed OFMs; rounding modes other than NATURAL and
 TRUNCATE_TO_ZERO where a shift is not 0, and double rounding (`dbl_rnd` not 0); pooling MIN and
@@ -265,7 +266,10 @@ class U85Machine:
         """The OFM into memory, or into its chaining buffer (CHAINED: the next operation reads
         it as its IFM or IFM2, the output stage already applied). A transposed OFM is written
         in its transposed order, which its tile and stride registers describe (Vela 5.1:
-        OFM_HEIGHT/WIDTH/DEPTH before the transposition, the tiles after)."""
+        OFM_HEIGHT/WIDTH/DEPTH before the transposition, the tiles after). A reversed OFM
+        (activation_reverse H, W or C) is written mirrored along that axis of the operation's
+        OFM: regor leaves the base, tile and stride registers those of the unreversed map
+        (GetTiles knows no reverse) and never combines a reverse with a transpose or chaining."""
         self.counters.ofm_elements += values.size
         if self._storage("OFM", op) == "CHAINED":
             self.chain[ofm.region] = np.array(values, dtype=np.int64)
@@ -274,9 +278,13 @@ class U85Machine:
         precision = fields(self.reg("NPU_SET_OFM_PRECISION", op))
         transpose = _TRANSPOSE.get(precision["activation_transpose"], "reserved")
         reverse = _REVERSE.get(precision["activation_reverse"], "reserved")
-        if reverse != "NONE" or transpose == "reserved":
-            raise self._refuse(op, f"an OFM written reversed ({reverse}) or transposed "
+        if reverse == "reserved" or transpose == "reserved" or (
+                reverse != "NONE" and transpose != "HWC"):
+            raise self._refuse(op, f"an OFM written reversed ({reverse}) and transposed "
                                    f"({transpose})")
+        if reverse != "NONE":
+            values = np.flip(values, "HWC".index(reverse))
+            self.counters.operations[f"reverse.{reverse}"] += 1
         if transpose != "HWC":
             values = np.transpose(values, ["HWC".index(axis) for axis in transpose])
             self.counters.operations[f"transpose.{transpose}"] += 1
@@ -442,25 +450,64 @@ class U85Machine:
         return entries[step, 0] + ((entries[step, 1] * fraction + 64) >> 7)
 
     def _op_dma(self, op: Command) -> None:
-        """One 1-D copy from a region into the LUT memory (regor's LUT DMAs): the only DMA the
-        model executes."""
+        """A 1-D copy from a region into the LUT memory (regor's LUT DMAs) or into a region,
+        and a 2-D copy whose source rows are indexed (regor's GATHER, below)."""
         src = fields(self.reg("NPU_SET_DMA0_SRC_REGION", op))
         dst = fields(self.reg("NPU_SET_DMA0_DST_REGION", op))
-        if src["region_mode"] or src["stride_mode"] or src["idx_mode"] or dst["idx_mode"]:
-            raise self._refuse(op, "a DMA other than a 1-D copy from a region")
-        if not dst["region_mode"]:
-            raise self._refuse(op, "a DMA into a region (only LUT loads are modelled)")
+        if src["region_mode"] or dst["idx_mode"]:
+            raise self._refuse(op, "a DMA from the NPU's internal memory or scattering")
+        if src["idx_mode"]:
+            self._gather(op, src, dst)
+            return
+        if src["stride_mode"]:
+            raise self._refuse(op, "a 2-D/3-D DMA")
         w = where(op.name, op.offset)
         length = self.reg("NPU_SET_DMA0_LEN", op).address
         at = self.reg("NPU_SET_DMA0_DST", op).address
         data = self.memory.read_bytes_at(src["region"], self.reg("NPU_SET_DMA0_SRC", op).address,
                                          length, w, "DMA source")
+        if not dst["region_mode"]:
+            self.memory.write_bytes_at(dst["region"], at, data, w, "DMA destination")
+            self.counters.dma_bytes[f"region{src['region']}->region{dst['region']}"] += length
+            self.counters.operations["dma"] += 1
+            return
         # the checker bounded the destination in the 2048-byte LUT memory
         self.memory.shram[at:at + length] = data
         self.memory.shram_valid[at:at + length] = True
         self.memory._record("write", -1, at, at + length - 1, "DMA destination")
         self.counters.dma_bytes[f"region{src['region']}->lut"] += length
         self.counters.operations["dma"] += 1
+
+    def _gather(self, op: Command, src: dict, dst: dict) -> None:
+        """regor's GATHER (high_level_command_stream_generator.cpp, 2-D mode): SIZE0 int32
+        indices at DMA0_IDX in IDX_REGION; row i, LEN bytes, copied from SRC + index_i x
+        SRC_STRIDE0 to DST + i x DST_STRIDE0. IDX_MAX is the largest index (the values' row
+        count less one); what the DMA does with a larger one is not modelled, and refused."""
+        if src["stride_mode"] != 1 or dst["region_mode"]:
+            raise self._refuse(op, "an indexed DMA other than 2-D between regions")
+        w = where(op.name, op.offset)
+
+        def signed(name: str) -> int:
+            value = self.reg(f"NPU_SET_DMA0_{name}", op).address
+            return value - (1 << 40) if value & (1 << 39) else value
+
+        rows, length = self.param("NPU_SET_DMA0_SIZE0", op), signed("LEN")
+        raw = self.memory.read_bytes_at(self.field("NPU_SET_DMA0_IDX_REGION", "region", op),
+                                        signed("IDX"), 4 * rows, w, "DMA index")
+        indices = np.frombuffer(raw, dtype="<i4")
+        idx_max = self.field("NPU_SET_DMA0_IDX_MAX", "idx_max", op)
+        if indices.size and (indices.min() < 0 or indices.max() > idx_max):
+            raise self._refuse(op, f"a gather index {int(indices.min())}..{int(indices.max())} "
+                                   f"outside 0..IDX_MAX {idx_max}")
+        source, target = signed("SRC"), signed("DST")
+        for row, index in enumerate(indices.tolist()):
+            data = self.memory.read_bytes_at(src["region"],
+                                             source + index * signed("SRC_STRIDE0"), length, w,
+                                             "DMA source")
+            self.memory.write_bytes_at(dst["region"], target + row * signed("DST_STRIDE0"), data,
+                                       w, "DMA destination")
+        self.counters.dma_bytes[f"region{src['region']}->region{dst['region']}"] += rows * length
+        self.counters.operations["dma.gather"] += 1
 
     def _scale_output(self, acc: np.ndarray, op: Command, channels: int) -> np.ndarray:
         """acc x scale / 2**shift, rounded as OFM_SCALE's round_mode says: per channel from
@@ -696,7 +743,7 @@ class U85Machine:
         if _UPSCALE.get(self.field("NPU_SET_IFM_UPSCALE", "mode", op)) != "NONE":
             raise self._refuse(op, "a resize of an upscaled IFM")
         ofm = self._fm("OFM", op)
-        shape = oh, ow, oc = self._ofm_shape(op)
+        oh, ow, oc = self._ofm_shape(op)
         ih = self.param("NPU_SET_KERNEL_HEIGHT_M1", op) + 1
         iw = self.param("NPU_SET_KERNEL_WIDTH_M1", op) + 1
         iy, ry, ny = self._resize_axis("Y", oh, self.param("NPU_SET_OFM_BLK_HEIGHT_M1", op) + 1,

@@ -369,9 +369,10 @@ def _mark_data(fate, read, source, scale, scale_source) -> None:
 
 
 def _mark_consumed_data(fate: np.ndarray, check: StreamCheck) -> None:
-    """Weight-data bytes an IFM, IFM2 or lookup table reads, in place or through a DMA."""
+    """Weight-data bytes an IFM, IFM2, a gather's indices or lookup table reads, in place or
+    through a DMA."""
     for access in check.accesses:
-        if access.what not in ("IFM", "IFM2"):
+        if access.what not in ("IFM", "IFM2", "DMA index"):
             continue
         read = StreamRead(access.command, access.offset, access.region, access.lowest,
                           access.highest - access.lowest + 1, None, 0)
