@@ -232,3 +232,38 @@ def test_weights_from_ifm2_are_bounded_as_ofm_depth_by_ifm_depth(compiles):
                                             f"bytes {payload.scratch_bytes - extent + 1}\\.\\."
                                             f"{payload.scratch_bytes} of region 1"):
         check(with_base(payload.scratch_bytes - extent + 1))
+
+
+def test_a_gather_dma_is_bounded_by_its_largest_index(compiles):
+    """index_ops' GATHER on U85-256, a 2-D DMA with indexed source rows: the source is bounded
+    up to row IDX_MAX (the hardware's limit on an index), so an IDX_MAX whose row runs past
+    the scratch is refused naming the DMA, and the largest that fits is accepted."""
+    from examples.user_models import model_spec as user_model_spec
+
+    pte = compiles.get(user_model_spec("index_ops"), platform="corstone320", npu=NPU,
+                       write=True)[1]
+    payload = load_twin(pte).partitions[1].payload
+    commands = parse_u85_payload(payload.cmd_bytes).command_streams[0]
+    dma = next(c for c in commands if c.name == "NPU_OP_DMA_START")
+    registers = {c.name: c for c in commands if c.offset < dma.offset}
+    assert fields(registers["NPU_SET_DMA0_SRC_REGION"])["idx_mode"]
+    source = registers["NPU_SET_DMA0_SRC"].address
+    stride = registers["NPU_SET_DMA0_SRC_STRIDE0"].address
+    length = registers["NPU_SET_DMA0_LEN"].address
+    fits = (payload.scratch_bytes - source - length) // stride
+
+    def with_idx_max(value: int) -> bytes:
+        blob = bytearray(payload.cmd_bytes)
+        at = 4 * (registers["NPU_SET_DMA0_IDX_MAX"].offset + 1)
+        blob[at:at + 4] = value.to_bytes(4, "little")
+        return bytes(blob)
+
+    def check(cmd: bytes):
+        checker = U85Checker(U85_ACCELERATORS[NPU], _regions(payload), {FAST_SCRATCH_REGION})
+        checker.lut_loads = True
+        return checker.run(cmd)
+
+    assert any(a.what == "DMA index" for a in check(with_idx_max(fits)).accesses)
+    with pytest.raises(StreamRefused, match=f"^NPU_OP_DMA_START at word {dma.offset}: DMA "
+                                            "source reaches bytes "):
+        check(with_idx_max(fits + 1))

@@ -27,8 +27,9 @@
  * feature map touches no memory, a transposed OFM is bounded in the transpose's order, weights
  * from IFM2 are a 1 x OFM depth x IFM depth map, WEIGHT1-3 are bounded beside WEIGHT, an
  * elementwise IFM has its own broadcast, pooling NONE reads no IFM, a resize reads a
- * KERNEL_HEIGHT x KERNEL_WIDTH IFM. What the check cannot bound
- * (a TILE3X1 map, NPU_OP_BRANCH, indexed or internal DMA, a 2-D/3-D DMA) is let
+ * KERNEL_HEIGHT x KERNEL_WIDTH IFM, a gather DMA its indices and the rows up to IDX_MAX. What
+ * the check cannot bound (a TILE3X1 map, NPU_OP_BRANCH, other indexed or internal DMA, a 2-D/3-D
+ * DMA) is let
  * through with one "W [npu_check] ... is not bounded by this check" line.
  */
 #include <stdbool.h>
@@ -465,6 +466,37 @@ static bool op_elementwise(check_t* c, uint32_t mode) {
 }
 #endif
 
+#if defined(ETHOSU85)
+/* A 2-D DMA with indexed source rows (regor's GATHER): SIZE0 int32 indices at DMA0_IDX in
+ * IDX_REGION, each at most IDX_MAX; row i copied from SRC + index x SRC_STRIDE0 to
+ * DST + i x DST_STRIDE0, LEN bytes each. */
+static int64_t s40(int64_t value) {
+  return value & ((int64_t)1 << 39) ? value - ((int64_t)1 << 40) : value;
+}
+
+static bool op_gather(check_t* c, uint32_t src_region, uint32_t dst_region, int64_t src,
+                      int64_t dst, uint32_t length) {
+  uint32_t rows, idx_region, idx_max;
+  int64_t idx, src_stride, dst_stride;
+  if (!reg0(c, CMD0_OPCODE_NPU_SET_DMA0_SIZE0, &rows) ||
+      !reg0(c, CMD0_OPCODE_NPU_SET_DMA0_IDX_REGION, &idx_region) ||
+      !reg1(c, CMD1_OPCODE_NPU_SET_DMA0_IDX_MAX, &idx_max, NULL) ||
+      !reg1(c, CMD1_OPCODE_NPU_SET_DMA0_IDX, NULL, &idx) ||
+      !reg1(c, CMD1_OPCODE_NPU_SET_DMA0_SRC_STRIDE0, NULL, &src_stride) ||
+      !reg1(c, CMD1_OPCODE_NPU_SET_DMA0_DST_STRIDE0, NULL, &dst_stride))
+    return false;
+  src_stride = s40(src_stride);
+  dst_stride = s40(dst_stride);
+  return access_region(c, (int)(idx_region & 0x7), idx, 4 * (int64_t)rows, "DMA index") &&
+         access_region(c, (int)(src_region & 0x7), src,
+                       (int64_t)(idx_max & 0x7FFFFFFF) * (src_stride > 0 ? src_stride : 0) + length,
+                       "DMA source") &&
+         access_region(c, (int)(dst_region & 0x7), dst,
+                       ((int64_t)rows - 1) * (dst_stride > 0 ? dst_stride : 0) + length,
+                       "DMA destination");
+}
+#endif
+
 static bool op_dma(check_t* c) {
   uint32_t src_region, dst_region, length;
   int64_t src, dst;
@@ -475,6 +507,9 @@ static bool op_dma(check_t* c) {
       !reg1(c, CMD1_OPCODE_NPU_SET_DMA0_LEN, &length, NULL))
     return false;
 #if defined(ETHOSU85)
+  if ((src_region & 0x800) && !(dst_region & 0x800) && ((src_region >> 9) & 0x3) == 1 &&
+      !((src_region | dst_region) & 0x100))
+    return op_gather(c, src_region, dst_region, src, dst, length);
   if ((src_region | dst_region) & 0x800) return not_bounded(c, "an indexed DMA");
   if ((src_region | dst_region) & 0x100) return not_bounded(c, "a DMA in the NPU's memory");
 #endif
