@@ -54,7 +54,9 @@ regor moves into the convolution's IFM slice; DecomposeConv2D's `ifmSlice.Initia
 then keeps the slice's offset 0, so the 16 accumulating 1x1 convolutions read rows and columns
 4i + k with PAD_* 0 instead of 4i + k - 1: the stream computes the convolution unpadded over the
 untrimmed map, and differs from the TOSA graph (tests/test_u85_machine.py shows it equals the
-graph with that padding removed).
+graph with that padding removed). Likewise an A16W8 LSTM's second step: regor loads the 2 KiB
+tanh table over the sigmoid table a chained group's first lookup still needs (its LUT DMAs all go
+before the group), so the stream computes tanh(forget gate) (docs/verify.md).
 
 Executed bit-exact against the TOSA reference model (tests/test_u85_machine.py,
 benchmarks/u85_model.py): all of the above, on the edge-case models of tests/npu_edge_models.py
