@@ -203,10 +203,26 @@ def lower_a16w8(factory, npu: str, calibration_samples: int = 4):
     """Quantize with 16-bit activations and 8-bit weights and lower to the Ethos-U through
     ExecuTorch's Arm backend (the orchestrator's own flow quantizes to int8 only). Returns one
     (TOSA flatbuffer, delegate payload) pair per NPU partition, as Vela compiled them."""
-    from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
-    from executorch.backends.arm.quantizer import EthosUQuantizer
     from executorch.backends.arm.quantizer.arm_quantizer import (
         get_symmetric_a16w8_quantization_config)
+
+    return _lower_upstream(factory, npu, get_symmetric_a16w8_quantization_config(
+        is_per_channel=True), calibration_samples)
+
+
+def lower_int8(factory, npu: str, calibration_samples: int = 4):
+    """`factory`'s model through upstream's own int8 flow alone (EthosUQuantizer's symmetric
+    per-channel config, EthosUPartitioner, Vela), none of the orchestrator's rewrites: the
+    (TOSA flatbuffer, delegate payload) pairs upstream makes, to show upstream's behaviour."""
+    from executorch.backends.arm.quantizer import get_symmetric_quantization_config
+
+    return _lower_upstream(factory, npu, get_symmetric_quantization_config(is_per_channel=True),
+                           calibration_samples)
+
+
+def _lower_upstream(factory, npu: str, config, calibration_samples: int):
+    from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
+    from executorch.backends.arm.quantizer import EthosUQuantizer
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -221,7 +237,7 @@ def lower_a16w8(factory, npu: str, calibration_samples: int = 4):
         npu[:9], ("Ethos_U55_High_End_Embedded", "Shared_Sram"))
     spec = EthosUCompileSpec(npu, system_config=system, memory_mode=memory)
     quantizer = EthosUQuantizer(spec)
-    quantizer.set_global(get_symmetric_a16w8_quantization_config(is_per_channel=True))
+    quantizer.set_global(config)
     prepared = prepare_pt2e(torch.export.export(module, inputs, strict=True).module(), quantizer)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(_SEED + 1)

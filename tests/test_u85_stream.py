@@ -19,6 +19,7 @@ from npu_driver.ethos_u.u85_commands import U85_OPCODES, fields, table, table_fr
 from orchestrator.verification.npu import NpuExecutor
 from orchestrator.verification.twin import load_twin
 from tests.device_tools import missing
+from tests.npu_edge_models import model_spec
 from tests.tampering import (check_firmware_refuses_on_the_device, copy_program, payload_bytes,
                              replace_payload, verify_fails_on_every_method)
 
@@ -156,12 +157,16 @@ def test_verify_refuses_a_u85_stream_writing_past_its_region_on_every_method(
                                  f"NPU_OP_CONV at word {conv}: OFM reaches bytes")
 
 
-def test_the_mixed_models_u85_partitions_are_bounded_with_transposed_and_kept_ofms(compiles):
-    """The mixed model's two U85-256 partitions use what the U55 never emits: an OFM written
-    transposed (CHW: its tile registers describe the permuted map) and OFMs of storage NONE
-    (accumulators kept for the next operation, nothing written); all are bounded inside the
-    payload's regions, the transposed write ending exactly at the input it precedes."""
-    pte = compiles.get("mixed", platform="corstone320", npu=NPU, write=True)[1]
+@pytest.mark.parametrize("model,features", [("mixed", {"transposed"}),
+                                            (model_spec("strided_edges"), {"kept"})],
+                         ids=["mixed", "strided-edges"])
+def test_u85_partitions_are_bounded_with_transposed_and_kept_ofms(compiles, model, features):
+    """What the U55 never emits, on U85-256: an OFM written transposed (CHW: its tile registers
+    describe the permuted map; the mixed model) and OFMs of storage NONE (accumulators kept for
+    the next operation, nothing written; a stride-4 convolution decomposed per tap,
+    strided_edges); all are bounded inside the payload's regions, the transposed write ending
+    exactly at the input it precedes."""
+    pte = compiles.get(model, platform="corstone320", npu=NPU, write=True)[1]
     seen = set()
     for partition in load_twin(pte).partitions:
         payload = partition.payload
@@ -181,7 +186,7 @@ def test_the_mixed_models_u85_partitions_are_bounded_with_transposed_and_kept_of
             transposed = next(a for a in check.accesses if a.what == "OFM")
             assert transposed.highest + 1 == payload.inputs[0].offset
             seen.add("transposed")
-    assert seen == {"kept", "transposed"}
+    assert seen == features
 
 
 def test_a_check_firmware_runs_the_u85_stream_check_on_the_device(ds_cnn, tmp_path):

@@ -24,6 +24,7 @@ from npu_driver.ethos_u.u85_weights import (U85WeightLayout, decode_fwd, decode_
 from orchestrator.cli import main
 from orchestrator.verification.npu import NpuExecutor, NpuModelFault
 from orchestrator.verification.twin import load_twin
+from tests.npu_edge_models import model_spec
 from tests.tampering import copy_program, flip_weight_byte, verify_fails_on_every_method
 
 PARTITION = "lowered_module_0"
@@ -35,12 +36,14 @@ def ds_cnn(compiles):
     return compiles.get("ds-cnn", platform="corstone320", npu=NPU, write=True)[1]
 
 
-def _fully_checked(pte, npu: str) -> list:
+def _fully_checked(pte, npu: str, data_bytes: int = 0) -> list:
+    """Every partition's weight data checked but `data_bytes` in all, which IFMs read."""
     reports = []
     for partition in load_twin(pte).partitions:
         report = check_partition_weights(partition.payload, partition.tosa_bytes, npu)
-        assert report.checked_bytes == report.weight_bytes, report.summary()
+        assert report.checked_bytes + report.data_bytes == report.weight_bytes, report.summary()
         reports.append(report)
+    assert sum(report.data_bytes for report in reports) == data_bytes
     return reports
 
 
@@ -55,18 +58,25 @@ def test_every_weight_byte_of_ds_cnn_u85_is_checked_against_the_tosa_graph(ds_cn
 @pytest.mark.parametrize("model,npu", [("ds-cnn", "ethos-u85-128"), ("ds-cnn", "ethos-u85-512"),
                                        ("ds-cnn", "ethos-u85-2048"),
                                        ("resnet8", "ethos-u85-2048"),
-                                       ("mixed", "ethos-u85-256")])
+                                       ("mixed", "ethos-u85-256"),
+                                       (model_spec("strided_edges"), "ethos-u85-256")],
+                         ids=["ds-cnn-128", "ds-cnn-512", "ds-cnn-2048", "resnet8-2048",
+                              "mixed-256", "strided-edges-256"])
 def test_correct_u85_programs_pass_the_weight_check(compiles, model, npu):
     """One SWD stream per core on the U85-512 (2) and 2048 (4), the FWD streams of
-    part-kernel-first convolutions interleaved across the cores (ResNet-8), and the mixed
-    model's stride-4 convolution, which Vela splits into one accumulating 1x1 operation per
-    tap (each checked against its tap of the TOSA kernel), beside constants it stores for
-    OP_SCALAR operands (checked as TOSA constants): every weight byte checked."""
+    part-kernel-first convolutions interleaved across the cores (ResNet-8), a stride-4 pad-1
+    convolution (strided_edges), which Vela splits into one accumulating 1x1 operation per tap
+    (each checked against its tap of the TOSA kernel), and constants Vela stores for OP_SCALAR
+    operands (checked as TOSA constants; the mixed model): every weight byte checked. The
+    mixed model's one exception: the 256 B of fill that Vela stores for the explicit pad the
+    compile puts before its stride-4 convolution (partitioners/quantizable.py
+    strided_conv_padding_explicit), which the pad reads as an IFM; executing the stream checks
+    it."""
     pte = compiles.get(model, platform="corstone320", npu=npu, write=True)[1]
-    reports = _fully_checked(pte, npu)
+    reports = _fully_checked(pte, npu, data_bytes=256 if model == "mixed" else 0)
     assert all(report.checked and not report.unchecked for report in reports)
     taps = sum(" taps " in line for report in reports for line in report.checked)
-    assert taps == (16 if model == "mixed" else 0)
+    assert taps == (16 if "strided_edges" in model else 0)
 
 
 A16W8 = ("feature_extractor.0=a16w8,feature_extractor.4=a16w8,"

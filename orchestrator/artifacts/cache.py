@@ -46,6 +46,7 @@ from orchestrator.artifacts.pt2_bytes import pt2_bytes, remember
 from orchestrator.errors import UserError
 from orchestrator.sources.pt2 import read_exported_program
 from orchestrator.target import compile_spec
+from orchestrator.compilation import shared_constants
 from partitioners import module_forms, quantizable
 from partitioners.records import Workaround
 
@@ -123,10 +124,11 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
 @functools.lru_cache(maxsize=1)
 def _rewrites_digest() -> str:
     """The code of the rewrites before capture and quantization (partitioners/module_forms.py,
-    partitioners/quantizable.py): a changed rewrite changes what the quantizer sees, for every
-    target, so it is part of the key."""
+    partitioners/quantizable.py) and of the merge after it
+    (orchestrator/compilation/shared_constants.py): a changed rewrite changes what the quantizer
+    sees, and the merge what is stored, for every target, so it is part of the key."""
     digest = hashlib.sha256()
-    for module in (module_forms, quantizable):
+    for module in (module_forms, quantizable, shared_constants):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()[:16]
 

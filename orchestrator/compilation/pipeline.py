@@ -242,6 +242,8 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
         fixes += quantizable.linear_batchnorm_folded(module)
         fixes += (quantizable.grouped_transpose_conv_block_diagonal(module) if target.npu
                   else quantizable.grouped_transpose_conv_split(module))
+        if target.npu and target.npu.startswith("ethos-u85"):
+            fixes += quantizable.strided_conv_padding_explicit(module)
     prepared = prepare_pt2e(module, _quantizer(target, calibration.method,
                                                calibration.precision))
     with torch.no_grad(), numerics.single_threaded():
