@@ -7,6 +7,7 @@ reference model computes the partition."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -272,3 +273,33 @@ def test_a_gather_dma_is_bounded_by_its_largest_index(compiles):
     with pytest.raises(StreamRefused, match=f"^NPU_OP_DMA_START at word {dma.offset}: DMA "
                                             "source reaches bytes "):
         check(with_idx_max(fits + 1))
+
+
+def test_a_u85_stream_loading_lookup_tables_is_bounded_and_its_weights_checked(compiles):
+    """matmul_edges on U85-256 loads its lookup table by DMA into the LUT memory and takes
+    three operands from OP_SCALAR, whose values Vela also stores in the weight data as int32s
+    nothing reads. The stream checker bounds the LUT load in the 2048-byte LUT memory (verify's
+    check before the first run, as the model's), and the weight check accounts for every byte:
+    each stored value must equal an OP_SCALAR of the stream, so one flipped byte in one fails."""
+    from npu_driver.ethos_u import WeightMismatch, check_partition_weights
+    from tests.npu_edge_models import model_spec
+
+    pte = compiles.get(model_spec("matmul_edges"), platform="corstone320", npu=NPU,
+                       write=True)[1]
+    partition = load_twin(pte).partitions[0]
+    payload = partition.payload
+    check = check_u85_stream(payload.cmd_bytes, _regions(payload), NPU, (FAST_SCRATCH_REGION,),
+                             lut_loads=True)
+    assert any(a.region == -1 and a.what == "DMA destination" for a in check.accesses)
+    report = check_partition_weights(payload, partition.tosa_bytes, NPU)
+    assert report.checked and not report.unchecked
+    data = payload.weight_bytes
+    stored = [at for at in range(0, len(data), 16)
+              if data[at:at + 4] in {v.to_bytes(4, "little") for v in check.scalars}
+              and any(data[at:at + 4]) and not any(data[at + 4:at + 16])]
+    assert stored
+    flipped = bytearray(data)
+    flipped[stored[0]] ^= 0x01
+    with pytest.raises(WeightMismatch, match="non-zero byte"):
+        check_partition_weights(replace(payload, weight_bytes=bytes(flipped)),
+                                partition.tosa_bytes, NPU)

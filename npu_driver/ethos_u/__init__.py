@@ -166,7 +166,8 @@ def check_partition_weights(payload, tosa_bytes: bytes,
     the U85's formats (u85_weights.py)."""
     regions = [len(payload.weight_bytes), payload.scratch_bytes, None]
     if _for_u85(payload.cmd_bytes, accelerator):
-        check = check_u85_stream(payload.cmd_bytes, regions, accelerator, (FAST_SCRATCH_REGION,))
+        check = check_u85_stream(payload.cmd_bytes, regions, accelerator, (FAST_SCRATCH_REGION,),
+                                 lut_loads=True)
         return check_weights(payload.weight_bytes, check, tosa_bytes)
     accel = resolve_accelerator(parse_custom_operator_payload(payload.cmd_bytes), accelerator)
     check = check_stream(payload.cmd_bytes, regions, accel, (FAST_SCRATCH_REGION,))

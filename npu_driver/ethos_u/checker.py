@@ -76,6 +76,8 @@ class StreamCheck:
     weights: tuple[StreamRead, ...]
     scales: tuple[StreamRead, ...]
     dmas: tuple[DmaCopy, ...]
+    # NPU_SET_OP_SCALAR values (Ethos-U85: an elementwise operand from the command stream)
+    scalars: tuple[int, ...] = ()
 
     def extent(self) -> dict[int, int]:
         """Region -> highest byte any command reaches + 1 (the driver's region_size)."""
@@ -114,6 +116,7 @@ class Checker:
         self.weights: list[StreamRead] = []
         self.scales: list[StreamRead] = []
         self.dmas: list[DmaCopy] = []
+        self.scalars: list[Command] = []  # NPU_SET_OP_SCALAR commands (Ethos-U85)
         self.operations = self.handlers()
 
     def product_name(self) -> str:
@@ -133,7 +136,8 @@ class Checker:
             for command in commands:
                 self.step(command)
         return StreamCheck(self.commands, tuple(self.accesses), tuple(self.weights),
-                           tuple(self.scales), tuple(self.dmas))
+                           tuple(self.scales), tuple(self.dmas),
+                           tuple(sorted({c.payload for c in self.scalars})))
 
     def check_stop(self, commands) -> None:
         if not commands or commands[-1].name != "NPU_OP_STOP":
@@ -152,6 +156,8 @@ class Checker:
         handler = self.operations.get(command.name)
         if handler is None and (command.payload is not None or opcode.value >= 0x100):
             self.regs[command.name] = command
+            if command.name == "NPU_SET_OP_SCALAR":
+                self.scalars.append(command)
             return
         if handler is not None:
             handler(command)

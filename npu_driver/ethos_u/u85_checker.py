@@ -115,12 +115,15 @@ def resolve_u85(cop: CustomOperatorPayload, accelerator: str | None) -> U85Accel
 
 def check_u85_stream(command_stream: bytes, region_sizes: Sequence[int | None],
                      accelerator: str | None = None,
-                     unbounded: tuple[int, ...] = ()) -> StreamCheck:
+                     unbounded: tuple[int, ...] = (), *, lut_loads: bool = False) -> StreamCheck:
     """Check an Ethos-U85 COP1 payload against regions of `region_sizes` bytes, as
-    `checker.check_stream` does for the U55/U65. Raises StreamRefused, CommandStreamError,
-    ConfigMismatch or UnmodelledCommand (what it cannot bound)."""
+    `checker.check_stream` does for the U55/U65; `lut_loads` bounds a DMA into the LUT memory
+    (U85Checker.lut_loads). Raises StreamRefused, CommandStreamError, ConfigMismatch or
+    UnmodelledCommand (what it cannot bound)."""
     accel = resolve_u85(parse_u85_payload(command_stream), accelerator)
-    return U85Checker(accel, list(region_sizes), set(unbounded)).run(command_stream)
+    checker = U85Checker(accel, list(region_sizes), set(unbounded))
+    checker.lut_loads = lut_loads
+    return checker.run(command_stream)
 
 
 def disassemble_u85(command_stream: bytes) -> str:

@@ -192,7 +192,10 @@ def check_weights(weight_data: bytes, check: StreamCheck, tosa_bytes: bytes) -> 
             if src is not None:
                 fate[src:src + scale.length] = np.maximum(fate[src:src + scale.length], 2)
     _mark_consumed_data(fate, check)
-    stored = _stored_constants(weight_data, fate, raw_constants)
+    # Vela (U85) also stores each OP_SCALAR value it writes into the stream, as an int32 in
+    # the weight data, and never reads it there: those 4 bytes are the stream's own value
+    scalars = [value.to_bytes(4, "little") for value in check.scalars]
+    stored = _stored_constants(weight_data, fate, raw_constants + scalars)
     stray = np.flatnonzero((fate == 0) & (np.frombuffer(weight_data, dtype=np.uint8) != 0))
     if stray.size:
         raise WeightMismatch(f"the weight data holds {stray.size} non-zero byte(s) that no "
@@ -282,10 +285,10 @@ def _match(values: np.ndarray, records, kernels: list[TosaKernel]) -> str | None
 
 
 def _stored_constants(weight_data: bytes, fate: np.ndarray, constants: list[bytes]) -> list[str]:
-    """Runs of bytes no command reads that hold TOSA constants whole, each from a 16-byte
-    boundary (Vela's tensor alignment) and followed by zeros to the next: Vela stores a
-    constant the stream takes another way (as IFM2_SCALAR, OP_SCALAR on the U85) all the same.
-    Marked checked; a run holding anything else stays unread."""
+    """Runs of bytes no command reads that hold TOSA constants (or the stream's OP_SCALAR
+    values) whole, each from a 16-byte boundary (Vela's tensor alignment) and followed by zeros
+    to the next: Vela stores a constant the stream takes another way (as IFM2_SCALAR, OP_SCALAR
+    on the U85) all the same. Marked checked; a run holding anything else stays unread."""
     found = []
     unread = np.flatnonzero(fate == 0)
     if not unread.size:
@@ -314,7 +317,8 @@ def _stored_constants(weight_data: bytes, fate: np.ndarray, constants: list[byte
         else:
             fate[start:end] = 1
             found.append(f"weight data bytes {start}..{end - 1}: {len(held)} TOSA constant(s) "
-                         f"({', '.join(f'{n} B' for n in held)}) no command reads, then zeros")
+                         f"or OP_SCALAR value(s) ({', '.join(f'{n} B' for n in held)}) no "
+                         "command reads, then zeros")
     return found
 
 

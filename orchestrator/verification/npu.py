@@ -213,7 +213,10 @@ class NpuExecutor:
             return (f"NPU: {STREAM_METHOD} ({self.accelerator}), compared byte for byte with "
                     f"the {TOSA_METHOD}")
         reason = "" if self.accelerator is None or self.accelerator.startswith(
-            _MODELLED_PREFIXES) else f"; the {self.accelerator} is not modelled"
+            _MODELLED_PREFIXES) else (
+            "; --npu-model stream or both executes it in the Ethos-U85 model"
+            if self.accelerator.startswith(_U85_PREFIX)
+            else f"; the {self.accelerator} is not modelled")
         if self.checks_u85:
             reason += ("; its command stream is decoded and bounds-checked, and its weights "
                        "checked against the TOSA graph, before the first run")
@@ -233,7 +236,7 @@ class NpuExecutor:
         try:
             check = check_u85_stream(payload.cmd_bytes, [len(payload.weight_bytes),
                                                          payload.scratch_bytes, None],
-                                     self.accelerator, (FAST_SCRATCH_REGION,))
+                                     self.accelerator, (FAST_SCRATCH_REGION,), lut_loads=True)
         except UnmodelledCommand as error:
             self.tally.stream_checks[name] = f"not bounds-checked: {error}"
             return
