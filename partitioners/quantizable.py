@@ -329,6 +329,16 @@ def _new_attribute(module: torch.nn.Module, base: str, value: torch.Tensor) -> s
     return name
 
 
+def _spatial(value, default: int, rank: int) -> list[int]:
+    """A convolution's stride/padding/dilation argument as one int per spatial dimension."""
+    if value is None:
+        return [default] * rank
+    if isinstance(value, int):
+        return [value] * rank
+    value = [int(v) for v in value]
+    return value * rank if len(value) == 1 else value
+
+
 def _pair(value, default: int) -> tuple[int, int]:
     if value is None:
         return default, default
@@ -549,9 +559,9 @@ def activations_before_squeeze(module: torch.fx.GraphModule) -> list[Workaround]
 
 
 def strided_conv_padding_explicit(module: torch.fx.GraphModule) -> list[Workaround]:
-    """On an Ethos-U85 target, a convolution with a stride above 3, padding, and an input that
-    does not divide into its strides computed as: the input cropped to the rows and columns the
-    convolution reads, padded explicitly (`constant_pad_nd` with 0.0, the input's zero point
+    """On an Ethos-U85 target, a 1-D or 2-D convolution with a stride above 3, padding, and an
+    input that does not divide into its strides computed as: the input cropped to the rows and
+    columns the convolution reads, padded explicitly (`constant_pad_nd` with 0.0, the input's zero point
     once quantized, as the convolution's own padding), and the convolution unpadded (in place);
     the rewrite's report. The same values.
 
@@ -563,63 +573,74 @@ def strided_conv_padding_explicit(module: torch.fx.GraphModule) -> list[Workarou
     padding. Executed by our Ethos-U85 model (npu_driver/ethos_u/u85_machine.py) the command
     stream gives the unpadded convolution over the uncropped input, 729-1,544 bytes of 1-2 kB
     off the TOSA reference model's, for 4x4/4 pad 1 (32x32, 33x33, 32x30), 5x5/4 pad 2,
-    5x5/5 pad 1, and (4,3)/(4,1) pad (1,1) or (0,1). Stride 3 or less, or an input that
+    5x5/5 pad 1, (4,3)/(4,1) pad (1,1) or (0,1), and a Conv1d 4/4 pad 1 on 64 (188 of 256
+    bytes). Stride 3 or less, or an input that
     divides, or no padding, compiles right and is left alone; so is the explicit form, which
     Vela lowers with a separate pad (a MemoryCopy) and, for the mixed model's convolution, 64
     1x1 convolutions where the miscompiled form had 16: Vela estimates it at 36,220 NPU cycles
     against 8,704 on U85-256 (padding the input's end instead and cropping the output is
     estimated at 24,749 and not done). `tests/test_u85_machine.py` shows both."""
     fixes = []
+    convolutions = {torch.ops.aten.conv1d.default: 1, torch.ops.aten.conv2d.default: 2}
     for node in list(module.graph.nodes):
-        if node.op != "call_function" or node.target != torch.ops.aten.conv2d.default:
+        rank = convolutions.get(node.target) if node.op == "call_function" else None
+        if rank is None:
             continue
+        # conv{1,2}d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
         args = list(node.args) + [None] * (7 - len(node.args))
+        for index, name in enumerate(("bias", "stride", "padding", "dilation", "groups"), 2):
+            if name in node.kwargs:
+                args[index] = node.kwargs[name]
         source, weight = args[0], args[1]
         value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
         w = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else None
-        if not isinstance(value, torch.Tensor) or value.dim() != 4 or \
-                not isinstance(w, torch.Tensor):
+        if not isinstance(value, torch.Tensor) or value.dim() != rank + 2 or \
+                not isinstance(w, torch.Tensor) or isinstance(args[4], str):
             continue
-        stride, padding = _pair(args[3], 1), _pair(args[4], 0)
-        dilation = _pair(args[5], 1)
+        stride, padding, dilation = (_spatial(args[i], default, rank)
+                                     for i, default in ((3, 1), (4, 0), (5, 1)))
         if max(stride) <= 3 or max(padding) == 0:
             continue
-        sizes = [int(value.shape[2]), int(value.shape[3])]
-        kernels = [dilation[i] * (int(w.shape[2 + i]) - 1) + 1 for i in range(2)]
-        if all((sizes[i] + 2 * padding[i] - kernels[i]) % stride[i] == 0 for i in range(2)):
+        sizes = [int(value.shape[2 + i]) for i in range(rank)]
+        kernels = [dilation[i] * (int(w.shape[2 + i]) - 1) + 1 for i in range(rank)]
+        if all((sizes[i] + 2 * padding[i] - kernels[i]) % stride[i] == 0 for i in range(rank)):
             continue
         # the padded extent the convolution reads, and the input rows/columns inside it
         read = [((sizes[i] + 2 * padding[i] - kernels[i]) // stride[i]) * stride[i] + kernels[i]
-                for i in range(2)]
-        used = [min(sizes[i], read[i] - padding[i]) for i in range(2)]
-        after = [read[i] - padding[i] - used[i] for i in range(2)]
+                for i in range(rank)]
+        used = [min(sizes[i], read[i] - padding[i]) for i in range(rank)]
+        after = [read[i] - padding[i] - used[i] for i in range(rank)]
         cropped = source
         meta = {k: v for k, v in node.meta.items()
                 if k in ("nn_module_stack", "stack_trace", "source_fn_stack")}
         shape = list(value.shape)
         with module.graph.inserting_before(node):
-            for dim in (2, 3):
-                if used[dim - 2] < sizes[dim - 2]:
+            for i in range(rank):
+                if used[i] < sizes[i]:
                     cropped = module.graph.call_function(torch.ops.aten.slice.Tensor,
-                                                         (cropped, dim, 0, used[dim - 2]))
-                    shape[dim] = used[dim - 2]
+                                                         (cropped, 2 + i, 0, used[i]))
+                    shape[2 + i] = used[i]
                     cropped.meta.update(meta)
                     cropped.meta["val"] = value.new_empty(shape)
-            padded = module.graph.call_function(
-                torch.ops.aten.constant_pad_nd.default,
-                (cropped, [padding[1], after[1], padding[0], after[0]], 0.0))
+            # constant_pad_nd takes (before, after) pairs from the last dimension back
+            pads = [p for i in reversed(range(rank)) for p in (padding[i], after[i])]
+            padded = module.graph.call_function(torch.ops.aten.constant_pad_nd.default,
+                                                (cropped, pads, 0.0))
         padded.meta.update(meta)
-        padded.meta["val"] = value.new_empty((value.shape[0], value.shape[1], read[0], read[1]))
-        node.args = (padded, weight, args[2], list(stride), [0, 0], list(dilation),
+        padded.meta["val"] = value.new_empty((*value.shape[:2], *read))
+        node.args = (padded, weight, args[2], list(stride), [0] * rank, list(dilation),
                      args[6] if args[6] is not None else 1)
+        node.kwargs = {}
+        x = "x"
         fixes.append(Workaround(
             _module_path(node), "Vela 5.1 for the Ethos-U85 (regor's DecomposeConv2D of a "
             "stride above 3 drops the padding with the input slice it folds)",
-            f"a {kernels[0]}x{kernels[1]} convolution of stride {stride[0]}x{stride[1]} and "
-            f"padding {padding[0]}x{padding[1]} on a {sizes[0]}x{sizes[1]} input computed "
-            f"unpadded on the input cropped to {used[0]}x{used[1]} and padded explicitly to "
-            f"{read[0]}x{read[1]}: the same values; the explicit pad and the unpadded "
-            f"convolution cost more NPU cycles (the plan's Vela estimate includes them)"))
+            f"a {x.join(map(str, kernels))} convolution of stride {x.join(map(str, stride))} "
+            f"and padding {x.join(map(str, padding))} on a {x.join(map(str, sizes))} input "
+            f"computed unpadded on the input cropped to {x.join(map(str, used))} and padded "
+            f"explicitly to {x.join(map(str, read))}: the same values; the explicit pad and the "
+            f"unpadded convolution cost more NPU cycles (the plan's Vela estimate includes "
+            f"them)"))
     if fixes:
         module.recompile()
     return fixes

@@ -325,6 +325,24 @@ def test_only_a_padded_stride_above_3_on_an_input_that_does_not_divide_is_rewrit
         assert torch.allclose(module(x), conv(x), atol=1e-6)
 
 
+def test_a_padded_stride_4_conv1d_is_rewritten_too():
+    """A Conv1d 4/4 pad 1 on 64 samples through upstream's flow alone differs from its TOSA
+    graph on U85-256 in 188 of 256 bytes, as its 2-D form does."""
+    import torch
+
+    from partitioners.quantizable import strided_conv_padding_explicit
+
+    conv = torch.nn.Conv1d(8, 16, 4, stride=4, padding=1).eval()
+    x = torch.rand(1, 8, 64)
+    module = torch.export.export(conv, (x,)).module(check_guards=False)
+    (fix,) = strided_conv_padding_explicit(module)
+    pad = next(n for n in module.graph.nodes if n.target == torch.ops.aten.constant_pad_nd.default)
+    assert pad.args[1] == [1, 0] and tuple(pad.args[0].meta["val"].shape) == (1, 8, 63)
+    assert "a 4 convolution of stride 4 and padding 1 on a 64 input" in fix.message
+    with torch.no_grad():
+        assert torch.allclose(module(x), conv(x), atol=1e-6)
+
+
 def test_an_unmodelled_pooling_mode_is_refused_naming_command_and_word(programs):
     (partition,) = load_twin(programs["ds-cnn@u85-256"]).partitions
     payload = partition.payload
