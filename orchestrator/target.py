@@ -87,9 +87,11 @@ def resolve_target(platform: str, npu: str | None = None, cpu: str | None = None
     )
 
 
-def compile_spec(target: Target):
-    """ExecuTorch's EthosUCompileSpec for an NPU target (Vela system config and memory mode)."""
+def compile_spec(target: Target, vela_flags: tuple[str, ...] = ()):
+    """ExecuTorch's EthosUCompileSpec for an NPU target (Vela system config and memory mode, and
+    any extra Vela flags)."""
     from executorch.backends.arm.ethosu import EthosUCompileSpec  # lazy: heavy (executorch, vela)
 
     return EthosUCompileSpec(target.npu, system_config=target.system_config,
-                             memory_mode=target.memory_mode)
+                             memory_mode=target.memory_mode,
+                             extra_flags=list(vela_flags) or None)

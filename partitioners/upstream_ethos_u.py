@@ -17,6 +17,9 @@ ExecuTorch keeps what a placement report needs out of its public API:
 - `FuseQuantizedActivationPass._is_fuseable_quantized_activation(node)` decides which ReLUs fold
   into the convolution before them; `live_activations_kept` narrows it (an upstream defect, see
   there) while the same lock is held.
+- `executorch.backends.arm._passes.insert_table_ops.TableOps` lists the operators the backend
+  lowers to TOSA TABLE lookups (`int16_table_lookups` counts those a program runs on 16-bit
+  activations).
 
 `tests/test_upstream_adapters.py` checks each of these names and signatures without compiling,
 so an ExecuTorch upgrade that moves them fails there, not as a wrong report.
@@ -178,12 +181,36 @@ def live_activations_kept(kept: list[tuple[str, int, int]]) -> Iterator[None]:
         FuseQuantizedActivationPass.call = upstream_call
 
 
+def int16_table_lookups(program) -> int:
+    """How many operators of a quantized (ATen) program the Arm backend turns into TABLE lookups
+    on 16-bit activations: those `TableOps` lists whose input a dequantize from int16 feeds (on
+    the Ethos-U85, each a 2 KiB interpolating table that fills the LUT memory)."""
+    check_version()
+    import torch  # lazy: heavy (torch)
+    from executorch.backends.arm._passes.insert_table_ops import (  # lazy: heavy (executorch)
+        TableOps)
+
+    tables = {getattr(op, "_op", op) for op in (*TableOps.unary_table_ops,
+                                                 *TableOps.special_table_ops)}
+    count = 0
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target not in tables or not node.args:
+            continue
+        source = node.args[0]
+        if isinstance(source, torch.fx.Node) and "dequantize" in str(source.target) and \
+                torch.int16 in (*source.args, *source.kwargs.values()):
+            count += 1
+    return count
+
+
 def contract() -> dict[str, object]:
     """The upstream names and signatures this adapter relies on (for the contract test)."""
     import executorch.backends.arm.ethosu.backend as ethosu_backend  # lazy: heavy (executorch, vela)
     from executorch.backends.arm.ethosu import EthosUPartitioner  # lazy: heavy (executorch, vela)
     from executorch.backends.arm._passes.fuse_quantized_activation_pass import (  # lazy: heavy (executorch)
         FuseQuantizedActivationPass)
+    from executorch.backends.arm._passes.insert_table_ops import (  # lazy: heavy (executorch)
+        TableOps)
     from executorch.exir.backend.utils import WhyNoPartitionReporter  # lazy: heavy (executorch)
 
     def static_parameters(name: str):
@@ -197,6 +224,8 @@ def contract() -> dict[str, object]:
         "_is_fuseable_input": static_parameters("_is_fuseable_input"),
         "_tag_module": list(inspect.signature(EthosUPartitioner._tag_module).parameters),
         "_rejected_nodes": isinstance(WhyNoPartitionReporter()._rejected_nodes, dict),
+        "TableOps": sorted(name for name in ("unary_table_ops", "special_table_ops")
+                           if isinstance(getattr(TableOps, name, None), (dict, set))),
         "vela_compile": list(inspect.signature(ethosu_backend.vela_compile).parameters),
         "EthosUBackend.preprocess": (
             list(inspect.signature(ethosu_backend.EthosUBackend.__dict__["preprocess"]

@@ -214,3 +214,34 @@ def test_the_precision_is_part_of_the_cache_key(u55):
     plain = cache.quantized_key(compiled.model, replace(compiled.calibration, precision=()),
                                 compiled.target, True, True)
     assert key != plain
+
+
+def test_an_a16w8_lstm_on_the_u85_is_compiled_unchained_and_its_stream_equals_tosa(
+        tmp_path, capsys):
+    """lstm_classifier with its LSTM raised, on U85-256: 30 lookups on 16-bit activations, each
+    a 2 KiB table filling the LUT memory. Chained, Vela 5.1 loads two of one group's tables
+    into the one slot before the group runs (tests/test_u85_lut_reload.py shows it through
+    upstream's flow), so the compile passes --disable-chaining, says so in the plan, and the
+    Ethos-U85 model's bytes equal the TOSA graph's; verify --npu-model both passes it."""
+    import numpy as np
+
+    from npu_driver.ethos_u import run_partition
+    from npu_driver.tosa_twin import run_tosa
+    from orchestrator.cli import main
+    from orchestrator.verification.twin import load_twin
+
+    out = tmp_path / "lstm16.pte"
+    result = api.compile("examples/user_models.py:lstm_classifier", out,
+                         platform="corstone320", npu="ethos-u85-256", precision="lstm=a16w8")
+    (fix,) = [w for w in result.compiled.workarounds if "--disable-chaining" in w.message]
+    assert "30 lookups run on 16-bit activations" in fix.message
+    (partition,) = load_twin(out).partitions
+    rng = np.random.default_rng(3)
+    for _ in range(2):
+        arrays = [rng.integers(np.iinfo(s.numpy_type).min, np.iinfo(s.numpy_type).max,
+                               size=s.shape, endpoint=True).astype(s.numpy_type)
+                  for s in partition.io.inputs]
+        got, _ = run_partition(partition.payload, arrays, "ethos-u85-256")
+        assert got == [a.tobytes() for a in run_tosa(partition.tosa_bytes, partition.io, arrays)]
+    assert main(["verify", str(out), "--runtime", "twin", "--npu-model", "both",
+                 "--samples", "2"]) == 0

@@ -23,6 +23,8 @@ def test_ethos_u_adapter_contract():
     # a staticmethod of one node, called by the pass and by the partitioner's support check
     assert contract["_is_fuseable_quantized_activation"] == ["node"]
     assert contract["_is_fuseable_input"] == ["node"]
+    # int16_table_lookups: the backend's lists of operators it lowers to TABLE
+    assert contract["TableOps"] == ["special_table_ops", "unary_table_ops"]
 
 
 def test_exir_adapter_contract():

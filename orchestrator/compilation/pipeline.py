@@ -54,7 +54,7 @@ from orchestrator.compilation import share_values as sharing
 from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary_tensors,
                                    check_boundaries)
 from partitioners.cpu import CpuDecision, route_to_cpu
-from partitioners import quantizable
+from partitioners import quantizable, upstream_ethos_u
 from partitioners.legalize import DIM_ORDER_COPIES, same_bytes_order
 from partitioners.module_forms import (avg_pools_over_their_window, conv1d_as_conv2d,
                                        mve_1xn_padding_explicit)
@@ -262,12 +262,14 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
 
 def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> Lowered:
     if target.npu:
-        # Two of to_edge_transform_and_lower's three re-traces decompose nothing in a quantized
-        # program; they are skipped by upstream's own test (upstream_exir; the golden list's
-        # bytes; a 25-step GRU on the U55-128: 5.9 s less).
+        vela_flags, chaining = _vela_workarounds(quantized, target)
+        # The last of to_edge_transform_and_lower's three re-traces decomposes nothing in a
+        # quantized program; it is skipped by upstream's own test (upstream_exir; the golden
+        # list's bytes; a 25-step GRU on the U55-128: lower 41.6 -> 39.4 s).
         with upstream_exir.idle_decompositions_skipped():
-            edge, rejections, runs, fixes = lower_to_npu(quantized.program, compile_spec(target),
-                                                         work_dir, policy)
+            edge, rejections, runs, fixes = lower_to_npu(
+                quantized.program, compile_spec(target, vela_flags), work_dir, policy)
+        fixes = (*fixes, *chaining)
     else:
         # No partitioner: `to_edge` decomposes once, where to_edge_transform_and_lower without
         # partitioners functionalizes first and decomposes after, re-tracing the graph twice
@@ -278,6 +280,30 @@ def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> 
     if target.npu and policy is not None and policy.forces_cpu():
         unmatched = unmatched_force_cpu(policy, (r.policy_rule for r in rejections.values()))
     return Lowered(edge, rejections, tuple(runs), unmatched, fixes)
+
+
+def _vela_workarounds(quantized: Quantized, target: Target):
+    """Vela flags an Ethos-U target needs for this program, and their plan reports.
+
+    On the Ethos-U85, Vela 5.1 puts the LUT load of every lookup in a chained operation group
+    before the group (regor's InsertLUTDMACommands) and hands the one LUT slot out again
+    (AllocateLutSlot): two 16-bit tables, each 2 KiB and filling the LUT memory, in one group
+    overwrite each other before the first is used. Executed by the Ethos-U85 model, an A16W8
+    LSTM applies tanh where its TOSA graph applies sigmoid from the second step on
+    (tests/test_u85_lut_reload.py); compiled with `--disable-chaining` it equals the TOSA graph.
+    So a U85 program with two or more lookups on 16-bit activations is compiled unchained."""
+    if not (target.npu or "").startswith("ethos-u85"):
+        return (), ()
+    lookups = upstream_ethos_u.int16_table_lookups(quantized.program)
+    if lookups < 2:
+        return (), ()
+    return ("--disable-chaining",), (Workaround(
+        "(program)", "Vela 5.1 for the Ethos-U85 (regor's InsertLUTDMACommands and "
+        "AllocateLutSlot: two 2 KiB int16 tables of one chained group load into the one LUT "
+        "slot before the group runs)",
+        f"compiled with --disable-chaining: {lookups} lookups run on 16-bit activations (tables "
+        "that fill the LUT memory), so no chained group may need two of them; the plan's Vela "
+        "estimate is of the unchained program"),)
 
 
 def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:
