@@ -35,14 +35,17 @@ def test_a_cortex_m85_program_runs_on_qemu_as_the_m85_build_and_says_so(cpu_only
     assert "core: QEMU has no Cortex-M85" in out and "not M85 cycles" in out
 
 
-def test_an_ethos_u85_program_runs_through_the_real_backend_with_tosa_on_the_host(hybrid,
-                                                                                   capsys):
+def test_an_ethos_u85_program_runs_through_the_real_backend_with_the_u85_model_on_the_host(
+        hybrid, capsys):
+    """By default (--npu-model auto) the bridge executes each Ethos-U85 invocation's command
+    stream in the U85 model and compares it with the TOSA graph."""
     qemu_or_missing()
     out = verify_qemu_passes(hybrid, capsys)
-    assert "Ethos-U85 partitions as TOSA graphs in the TOSA reference model" in out
-    assert "(the command stream is not executed)" in out
+    assert "Ethos-U85 command streams in the Ethos-U85 model over semihosting" in out
+    assert "the command stream is not executed" not in out
     npu = npu_line(out)
     assert npu.startswith("npu: 4 invocation(s)"), npu  # 4 cases x 1 partition
+    assert "1,036 NPU commands" in npu, npu  # 259 per invocation
 
 
 def test_a_wrong_u85_answer_fails_on_the_device(hybrid, monkeypatch):

@@ -56,8 +56,8 @@ U85_STREAM_METHOD = "Vela command stream executed by the Ethos-U85 functional mo
 TOSA_METHOD = "TOSA reference model on the partition's TOSA graph"
 # Accelerators the functional model executes (npu_driver.ethos_u.arch.ACCELERATORS).
 _MODELLED_PREFIXES = ("ethos-u55-", "ethos-u65-")
-_U85_PREFIX = "ethos-u85-"  # auto: stream checked (u85_checker.py), computed from the TOSA
-# graph; stream/both: executed by u85_machine.py where it executes the partition completely
+_U85_PREFIX = "ethos-u85-"  # auto/both/stream: checked (u85_checker.py, weight_check.py),
+# executed by u85_machine.py where it executes the partition completely, else its TOSA graph
 
 
 class NpuModelFault(VerificationFailure):
@@ -76,7 +76,10 @@ def choose(npu_model: str, accelerator: str | None) -> str:
         raise UserError(f"--npu-model {npu_model!r} is not one of {', '.join(NPU_MODELS)}")
     modelled = bool(accelerator) and accelerator.startswith(_MODELLED_PREFIXES)
     if npu_model == "auto":
-        return "both" if modelled else "tosa"
+        # the U85 too: every zoo, user-family and peer-slice partition runs in its model byte
+        # for byte as its TOSA graph, and a partition the model does not execute completely is
+        # computed from its TOSA graph, named in the verdict
+        return "both" if modelled or (accelerator or "").startswith(_U85_PREFIX) else "tosa"
     if npu_model in ("stream", "both") and not modelled and not (
             accelerator and accelerator.startswith(_U85_PREFIX)):
         raise UserError(f"--npu-model {npu_model}: the functional model executes the Ethos-U55, "
@@ -189,6 +192,7 @@ class NpuExecutor:
         self.accelerator = accelerator
         self.choice = choose(npu_model, accelerator)
         self.tally = NpuTally()
+        self._probed: set[str] = set()  # U85 partitions _executes has run once on zeros
         # `auto` on a U85 checks the stream before the TOSA graph computes the partition;
         # an explicit `tosa` (the expectation a BundleIO carries, say) leaves the bytes unread
         self.checks_u85 = npu_model == "auto" and bool(accelerator) and accelerator.startswith(
@@ -205,8 +209,12 @@ class NpuExecutor:
         if self.u85_stream:
             compared = (f", compared byte for byte with the {TOSA_METHOD}"
                         if self.choice == "both" else "")
-            return (f"NPU: {U85_STREAM_METHOD} ({self.accelerator}){compared}; a partition the "
-                    f"model does not execute completely runs in the {TOSA_METHOD}, named below")
+            checked = ("; its command stream is decoded and bounds-checked, and its weights "
+                       "checked against the TOSA graph, before the first run"
+                       if self.checks_u85 else "")
+            return (f"NPU: {U85_STREAM_METHOD} ({self.accelerator}){compared}{checked}; a "
+                    f"partition the model does not execute completely runs in the "
+                    f"{TOSA_METHOD}, named below")
         if self.choice == "stream":
             return f"NPU: {STREAM_METHOD} ({self.accelerator})"
         if self.choice == "both":
@@ -326,11 +334,9 @@ class NpuExecutor:
         if not self.u85_stream:
             return True
         name = partition.delegate_name
-        if name in self.tally.not_executed:
-            return False
-        if name in self.tally.invocations or name in self.tally.weights or (
-                name in self.tally.stream_checks):
-            return True
+        if name in self._probed:
+            return name not in self.tally.not_executed
+        self._probed.add(name)
         self._check_weights(partition, where)
         payload = partition.payload
         try:
