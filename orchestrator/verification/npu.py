@@ -76,9 +76,10 @@ def choose(npu_model: str, accelerator: str | None) -> str:
         raise UserError(f"--npu-model {npu_model!r} is not one of {', '.join(NPU_MODELS)}")
     modelled = bool(accelerator) and accelerator.startswith(_MODELLED_PREFIXES)
     if npu_model == "auto":
-        # the U85 too: every zoo, user-family and peer-slice partition runs in its model byte
-        # for byte as its TOSA graph, and a partition the model does not execute completely is
-        # computed from its TOSA graph, named in the verdict
+        # the U85 too: the zoo's, the user families' and ExecuTorch's peer-slice partitions
+        # surveyed run in its model byte for byte as their TOSA graphs (benchmarks/u85_model.py),
+        # and a partition the model does not execute completely is computed from its TOSA
+        # graph, named in the verdict
         return "both" if modelled or (accelerator or "").startswith(_U85_PREFIX) else "tosa"
     if npu_model in ("stream", "both") and not modelled and not (
             accelerator and accelerator.startswith(_U85_PREFIX)):
@@ -193,7 +194,7 @@ class NpuExecutor:
         self.choice = choose(npu_model, accelerator)
         self.tally = NpuTally()
         self._probed: set[str] = set()  # U85 partitions _executes has run once on zeros
-        # `auto` on a U85 checks the stream before the TOSA graph computes the partition;
+        # `auto` on a U85 checks the stream and its weights before the partition first runs;
         # an explicit `tosa` (the expectation a BundleIO carries, say) leaves the bytes unread
         self.checks_u85 = npu_model == "auto" and bool(accelerator) and accelerator.startswith(
             _U85_PREFIX)
