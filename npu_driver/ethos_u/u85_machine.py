@@ -62,9 +62,9 @@ Executed bit-exact against the TOSA reference model (tests/test_u85_machine.py,
 benchmarks/u85_model.py): all of the above, on the edge-case models of tests/npu_edge_models.py
 (conv_edges, elementwise_edges, matmul_edges, strided_edges, bilinear_edges), A16W8 int16_edges,
 and every partition of the zoo and the 26 user families (examples/user_models.py) on
-U85-128/256/512/2048 but the mixed model's miscompiled one (33 of 34 on each;
-docs/benchmarks.md). Implemented from the register definitions but exercised by no stream here:
-TRUNCATE_TO_ZERO rounding, I48 accumulators, LUT_U8_U8.
+U85-128/256/512/2048 (34 of 34 on each since compile pads the mixed model's strided convolution
+explicitly; docs/benchmarks.md). Implemented from the register definitions but exercised by no
+stream here: TRUNCATE_TO_ZERO rounding, LUT_U8_U8 (the A16W8 convolutions use I48 accumulators).
 
 Refused as not modelled (each by command and word offset): resize mode REPLICATE, a resize whose
 block steps are not its scale's, with IFM padding, upscaling or per-channel scales;
