@@ -239,6 +239,31 @@ def rejections_from(reporters: list) -> dict[str, NpuRejection]:
     return rejections
 
 
+def vela_workarounds(program, npu: str | None
+                     ) -> tuple[tuple[str, ...], tuple[Workaround, ...]]:
+    """Vela flags an Ethos-U target needs for this program, and their plan reports.
+
+    On the Ethos-U85, Vela 5.1 puts the LUT load of every lookup in a chained operation group
+    before the group (regor's InsertLUTDMACommands) and hands the one LUT slot out again
+    (AllocateLutSlot): two 16-bit tables, each 2 KiB and filling the LUT memory, in one group
+    overwrite each other before the first is used. Executed by the Ethos-U85 model, an A16W8
+    LSTM applies tanh where its TOSA graph applies sigmoid from the second step on
+    (tests/test_u85_lut_reload.py); compiled with `--disable-chaining` it equals the TOSA graph.
+    So a U85 program with two or more lookups on 16-bit activations is compiled unchained."""
+    if not (npu or "").startswith("ethos-u85"):
+        return (), ()
+    lookups = upstream_ethos_u.int16_table_lookups(program)
+    if lookups < 2:
+        return (), ()
+    return ("--disable-chaining",), (Workaround(
+        "(program)", "Vela 5.1 for the Ethos-U85 (regor's InsertLUTDMACommands and "
+        "AllocateLutSlot: two 2 KiB int16 tables of one chained group load into the one LUT "
+        "slot before the group runs)",
+        f"compiled with --disable-chaining: {lookups} lookups run on 16-bit activations (tables "
+        "that fill the LUT memory), so no chained group may need two of them; the plan's Vela "
+        "estimate is of the unchained program"),)
+
+
 def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
     """to_edge + EthosUPartitioner + Vela. Returns (edge manager, rejections, Vela runs, the
     Workarounds of upstream defects corrected while lowering).

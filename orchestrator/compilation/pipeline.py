@@ -54,11 +54,12 @@ from orchestrator.compilation import share_values as sharing
 from partitioners.boundary import (BoundaryLayoutError, BoundaryTensor, boundary_tensors,
                                    check_boundaries)
 from partitioners.cpu import CpuDecision, route_to_cpu
-from partitioners import quantizable, upstream_ethos_u
+from partitioners import quantizable
 from partitioners.legalize import DIM_ORDER_COPIES, same_bytes_order
 from partitioners.module_forms import (avg_pools_over_their_window, conv1d_as_conv2d,
                                        mve_1xn_padding_explicit)
-from partitioners.npu import NpuRejection, VelaRefusal, VelaRun, lower_to_npu
+from partitioners.npu import (NpuRejection, VelaRefusal, VelaRun, lower_to_npu,
+                              vela_workarounds)
 from partitioners.reasons import LOWERING_REFUSAL, VELA_REFUSAL
 from partitioners.policy import Policy, unmatched_force_cpu
 from partitioners.records import Workaround
@@ -251,8 +252,12 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
             prepared(*(_to_channels_last(x) if captured.channels_last else x for x in sample))
     reference = convert_pt2e(prepared)
     # PT2E quantizes a weight once per use: a recurrence's shared weights come back as one
-    # copy per step, which every later trace carries (a 25-step GRU: 312 constants, 24 values).
-    merge_equal_constants(reference)
+    # copy per step, which every later trace carries (a 25-step GRU: 62 constants, 16 values).
+    # Not for the NPU: the Arm backend's FuseEqualPlaceholdersPass raises (KeyError in
+    # delete_constant_placeholder) when one constant feeds two partitions (tests/npu_edge_models
+    # all_edges on U55-64: the per-channel zero points), so its own merge stays the only one.
+    if not target.npu:
+        merge_equal_constants(reference)
     # The converted module is already an FX graph: tracing it again needs no Dynamo (strict),
     # and non-strict export gives the same program (the golden list's bytes; a 25-step GRU on
     # the U55: 113,680 B both ways) in half the time (GRU: 21.1 s -> 10.7 s).
@@ -262,7 +267,7 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
 
 def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> Lowered:
     if target.npu:
-        vela_flags, chaining = _vela_workarounds(quantized, target)
+        vela_flags, chaining = vela_workarounds(quantized.program, target.npu)
         # The last of to_edge_transform_and_lower's three re-traces decomposes nothing in a
         # quantized program; it is skipped by upstream's own test (upstream_exir; the golden
         # list's bytes; a 25-step GRU on the U55-128: lower 41.6 -> 39.4 s).
@@ -280,30 +285,6 @@ def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> 
     if target.npu and policy is not None and policy.forces_cpu():
         unmatched = unmatched_force_cpu(policy, (r.policy_rule for r in rejections.values()))
     return Lowered(edge, rejections, tuple(runs), unmatched, fixes)
-
-
-def _vela_workarounds(quantized: Quantized, target: Target):
-    """Vela flags an Ethos-U target needs for this program, and their plan reports.
-
-    On the Ethos-U85, Vela 5.1 puts the LUT load of every lookup in a chained operation group
-    before the group (regor's InsertLUTDMACommands) and hands the one LUT slot out again
-    (AllocateLutSlot): two 16-bit tables, each 2 KiB and filling the LUT memory, in one group
-    overwrite each other before the first is used. Executed by the Ethos-U85 model, an A16W8
-    LSTM applies tanh where its TOSA graph applies sigmoid from the second step on
-    (tests/test_u85_lut_reload.py); compiled with `--disable-chaining` it equals the TOSA graph.
-    So a U85 program with two or more lookups on 16-bit activations is compiled unchained."""
-    if not (target.npu or "").startswith("ethos-u85"):
-        return (), ()
-    lookups = upstream_ethos_u.int16_table_lookups(quantized.program)
-    if lookups < 2:
-        return (), ()
-    return ("--disable-chaining",), (Workaround(
-        "(program)", "Vela 5.1 for the Ethos-U85 (regor's InsertLUTDMACommands and "
-        "AllocateLutSlot: two 2 KiB int16 tables of one chained group load into the one LUT "
-        "slot before the group runs)",
-        f"compiled with --disable-chaining: {lookups} lookups run on 16-bit activations (tables "
-        "that fill the LUT memory), so no chained group may need two of them; the plan's Vela "
-        "estimate is of the unchained program"),)
 
 
 def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:

@@ -9,7 +9,9 @@ FuseEqualPlaceholdersPass) re-traces them all. `merge_equal_constants` keeps one
 per value (dtype, shape, strides and bytes equal) and points every use at it.
 
 Only values nothing writes are merged: a constant any of whose users has a mutable schema
-(an in-place op, a copy into it) keeps its own node.
+(an in-place op, a copy into it) keeps its own node. The compile merges for CPU-only targets
+only: on the Ethos-U path one merged constant that feeds two partitions makes the Arm backend's
+FuseEqualPlaceholdersPass raise (orchestrator/compilation/pipeline.py says where).
 """
 
 from __future__ import annotations
