@@ -277,3 +277,15 @@ def test_scale_records_refuse_reserved_bits_and_stray_records():
         damaged[at] ^= bit
         with pytest.raises(WeightStreamError, match="here: "):
             decode_scales(bytes(damaged), 3, 16, False, "here")
+
+
+def test_a_pad_fill_vela_rounds_up_to_16_bytes_is_data_not_a_fault(compiles, capsys):
+    """ExecuTorch's own pad_rank4_all_dims on U85-256 (benchmarks/peer_cases.py): Vela stores
+    the pad's fill, the zero point, in the weight data in 16-byte units, 128 B of which the
+    stream's pooling reads 126. The 2 bytes it does not read are the same fill, which failed
+    verify ("non-zero bytes that no command reads") before; they are read as data now."""
+    pte = compiles.get("benchmarks/peer_cases.py:case_pad_rank4_all_dims",
+                       platform="corstone320", npu=NPU, write=True)[1]
+    (report,) = _fully_checked(pte, NPU, data_bytes=128)
+    assert report.weight_bytes == 128 and not report.unchecked
+    assert main(["verify", str(pte), "--runtime", "twin", "--samples", "1"]) == 0

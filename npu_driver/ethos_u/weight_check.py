@@ -374,7 +374,9 @@ def _mark_data(fate, read, source, scale, scale_source) -> None:
 
 def _mark_consumed_data(fate: np.ndarray, check: StreamCheck) -> None:
     """Weight-data bytes an IFM, IFM2, a gather's indices or lookup table reads, in place or
-    through a DMA."""
+    through a DMA. A tensor read in place is data up to the next 16-byte boundary: Vela
+    allocates constant tensors in 16-byte units and fills the whole allocation (a PAD's fill,
+    e.g. 128 B of the zero point for 126 B read: ExecuTorch's pad_rank4_all_dims on U85-256)."""
     for access in check.accesses:
         if access.what not in ("IFM", "IFM2", "DMA index"):
             continue
@@ -382,7 +384,10 @@ def _mark_consumed_data(fate: np.ndarray, check: StreamCheck) -> None:
                           access.highest - access.lowest + 1, None, 0)
         source = _source(read, check)
         if source is not None:
-            span = slice(source, source + read.length)
+            end = source + read.length
+            if access.region == WEIGHTS_REGION:
+                end = min(len(fate), -(-end // 16) * 16)
+            span = slice(source, end)
             fate[span] = np.maximum(fate[span], 2)
     for dma in check.dmas:
         if dma.src_region == WEIGHTS_REGION and dma.dst_region == SHRAM and dma.length > 0:
