@@ -340,12 +340,7 @@ def _spatial(value, default: int, rank: int) -> list[int]:
 
 
 def _pair(value, default: int) -> tuple[int, int]:
-    if value is None:
-        return default, default
-    if isinstance(value, int):
-        return value, value
-    value = list(value)
-    return (int(value[0]), int(value[-1]))
+    return tuple(_spatial(value, default, 2))
 
 
 _HARDSWISH_PRODUCERS = ("conv", "linear", "batch_norm")  # DecomposeHardswishPass's fused inputs
@@ -561,9 +556,9 @@ def activations_before_squeeze(module: torch.fx.GraphModule) -> list[Workaround]
 def strided_conv_padding_explicit(module: torch.fx.GraphModule) -> list[Workaround]:
     """On an Ethos-U85 target, a 1-D or 2-D convolution with a stride above 3, padding, and an
     input that does not divide into its strides computed as: the input cropped to the rows and
-    columns the convolution reads, padded explicitly (`constant_pad_nd` with 0.0, the input's zero point
-    once quantized, as the convolution's own padding), and the convolution unpadded (in place);
-    the rewrite's report. The same values.
+    columns the convolution reads, padded explicitly (`constant_pad_nd` with 0.0, the input's
+    zero point once quantized, as the convolution's own padding), and the convolution unpadded
+    (in place); the rewrite's report. The same values.
 
     ExecuTorch's Arm backend meets TOSA's exact-size rule for such a convolution by slicing the
     input to the rows it reads; Vela 5.1 for the U85 decomposes a stride above 3 into one
@@ -574,8 +569,7 @@ def strided_conv_padding_explicit(module: torch.fx.GraphModule) -> list[Workarou
     stream gives the unpadded convolution over the uncropped input, 729-1,544 bytes of 1-2 kB
     off the TOSA reference model's, for 4x4/4 pad 1 (32x32, 33x33, 32x30), 5x5/4 pad 2,
     5x5/5 pad 1, (4,3)/(4,1) pad (1,1) or (0,1), and a Conv1d 4/4 pad 1 on 64 (188 of 256
-    bytes). Stride 3 or less, or an input that
-    divides, or no padding, compiles right and is left alone; so is the explicit form, which
+    bytes). Stride 3 or less, or an input that divides, or no padding, compiles right and is left alone; so is the explicit form, which
     Vela lowers with a separate pad (a MemoryCopy) and, for the mixed model's convolution, 64
     1x1 convolutions where the miscompiled form had 16: Vela estimates it at 36,220 NPU cycles
     against 8,704 on U85-256 (padding the input's end instead and cropping the output is

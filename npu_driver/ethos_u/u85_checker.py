@@ -39,18 +39,18 @@ from npu_driver.ethos_u.checker import (Checker, DmaCopy, StreamCheck, StreamRea
 from npu_driver.ethos_u.errors import ConfigMismatch, UnmodelledCommand, where
 from npu_driver.ethos_u.fmap import FeatureMap
 from npu_driver.ethos_u.stream import CustomOperatorPayload, parse_custom_operator_payload
-from npu_driver.ethos_u.u85_commands import U85_OPCODES, describe, table
+from npu_driver.ethos_u.u85_commands import U85_OPCODES, describe, enum_names, table
 from npu_driver.ethos_u.u85_weights import (U85ScaleLayout, U85WeightLayout, ifm_block_depth,
                                             ofm_ublock_depth, scale_records)
 
 PRODUCT_U85 = 2  # config_r.product of an Ethos-U85 (ethosu85_interface.h CONFIG)
-_STORAGE = {value: name for name, value in table()["enums"]["activation_storage"].items()}
-_TRANSPOSE = {value: name for name, value in table()["enums"]["activation_transpose"].items()}
+_STORAGE = enum_names("activation_storage")
+_TRANSPOSE = enum_names("activation_transpose")
 _ELEMENTWISE = table()["enums"]["elementwise_mode"]
 _UNARY = {_ELEMENTWISE[name] for name in ("LRELU", "ABS", "CLZ", "NOT")}
 _SCALAR = table()["enums"]["broadcast_mode"]["SCALAR"]
 _POOL_NONE = table()["enums"]["pooling_mode"]["NONE"]
-_MICROBLOCK = {value: name for name, value in table()["enums"]["microblock"].items()}
+_MICROBLOCK = enum_names("microblock")
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,11 @@ def table() -> dict:
     return json.loads(_DATA.read_text())
 
 
+def enum_names(enum: str) -> dict[int, str]:
+    """One enum of the table as value -> member name (e.g. "pooling_mode": {0: "MAX", ...})."""
+    return {value: name for name, value in table()["enums"][enum].items()}
+
+
 cmd0 = IntEnum("cmd0", table()["cmd0"])
 cmd1 = IntEnum("cmd1", table()["cmd1"])
 U85_OPCODES = ({e.value: e for e in cmd0}, {e.value: e for e in cmd1})

@@ -9,21 +9,14 @@ import numpy as np
 
 from npu_driver.ethos_u import arith
 from npu_driver.ethos_u.stream import Command
-from npu_driver.ethos_u.u85_commands import fields, table
+from npu_driver.ethos_u.u85_commands import enum_names, fields, table
 
-_ENUMS = table()["enums"]
-
-
-def _names(enum: str) -> dict[int, str]:
-    return {value: name for name, value in _ENUMS[enum].items()}
-
-
-_ELEMENTWISE = _names("elementwise_mode")
-_ROUND_OFM = _names("round_mode_ofm")
-_ROUND_IFM = _names("round_mode_ifm")
-_RESIZE = _names("resize_mode")
-_UPSCALE = _names("ifm_upscale_mode")
-_SCALAR = _ENUMS["broadcast_mode"]["SCALAR"]
+_ELEMENTWISE = enum_names("elementwise_mode")
+_ROUND_OFM = enum_names("round_mode_ofm")
+_ROUND_IFM = enum_names("round_mode_ifm")
+_RESIZE = enum_names("resize_mode")
+_UPSCALE = enum_names("ifm_upscale_mode")
+_SCALAR = table()["enums"]["broadcast_mode"]["SCALAR"]
 _COMPARE = {"CMP_EQ": np.equal, "CMP_NE": np.not_equal, "CMP_GE": np.greater_equal,
             "CMP_GT": np.greater}
 _BITWISE = ("AND", "OR", "XOR", "AND_NOT", "NOT")

@@ -95,28 +95,21 @@ from npu_driver.ethos_u.machine import Counters, Machine, run_streams
 from npu_driver.ethos_u.stream import Command
 from npu_driver.ethos_u.u85_checker import (U85Accelerator, U85Checker, parse_u85_payload,
                                             resolve_u85)
-from npu_driver.ethos_u.u85_commands import fields, table
+from npu_driver.ethos_u.u85_commands import enum_names, fields
 from npu_driver.ethos_u.u85_elementwise import ResizeAndElementwise
 from npu_driver.ethos_u.u85_weights import (U85ScaleLayout, decode_scales, decode_weights,
                                             ofm_ublock_depth, scale_records)
 
-_ENUMS = table()["enums"]
-
-
-def _names(enum: str) -> dict[int, str]:
-    return {value: name for name, value in _ENUMS[enum].items()}
-
-
-_STORAGE = _names("activation_storage")
-_TRANSPOSE = _names("activation_transpose")
-_REVERSE = _names("activation_reverse")
-_POOL = _names("pooling_mode")
-_ROUND_OFM = _names("round_mode_ofm")
-_ACTIVATION = _names("activation_function")
-_ACC_INPUT = _names("acc_input")
-_ACC_OUTPUT = _names("acc_output")
-_UPSCALE = _names("ifm_upscale_mode")
-_MICROBLOCK = _names("microblock")
+_STORAGE = enum_names("activation_storage")
+_TRANSPOSE = enum_names("activation_transpose")
+_REVERSE = enum_names("activation_reverse")
+_POOL = enum_names("pooling_mode")
+_ROUND_OFM = enum_names("round_mode_ofm")
+_ACTIVATION = enum_names("activation_function")
+_ACC_INPUT = enum_names("acc_input")
+_ACC_OUTPUT = enum_names("acc_output")
+_UPSCALE = enum_names("ifm_upscale_mode")
+_MICROBLOCK = enum_names("microblock")
 # round_mode_ofm / round_mode_ifm members the model executes, as arith's rounding modes:
 # NATURAL rounds half up (TOSA RESCALE SINGLE_ROUND), TRUNCATE_TO_ZERO rounds towards zero.
 _ROUNDING = {"NATURAL": arith.ROUND_NATURAL, "TRUNCATE_TO_ZERO": arith.ROUND_TRUNCATE}

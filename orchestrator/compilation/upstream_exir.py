@@ -96,13 +96,14 @@ def idle_decompositions_skipped(record: list | None = None) -> Iterator[None]:
     two more `run_decompositions` with upstream's default table. Each is a full re-trace under
     fake tensors. Upstream skips the same call on its other path when the graph holds none of the
     table's targets (its comment: the first call has already functionalized the graph, so "it is
-    safe to skip when none of those targets occur in the graph"); a quantized program usually
-    holds none, so on this path the two re-traces change nothing (a 25-step GRU on the U55-128:
-    2,144 nodes in and out, 2.7 + 3.2 s). The test is upstream's own
+    safe to skip when none of those targets occur in the graph"). Here the second call still
+    decomposes what CompositeImplicitAutograd operators the graph holds (aten.conv2d ->
+    aten.convolution), but the third finds nothing left and is skipped (a 25-step GRU on the
+    U55-128: 2,144 nodes in and out, 3.2 s; DS-CNN too). The test is upstream's own
     (`contains_any_call_fn_target_op`, which looks into control-flow subgraphs too); a graph
     with any target of the table, or any operator with a CompositeImplicitAutograd kernel, is
-    decomposed as before. `record` gets one entry per call:
-    "skipped" or "ran". Process-global while inside, like `provenance_shared`."""
+    decomposed as before. `record` gets one entry per call: "skipped" or "ran".
+    Process-global while inside, like `provenance_shared`."""
     require("torch", SUPPORTED_TORCH, "orchestrator/compilation/upstream_exir.py")
     from executorch.exir.graph_module import (  # lazy: heavy (torch, executorch)
         contains_any_call_fn_target_op)

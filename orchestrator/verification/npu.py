@@ -226,9 +226,6 @@ class NpuExecutor:
             "; --npu-model stream or both executes it in the Ethos-U85 model"
             if self.accelerator.startswith(_U85_PREFIX)
             else f"; the {self.accelerator} is not modelled")
-        if self.checks_u85:
-            reason += ("; its command stream is decoded and bounds-checked, and its weights "
-                       "checked against the TOSA graph, before the first run")
         return f"NPU: {TOSA_METHOD} (the command stream is not executed{reason})"
 
     def check_u85(self, partition: NpuPartition, where: str) -> None:
