@@ -329,10 +329,10 @@ VERIFY = Verb("verify", "check the .pte: host twin, real ExecuTorch runtime, QEM
            "twin; both: twin and runtime"),
     option("--npu-model", default="auto", choices=("auto", "stream", "tosa", "both"),
            help="how NPU partitions are computed: stream: Vela's command stream from "
-           "the .pte executed by the Ethos-U55/U65 functional model; tosa: the "
-           "partition's TOSA graph in the TOSA reference model; both: the two, "
-           "compared byte for byte; auto (default): both on the U55/U65, tosa on "
-           "the U85 (not modelled)"),
+           "the .pte executed by the Ethos-U55/U65 or Ethos-U85 functional model (a U85 "
+           "partition the model does not execute completely: its TOSA graph, named); tosa: "
+           "the partition's TOSA graph in the TOSA reference model; both: the two, compared "
+           "byte for byte; auto (default): both"),
     option("--require-device", action="store_true",
            help="exit 5 unless device code (the host runtime or QEMU) ran and passed; "
            "by default a twin-only pass exits 0 and says the device code did not run"),
@@ -346,8 +346,9 @@ VERIFY = Verb("verify", "check the .pte: host twin, real ExecuTorch runtime, QEM
     option("--fvp", action="store_true", help="run the .bpte on a Corstone FVP"),
     option("--qemu", action="store_true", help="run the .bpte on QEMU's Corstone-300 "
            "(mps3-an547, Cortex-M55 + MVE) with the runner firmware built here "
-           "(an Ethos-U55/U65 program's NPU invocations go over semihosting to the "
-           "Ethos-U functional model on the host; not the Ethos-U85)"),
+           "(an Ethos-U program's NPU invocations go over semihosting to the host, "
+           "computed as --npu-model says; a Corstone-320 program runs as its M85 build "
+           "on that M55)"),
     option("--atol", type=float, default=0.0,
            help="--qemu: BundleIO absolute tolerance (default 0: byte-exact)"),
     option("--profile", action="store_true",
