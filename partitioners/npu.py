@@ -24,6 +24,7 @@ import torch
 from partitioners import upstream_ethos_u
 from partitioners.policy import ForceCpuCheck
 from partitioners.records import Workaround
+from partitioners.repeated_steps import StepSplit, partition_digest, split_by_steps
 
 
 @dataclass(frozen=True)
@@ -277,13 +278,16 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
     force = ForceCpuCheck(policy) if policy is not None and policy.forces_cpu() else None
     partitioner = EthosUPartitioner(compile_spec, additional_checks=[force] if force else None)
     tagged: dict[str, tuple[str, ...]] = {}
-    reporters = upstream_ethos_u.capture_reporters(partitioner, tagged)
+    splits: list[StepSplit] = []
+    reporters = upstream_ethos_u.capture_reporters(partitioner, tagged, _cut_at_steps(splits))
     kept: list[tuple[str, int, int]] = []
     failed: list[int] = []  # Vela calls that raised
     refused: list[int] = []  # backend preprocess calls (partitions) that raised
+    reused: list[tuple[int, int]] = []  # partitions whose equal was compiled before them
     try:
         with vela_runs_recorded(work_dir, failed) as runs, \
-                upstream_ethos_u.preprocess_failures_recorded(refused), \
+                upstream_ethos_u.preprocess_failures_recorded(refused, partition_digest,
+                                                              reused), \
                 upstream_ethos_u.live_activations_kept(kept):
             edge = to_edge_transform_and_lower(
                 quantized_program,
@@ -315,7 +319,43 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
         rejections[name] = NpuRejection(name, previous.message if previous else "",
                                         previous.context if previous else "",
                                         device_refusal=why)
-    return edge, rejections, list(runs), tuple(_kept_activation(*k) for k in dict.fromkeys(kept))
+    return edge, rejections, list(runs), (*(_kept_activation(*k) for k in dict.fromkeys(kept)),
+                                          *(_steps_compiled_once(split, len(reused))
+                                            for split in splits))
+
+
+def _cut_at_steps(splits: list[StepSplit]):
+    """A retag for `capture_reporters`: every partition that holds the repeated steps of an
+    unrolled recurrence cut into one partition per step and the rest around them
+    (partitioners/repeated_steps.py); `splits` receives what was cut."""
+
+    def retag(module, program, tags):
+        cut_tags = set()
+        for tag in tags:
+            nodes = [n for n in module.graph.nodes if n.meta.get("delegation_tag") == tag]
+            cut = split_by_steps(nodes, program, upstream_ethos_u.partition_extractable)
+            if cut is None:
+                cut_tags.add(tag)
+                continue
+            groups, split = cut
+            for index, group in enumerate(groups):
+                for node in group:
+                    node.meta["delegation_tag"] = f"{tag}_{index}"
+                cut_tags.add(f"{tag}_{index}")
+            splits.append(split)
+        return cut_tags
+
+    return retag
+
+
+def _steps_compiled_once(split: StepSplit, reused: int) -> Workaround:
+    return Workaround(
+        "(recurrence)", "the Arm backend's TOSA pipeline and Vela (once per partition)",
+        f"an NPU partition of {split.partition_nodes} nodes holding {split.steps} equal steps "
+        f"of {split.step_ops} operators was cut into {split.groups} partitions, one per step; "
+        f"{reused} partition(s) equal to one compiled before took its TOSA graph and command "
+        "stream without lowering it again, and the .pte stores each distinct stream once. "
+        "The device makes one NPU invocation per step")
 
 
 def _kept_activation(node: str, zero_point: int, qmin: int) -> Workaround:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 import threading
 from typing import Callable, Iterator
 
@@ -50,15 +51,26 @@ class NumberedTags(set):
         return iter(sorted(set.__iter__(self), key=_tag_number))
 
 
-def _tag_number(tag: str) -> tuple[int, str]:
-    digits = "".join(ch for ch in tag if ch.isdigit())
-    return (int(digits) if digits else -1, tag)
+def _tag_number(tag: str) -> tuple[tuple[int, ...], str]:
+    """tag3 -> (3,); a partition cut in pieces, tag3_0, tag3_1 ... -> (3, 0), (3, 1)."""
+    return (tuple(int(d) for d in re.findall(r"\d+", tag)) or (-1,), tag)
 
 
-def capture_reporters(partitioner, tagged: dict | None = None) -> list:
+def partition_extractable(nodes: set) -> bool:
+    """Upstream's own check that a set of nodes can be one partition: no path leaves it and
+    comes back (executorch.backends.arm.tosa.partitioner._validate_partition)."""
+    check_version()
+    from executorch.backends.arm.tosa.partitioner import _validate_partition  # lazy: heavy (executorch)
+
+    return _validate_partition(nodes)
+
+
+def capture_reporters(partitioner, tagged: dict | None = None, retag=None) -> list:
     """Make `partitioner` hand over every WhyNoPartitionReporter it fills while tagging, and
     return its tags in tag-number order (see the module docstring); `tagged` (when given)
-    receives each tag's node names, in the order the backend compiles the partitions."""
+    receives each tag's node names, in the order the backend compiles the partitions.
+    `retag(module, program, tags) -> tags` (when given) may re-cut the partitions upstream
+    formed, before upstream tags their constants."""
     check_version()
     reporters: list = []
     upstream_tag_module = partitioner._tag_module
@@ -67,6 +79,8 @@ def capture_reporters(partitioner, tagged: dict | None = None) -> list:
         reporters.append(reporter)
         tags = NumberedTags(
             upstream_tag_module(module, containing_program, reporter, *args, **kwargs))
+        if retag is not None:
+            tags = NumberedTags(retag(module, containing_program, tags))
         if tagged is not None:
             for tag in tags:
                 tagged[tag] = tuple(n.name for n in module.graph.nodes
@@ -98,10 +112,15 @@ def vela_compile_wrapped(make_wrapper: Callable[[Callable], Callable]) -> Iterat
 
 
 @contextlib.contextmanager
-def preprocess_failures_recorded(failed: list[int]) -> Iterator[None]:
+def preprocess_failures_recorded(failed: list[int], digest=None,
+                                 reused: list[tuple[int, int]] | None = None) -> Iterator[None]:
     """Count the Ethos-U backend's `preprocess` calls (one per partition, in tag order: TOSA
     lowering, then Vela) and append to `failed` the index of a call that raised, wherever in
     the backend it raised.
+
+    With `digest(edge_program, compile_specs) -> str` (partitioners/repeated_steps.py), a
+    partition equal to one already compiled gets that one's result without a second TOSA
+    lowering and Vela call; `reused` receives (call index, index of the call it reused).
 
     Called inside `vela_compile_wrapped` (whose lock makes the process-global swap safe)."""
     check_version()
@@ -109,15 +128,25 @@ def preprocess_failures_recorded(failed: list[int]) -> Iterator[None]:
 
     upstream = EthosUBackend.__dict__["preprocess"]
     calls = [0]
+    compiled: dict[str, tuple[int, object]] = {}
 
     def counted(edge_program, compile_specs):
         index = calls[0]
         calls[0] += 1
+        key = digest(edge_program, compile_specs) if digest is not None else None
+        if key in compiled:
+            first, result = compiled[key]
+            if reused is not None:
+                reused.append((index, first))
+            return result
         try:
-            return upstream.__func__(edge_program, compile_specs)
+            result = upstream.__func__(edge_program, compile_specs)
         except Exception:
             failed.append(index)
             raise
+        if key is not None:
+            compiled[key] = (index, result)
+        return result
 
     EthosUBackend.preprocess = staticmethod(counted)
     try:

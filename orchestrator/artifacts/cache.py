@@ -46,8 +46,8 @@ from orchestrator.artifacts.pt2_bytes import pt2_bytes, remember
 from orchestrator.errors import UserError
 from orchestrator.sources.pt2 import read_exported_program
 from orchestrator.target import compile_spec
-from orchestrator.compilation import shared_constants
-from partitioners import module_forms, quantizable
+from orchestrator.compilation import recurrent_steps, shared_constants
+from partitioners import module_forms, quantizable, repeated_steps
 from partitioners.records import Workaround
 
 FORMAT = "3"  # 2: entries carry the SHA-256 of their files; 3: and the rewrites made before quantizing
@@ -125,10 +125,12 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
 def _rewrites_digest() -> str:
     """The code of the rewrites before capture and quantization (partitioners/module_forms.py,
     partitioners/quantizable.py) and of the merge after it
-    (orchestrator/compilation/shared_constants.py): a changed rewrite changes what the quantizer
-    sees, and the merge what is stored, for every target, so it is part of the key."""
+    (orchestrator/compilation/shared_constants.py), and the tying of a recurrence's steps to one
+    quantization (orchestrator/compilation/recurrent_steps.py, partitioners/repeated_steps.py):
+    a changed rewrite changes what the quantizer sees, and the merge and the tying what is
+    stored, so they are part of the key."""
     digest = hashlib.sha256()
-    for module in (module_forms, quantizable, shared_constants):
+    for module in (module_forms, quantizable, shared_constants, recurrent_steps, repeated_steps):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()[:16]
 

@@ -41,6 +41,7 @@ from kernels.program_view import ProgramView
 from orchestrator.artifacts import cache
 from orchestrator import numerics
 from orchestrator.compilation import observers, precision, upstream_exir
+from orchestrator.compilation.recurrent_steps import tie_step_observers
 from orchestrator.compilation.shared_constants import merge_equal_constants
 from orchestrator.compilation import device_check, fx_code_cache
 from orchestrator.compilation.device_check import DeviceRun
@@ -247,6 +248,9 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
             fixes += quantizable.strided_conv_padding_explicit(module)
     prepared = prepare_pt2e(module, _quantizer(target, calibration.method,
                                                calibration.precision))
+    if legalize and target.npu:  # one quantization for all steps of a recurrence, so the
+        tied = tie_step_observers(prepared)  # NPU lowering compiles one step for all of them
+        fixes += [tied.workaround()] if tied else []
     with torch.no_grad(), numerics.single_threaded():
         for sample in calibration.samples:
             prepared(*(_to_channels_last(x) if captured.channels_last else x for x in sample))
@@ -748,7 +752,7 @@ def run_stages(stages, state, seconds: dict[str, float],
             progress(stage.name, "start", 0.0)
         start = time.perf_counter()
         try:
-            with warnings.catch_warnings(), upstream_exir.provenance_shared():
+            with warnings.catch_warnings(), upstream_exir.upstream_shortcuts():
                 warnings.simplefilter("ignore")
                 state = stage.run(state)
         except OrchestrateError:
