@@ -42,6 +42,10 @@ def test_exir_adapter_contract():
     assert contract["run_decompositions"][:3] == ["self", "decomp_table",
                                                   "decompose_custom_triton_ops"]
     assert contract["contains_any_call_fn_target_op"] == ["graph_module", "ops"]
+    # delegate_outputs_from_metadata: the fake kernel it swaps is where it looks
+    assert contract["registered_hop_fake_fns[executorch_call_delegate]"] is True
+    # canonical_form_check_skipped: the serializer still calls the check it skips
+    assert contract["serialize calls canonicalize"] is True
 
 
 def test_tag_module_wrapper_forwards_the_tag_iterator():
@@ -392,3 +396,146 @@ def test_a_table_target_in_the_graph_is_still_decomposed():
     assert record == ["ran", "ran"]
     assert "aten.relu.default" not in _targets(decomposed)
     assert "aten.clamp.default" in _targets(decomposed)
+
+
+def _edge_targets(edge) -> list[str]:
+    return [str(n.target) for n in edge.exported_program().graph.nodes]
+
+
+def test_to_edges_passes_re_trace_a_graph_with_nothing_to_rewrite_and_ours_skip_it():
+    """NormalizeTransposePass, SymToTensorPass and ScalarToTensorPass each re-trace the whole
+    graph whatever it holds; inside idle_edge_passes_skipped a graph with nothing they rewrite
+    is handed on as it is, and the edge program is the same; a graph with an `aten.t` still goes
+    through NormalizeTransposePass (which makes it `t_copy`)."""
+    import torch
+    from executorch.exir import to_edge
+    from executorch.exir.passes.normalize_transpose_pass import NormalizeTransposePass
+
+    from orchestrator.compilation import upstream_exir
+
+    class Plain(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) + x
+
+    class Transposed(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x).t()
+
+    x = torch.randn(3, 4)
+    upstream = to_edge(torch.export.export(Plain(), (x,)))
+    record: list = []
+    with upstream_exir.idle_edge_passes_skipped(record):
+        ours = to_edge(torch.export.export(Plain(), (x,)))
+        assert record == [("NormalizeTransposePass", "skipped"),
+                          ("ScalarToTensorPass", "skipped"), ("SymToTensorPass", "skipped")]
+        transposed = torch.export.export(Transposed(), (x,)).graph_module
+        result = NormalizeTransposePass()(transposed)
+    assert record[-1] == ("NormalizeTransposePass", "ran")
+    assert any("t_copy" in str(n.target) for n in result.graph_module.graph.nodes)
+    assert _edge_targets(ours) == _edge_targets(upstream)
+    # restored on exit: the class calls upstream's own `call` again
+    assert "call" not in NormalizeTransposePass.__dict__
+
+
+def test_a_python_scalar_where_the_schema_takes_a_tensor_still_goes_to_scalar_to_tensor():
+    import torch
+
+    from orchestrator.compilation.upstream_exir import _no_scalar_for_tensor
+
+    class AddScalar(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.aten.add.Tensor(x, 2)
+
+    graph_module = torch.export.export(AddScalar(), (torch.randn(2),)).graph_module
+    assert not _no_scalar_for_tensor(graph_module)
+
+
+def test_a_delegates_fake_outputs_from_its_recorded_outputs_equal_upstreams(compiles):
+    """torch's fake kernel of executorch_call_delegate runs the partition's whole graph; the
+    outputs recorded on it are the same fake tensors (shape, stride, dtype)."""
+    import torch
+    from torch._higher_order_ops.executorch_call_delegate import executorch_call_delegate
+    from torch._higher_order_ops.utils import registered_hop_fake_fns
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from orchestrator.compilation.upstream_exir import _recorded_outputs
+
+    compiled, _ = compiles.get("ds-cnn", npu="ethos-u55-128")
+    graph = compiled.final_program.graph_module
+    calls = [n for n in graph.graph.nodes if n.target is executorch_call_delegate]
+    assert calls
+    upstream = registered_hop_fake_fns[executorch_call_delegate]
+    for call in calls:
+        lowered = getattr(graph, call.args[0].target)
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            args = [mode.from_tensor(torch.zeros(a.meta["val"].shape, dtype=a.meta["val"].dtype))
+                    for a in call.args[1:]]
+            theirs = upstream(lowered, *args)
+            ours = _recorded_outputs(lowered.original_module)()
+        flat_theirs = theirs if isinstance(theirs, (list, tuple)) else [theirs]
+        flat_ours = ours if isinstance(ours, (list, tuple)) else [ours]
+        assert [(t.shape, t.stride(), t.dtype) for t in flat_ours] == \
+            [(t.shape, t.stride(), t.dtype) for t in flat_theirs]
+
+
+def test_torch_export_save_writes_the_same_bytes_without_its_canonical_form_check():
+    import io
+
+    import torch
+
+    from orchestrator.compilation import upstream_exir
+
+    program = _conv_relu_program()
+
+    def saved() -> bytes:
+        buffer = io.BytesIO()
+        torch.export.save(program, buffer)
+        return buffer.getvalue()
+
+    import torch._export.serde.serialize as serialize
+    checked = saved()
+    with upstream_exir.canonical_form_check_skipped():
+        assert serialize.canonicalize is upstream_exir._not_canonicalized
+        unchecked = saved()
+    assert unchecked == checked
+    assert serialize.canonicalize is not upstream_exir._not_canonicalized
+
+
+def test_a_partition_equal_to_one_compiled_before_takes_its_result_without_a_second_call():
+    from executorch.backends.arm.ethosu.backend import EthosUBackend
+
+    from partitioners import upstream_ethos_u
+
+    calls: list = []
+    original = EthosUBackend.__dict__["preprocess"]
+    EthosUBackend.preprocess = staticmethod(lambda program, specs: calls.append(program) or
+                                            f"compiled {program}")
+    try:
+        failed: list[int] = []
+        reused: list[tuple[int, int]] = []
+        with upstream_ethos_u.preprocess_failures_recorded(
+                failed, lambda program, specs: program.split(":")[0], reused):
+            results = [EthosUBackend.preprocess(p, []) for p in ("a:1", "b:2", "a:3", "a:4")]
+    finally:
+        EthosUBackend.preprocess = original
+    assert calls == ["a:1", "b:2"]
+    assert results == ["compiled a:1", "compiled b:2", "compiled a:1", "compiled a:1"]
+    assert reused == [(2, 0), (3, 0)] and failed == []
+
+
+def test_upstreams_extraction_check_refuses_a_partition_a_path_leaves_and_re_enters():
+    import torch
+
+    from partitioners.upstream_ethos_u import partition_extractable
+
+    class Diamond(torch.nn.Module):
+        def forward(self, x):
+            a = torch.relu(x)
+            b = torch.sigmoid(a)
+            return torch.tanh(a) + b
+
+    graph = torch.export.export(Diamond(), (torch.randn(2),)).graph
+    nodes = {n.name: n for n in graph.nodes}
+    assert partition_extractable({nodes["relu"], nodes["sigmoid"]})
+    # relu -> sigmoid (outside) -> add (inside): extracting {relu, add} would need a cycle
+    assert not partition_extractable({nodes["relu"], nodes["add"]})

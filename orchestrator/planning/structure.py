@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from partitioners.npu import npu_delegates
 from partitioners.records import module_of
 
 _RECURRENT = {"gru": "GRU", "lstm": "LSTM", "rnn_tanh": "RNN (tanh)", "rnn_relu": "RNN (relu)"}
@@ -111,15 +112,32 @@ def _stored(compiled, rows, estimates, parameters: int) -> str:
     if any(r.placement != "npu" for r in rows):
         parts.append("its CPU weights are stored once in the .pte (ExecuTorch's emitter keeps "
                      "one copy of identical constant bytes)")
+    # Partitions that carry one payload (the steps of a recurrence cut into one partition per
+    # step, partitioners/repeated_steps.py) are one stream in the .pte: said once.
+    payload = {p.index: p.payload_sha256 for p in npu_delegates(
+        compiled.final_program, compiled.lowered.vela_runs)} if partitions else {}
+    equal: dict[str, list[int]] = {}
     for index in partitions:
-        estimate = estimates.get(index)
+        equal.setdefault(payload.get(index, str(index)), []).append(index)
+    for indices in equal.values():
+        estimate = estimates.get(indices[0])
         if estimate is None:
             continue
         ratio = estimate.weight_bytes / parameters if parameters else 0.0
-        text = (f"NPU partition p{index} carries {estimate.weight_bytes:,} B of encoded weights "
-                f"(vela), {ratio:.1f}x its {parameters:,} int8 parameters")
+        who = (f"NPU partition p{indices[0]} carries" if len(indices) == 1 else
+               f"NPU partitions {_span(indices)} ({len(indices)} equal partitions: one command "
+               "stream and weights stored once in the .pte) each carry")
+        text = (f"{who} {estimate.weight_bytes:,} B of encoded weights (vela), {ratio:.1f}x "
+                f"its {parameters:,} int8 parameters")
         if ratio >= 1.5:
             text += (": Vela encodes each op's weights, so every unrolled step carries its own "
                      "copy; a shorter sequence or running the layer on the CPU stores them once")
         parts.append(text)
     return "; ".join(parts) or "no weights"
+
+
+def _span(indices: list[int]) -> str:
+    """p2-p6 for consecutive partitions, else each named."""
+    if indices == list(range(indices[0], indices[-1] + 1)):
+        return f"p{indices[0]}-p{indices[-1]}"
+    return ", ".join(f"p{i}" for i in indices)

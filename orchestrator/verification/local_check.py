@@ -275,10 +275,15 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
     # is matched after the previous instruction's matches, not after its siblings'
     current, floor = None, -1
     seen: dict[int, torch.Tensor] = {}  # EValue -> what the program wrote there
+    matched: dict[int, int] = {}  # EValue -> reference order of the node it was forced into
     for entry in written:
         instruction, op, value, tensor = entry[:4]
         if instruction != current:
-            current, floor = instruction, last_order
+            # after what it reads, where that is known: a partition that hands every step of a
+            # recurrence its frame is matched late in the reference (each frame's select sits by
+            # its step there), and the first step's output must not be sought after the last's
+            read = [matched[s] for s in (entry[4] if len(entry) > 4 else ()) if s in matched]
+            current, floor = instruction, max(read) if read else last_order
         # a kernel that writes into the EValue it reads (a transpose over a size-1 dim) is
         # compared with what was there before it, never with its own output
         # an input no instruction wrote (a view the memory plan aliases) comes with the entry
@@ -349,6 +354,7 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
         if within:
             if forced.reads_an_input(node):
                 last_order = max(last_order, order)
+            matched[value] = order
             forced.force(node, tensor.reshape(forced.value(node).shape))
             for index in missed.pop(node, []):
                 checks[index] = replace(checks[index], reference_node=None, max_steps=None,
