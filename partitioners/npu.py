@@ -279,7 +279,9 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
     partitioner = EthosUPartitioner(compile_spec, additional_checks=[force] if force else None)
     tagged: dict[str, tuple[str, ...]] = {}
     splits: list[StepSplit] = []
-    reporters = upstream_ethos_u.capture_reporters(partitioner, tagged, _cut_at_steps(splits))
+    per_step = policy is None or policy.recurrences == "per-step"
+    reporters = upstream_ethos_u.capture_reporters(partitioner, tagged,
+                                                   _cut_at_steps(splits) if per_step else None)
     kept: list[tuple[str, int, int]] = []
     failed: list[int] = []  # Vela calls that raised
     refused: list[int] = []  # backend preprocess calls (partitions) that raised

@@ -13,6 +13,7 @@ A policy file is YAML; every key is checked and an unknown one is refused by nam
     vela: {system_config: Ethos_U55_High_End_Embedded, memory_mode: Shared_Sram}
     clocks: {cpu_hz: 400000000, npu_hz: 500000000}
     precision: {features.2: a16w8}   # modules with int16 activations (NPU targets; --precision)
+    recurrences: per-step      # or whole: an unrolled GRU/LSTM in one NPU partition
 
 Forcing goes through the Ethos-U partitioner's own mechanism (an extra operator-support check
 handed to `EthosUPartitioner(additional_checks=...)`), so the `.pte` really changes; each node
@@ -31,7 +32,12 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from kernels.safe_files import DataFileError, load_yaml
 
 PLACEMENTS = ("greedy", "cost")
-_TOP_KEYS = {"placement", "force_cpu", "keep_npu", "npu", "vela", "clocks", "precision"}
+_TOP_KEYS = {"placement", "force_cpu", "keep_npu", "npu", "vela", "clocks", "precision",
+             "recurrences"}
+# How an unrolled recurrence goes to the NPU (partitioners/repeated_steps.py): one partition per
+# step, each distinct one compiled once (the default: compiles in a fraction of the time), or the
+# recurrence whole in one partition (one NPU invocation; every step lowered and compiled).
+RECURRENCES = ("per-step", "whole")
 _SELECTOR_KEYS = {"ops", "nodes", "modules"}
 _VELA_KEYS = {"system_config", "memory_mode"}
 _CLOCK_KEYS = {"cpu_hz", "npu_hz"}
@@ -91,6 +97,7 @@ class Policy:
     # (module, precision) pairs of the `precision:` map, checked where the request is resolved
     # (orchestrator/compilation/precision.py); --precision entries win per module
     precision: tuple[tuple[str, str], ...] = ()
+    recurrences: str = "per-step"  # RECURRENCES
 
     def with_forced_nodes(self, nodes: tuple[str, ...]) -> "Policy":
         """This policy plus `nodes` moved to the CPU by cost placement."""
@@ -164,12 +171,16 @@ def parse_policy(raw, source: str = "policy") -> Policy:
             isinstance(k, str) and isinstance(v, str) for k, v in precision.items()):
         raise PolicyError(f"{source}: precision must map module names to a precision, e.g. "
                           "precision: {features.2: a16w8}")
+    recurrences = raw.get("recurrences", "per-step")
+    if recurrences not in RECURRENCES:
+        raise PolicyError(f"{source}: recurrences must be one of {', '.join(RECURRENCES)}, got "
+                          f"{recurrences!r}")
     return Policy(source, placement, _selector(raw.get("force_cpu"), "force_cpu", source),
                   _selector(raw.get("keep_npu"), "keep_npu", source), npu,
                   vela.get("system_config"), vela.get("memory_mode"),
                   _clock(clocks.get("cpu_hz"), "clocks.cpu_hz", source),
                   _clock(clocks.get("npu_hz"), "clocks.npu_hz", source),
-                  precision=tuple(precision.items()))
+                  precision=tuple(precision.items()), recurrences=recurrences)
 
 
 def load_policy(path) -> Policy:

@@ -44,14 +44,14 @@ def shared(compiles, model_spec):
     return compiles.get(model_spec, "corstone300", "ethos-u55-128", write=True)
 
 
-def _compile(model_spec):
+def _compile(model_spec, policy=None):
     from orchestrator.compilation.pipeline import compile_model
     from orchestrator.sources.loader import load_calibration, load_model
     from orchestrator.target import resolve_target
 
     loaded = load_model(model_spec)
     return compile_model(loaded, load_calibration(None, loaded.example_inputs),
-                         resolve_target("corstone300", "ethos-u55-128"))
+                         resolve_target("corstone300", "ethos-u55-128"), policy=policy)
 
 
 def test_a_recurrence_on_the_npu_is_one_partition_per_step_each_distinct_one_compiled_once(
@@ -114,6 +114,21 @@ def test_the_steps_share_one_quantization_where_upstreams_flow_gives_each_its_ow
                         resolve_target("corstone300", "ethos-u55-128"), legalize=False)
     theirs = _quantized_after(upstream.program, "tanh")
     assert len(theirs) == STEPS and len(set(theirs)) > 1, theirs
+
+
+def test_a_policy_keeps_the_recurrence_whole_in_one_partition_each_step_quantized_alone(
+        shared, model_spec):
+    """`recurrences: whole` (partitioners/policy.py): upstream's form, one NPU invocation."""
+    from partitioners.npu import npu_delegates
+    from partitioners.policy import PolicyError, parse_policy
+
+    whole = _compile(model_spec, parse_policy({"recurrences": "whole"}))
+    partitions = npu_delegates(whole.final_program, whole.lowered.vela_runs)
+    assert len(partitions) == 1 and len(whole.lowered.vela_runs) == 1
+    assert not [w for w in whole.workarounds if w.node == "(recurrence)"]
+    assert len(set(_quantized_after(whole.quantized.program, "tanh"))) > 1
+    with pytest.raises(PolicyError, match="recurrences must be one of per-step, whole"):
+        parse_policy({"recurrences": "unrolled"})
 
 
 def test_the_recurrence_cut_into_steps_passes_twin_host_runtime_and_qemu(shared):

@@ -143,7 +143,7 @@ def quantizer_config(target) -> str:
 
 
 def quantized_key(model, calibration, target, channels_last: bool,
-                  rewrites: bool = True) -> str | None:
+                  rewrites: bool = True, per_step: bool = True) -> str | None:
     """The cache key of capture + quantization, or None when the model cannot be keyed."""
     code = _module_code(model.module)
     if code is None:
@@ -166,6 +166,8 @@ def quantized_key(model, calibration, target, channels_last: bool,
     if calibration.precision:  # without it the key is the one made before precisions existed
         digest.update(f"precision {sorted(calibration.precision)}".encode())
     digest.update(quantizer_config(target).encode())
+    if not per_step:  # a policy's `recurrences: whole`: each step quantized on its own
+        digest.update(b"recurrences whole")
     if not rewrites:  # compile(legalize=False): upstream's quantization, without our rewrites
         digest.update(b"no pre-quantization rewrites")
     digest.update(f"channels_last={channels_last}".encode())

@@ -224,7 +224,7 @@ def _quantizer(target: Target, method: str, precisions=()):
 
 
 def quantize(captured: Captured, calibration: Calibration, target: Target,
-             legalize: bool = True) -> Quantized:
+             legalize: bool = True, per_step: bool = True) -> Quantized:
     program, fixes = captured.program, []
     if legalize and not target.npu:
         program, fixes = quantizable.decompose_recurrences(program)
@@ -248,23 +248,20 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
             fixes += quantizable.strided_conv_padding_explicit(module)
     prepared = prepare_pt2e(module, _quantizer(target, calibration.method,
                                                calibration.precision))
-    if legalize and target.npu:  # one quantization for all steps of a recurrence, so the
-        tied = tie_step_observers(prepared)  # NPU lowering compiles one step for all of them
+    if legalize and target.npu and per_step:  # one quantization for a recurrence's steps,
+        tied = tie_step_observers(prepared)  # so the NPU lowering compiles one for all of them
         fixes += [tied.workaround()] if tied else []
     with torch.no_grad(), numerics.single_threaded():
         for sample in calibration.samples:
             prepared(*(_to_channels_last(x) if captured.channels_last else x for x in sample))
     reference = convert_pt2e(prepared)
-    # PT2E quantizes a weight once per use: a recurrence's shared weights come back as one
-    # copy per step, which every later trace carries (a 25-step GRU: 62 constants, 16 values).
-    # Not for the NPU: the Arm backend's FuseEqualPlaceholdersPass raises (KeyError in
-    # delete_constant_placeholder) when one constant feeds two partitions (tests/npu_edge_models
-    # all_edges on U55-64: the per-channel zero points), so its own merge stays the only one.
+    # PT2E quantizes a weight once per use (a 25-step GRU: 62 constants, 16 values). Not for
+    # the NPU: the Arm backend's FuseEqualPlaceholdersPass raises (KeyError) when one constant
+    # feeds two partitions (tests/npu_edge_models all_edges on U55-64: per-channel zero points).
     if not target.npu:
         merge_equal_constants(reference)
-    # The converted module is already an FX graph: tracing it again needs no Dynamo (strict),
-    # and non-strict export gives the same program (the golden list's bytes; a 25-step GRU on
-    # the U55: 113,680 B both ways) in half the time (GRU: 21.1 s -> 10.7 s).
+    # The converted module is an FX graph: non-strict export (no Dynamo) gives the same program
+    # (the golden list's bytes) in half the time (a 25-step GRU: 21.1 s -> 10.7 s).
     program = torch.export.export(reference, captured.example_inputs, strict=False)
     return Quantized(program, reference, captured.example_inputs, tuple(fixes))
 
@@ -468,7 +465,8 @@ def _capture_stage(state: CompileState) -> CompileState:
     # The key reads every submodule's source and hashes every weight: only worth it when the
     # cache is on (ORCHESTRATE_CACHE=off).
     key = cache.quantized_key(state.model, state.calibration, state.target, channels_last,
-                              state.options.legalize) if cache.cache_dir() else None
+                              state.options.legalize, _per_step(state)) \
+        if cache.cache_dir() else None
     hit = cache.load(key) if key else None
     if hit is not None:
         inputs = tuple(_to_channels_last(x) if channels_last else x
@@ -485,12 +483,16 @@ def _quantize_stage(state: CompileState) -> CompileState:
         return replace(state, model_workarounds=state.model_workarounds
                        + state.quantized.workarounds)
     quantized = quantize(state.captured, state.calibration, state.target,
-                         state.options.legalize)
+                         state.options.legalize, _per_step(state))
     if state.cache_key:
         cache.store(state.cache_key, state.captured.program, quantized.program,
                     quantized.workarounds)
     return replace(state, quantized=quantized,
                    model_workarounds=state.model_workarounds + quantized.workarounds)
+
+
+def _per_step(state: CompileState) -> bool:  # partitioners/policy.py RECURRENCES
+    return state.options.policy is None or state.options.policy.recurrences == "per-step"
 
 
 def _lower_stage(state: CompileState) -> CompileState:
