@@ -265,12 +265,17 @@ def vela_workarounds(program, npu: str | None
         "estimate is of the unchained program"),)
 
 
-def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
+def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None,
+                 cut_steps: bool = False):
     """to_edge + EthosUPartitioner + Vela. Returns (edge manager, rejections, Vela runs, the
     Workarounds of upstream defects corrected while lowering).
 
     A placement policy's forced nodes are refused by an extra operator-support check
-    (partitioners/policy.py), recorded as rejections naming the rule."""
+    (partitioners/policy.py), recorded as rejections naming the rule. With `cut_steps` (the
+    quantization tied a recurrence's steps, orchestrator/compilation/recurrent_steps.py, which
+    compares their weights by content), a partition holding the steps is cut into one partition
+    per step; without it no partition is cut (the partitioner sees weights as fake tensors, and
+    layers with their own weights and equal fixed-range quantizations would look alike)."""
     from executorch.backends.arm.ethosu import EthosUPartitioner  # lazy: heavy (executorch, vela)
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower  # lazy: heavy (executorch, vela)
 
@@ -279,9 +284,8 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None):
     partitioner = EthosUPartitioner(compile_spec, additional_checks=[force] if force else None)
     tagged: dict[str, tuple[str, ...]] = {}
     splits: list[StepSplit] = []
-    per_step = policy is None or policy.recurrences == "per-step"
     reporters = upstream_ethos_u.capture_reporters(partitioner, tagged,
-                                                   _cut_at_steps(splits) if per_step else None)
+                                                   _cut_at_steps(splits) if cut_steps else None)
     kept: list[tuple[str, int, int]] = []
     failed: list[int] = []  # Vela calls that raised
     refused: list[int] = []  # backend preprocess calls (partitions) that raised

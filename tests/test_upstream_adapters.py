@@ -427,7 +427,8 @@ def test_to_edges_passes_re_trace_a_graph_with_nothing_to_rewrite_and_ours_skip_
     with upstream_exir.idle_edge_passes_skipped(record):
         ours = to_edge(torch.export.export(Plain(), (x,)))
         assert record == [("NormalizeTransposePass", "skipped"),
-                          ("ScalarToTensorPass", "skipped"), ("SymToTensorPass", "skipped")]
+                          ("ScalarToTensorPass", "skipped"), ("SymToTensorPass", "skipped"),
+                          ("RemoveMixedTypeOperators", "skipped")]
         transposed = torch.export.export(Transposed(), (x,)).graph_module
         result = NormalizeTransposePass()(transposed)
     assert record[-1] == ("NormalizeTransposePass", "ran")
@@ -448,6 +449,27 @@ def test_a_python_scalar_where_the_schema_takes_a_tensor_still_goes_to_scalar_to
 
     graph_module = torch.export.export(AddScalar(), (torch.randn(2),)).graph_module
     assert not _no_scalar_for_tensor(graph_module)
+
+
+def test_an_add_of_an_int_and_a_float_tensor_still_goes_to_remove_mixed_type_operators():
+    import torch
+    from executorch.exir import to_edge
+
+    from orchestrator.compilation import upstream_exir
+    from orchestrator.compilation.upstream_exir import _no_mixed_types
+
+    class Mixed(torch.nn.Module):
+        def forward(self, x, n):
+            return torch.ops.aten.add.Tensor(x, n)
+
+    program = torch.export.export(Mixed(), (torch.randn(3), torch.arange(3)))
+    assert not _no_mixed_types(program.graph_module)
+    record: list = []
+    with upstream_exir.idle_edge_passes_skipped(record):
+        edge = to_edge(program)
+    assert ("RemoveMixedTypeOperators", "ran") in record
+    # the cast it inserts (an aten._to_copy, which to_edge then writes as _to_dim_order_copy)
+    assert any("_to_dim_order_copy" in t for t in _edge_targets(edge))
 
 
 def test_a_delegates_fake_outputs_from_its_recorded_outputs_equal_upstreams(compiles):

@@ -260,8 +260,7 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
     # feeds two partitions (tests/npu_edge_models all_edges on U55-64: per-channel zero points).
     if not target.npu:
         merge_equal_constants(reference)
-    # The converted module is an FX graph: non-strict export (no Dynamo) gives the same program
-    # (the golden list's bytes) in half the time (a 25-step GRU: 21.1 s -> 10.7 s).
+    # Non-strict export (no Dynamo) of the converted FX graph: the same program in half the time
     program = torch.export.export(reference, captured.example_inputs, strict=False)
     return Quantized(program, reference, captured.example_inputs, tuple(fixes))
 
@@ -273,8 +272,9 @@ def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> 
         # quantized program; it is skipped by upstream's own test (upstream_exir; the golden
         # list's bytes; a 25-step GRU on the U55-128: lower 41.6 -> 39.4 s).
         with upstream_exir.idle_decompositions_skipped():
-            edge, rejections, runs, fixes = lower_to_npu(
-                quantized.program, compile_spec(target, vela_flags), work_dir, policy)
+            edge, rejections, runs, fixes = lower_to_npu(  # steps cut where they were tied
+                quantized.program, compile_spec(target, vela_flags), work_dir, policy,
+                cut_steps=any(w.node == "(recurrence)" for w in quantized.workarounds))
         fixes = (*fixes, *chaining)
     else:
         # No partitioner: `to_edge` decomposes once, where to_edge_transform_and_lower without

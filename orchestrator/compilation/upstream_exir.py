@@ -15,7 +15,8 @@
 - `torch.export.ExportedProgram.run_decompositions`, wrapped while a program is lowered to the
   NPU so that a call with nothing to decompose is not a retrace (`idle_decompositions_skipped`),
   by `executorch.exir.graph_module.contains_any_call_fn_target_op`, upstream's own test.
-- `to_edge`'s NormalizeTransposePass, SymToTensorPass and ScalarToTensorPass, whose `call` is
+- `to_edge`'s NormalizeTransposePass, SymToTensorPass, ScalarToTensorPass and
+  RemoveMixedTypeOperators, whose `call` is
   wrapped while a program is lowered so that a graph with nothing they rewrite is not re-traced
   (`idle_edge_passes_skipped`).
 - torch's fake kernel of `executorch_call_delegate` (`registered_hop_fake_fns`), replaced while
@@ -151,15 +152,18 @@ def upstream_shortcuts() -> Iterator[None]:
 
 @contextlib.contextmanager
 def idle_edge_passes_skipped(record: list | None = None) -> Iterator[None]:
-    """Inside: three of `to_edge`'s passes return a graph that holds nothing they rewrite as it
+    """Inside: four of `to_edge`'s passes return a graph that holds nothing they rewrite as it
     is, instead of re-tracing it.
 
     Each is an ExportPass, which re-traces the whole graph under fake tensors whatever it finds:
-    on a 25-step GRU's 2,143 nodes, NormalizeTransposePass 0.8 s, SymToTensorPass 0.7 s and
-    ScalarToTensorPass 1.0 s. What each rewrites, from its `call_operator`:
+    on a 25-step GRU's 2,143 nodes, NormalizeTransposePass 0.8 s, SymToTensorPass 0.7 s,
+    ScalarToTensorPass 1.0 s and RemoveMixedTypeOperators 1.0 s. What each rewrites, from its
+    `call_operator`:
     - NormalizeTransposePass: `aten.t.default` (to `t_copy`);
     - SymToTensorPass: a SymInt, SymFloat or SymBool passed where the schema takes a tensor;
-    - ScalarToTensorPass: a Python bool, int or float passed where the schema takes a tensor.
+    - ScalarToTensorPass: a Python bool, int or float passed where the schema takes a tensor;
+    - RemoveMixedTypeOperators: an add, mul, sub, div or minimum whose arguments promote to
+      another dtype than one of them has (a cast is inserted).
     A graph (or control-flow subgraph) with none of these is skipped; any one and the pass runs
     as upstream wrote it. `record` gets (pass, "skipped" or "ran") per call. Process-global
     while inside, like `provenance_shared`."""
@@ -171,8 +175,12 @@ def idle_edge_passes_skipped(record: list | None = None) -> Iterator[None]:
     from executorch.exir.passes.sym_to_tensor_pass import (  # lazy: heavy (executorch)
         SymToTensorPass)
 
+    from executorch.exir.passes.remove_mixed_type_operators import (  # lazy: heavy (executorch)
+        RemoveMixedTypeOperators)
+
     idle_when = {NormalizeTransposePass: _no_plain_transpose,
-                 SymToTensorPass: _no_symbol_for_tensor, ScalarToTensorPass: _no_scalar_for_tensor}
+                 SymToTensorPass: _no_symbol_for_tensor, ScalarToTensorPass: _no_scalar_for_tensor,
+                 RemoveMixedTypeOperators: _no_mixed_types}
     own = {cls: cls.__dict__.get("call") for cls in idle_when}
 
     def skipping(cls, upstream_call):
@@ -231,6 +239,28 @@ def _tensor_arguments(graph_module):
 def _no_scalar_for_tensor(graph_module) -> bool:
     return not any(isinstance(value, (bool, int, float))
                    for value, _ in _tensor_arguments(graph_module))
+
+
+def _no_mixed_types(graph_module) -> bool:
+    """Every add, mul, sub, div and minimum (the operators RemoveMixedTypeOperators promotes)
+    takes only tensors of one floating dtype as its positional arguments: their promoted dtype
+    is that dtype, and the pass casts nothing. Anything else (an integer or bool tensor, two
+    dtypes, a scalar) and the pass runs."""
+    import torch  # lazy: heavy (torch)
+
+    aten = torch.ops.aten
+    promoted = {aten.add.Tensor, aten.mul.Tensor, aten.sub.Tensor, aten.div.Tensor,
+                aten.div.Tensor_mode, aten.minimum.default}
+    for graph in _graphs(graph_module):
+        for node in graph.nodes:
+            if node.op != "call_function" or node.target not in promoted or len(node.args) <= 1:
+                continue
+            values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+                      for a in node.args]
+            if not all(isinstance(v, torch.Tensor) and v.dtype.is_floating_point
+                       for v in values) or len({v.dtype for v in values}) != 1:
+                return False
+    return True
 
 
 def _no_symbol_for_tensor(graph_module) -> bool:
