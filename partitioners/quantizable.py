@@ -34,7 +34,7 @@ import torch
 from torch._decomp import get_decompositions
 
 from kernels.catalogue import transpose_conv_rows_dropped
-from partitioners.records import Workaround, module_of
+from partitioners.records import Workaround, attribute_at, module_of
 
 _RECURRENT_OPS = ("gru", "lstm", "rnn_tanh", "rnn_relu")
 _ELEMENTWISE = ("add", "sub", "mul")
@@ -315,9 +315,7 @@ def grouped_transpose_conv_block_diagonal(module: torch.fx.GraphModule) -> list[
 
 
 def _attribute(module: torch.nn.Module, dotted: str):
-    value = module
-    for part in str(dotted).split("."):
-        value = getattr(value, part, None)
+    value = attribute_at(module, dotted)
     return value if isinstance(value, torch.Tensor) else None
 
 

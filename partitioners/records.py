@@ -24,6 +24,21 @@ def module_of(node) -> tuple[str, str]:
     return "", ""
 
 
+def attribute_at(module: torch.nn.Module, dotted: str):
+    """`module.a.b.c` for "a.b.c", or None where a part is missing."""
+    value = module
+    for part in str(dotted).split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+def set_attribute_at(module: torch.nn.Module, dotted: str, value) -> None:
+    owner, _, name = str(dotted).rpartition(".")
+    setattr(attribute_at(module, owner) if owner else module, name, value)
+
+
 def stamp_origins(graph_module: torch.fx.GraphModule) -> None:
     """Tag each node with its pre-CPU-pass name."""
     for node in graph_module.graph.nodes:

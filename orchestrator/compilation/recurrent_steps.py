@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from partitioners.records import Workaround
+from partitioners.records import Workaround, attribute_at, set_attribute_at
 from partitioners.repeated_steps import Steps, constant_described, find_steps
 
 
@@ -67,7 +67,7 @@ def tie_step_observers(prepared: torch.fx.GraphModule) -> TiedSteps | None:
 
     def describe(arg: torch.fx.Node) -> tuple[str, bool]:
         origin = source(arg)
-        value = getattr_path(prepared, str(origin.target)) if origin.op == "get_attr" else None
+        value = attribute_at(prepared, str(origin.target)) if origin.op == "get_attr" else None
         return constant_described(value) if isinstance(value, torch.Tensor) else ("act", False)
 
     ops = [n for n in prepared.graph.nodes if n.op == "call_function"]
@@ -103,7 +103,7 @@ def tie_step_observers(prepared: torch.fx.GraphModule) -> TiedSteps | None:
     for node in prepared.graph.nodes:
         if observer_node(node) and representative(modules[node.target]) is not \
                 modules[node.target]:
-            setattr_path(prepared, str(node.target), representative(modules[node.target]))
+            set_attribute_at(prepared, str(node.target), representative(modules[node.target]))
     # A bias's observer derives its scale from the observers of the input and the weight it
     # holds (torchao's DerivedObserverOrFakeQuantize): those are now the shared ones.
     for module in {id(m): m for m in modules.values()}.values():
@@ -127,15 +127,3 @@ def _observer_places(steps: Steps, observer_node) -> dict[tuple, list[str]]:
                 if observer_node(arg):
                     places.setdefault(("in", k, j), []).append(str(arg.target))
     return {place: names for place, names in places.items() if len(names) == steps.count}
-
-
-def getattr_path(root, path: str):
-    value = root
-    for part in path.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def setattr_path(root, path: str, value) -> None:
-    owner, _, name = path.rpartition(".")
-    setattr(getattr_path(root, owner) if owner else root, name, value)

@@ -20,6 +20,8 @@ import hashlib
 
 import torch
 
+from partitioners.records import attribute_at
+
 
 def merge_equal_constants(module: torch.fx.GraphModule) -> int:
     """Point every use of an equal constant at its first `get_attr`; remove the rest and their
@@ -29,7 +31,7 @@ def merge_equal_constants(module: torch.fx.GraphModule) -> int:
     for node in list(module.graph.nodes):
         if node.op != "get_attr":
             continue
-        value = _attribute(module, node.target)
+        value = attribute_at(module, node.target)
         if not isinstance(value, torch.Tensor) or _written(node):
             continue
         value = value.detach()
@@ -50,15 +52,6 @@ def merge_equal_constants(module: torch.fx.GraphModule) -> int:
         module.graph.lint()
         module.recompile()
     return len(removed)
-
-
-def _attribute(module: torch.nn.Module, target: str):
-    value = module
-    for part in target.split("."):
-        value = getattr(value, part, None)
-        if value is None:
-            return None
-    return value
 
 
 def _written(node: torch.fx.Node) -> bool:
