@@ -145,6 +145,8 @@ def test_the_plan_says_the_steps_share_one_stored_stream(shared):
     assert gru.steps == STEPS
     assert f"NPU partitions p2-p{STEPS} ({STEPS - 1} equal partitions: one command stream and " \
            "weights stored once in the .pte)" in gru.stored, gru.stored
+    # each partition holds one step's weights: none carries a copy per step
+    assert "every unrolled step carries its own copy" not in gru.stored, gru.stored
 
 
 # ---------------------------------------------------------------------------------------------

@@ -102,11 +102,11 @@ def recurrences(compiled, rows, estimates) -> tuple[Recurrence, ...]:
         found.append(Recurrence(
             path, _RECURRENT[name], steps, layers, bidirectional, len(indices),
             indices[0] if indices else 0, indices[-1] if indices else 0, count, nbytes,
-            _stored(compiled, [rows[i] for i in indices], estimates, count)))
+            _stored(compiled, [rows[i] for i in indices], estimates, count, steps)))
     return tuple(found)
 
 
-def _stored(compiled, rows, estimates, parameters: int) -> str:
+def _stored(compiled, rows, estimates, parameters: int, steps: int) -> str:
     partitions = sorted({r.partition for r in rows if r.placement == "npu"})
     parts = []
     if any(r.placement != "npu" for r in rows):
@@ -129,7 +129,10 @@ def _stored(compiled, rows, estimates, parameters: int) -> str:
                "stream and weights stored once in the .pte) each carry")
         text = (f"{who} {estimate.weight_bytes:,} B of encoded weights (vela), {ratio:.1f}x "
                 f"its {parameters:,} int8 parameters")
-        if ratio >= 1.5:
+        # A partition of one step (the recurrence cut per step) carries one copy, whatever
+        # Vela's encoding adds; only one holding several steps carries a copy per step.
+        held = sum(r.partition == indices[0] for r in rows) * steps / max(len(rows), 1)
+        if ratio >= 1.5 and held > 1.5:
             text += (": Vela encodes each op's weights, so every unrolled step carries its own "
                      "copy; a shorter sequence or running the layer on the CPU stores them once")
         parts.append(text)
