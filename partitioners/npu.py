@@ -359,8 +359,9 @@ def _steps_compiled_once(split: StepSplit, reused: int) -> Workaround:
         "(recurrence)", "the Arm backend's TOSA pipeline and Vela (once per partition)",
         f"an NPU partition of {split.partition_nodes} nodes holding {split.steps} equal steps "
         f"of {split.step_ops} operators was cut into {split.groups} partitions, one per step; "
-        f"{reused} partition(s) equal to one compiled before took its TOSA graph and command "
-        "stream without lowering it again, and the .pte stores each distinct stream once. "
+        f"{reused} partition(s) of the program equal to one compiled before took its TOSA graph "
+        "and command stream without lowering it again, and the .pte stores each distinct "
+        "stream once. "
         "The device makes one NPU invocation per step")
 
 

@@ -17,6 +17,11 @@ ExecuTorch keeps what a placement report needs out of its public API:
 - `FuseQuantizedActivationPass._is_fuseable_quantized_activation(node)` decides which ReLUs fold
   into the convolution before them; `live_activations_kept` narrows it (an upstream defect, see
   there) while the same lock is held.
+- `executorch.backends.arm.tosa.partitioner._validate_partition(nodes)` is upstream's check that
+  a set of nodes can be cut out as one partition; `partition_extractable` asks it of each piece
+  of a partition cut at a recurrence's steps (partitioners/repeated_steps.py).
+- `EthosUBackend.preprocess` (wrapped by `preprocess_failures_recorded`) may be answered with
+  the result of an equal partition compiled before it, by a digest of the partition's program.
 - `executorch.backends.arm._passes.insert_table_ops.TableOps` lists the operators the backend
   lowers to TOSA TABLE lookups (`int16_table_lookups` counts those a program runs on 16-bit
   activations).
@@ -240,6 +245,7 @@ def contract() -> dict[str, object]:
         FuseQuantizedActivationPass)
     from executorch.backends.arm._passes.insert_table_ops import (  # lazy: heavy (executorch)
         TableOps)
+    from executorch.backends.arm.tosa.partitioner import _validate_partition  # lazy: heavy (executorch)
     from executorch.exir.backend.utils import WhyNoPartitionReporter  # lazy: heavy (executorch)
 
     def static_parameters(name: str):
@@ -252,6 +258,7 @@ def contract() -> dict[str, object]:
             "_is_fuseable_quantized_activation"),
         "_is_fuseable_input": static_parameters("_is_fuseable_input"),
         "_tag_module": list(inspect.signature(EthosUPartitioner._tag_module).parameters),
+        "_validate_partition": list(inspect.signature(_validate_partition).parameters),
         "_rejected_nodes": isinstance(WhyNoPartitionReporter()._rejected_nodes, dict),
         "TableOps": sorted(name for name in ("unary_table_ops", "special_table_ops")
                            if isinstance(getattr(TableOps, name, None), (dict, set))),

@@ -75,7 +75,7 @@ def test_a_recurrence_on_the_npu_is_one_partition_per_step_each_distinct_one_com
     assert len(said) == 2, said
     assert f"{STEPS} repeated steps" in said[0] and "share one quantization" in said[0]
     assert f"cut into {STEPS + 2} partitions" in said[1]
-    assert "4 partition(s) equal to one compiled before" in said[1]
+    assert "4 partition(s) of the program equal to one compiled before" in said[1]
 
 
 def test_compiling_each_distinct_step_once_gives_the_program_compiling_every_step_gives(

@@ -16,6 +16,8 @@ def test_ethos_u_adapter_contract():
     assert contract["_tag_module"] == ["self", "module", "containing_program", "reporter",
                                        "tag_iterator"]
     assert contract["_rejected_nodes"] is True  # node -> message
+    # partition_extractable: upstream's check that a set of nodes cuts out without a cycle
+    assert contract["_validate_partition"] == ["nodes"]
     assert contract["vela_compile"][:2] == ["tosa_flatbuffer", "args"]
     assert {"intermediate_path", "block_placements"} <= set(contract["vela_compile"])
     # a staticmethod called once per partition by exir's to_backend

@@ -310,7 +310,8 @@ def _recorded_outputs(program):
     import torch.utils._pytree as pytree  # lazy: heavy (torch)
 
     signature = program.graph_signature
-    if signature.buffers_to_mutate or signature.user_inputs_to_mutate:
+    out_spec = program.call_spec.out_spec
+    if signature.buffers_to_mutate or signature.user_inputs_to_mutate or out_spec is None:
         return None
     output = next(reversed(program.graph_module.graph.nodes))
     flat = pytree.tree_leaves(output.args[0])
@@ -324,7 +325,7 @@ def _recorded_outputs(program):
     def outputs():
         return pytree.tree_unflatten(
             [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
-             for v in values], program.call_spec.out_spec)
+             for v in values], out_spec)
 
     return outputs
 
