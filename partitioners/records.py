@@ -77,6 +77,11 @@ def _is_any(node: torch.fx.Node, names: tuple[str, ...]) -> bool:
     return any(name in text for name in names)
 
 
+def is_qdq(node: torch.fx.Node) -> bool:
+    """A quantize or dequantize (per tensor or per channel), in any dialect."""
+    return node.op == "call_function" and _is_any(node, _QDQ_NAMES)
+
+
 def reassign_shared_origins(before: torch.fx.GraphModule,
                             after: torch.fx.GraphModule) -> list[tuple[str, str]]:
     """Give each compute node of `after` its own origin; returns the (node, new origin) changes.

@@ -41,19 +41,13 @@ from typing import Callable, Iterable
 
 import torch
 
+from partitioners.records import is_qdq
+
 MIN_STEPS = 4
 MIN_STEP_OPS = 4
 # The period search compares every operator with the one `period` later, for every period up
 # to this: quadratic in a partition's operators, bounded here (a GRU step is ~20 operators).
 MAX_STEP_OPS = 200
-
-_QDQ = ("quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel",
-        "dequantize_per_channel")
-
-
-def is_qdq(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and _base_name(node) in _QDQ
-
 
 def _base_name(node: torch.fx.Node) -> str:
     """`quantize_per_tensor` for quantized_decomposed::quantize_per_tensor.default."""
@@ -72,13 +66,12 @@ def _target_name(node: torch.fx.Node) -> str:
 class Steps:
     """The repeated steps of a sequence of operators."""
 
-    step_ops: int  # operators per step (the period), shared and per-step ones together
-    count: int  # steps
-    nodes: tuple[tuple[torch.fx.Node, ...], ...]  # per step: its shared operators, in order
-    per_step: tuple[torch.fx.Node, ...]  # operators whose literal arguments differ by step
+    # per step: its operators at the positions where every step's literal arguments agree
+    nodes: tuple[tuple[torch.fx.Node, ...], ...]
 
-    def step_of(self) -> dict[torch.fx.Node, int]:
-        return {node: index for index, step in enumerate(self.nodes) for node in step}
+    @property
+    def count(self) -> int:
+        return len(self.nodes)
 
 
 def _digest_tensor(value: torch.Tensor) -> str:
@@ -143,10 +136,7 @@ def find_steps(ops: list[torch.fx.Node], describe: Callable[[torch.fx.Node], tup
               if len({fine[start + s * period + k] for s in range(count)}) == 1]
     if len(shared) < MIN_STEP_OPS:
         return None
-    per_step = tuple(ops[start + s * period + k] for s in range(count)
-                     for k in range(period) if k not in shared)
-    nodes = tuple(tuple(ops[start + s * period + k] for k in shared) for s in range(count))
-    return Steps(period, count, nodes, per_step)
+    return Steps(tuple(tuple(ops[start + s * period + k] for k in shared) for s in range(count)))
 
 
 def constant_described(tensor: torch.Tensor) -> tuple[str, bool]:
