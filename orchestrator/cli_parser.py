@@ -137,8 +137,9 @@ TARGET = (
     option("--npu-hz", type=clock_hz, help="override the platform NPU clock (as "
            "--cpu-hz); default: the platform YAML's"),
     option("--policy", help="placement policy YAML (force ops/nodes/modules to the CPU, "
-           "NPU, Vela config, clocks; see docs/tuning.md; default: none, greedy placement by "
-           "operator support)"),
+           "NPU, Vela config, clocks, an unrolled recurrence per step or whole on the NPU; see "
+           "docs/tuning.md; default: none, greedy placement by operator support, recurrences "
+           "per step)"),
     option("--memory-policy", default="auto", metavar="auto|in-place|FILE",
            help="where buffers live: auto (default: activations in the fastest "
            "region, split over the next when they do not fit; CPU weights copied at boot "
