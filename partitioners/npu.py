@@ -68,6 +68,13 @@ class DelegatePartition:
     vela_dir: Path
 
 
+def partition_span(indices: list[int]) -> str:
+    """NPU partitions by number: p3, p2-p6 for consecutive ones, else each named (p2, p5)."""
+    if len(indices) > 1 and indices == list(range(indices[0], indices[-1] + 1)):
+        return f"p{indices[0]}-p{indices[-1]}"
+    return ", ".join(f"p{i}" for i in indices)
+
+
 def npu_delegates(final_program, vela_runs) -> list[DelegatePartition]:
     """Ethos-U delegates in program order, each with the Vela run whose payload it carries."""
     by_payload = {run.payload_sha256: run for run in vela_runs}

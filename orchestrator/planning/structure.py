@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from partitioners.npu import npu_delegates
+from partitioners.npu import npu_delegates, partition_span
 from partitioners.records import module_of
 
 _RECURRENT = {"gru": "GRU", "lstm": "LSTM", "rnn_tanh": "RNN (tanh)", "rnn_relu": "RNN (relu)"}
@@ -125,7 +125,7 @@ def _stored(compiled, rows, estimates, parameters: int, steps: int) -> str:
             continue
         ratio = estimate.weight_bytes / parameters if parameters else 0.0
         who = (f"NPU partition p{indices[0]} carries" if len(indices) == 1 else
-               f"NPU partitions {_span(indices)} ({len(indices)} equal partitions: one command "
+               f"NPU partitions {partition_span(indices)} ({len(indices)} equal partitions: one command "
                "stream and weights stored once in the .pte) each carry")
         text = (f"{who} {estimate.weight_bytes:,} B of encoded weights (vela), {ratio:.1f}x "
                 f"its {parameters:,} int8 parameters")
@@ -137,10 +137,3 @@ def _stored(compiled, rows, estimates, parameters: int, steps: int) -> str:
                      "copy; a shorter sequence or running the layer on the CPU stores them once")
         parts.append(text)
     return "; ".join(parts) or "no weights"
-
-
-def _span(indices: list[int]) -> str:
-    """p2-p6 for consecutive partitions, else each named."""
-    if indices == list(range(indices[0], indices[-1] + 1)):
-        return f"p{indices[0]}-p{indices[-1]}"
-    return ", ".join(f"p{i}" for i in indices)

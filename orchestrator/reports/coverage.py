@@ -20,6 +20,7 @@ from tabulate import tabulate
 from orchestrator.compilation.precision import output_widths
 from orchestrator.reports.summary import Summary
 from partitioners.cpu import ORIGIN_KEY
+from partitioners.npu import partition_span
 from platforms.memory_placement import BOUND_SOURCE, arena_bound_bytes
 
 SCHEMA_VERSION = "1.0"
@@ -208,7 +209,11 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
             last = r.last_row
             macs = sum(x.macs for x in rows[i:last + 1])
             seconds = sum(x.cost.seconds for x in rows[i:last + 1] if x.cost is not None)
-            where = sorted({_where(x).replace("CMSIS-NN/", "CMSIS/") for x in rows[i:last + 1]})
+            # a recurrence cut into one NPU partition per step names them as a span (p0-p13)
+            npu = sorted({x.partition for x in rows[i:last + 1] if x.placement == "npu"})
+            where = sorted({_where(x).replace("CMSIS-NN/", "CMSIS/") for x in rows[i:last + 1]
+                            if x.placement != "npu"} | ({f"NPU {partition_span(npu)}"} if npu
+                                                       else set()))
             sources = "+".join(sorted({short_source(x.cost.source) for x in rows[i:last + 1]
                                        if x.cost is not None}))
             kinds = "/".join(sorted({x.precision for x in rows[i:last + 1] if x.precision}))
