@@ -60,7 +60,9 @@ _ROOT = Path(__file__).resolve().parents[2]
 REWRITE_SOURCES = ("partitioners/quantizable.py", "partitioners/legalize.py",
                    "orchestrator/compilation/pipeline.py",
                    "orchestrator/compilation/observers.py",
-                   "orchestrator/compilation/precision.py")
+                   "orchestrator/compilation/precision.py",
+                   "orchestrator/compilation/file_quantization.py",
+                   "orchestrator/sources/tflite_module.py")
 
 
 def cache_dir() -> Path | None:
@@ -154,6 +156,10 @@ def quantized_key(model, calibration, target, channels_last: bool,
     digest.update(_module_config(model.module))
     if model.source.startswith("pt2:"):
         digest.update(Path(model.source[4:]).read_bytes())
+    if model.source.startswith("tflite:"):  # the rebuilt module's closures hold the options
+        digest.update(Path(model.source[7:]).read_bytes())
+    if getattr(model, "quantization", None) is not None:
+        digest.update(model.quantization.digest_text().encode())
     for name, tensor in [*model.module.state_dict().items()]:
         digest.update(name.encode())
         digest.update(_tensor_bytes(tensor))

@@ -40,6 +40,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from kernels.program_view import ProgramView
 from orchestrator.artifacts import cache
 from orchestrator import numerics
+from orchestrator.compilation import file_quantization as pinning
 from orchestrator.compilation import observers, precision, upstream_exir
 from orchestrator.compilation.recurrent_steps import tie_step_observers
 from orchestrator.compilation.shared_constants import merge_equal_constants
@@ -224,7 +225,8 @@ def _quantizer(target: Target, method: str, precisions=()):
 
 
 def quantize(captured: Captured, calibration: Calibration, target: Target,
-             legalize: bool = True, per_step: bool = True) -> Quantized:
+             legalize: bool = True, per_step: bool = True,
+             file_quantization=None) -> Quantized:
     program, fixes = captured.program, []
     if legalize and not target.npu:
         program, fixes = quantizable.decompose_recurrences(program)
@@ -251,9 +253,16 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
     if legalize and target.npu and per_step:  # one quantization for a recurrence's steps,
         tied = tie_step_observers(prepared)  # so the NPU lowering compiles one for all of them
         fixes += [tied.workaround()] if tied else []
+    samples = calibration.samples
+    if file_quantization is not None and calibration.generated:
+        # the ranges the file does not give (inside an operator) see every input value
+        samples = pinning.calibration_samples(file_quantization, captured.example_inputs)
     with torch.no_grad(), numerics.single_threaded():
-        for sample in calibration.samples:
+        for sample in samples:
             prepared(*(_to_channels_last(x) if captured.channels_last else x for x in sample))
+    if file_quantization is not None:
+        pinned = pinning.pin(prepared, file_quantization)
+        fixes += [Workaround("(model file)", "the model file's own quantization", pinned.note())]
     reference = convert_pt2e(prepared)
     # PT2E quantizes a weight once per use (a 25-step GRU: 62 constants, 16 values). Not for
     # the NPU: the Arm backend's FuseEqualPlaceholdersPass raises (KeyError) when one constant
@@ -483,7 +492,7 @@ def _quantize_stage(state: CompileState) -> CompileState:
         return replace(state, model_workarounds=state.model_workarounds
                        + state.quantized.workarounds)
     quantized = quantize(state.captured, state.calibration, state.target,
-                         state.options.legalize, _per_step(state))
+                         state.options.legalize, _per_step(state), state.model.quantization)
     if state.cache_key:
         cache.store(state.cache_key, state.captured.program, quantized.program,
                     quantized.workarounds)

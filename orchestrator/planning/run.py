@@ -32,6 +32,9 @@ def plan_request(request: Request, progress=None) -> "Plan":
 
     resolved = resolve(request)
     loaded = load_model(request.model)
+    if loaded.quantization is not None and resolved.target.io != "int8":
+        # A full-integer model file takes and returns its own int8 tensors, as TFLM runs it.
+        resolved = replace(resolved, target=replace(resolved.target, io="int8"), io_auto=False)
     samples = replace(load_calibration(request.calibration, loaded.example_inputs),
                       method=request.calibration_method, precision=resolved.precision)
     if resolved.precision:

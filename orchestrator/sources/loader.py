@@ -6,7 +6,10 @@ Model specs, tried in this order:
   - `path/to/file.py` defining `ModelUnderTest` (a module instance) and `ModelInputs` (a tuple
     of tensors), the convention of ExecuTorch's backends/arm/scripts/aot_arm_compiler.py;
   - `path/to/program.pt2`, an ExportedProgram saved with torch.export.save, loaded as data: a
-    model .py is code and runs, a .pt2 never runs anything (orchestrator/sources/pt2.py).
+    model .py is code and runs, a .pt2 never runs anything (orchestrator/sources/pt2.py);
+  - `path/to/model.tflite`, a TFLite flatbuffer read as data and rebuilt as a module with the
+    file's weights and, for a full-integer file, its quantization (tflite_file.py,
+    tflite_module.py).
 
 Data a user gives beside the model: calibration samples (`load_calibration`) and labelled sets
 to measure accuracy on (`load_dataset`).
@@ -44,6 +47,9 @@ class LoadedModel:
     source: str  # e.g. "zoo:ds-cnn", "file:/abs/p.py:factory", "pt2:/abs/x.pt2"
     kind: str  # "classifier" | "autoencoder" | "detector" | "unknown"
     notes: tuple[str, ...] = ()  # what loading changed that the user should know (train mode)
+    # A full-integer .tflite's own quantization (orchestrator/sources/tflite_module.py): the
+    # quantize stage pins every tensor the file quantizes to the file's scale and zero point.
+    quantization: Any = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,23 @@ def load_model(spec: str) -> LoadedModel:
         return _load_factory(form.file, form.attribute)
     if form.kind == "model-file":
         return _load_model_under_test(form.file)
+    if form.kind == "tflite":
+        return _load_tflite(form.file)
     return _load_exported_program(form.file)
+
+
+def _load_tflite(path: Path) -> LoadedModel:
+    """A .tflite file rebuilt as a module with the file's weights (read as data, never run)."""
+    from orchestrator.sources.tflite_file import read_tflite
+    from orchestrator.sources.tflite_module import build
+
+    graph = read_tflite(path)
+    module, example_inputs, quantization = build(graph)
+    note = (f"quantization from the file: every tensor keeps the scale and zero point "
+            f"{path.name} gives it" if quantization is not None else
+            f"{path.name} is a float model: quantized by calibration like any PyTorch model")
+    return LoadedModel(path.stem, module, example_inputs, f"tflite:{path}", "unknown",
+                       notes=(note,), quantization=quantization)
 
 
 def load_calibration(

@@ -1,0 +1,207 @@
+"""A full-integer model file's own quantization, kept: every observer upstream's quantizer placed
+is pinned to the scale and zero point the file gives the tensor it observes.
+
+Upstream decides where the program quantizes (EthosUQuantizer or CortexMQuantizer, which ops are
+fused, which share a range); the file decides the values. Observers are matched to the file's
+tensors through the module the importer built (orchestrator/sources/tflite_module.py): a
+placeholder is a graph input, a `get_attr` is a weight, bias or constant whose TFLite tensor the
+module records, and a computed node carries the `op<index>` submodule it came from in its
+`nn_module_stack`. Within one operator's submodule the last observed node is the operator's output
+tensor; an observed node before it (the pad of an uneven SAME convolution, the steps upstream
+decomposes a softmax into) keeps its input's range when it only moves values (pad, views,
+max pooling) and its calibrated range otherwise, and the result lists those.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.fx import GraphModule, Node
+
+from orchestrator.errors import UserError
+
+_SCOPE = re.compile(r"^op(\d+)(?:\.|$)")
+# Ops that move values without computing new ones: their output has their input's range.
+_SAME_RANGE = ("pad", "constant_pad_nd", "view", "reshape", "permute", "clone", "squeeze",
+               "unsqueeze", "max_pool2d", "cat", "slice", "select", "expand", "_to_copy",
+               "flatten", "hardtanh", "relu", "contiguous", "transpose")
+
+
+@dataclass(frozen=True)
+class PinnedQuantization:
+    """What the pinning did: observers set from the file, and those left to calibration."""
+
+    pinned: int
+    kept_input_range: tuple[str, ...]  # nodes inside an operator given their input's range
+    calibrated: tuple[str, ...]  # "node (TFLite op)" whose range came from calibration
+
+    def note(self) -> str:
+        text = f"quantization from the file: {self.pinned} quantization points pinned to its scales"
+        if self.calibrated:
+            text += (f"; {len(self.calibrated)} inside an operator the file does not quantize "
+                     f"(calibrated): {', '.join(self.calibrated[:6])}"
+                     + (" ..." if len(self.calibrated) > 6 else ""))
+        return text
+
+
+def _scope(node: Node) -> int | None:
+    stack = node.meta.get("nn_module_stack") or {}
+    for path, _ in reversed(list(stack.values())):
+        match = _SCOPE.match(str(path).removeprefix("L['self'].").removeprefix("L__self__."))
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def _observers(prepared: GraphModule) -> list[tuple[Node, object]]:
+    from torchao.quantization.pt2e.observer import ObserverBase
+
+    modules = dict(prepared.named_modules())
+    found = []
+    for node in prepared.graph.nodes:
+        if node.op == "call_module" and isinstance(modules.get(node.target), ObserverBase):
+            found.append((node, modules[node.target]))
+    return found
+
+
+def _op_name(node: Node) -> str:
+    return str(getattr(node.target, "__name__", node.target)).split(".")[0]
+
+
+def _constant_attribute(observed: Node) -> str | None:
+    """The importer's attribute name (`op3.weight`, `op5.constant1`) of a constant, from the
+    operator that reads it: capture renames parameters (`_param_constant0`), the reader keeps
+    its scope and the argument position."""
+    for user in observed.users:
+        while user.op == "call_module" and user.users and str(user.target).startswith(
+                "activation_post_process"):
+            user = next(iter(user.users))
+        scope = _scope(user) if user.op == "call_function" else None
+        if scope is None:
+            continue
+        reached = [i for i, arg in enumerate(user.args) if _source(arg) is observed]
+        if not reached:
+            continue
+        name = _op_name(user)
+        if any(name.startswith(k) for k in ("conv", "linear", "addmm", "mm")):
+            return f"op{scope}." + {1: "weight", 2: "bias"}.get(reached[0], "?")
+        return f"op{scope}.constant{reached[0]}"
+    return None
+
+
+def _source(arg):
+    """What an argument reads, looking through observers."""
+    while isinstance(arg, Node) and arg.op == "call_module" and \
+            str(arg.target).startswith("activation_post_process"):
+        arg = arg.args[0]
+    return arg
+
+
+def pin(prepared: GraphModule, quantization) -> PinnedQuantization:
+    """Pin every observer of `prepared` that observes a tensor the file quantizes."""
+    observers = [(node, observer) for node, observer in _observers(prepared)]
+    placeholders = [n for n in prepared.graph.nodes if n.op == "placeholder"]
+    # The last observed node of each operator's scope is its output.
+    last_in_scope: dict[int, Node] = {}
+    for node, _ in observers:
+        observed = _source(node.args[0])
+        scope = _scope(observed) if observed.op == "call_function" else None
+        if scope is not None:
+            last_in_scope[scope] = observed
+    tensor_of: dict[Node, int] = {}
+    for position, node in enumerate(placeholders):
+        if position < len(quantization.graph_inputs):
+            tensor_of[node] = quantization.graph_inputs[position]
+    pinned, kept, calibrated = 0, [], []
+
+    def tensor_for(observed: Node) -> int | None:
+        if observed in tensor_of:
+            return tensor_of[observed]
+        found = None
+        if observed.op == "get_attr":
+            attribute = _constant_attribute(observed)
+            found = quantization.by_attribute.get(attribute) if attribute else None
+        elif observed.op == "call_function":
+            scope = _scope(observed)
+            if scope is not None and last_in_scope.get(scope) is observed:
+                found = quantization.operator_outputs.get(scope)
+            elif any(_op_name(observed).startswith(name) for name in _SAME_RANGE) and \
+                    observed.args and isinstance(observed.args[0], Node):
+                found = tensor_for(observed.args[0])
+                if found is not None:
+                    kept.append(observed.name)
+        tensor_of[observed] = found
+        return found
+
+    for node, observer in observers:
+        observed = _source(node.args[0])
+        tensor = tensor_for(observed)
+        entry = quantization.by_tensor.get(tensor) if tensor is not None else None
+        if entry is None:
+            scope = _scope(observed)
+            where = quantization.operator_names.get(scope, "?") if scope is not None else "-"
+            calibrated.append(f"{observed.name} ({where})")
+            continue
+        _set(observer, entry, observed)
+        pinned += 1
+    return PinnedQuantization(pinned, tuple(dict.fromkeys(kept)),
+                              tuple(dict.fromkeys(calibrated)))
+
+
+def _set(observer, entry, observed: Node) -> None:
+    dtype = getattr(observer, "dtype", None)
+    wanted = {"int8": torch.int8, "int16": torch.int16, "int32": torch.int32}.get(entry.dtype)
+    if dtype is not None and wanted is not None and dtype != wanted:
+        raise UserError(
+            f"tensor {entry.tensor} '{entry.name}' is {entry.dtype} in the file where the "
+            f"quantizer gives {observed.name} {str(dtype).removeprefix('torch.')}; only int8 "
+            "activations with int8 weights are kept from a file")
+    scales = np.asarray(entry.scales, dtype=np.float32)
+    zeros = np.asarray(entry.zero_points, dtype=np.int64)
+    per_channel = hasattr(observer, "ch_axis") and "per_channel" in str(
+        getattr(observer, "qscheme", ""))
+    if per_channel:
+        channels = observed.meta["val"].shape[observer.ch_axis] if "val" in observed.meta else \
+            len(scales)
+        if len(scales) == 1:
+            scales, zeros = np.repeat(scales, channels), np.repeat(zeros, channels)
+        if len(scales) != channels or observer.ch_axis != entry.axis:
+            raise UserError(f"tensor {entry.tensor} '{entry.name}' has {len(scales)} scales along "
+                            f"dimension {entry.axis}; the quantizer observes {observed.name} "
+                            f"per channel along {observer.ch_axis} ({channels} channels)")
+    elif len(scales) != 1:
+        raise UserError(f"tensor {entry.tensor} '{entry.name}' has {len(scales)} scales; the "
+                        f"quantizer quantizes {observed.name} per tensor")
+    quant_min = getattr(observer, "quant_min", None)
+    quant_max = getattr(observer, "quant_max", None)
+    # The dtypes the observer's own qparams come in (it has seen the calibration samples).
+    own_scale, own_zero = observer.calculate_qparams()
+    scale_t = torch.from_numpy(scales.copy()).to(own_scale.dtype)
+    zero_t = torch.from_numpy(zeros.copy()).to(own_zero.dtype)
+    if not per_channel and own_scale.dim() == 0:
+        scale_t, zero_t = scale_t.reshape(()), zero_t.reshape(())
+    if quant_min is not None and quant_max is not None and not all(
+            quant_min <= z <= quant_max for z in zeros.tolist()):
+        raise UserError(f"tensor {entry.tensor} '{entry.name}' has a zero point outside "
+                        f"[{quant_min}, {quant_max}]")
+    observer.calculate_qparams = lambda: (scale_t, zero_t)
+
+
+def calibration_samples(quantization, example_inputs, count: int = 8, seed: int = 0):
+    """Samples spread over every value the file's integer inputs can take, dequantized with the
+    inputs' own scales: what the ranges left to calibration (inside an operator) are observed on
+    when the user gives no calibration data."""
+    generator = torch.Generator().manual_seed(seed)
+    samples = []
+    for _ in range(count):
+        sample = []
+        for index, example in zip(quantization.graph_inputs, example_inputs):
+            entry = quantization.by_tensor[index]
+            info = torch.iinfo(getattr(torch, entry.dtype))
+            q = torch.randint(info.min, info.max + 1, example.shape, generator=generator)
+            sample.append(((q - entry.zero_points[0]) * entry.scales[0]).to(torch.float32))
+        samples.append(tuple(sample))
+    return tuple(samples)
