@@ -42,7 +42,8 @@ from orchestrator.request import Request, resolve
 from orchestrator.results import (VERIFY_METHODS, CacheEntry, CacheFolder, CpuInfo,
                                   FirmwareProject, FirmwareSize, Known, PlatformInfo, ProfileRun,
                                   SourceTree, Sources, Verification, ZooModel)
-from orchestrator.verification.methods import FVP, QEMU, RUNTIME, TWIN, MethodResult, VerifyInputs
+from orchestrator.verification.methods import (FVP, QEMU, RUNTIME, TFLM, TWIN, MethodResult,
+                                               VerifyInputs)
 from partitioners.reasons import markdown as reasons_markdown
 from platforms import PlatformError, normalize_cpu
 from platforms.platform import CPU_TIERS, list_platforms, load_platform
@@ -338,6 +339,9 @@ def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
                           cmsis_nn_src=cmsis_nn_src, runner_elf=runner_elf, atol=atol)
     names = {"twin": (TWIN,), "executorch": (RUNTIME,), "both": (TWIN, RUNTIME),
              "qemu": (QEMU,), "fvp": (FVP,)}[method]
+    if str((program.require_manifest().data.get("model") or {}).get("source", "")).startswith(
+            "tflite:"):  # a program from a .tflite is also held against the file in TFLM
+        names += (TFLM,)
     results: list[MethodResult] = []
     for name in names:
         result = verifier(name).run(program, inputs)

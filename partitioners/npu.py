@@ -273,7 +273,7 @@ def vela_workarounds(program, npu: str | None
 
 
 def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None,
-                 cut_steps: bool = False):
+                 cut_steps: bool = False, tflite_rounding: bool = False):
     """to_edge + EthosUPartitioner + Vela. Returns (edge manager, rejections, Vela runs, the
     Workarounds of upstream defects corrected while lowering).
 
@@ -301,7 +301,8 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None,
         with vela_runs_recorded(work_dir, failed) as runs, \
                 upstream_ethos_u.preprocess_failures_recorded(refused, partition_digest,
                                                               reused), \
-                upstream_ethos_u.live_activations_kept(kept):
+                upstream_ethos_u.live_activations_kept(kept), \
+                upstream_ethos_u.tflite_rounding(tflite_rounding):
             edge = to_edge_transform_and_lower(
                 quantized_program,
                 partitioner=[partitioner],
@@ -334,7 +335,14 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None,
                                         device_refusal=why)
     return edge, rejections, list(runs), (*(_kept_activation(*k) for k in dict.fromkeys(kept)),
                                           *(_steps_compiled_once(split, len(reused))
-                                            for split in splits))
+                                            for split in splits),
+                                          *((TFLITE_ROUNDING,) if tflite_rounding else ()))
+
+
+TFLITE_ROUNDING = Workaround(
+    "(every NPU partition)", "executorch arm RescaleVisitor (SINGLE_ROUND for every RESCALE)",
+    "RESCALE written with TOSA's DOUBLE_ROUND, TFLite's rounding, which Vela compiles to the "
+    "NPU's TFLite rounding mode: the model file's quantization is computed as TFLM computes it")
 
 
 def _cut_at_steps(splits: list[StepSplit]):

@@ -98,6 +98,9 @@ class Policy:
     # (orchestrator/compilation/precision.py); --precision entries win per module
     precision: tuple[tuple[str, str], ...] = ()
     recurrences: str = "per-step"  # RECURRENCES
+    # (module path, why): modules kept on the CPU by what the model file needs (a softmax whose
+    # quantization a TFLite file fixes: orchestrator/compilation/file_quantization.py)
+    kept_on_cpu: tuple[tuple[str, str], ...] = ()
 
     def with_forced_nodes(self, nodes: tuple[str, ...]) -> "Policy":
         """This policy plus `nodes` moved to the CPU by cost placement."""
@@ -109,7 +112,8 @@ class Policy:
         return replace(self, device_moved=self.device_moved + tuple((n, why) for n in nodes))
 
     def forces_cpu(self) -> bool:
-        return bool(self.force_cpu) or bool(self.cost_moved) or bool(self.device_moved)
+        return bool(self.force_cpu) or bool(self.cost_moved) or bool(self.device_moved) or \
+            bool(self.kept_on_cpu)
 
 
 def _strings(value, where: str, source: str) -> tuple[str, ...]:
@@ -238,6 +242,12 @@ class ForceCpuCheck(OperatorSupportBase):
         if why is not None:
             self.device_refused[node.name] = why
             return False
+        if self.policy.kept_on_cpu:
+            paths = {str(path) for path, _ in (node.meta.get("nn_module_stack") or {}).values()}
+            for module, why in self.policy.kept_on_cpu:
+                if module in paths:
+                    self.forced[node.name] = why
+                    return False
         if node.name in self.policy.cost_moved:
             self.forced[node.name] = ("--placement cost: the cost model estimates this NPU island "
                                       "slower than the CPU")

@@ -26,6 +26,10 @@ ExecuTorch keeps what a placement report needs out of its public API:
   lowers to TOSA TABLE lookups (`int16_table_lookups` counts those a program runs on 16-bit
   activations).
 
+- `executorch.backends.arm.operators.op_tosa_rescale.RescaleVisitor._build_rescale` writes every
+  TOSA RESCALE with `rounding_mode=SINGLE_ROUND`; `tflite_rounding` has it write DOUBLE_ROUND
+  for a program whose quantization came from a TFLite file (see there).
+
 `tests/test_upstream_adapters.py` checks each of these names and signatures without compiling,
 so an ExecuTorch upgrade that moves them fails there, not as a wrong report.
 """
@@ -215,6 +219,43 @@ def live_activations_kept(kept: list[tuple[str, int, int]]) -> Iterator[None]:
         FuseQuantizedActivationPass.call = upstream_call
 
 
+@contextlib.contextmanager
+def tflite_rounding(active: bool) -> Iterator[None]:
+    """Every TOSA RESCALE the Arm backend writes rounds as TFLite does (TOSA's DOUBLE_ROUND)
+    while active, instead of upstream's SINGLE_ROUND.
+
+    A TFLite file's int8 arithmetic requantizes with gemmlowp's SaturatingRoundingDoublingHighMul
+    and then RoundingDivideByPOT: two roundings, which TOSA states as DOUBLE_ROUND and Vela
+    compiles to the NPU's TFLite rounding mode, as its own TFLite front end does. ExecuTorch 1.5.1
+    writes SINGLE_ROUND for every RESCALE (`RescaleVisitor.define_node`), so a program keeping a
+    file's scales computed up to 3 steps away from TFLM on the NPU (MLPerf Tiny's anomaly
+    autoencoder on U55-128: 3,575 of 10,240 output values; with DOUBLE_ROUND: none).
+    CMSIS-NN already rounds the TFLite way. Called inside `vela_compile_wrapped` (its lock)."""
+    check_version()
+    if not active:
+        yield
+        return
+    from executorch.backends.arm.operators import op_tosa_rescale  # lazy: heavy (executorch)
+
+    if not _VELA_LOCK.locked():
+        raise RuntimeError("tflite_rounding must run inside vela_compile_wrapped")
+    visitor = op_tosa_rescale.RescaleVisitor
+    upstream = visitor.__dict__["_build_rescale"]
+    double = op_tosa_rescale.ts.RoundingMode.DOUBLE_ROUND
+    single = op_tosa_rescale.ts.RoundingMode.SINGLE_ROUND
+
+    def build(self, *args, **kwargs):
+        if kwargs.get("rounding_mode") == single:
+            kwargs["rounding_mode"] = double
+        return upstream(self, *args, **kwargs)
+
+    visitor._build_rescale = build
+    try:
+        yield
+    finally:
+        visitor._build_rescale = upstream
+
+
 def int16_table_lookups(program) -> int:
     """How many operators of a quantized (ATen) program the Arm backend turns into TABLE lookups
     on 16-bit activations: those `TableOps` lists whose input a dequantize from int16 feeds (on
@@ -245,6 +286,7 @@ def contract() -> dict[str, object]:
         FuseQuantizedActivationPass)
     from executorch.backends.arm._passes.insert_table_ops import (  # lazy: heavy (executorch)
         TableOps)
+    from executorch.backends.arm.operators import op_tosa_rescale  # lazy: heavy (executorch)
     from executorch.backends.arm.tosa.partitioner import _validate_partition  # lazy: heavy (executorch)
     from executorch.exir.backend.utils import WhyNoPartitionReporter  # lazy: heavy (executorch)
 
@@ -263,6 +305,9 @@ def contract() -> dict[str, object]:
         "TableOps": sorted(name for name in ("unary_table_ops", "special_table_ops")
                            if isinstance(getattr(TableOps, name, None), (dict, set))),
         "vela_compile": list(inspect.signature(ethosu_backend.vela_compile).parameters),
+        "RescaleVisitor._build_rescale": list(inspect.signature(
+            op_tosa_rescale.RescaleVisitor._build_rescale).parameters),
+        "RoundingMode.DOUBLE_ROUND": hasattr(op_tosa_rescale.ts.RoundingMode, "DOUBLE_ROUND"),
         "EthosUBackend.preprocess": (
             list(inspect.signature(ethosu_backend.EthosUBackend.__dict__["preprocess"]
                                    .__func__).parameters)

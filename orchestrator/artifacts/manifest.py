@@ -46,7 +46,8 @@ def manifest_json(compiled, partitions) -> dict:
     return {
         "manifest_version": MANIFEST_VERSION,
         "model": {"name": compiled.model.name, "source": compiled.model.source,
-                  "inputs": [list(x.shape) for x in compiled.model.example_inputs]},
+                  "inputs": [list(x.shape) for x in compiled.model.example_inputs],
+                  **_model_file(compiled.model.source)},
         "calibration": {"source": compiled.calibration.source,
                         "samples": len(compiled.calibration.samples),
                         "generated": compiled.calibration.generated,
@@ -69,6 +70,14 @@ def manifest_json(compiled, partitions) -> dict:
                         "dim_order": list(b.cpu_dim_order), "consistent": b.consistent}
                        for b in compiled.boundaries],
     }
+
+
+def _model_file(source: str) -> dict:
+    """A model file's SHA-256 (a .tflite is also a reference, TFLM, that verify runs: only the
+    bytes this program was compiled from may judge it)."""
+    if source.startswith("tflite:"):
+        return {"file_sha256": hashlib.sha256(Path(source[7:]).read_bytes()).hexdigest()}
+    return {}
 
 
 def inside(folder: Path, relative: str, action: str = "verify") -> Path:

@@ -190,6 +190,49 @@ def _set(observer, entry, observed: Node) -> None:
     observer.calculate_qparams = lambda: (scale_t, zero_t)
 
 
+def softmax_on_cmsis_nn(quantizer, modules: tuple[str, ...]):
+    """The Ethos-U quantizer with the file's SOFTMAX operators (`modules`) quantized as
+    CortexMQuantizer quantizes a softmax (its input's range, CMSIS-NN's fixed output range 1/256,
+    -128), not decomposed: they run on the CPU as `cortex_m::softmax` (arm_softmax_s8, TFLM's
+    own algorithm), where upstream's Arm quantizer would decompose each into six int8 steps
+    with calibrated ranges of their own (up to 50 steps from TFLM's output on MLPerf Tiny's
+    keyword spotter). The partitioner is told to leave them to the CPU by the policy
+    (`Policy.kept_on_cpu`)."""
+    from executorch.backends.cortex_m.quantizer.quantization_configs import (  # lazy: heavy
+        INT8_ACTIVATION_PER_TENSOR_QSPEC, SOFTMAX_OUTPUT_FIXED_QSPEC, SOFTMAX_TARGETS)
+    from torchao.quantization.pt2e.quantizer import (QuantizationAnnotation, Quantizer,
+                                                     SharedQuantizationSpec)
+
+    if not modules:
+        return quantizer
+    for module in modules:  # no annotation and no decomposition by the Arm quantizer
+        quantizer.set_module_name(module, None)
+
+    class SoftmaxOnCmsisNn(Quantizer):
+        def transform_for_annotation(self, model):
+            return quantizer.transform_for_annotation(model)
+
+        def annotate(self, model):
+            model = quantizer.annotate(model)
+            for node in model.graph.nodes:
+                scope = _scope(node) if node.op == "call_function" else None
+                if node.target not in SOFTMAX_TARGETS or f"op{scope}" not in modules:
+                    continue
+                producer = node.args[0]
+                annotated = producer.meta.get("quantization_annotation")
+                spec = SharedQuantizationSpec(producer) if annotated is not None and \
+                    annotated.output_qspec is not None else INT8_ACTIVATION_PER_TENSOR_QSPEC
+                node.meta["quantization_annotation"] = QuantizationAnnotation(
+                    input_qspec_map={producer: spec}, output_qspec=SOFTMAX_OUTPUT_FIXED_QSPEC,
+                    _annotated=True)
+            return model
+
+        def validate(self, model):
+            return quantizer.validate(model)
+
+    return SoftmaxOnCmsisNn()
+
+
 def calibration_samples(quantization, example_inputs, count: int = 8, seed: int = 0):
     """Samples spread over every value the file's integer inputs can take, dequantized with the
     inputs' own scales: what the ranges left to calibration (inside an operator) are observed on

@@ -207,7 +207,7 @@ def _refuse_data_dependent_shapes(program, name: str) -> None:
                     "device, so use a fixed-size form (e.g. a mask multiply instead of nonzero)")
 
 
-def _quantizer(target: Target, method: str, precisions=()):
+def _quantizer(target: Target, method: str, precisions=(), cmsis_nn_modules=()):
     """Upstream's quantizer for the target, its activations observed by the calibration method
     (orchestrator/compilation/observers.py; the default is upstream's observer), the modules
     given A16W8 by `precisions` with int16 activations (orchestrator/compilation/precision.py)."""
@@ -216,12 +216,15 @@ def _quantizer(target: Target, method: str, precisions=()):
         quantizer.set_global(observers.ethos_u_config(method))
         precision.configure(quantizer, precisions,
                             lambda config: observers.with_activation_observer(config, method))
-        return quantizer
+        return pinning.softmax_on_cmsis_nn(quantizer, tuple(cmsis_nn_modules))
 
     quantizer = observers.cortex_m_quantizer(method)
     precision.configure_cortex_m(quantizer, precisions,
                                  lambda config: observers.with_activation_observer(config, method))
     return quantizer
+
+
+FILE_QUANTIZATION = "(model file)"  # the Workaround node of a quantization kept from the file
 
 
 def quantize(captured: Captured, calibration: Calibration, target: Target,
@@ -248,8 +251,9 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
                   else quantizable.grouped_transpose_conv_split(module))
         if target.npu and target.npu.startswith("ethos-u85"):
             fixes += quantizable.strided_conv_padding_explicit(module)
-    prepared = prepare_pt2e(module, _quantizer(target, calibration.method,
-                                               calibration.precision))
+    prepared = prepare_pt2e(module, _quantizer(
+        target, calibration.method, calibration.precision,
+        file_quantization.cmsis_nn_modules if file_quantization is not None else ()))
     if legalize and target.npu and per_step:  # one quantization for a recurrence's steps,
         tied = tie_step_observers(prepared)  # so the NPU lowering compiles one for all of them
         fixes += [tied.workaround()] if tied else []
@@ -262,7 +266,8 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
             prepared(*(_to_channels_last(x) if captured.channels_last else x for x in sample))
     if file_quantization is not None:
         pinned = pinning.pin(prepared, file_quantization)
-        fixes += [Workaround("(model file)", "the model file's own quantization", pinned.note())]
+        fixes += [Workaround(FILE_QUANTIZATION, "the model file's own quantization",
+                             pinned.note())]
     reference = convert_pt2e(prepared)
     # PT2E quantizes a weight once per use (a 25-step GRU: 62 constants, 16 values). Not for
     # the NPU: the Arm backend's FuseEqualPlaceholdersPass raises (KeyError) when one constant
@@ -283,7 +288,8 @@ def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> 
         with upstream_exir.idle_decompositions_skipped():
             edge, rejections, runs, fixes = lower_to_npu(  # steps cut where they were tied
                 quantized.program, compile_spec(target, vela_flags), work_dir, policy,
-                cut_steps=any(w.node == "(recurrence)" for w in quantized.workarounds))
+                cut_steps=any(w.node == "(recurrence)" for w in quantized.workarounds),
+                tflite_rounding=any(w.node == FILE_QUANTIZATION for w in quantized.workarounds))
         fixes = (*fixes, *chaining)
     else:
         # No partitioner: `to_edge` decomposes once, where to_edge_transform_and_lower without

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.device_runs.qemu import installed_platform, run_qemu
 from orchestrator.errors import NotRun, UserError
-from orchestrator.verification.methods import (FVP, QEMU, RUNTIME, TWIN, MethodResult,
+from orchestrator.verification.methods import (FVP, QEMU, RUNTIME, TFLM, TWIN, MethodResult,
                                                 Verifier, VerifyInputs)
 from orchestrator.verification.npu import NpuModelCannotRun, NpuModelFault
 from platforms.fvp import FvpUnavailable, find_fvp, find_runner_elf, run_bpte
@@ -189,8 +189,35 @@ class FvpMethod:
                              "summary": result.summary()}, exercised=exercised)
 
 
+class TflmMethod:
+    """A program compiled from a full-integer `.tflite` against the file run in TFLM's own
+    interpreter on the same int8 inputs (orchestrator/verification/tflm.py): a reference, not
+    device code, but a difference fails verify."""
+
+    name, device_code = TFLM, False
+
+    def run(self, program: TwinProgram, inputs: VerifyInputs) -> MethodResult:
+        from orchestrator.verification import tflm  # lazy: heavy (torch)
+
+        try:
+            comparison = tflm.compare(program, inputs.samples, inputs.per_op, inputs.npu_model)
+        except tflm.TflmCannotRun as error:
+            return MethodResult(TFLM, "not-run", str(error), False)
+        outcome = "passed" if comparison.passed else "failed"
+        exercised = tflm.exercised_text()
+        detail = f"{'PASSED' if comparison.passed else 'FAILED'}: {comparison.detail()} " \
+                 f"({exercised}; the program executed by the twin)"
+        return MethodResult(TFLM, outcome, detail, False, f"method: {exercised}\n{detail}",
+                            {"samples": comparison.samples, "values": comparison.values,
+                             "differing": comparison.differing,
+                             "max_steps": comparison.max_steps, "first": comparison.first,
+                             "first_operator": comparison.first_operator,
+                             "tflite_micro": tflm.tflm_version()}, exercised=exercised)
+
+
 # Every method `verify` knows, in the order they run and report.
-VERIFIERS: tuple[Verifier, ...] = (TwinMethod(), HostRuntimeMethod(), QemuMethod(), FvpMethod())
+VERIFIERS: tuple[Verifier, ...] = (TwinMethod(), HostRuntimeMethod(), QemuMethod(), FvpMethod(),
+                                   TflmMethod())
 
 
 def verifier(name: str) -> Verifier:
@@ -236,7 +263,7 @@ def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False,
                                   "; the twin compared part: " + next(
                                       r.detail for r in ran if r.name == TWIN)
                                   if any(r.name == TWIN for r in ran) else "")
-                               + extra)
+                               + extra + _references(ran))
     if partial:
         return CombinedVerdict(str(pte), results, "partial",
                                f"PARTIAL: {'; '.join(r.detail for r in partial)}"
@@ -255,6 +282,12 @@ def combine(pte: Path, results: tuple[MethodResult, ...], has_npu: bool = False,
                            "not run: " + "; ".join(f"{r.shown}: {r.detail}" for r in results))
 
 
+def _references(ran) -> str:
+    """The references beside the device code that agreed (TFLM on a program from a .tflite)."""
+    agreed = [r for r in ran if r.name == TFLM and r.outcome == "passed"]
+    return "".join(f"; {r.shown}: {r.detail.removeprefix('PASSED: ')}" for r in agreed)
+
+
 def load_program(pte) -> TwinProgram:
     """The `.pte` and its artifacts folder read once, as data (hash-checked manifest, payloads,
     TOSA graphs and their I/O): the value every method of one verify is handed."""
@@ -265,7 +298,7 @@ def load_program(pte) -> TwinProgram:
 
 def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
                max_steps: int = 1, executorch_src=None, cmsis_nn_src=None,
-               platform=None, timeout_s: int = 600, methods=(TWIN, RUNTIME, QEMU, FVP),
+               platform=None, timeout_s: int = 600, methods=(TWIN, RUNTIME, QEMU, FVP, TFLM),
                npu_model: str = "auto", runner_elf=None) -> CombinedVerdict:
     """Every method in `methods` that this machine has, and their verdict together; the NPU
     partitions computed as `npu_model` chooses (orchestrator/verification/npu.py)."""

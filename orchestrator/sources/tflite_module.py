@@ -66,6 +66,13 @@ class FileQuantization:
     operator_names: dict[int, str]  # operator index -> "CONV_2D"
     tensor_names: dict[int, str]
 
+    @property
+    def cmsis_nn_modules(self) -> tuple[str, ...]:
+        """The operators that run on CMSIS-NN even on an NPU target: a SOFTMAX, whose TFLM
+        algorithm (arm_softmax_s8) the Arm backend's decomposition does not compute."""
+        return tuple(f"op{i}" for i, name in sorted(self.operator_names.items())
+                     if name == "SOFTMAX")
+
     def digest_text(self) -> str:
         """What the cache key must change with."""
         return repr(sorted((k, v.scales, v.zero_points, v.axis, v.dtype)

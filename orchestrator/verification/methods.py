@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the twin imports torch (seconds)
     from orchestrator.verification.twin import TwinProgram
 
 TWIN, RUNTIME, QEMU, FVP = "twin", "host runtime", "QEMU Cortex-M55", "Corstone FVP"
+TFLM = "TFLM reference"  # a program from a full-integer .tflite against the file in TFLM
 _CORE = re.compile(r"Cortex-M\d+\w*\+?", re.IGNORECASE)
 
 
