@@ -304,7 +304,7 @@ def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
     `profile_out` (default: PROGRAM.etdp). A missing program, a platform that is not installed
     (qemu, fvp) or a profile that cannot be written is a UserError before anything runs."""
     from orchestrator.device_runs.combined import (  # lazy: heavy (numpy, vela)
-        load_program, verifier, verify_all as combined_verdict)
+        TflmMethod, load_program, verifier, verify_all as combined_verdict)
     from orchestrator.device_runs.qemu import installed_platform  # lazy: heavy (numpy, vela)
 
     pte = Path(pte)
@@ -339,8 +339,7 @@ def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
                           cmsis_nn_src=cmsis_nn_src, runner_elf=runner_elf, atol=atol)
     names = {"twin": (TWIN,), "executorch": (RUNTIME,), "both": (TWIN, RUNTIME),
              "qemu": (QEMU,), "fvp": (FVP,)}[method]
-    if str((program.require_manifest().data.get("model") or {}).get("source", "")).startswith(
-            "tflite:"):  # a program from a .tflite is also held against the file in TFLM
+    if TflmMethod.applies(program):  # a program from a .tflite is also held against the file
         names += (TFLM,)
     results: list[MethodResult] = []
     for name in names:

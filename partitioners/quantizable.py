@@ -636,3 +636,22 @@ def strided_conv_padding_explicit(module: torch.fx.GraphModule) -> list[Workarou
     if fixes:
         module.recompile()
     return fixes
+
+
+def legalized(module: torch.fx.GraphModule, npu: str | None, raised) -> list[Workaround]:
+    """Every rewrite above the quantizer of `npu` (None: CPU-only) needs, in the order they
+    apply; `raised` holds the modules given int16 activations."""
+    fixes: list[Workaround] = []
+    if not npu:
+        fixes += fold_constant_state(module)
+        fixes += explicit_rank_broadcast(module)
+        fixes += hardswish_as_elementwise(module, raised)
+        fixes += int16_hardsigmoid_as_elementwise(module, raised)
+        fixes += activations_before_squeeze(module)
+        fixes += transpose_conv_padding_cropped(module)
+    fixes += linear_batchnorm_folded(module)
+    fixes += (grouped_transpose_conv_block_diagonal(module) if npu
+              else grouped_transpose_conv_split(module))
+    if npu and npu.startswith("ethos-u85"):
+        fixes += strided_conv_padding_explicit(module)
+    return fixes

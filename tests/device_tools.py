@@ -77,3 +77,17 @@ def verify_qemu_passes(pte, capsys, cases: int = 4) -> str:
 def npu_line(out: str) -> str:
     """The `npu: N invocation(s), ...` line of a hybrid verify --qemu report."""
     return next(line for line in out.splitlines() if line.startswith("npu: "))
+
+
+def mlperf_tiny(name: str):
+    """A file of MLPerf Tiny's trained models (`../shared/models/mlperf-tiny` beside the checkout,
+    or $ORCHESTRATE_MLPERF_TINY), which the project reads but does not ship."""
+    from pathlib import Path
+
+    folder = Path(os.environ.get("ORCHESTRATE_MLPERF_TINY") or
+                  Path(__file__).resolve().parents[2] / "shared" / "models" / "mlperf-tiny")
+    path = folder / name
+    if not path.is_file():
+        missing(f"{path} is not there (set ORCHESTRATE_MLPERF_TINY to the folder of MLPerf "
+                "Tiny's .tflite files)")
+    return path

@@ -111,8 +111,11 @@ _ACC_OUTPUT = enum_names("acc_output")
 _UPSCALE = enum_names("ifm_upscale_mode")
 _MICROBLOCK = enum_names("microblock")
 # round_mode_ofm / round_mode_ifm members the model executes, as arith's rounding modes:
-# NATURAL rounds half up (TOSA RESCALE SINGLE_ROUND), TRUNCATE_TO_ZERO rounds towards zero.
-_ROUNDING = {"NATURAL": arith.ROUND_NATURAL, "TRUNCATE_TO_ZERO": arith.ROUND_TRUNCATE}
+# NATURAL rounds half up (TOSA RESCALE SINGLE_ROUND), TRUNCATE_TO_ZERO rounds towards zero,
+# DOUBLE_SYMMETRIC is the Ethos-U55's DBL (TOSA RESCALE DOUBLE_ROUND, which Vela writes as it:
+# a second rounding term of +-2**30 by the value's sign when the shift is above 31).
+_ROUNDING = {"NATURAL": arith.ROUND_NATURAL, "TRUNCATE_TO_ZERO": arith.ROUND_TRUNCATE,
+             "DOUBLE_SYMMETRIC": arith.ROUND_DBL}
 
 
 class U85Machine(ResizeAndElementwise):

@@ -62,7 +62,8 @@ REWRITE_SOURCES = ("partitioners/quantizable.py", "partitioners/legalize.py",
                    "orchestrator/compilation/observers.py",
                    "orchestrator/compilation/precision.py",
                    "orchestrator/compilation/file_quantization.py",
-                   "orchestrator/sources/tflite_module.py")
+                   "orchestrator/sources/tflite_module.py",
+                   "orchestrator/sources/onnx_module.py")
 
 
 def cache_dir() -> Path | None:
@@ -156,8 +157,9 @@ def quantized_key(model, calibration, target, channels_last: bool,
     digest.update(_module_config(model.module))
     if model.source.startswith("pt2:"):
         digest.update(Path(model.source[4:]).read_bytes())
-    if model.source.startswith("tflite:"):  # the rebuilt module's closures hold the options
-        digest.update(Path(model.source[7:]).read_bytes())
+    for prefix in ("tflite:", "onnx:"):  # the rebuilt module's closures hold the options
+        if model.source.startswith(prefix):
+            digest.update(Path(model.source[len(prefix):]).read_bytes())
     if getattr(model, "quantization", None) is not None:
         digest.update(model.quantization.digest_text().encode())
     for name, tensor in [*model.module.state_dict().items()]:

@@ -75,8 +75,10 @@ def manifest_json(compiled, partitions) -> dict:
 def _model_file(source: str) -> dict:
     """A model file's SHA-256 (a .tflite is also a reference, TFLM, that verify runs: only the
     bytes this program was compiled from may judge it)."""
-    if source.startswith("tflite:"):
-        return {"file_sha256": hashlib.sha256(Path(source[7:]).read_bytes()).hexdigest()}
+    for prefix in ("tflite:", "onnx:"):
+        if source.startswith(prefix):
+            return {"file_sha256": hashlib.sha256(
+                Path(source[len(prefix):]).read_bytes()).hexdigest()}
     return {}
 
 

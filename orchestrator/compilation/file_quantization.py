@@ -19,10 +19,19 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
+from executorch.backends.cortex_m.quantizer.quantization_configs import (
+    INT8_ACTIVATION_PER_TENSOR_QSPEC, SOFTMAX_OUTPUT_FIXED_QSPEC, SOFTMAX_TARGETS)
 from torch.fx import GraphModule, Node
+from torchao.quantization.pt2e.observer import ObserverBase
+from torchao.quantization.pt2e.quantizer import (QuantizationAnnotation, Quantizer,
+                                                 SharedQuantizationSpec)
 
 from orchestrator.errors import UserError
+from partitioners.records import Workaround
 
+WORKAROUND_NODE = "(model file)"  # the Workaround node of a quantization kept from a .tflite
+ONNX_WORKAROUND_NODE = "(ONNX file)"  # ... from a QDQ .onnx
 _SCOPE = re.compile(r"^op(\d+)(?:\.|$)")
 # Ops that move values without computing new ones: their output has their input's range.
 _SAME_RANGE = ("pad", "constant_pad_nd", "view", "reshape", "permute", "clone", "squeeze",
@@ -37,6 +46,10 @@ class PinnedQuantization:
     pinned: int
     kept_input_range: tuple[str, ...]  # nodes inside an operator given their input's range
     calibrated: tuple[str, ...]  # "node (TFLite op)" whose range came from calibration
+    kind: str = "tflite"  # the file's format (FileQuantization.kind)
+    # weights the file quantizes per channel where the kernel takes one scale (an ONNX Gemm's
+    # on CMSIS-NN): quantized per tensor from the file's dequantized values
+    requantized: tuple[str, ...] = ()
 
     def note(self) -> str:
         text = f"quantization from the file: {self.pinned} quantization points pinned to its scales"
@@ -44,10 +57,21 @@ class PinnedQuantization:
             text += (f"; {len(self.calibrated)} inside an operator the file does not quantize "
                      f"(calibrated): {', '.join(self.calibrated[:6])}"
                      + (" ..." if len(self.calibrated) > 6 else ""))
+        if self.requantized:
+            text += (f"; {len(self.requantized)} weight(s) the file quantizes per channel, "
+                     f"quantized per tensor (the kernel takes one scale): "
+                     f"{', '.join(self.requantized)}")
         return text
 
+    def workaround(self) -> Workaround:
+        """The pinning as the compile's record of a rewrite (its node: WORKAROUND_NODE for a
+        .tflite, whose program also rounds as TFLM does; ONNX_WORKAROUND_NODE for a QDQ .onnx)."""
+        return Workaround(WORKAROUND_NODE if self.kind == "tflite" else ONNX_WORKAROUND_NODE,
+                          "the model file's own quantization", self.note())
 
-def _scope(node: Node) -> int | None:
+
+def operator_of(node: Node) -> int | None:
+    """The index of the TFLite operator whose `op<index>` submodule made this node, if any."""
     stack = node.meta.get("nn_module_stack") or {}
     for path, _ in reversed(list(stack.values())):
         match = _SCOPE.match(str(path).removeprefix("L['self'].").removeprefix("L__self__."))
@@ -57,8 +81,6 @@ def _scope(node: Node) -> int | None:
 
 
 def _observers(prepared: GraphModule) -> list[tuple[Node, object]]:
-    from torchao.quantization.pt2e.observer import ObserverBase
-
     modules = dict(prepared.named_modules())
     found = []
     for node in prepared.graph.nodes:
@@ -79,7 +101,7 @@ def _constant_attribute(observed: Node) -> str | None:
         while user.op == "call_module" and user.users and str(user.target).startswith(
                 "activation_post_process"):
             user = next(iter(user.users))
-        scope = _scope(user) if user.op == "call_function" else None
+        scope = operator_of(user) if user.op == "call_function" else None
         if scope is None:
             continue
         reached = [i for i, arg in enumerate(user.args) if _source(arg) is observed]
@@ -108,14 +130,14 @@ def pin(prepared: GraphModule, quantization) -> PinnedQuantization:
     last_in_scope: dict[int, Node] = {}
     for node, _ in observers:
         observed = _source(node.args[0])
-        scope = _scope(observed) if observed.op == "call_function" else None
+        scope = operator_of(observed) if observed.op == "call_function" else None
         if scope is not None:
             last_in_scope[scope] = observed
     tensor_of: dict[Node, int] = {}
     for position, node in enumerate(placeholders):
         if position < len(quantization.graph_inputs):
             tensor_of[node] = quantization.graph_inputs[position]
-    pinned, kept, calibrated = 0, [], []
+    pinned, kept, calibrated, requantized = 0, [], [], []
 
     def tensor_for(observed: Node) -> int | None:
         if observed in tensor_of:
@@ -125,7 +147,7 @@ def pin(prepared: GraphModule, quantization) -> PinnedQuantization:
             attribute = _constant_attribute(observed)
             found = quantization.by_attribute.get(attribute) if attribute else None
         elif observed.op == "call_function":
-            scope = _scope(observed)
+            scope = operator_of(observed)
             if scope is not None and last_in_scope.get(scope) is observed:
                 found = quantization.operator_outputs.get(scope)
             elif any(_op_name(observed).startswith(name) for name in _SAME_RANGE) and \
@@ -141,17 +163,22 @@ def pin(prepared: GraphModule, quantization) -> PinnedQuantization:
         tensor = tensor_for(observed)
         entry = quantization.by_tensor.get(tensor) if tensor is not None else None
         if entry is None:
-            scope = _scope(observed)
+            scope = operator_of(observed)
             where = quantization.operator_names.get(scope, "?") if scope is not None else "-"
             calibrated.append(f"{observed.name} ({where})")
             continue
-        _set(observer, entry, observed)
+        if not _set(observer, entry, observed):
+            requantized.append(f"{observed.name} (tensor {entry.tensor} '{entry.name}')")
+            continue
         pinned += 1
     return PinnedQuantization(pinned, tuple(dict.fromkeys(kept)),
-                              tuple(dict.fromkeys(calibrated)))
+                              tuple(dict.fromkeys(calibrated)), quantization.kind,
+                              tuple(requantized))
 
 
-def _set(observer, entry, observed: Node) -> None:
+def _set(observer, entry, observed: Node) -> bool:
+    """Pin `observer` to the file's `entry`; False (left to the observer) for a weight the file
+    quantizes per channel where the quantizer quantizes it per tensor."""
     dtype = getattr(observer, "dtype", None)
     wanted = {"int8": torch.int8, "int16": torch.int16, "int32": torch.int32}.get(entry.dtype)
     if dtype is not None and wanted is not None and dtype != wanted:
@@ -172,6 +199,8 @@ def _set(observer, entry, observed: Node) -> None:
             raise UserError(f"tensor {entry.tensor} '{entry.name}' has {len(scales)} scales along "
                             f"dimension {entry.axis}; the quantizer observes {observed.name} "
                             f"per channel along {observer.ch_axis} ({channels} channels)")
+    elif len(scales) != 1 and observed.op == "get_attr":
+        return False  # a per-channel weight where the kernel takes one scale: re-quantized
     elif len(scales) != 1:
         raise UserError(f"tensor {entry.tensor} '{entry.name}' has {len(scales)} scales; the "
                         f"quantizer quantizes {observed.name} per tensor")
@@ -188,6 +217,7 @@ def _set(observer, entry, observed: Node) -> None:
         raise UserError(f"tensor {entry.tensor} '{entry.name}' has a zero point outside "
                         f"[{quant_min}, {quant_max}]")
     observer.calculate_qparams = lambda: (scale_t, zero_t)
+    return True
 
 
 def softmax_on_cmsis_nn(quantizer, modules: tuple[str, ...]):
@@ -198,11 +228,6 @@ def softmax_on_cmsis_nn(quantizer, modules: tuple[str, ...]):
     with calibrated ranges of their own (up to 50 steps from TFLM's output on MLPerf Tiny's
     keyword spotter). The partitioner is told to leave them to the CPU by the policy
     (`Policy.kept_on_cpu`)."""
-    from executorch.backends.cortex_m.quantizer.quantization_configs import (  # lazy: heavy
-        INT8_ACTIVATION_PER_TENSOR_QSPEC, SOFTMAX_OUTPUT_FIXED_QSPEC, SOFTMAX_TARGETS)
-    from torchao.quantization.pt2e.quantizer import (QuantizationAnnotation, Quantizer,
-                                                     SharedQuantizationSpec)
-
     if not modules:
         return quantizer
     for module in modules:  # no annotation and no decomposition by the Arm quantizer
@@ -215,7 +240,7 @@ def softmax_on_cmsis_nn(quantizer, modules: tuple[str, ...]):
         def annotate(self, model):
             model = quantizer.annotate(model)
             for node in model.graph.nodes:
-                scope = _scope(node) if node.op == "call_function" else None
+                scope = operator_of(node) if node.op == "call_function" else None
                 if node.target not in SOFTMAX_TARGETS or f"op{scope}" not in modules:
                     continue
                 producer = node.args[0]
@@ -225,6 +250,10 @@ def softmax_on_cmsis_nn(quantizer, modules: tuple[str, ...]):
                 node.meta["quantization_annotation"] = QuantizationAnnotation(
                     input_qspec_map={producer: spec}, output_qspec=SOFTMAX_OUTPUT_FIXED_QSPEC,
                     _annotated=True)
+                # the mark upstream's FoldAndAnnotateQParamsPass folds quantize/dequantize by
+                # (without it the softmax stays float, on the portable kernel)
+                node.meta.setdefault("custom", {})[ArmAnnotationInfo.CUSTOM_META_KEY] = dict(
+                    ArmAnnotationInfo(quantized=True))
             return model
 
         def validate(self, model):
@@ -242,7 +271,10 @@ def calibration_samples(quantization, example_inputs, count: int = 8, seed: int 
     for _ in range(count):
         sample = []
         for index, example in zip(quantization.graph_inputs, example_inputs):
-            entry = quantization.by_tensor[index]
+            entry = quantization.by_tensor.get(index)
+            if entry is None:  # an input the file does not quantize
+                sample.append(torch.randn(example.shape, generator=generator))
+                continue
             info = torch.iinfo(getattr(torch, entry.dtype))
             q = torch.randint(info.min, info.max + 1, example.shape, generator=generator)
             sample.append(((q - entry.zero_points[0]) * entry.scales[0]).to(torch.float32))

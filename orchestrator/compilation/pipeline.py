@@ -224,9 +224,6 @@ def _quantizer(target: Target, method: str, precisions=(), cmsis_nn_modules=()):
     return quantizer
 
 
-FILE_QUANTIZATION = "(model file)"  # the Workaround node of a quantization kept from the file
-
-
 def quantize(captured: Captured, calibration: Calibration, target: Target,
              legalize: bool = True, per_step: bool = True,
              file_quantization=None) -> Quantized:
@@ -236,38 +233,22 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
     # torch 2.13 puts a `_guards_fn` call_module in `.module()`; both quantizers reject it
     # ("call_module is not supported"), so guards are dropped here.
     module = program.module(check_guards=False)
-    if legalize and not target.npu:
-        fixes += quantizable.fold_constant_state(module)
-        fixes += quantizable.explicit_rank_broadcast(module)
-        fixes += quantizable.hardswish_as_elementwise(module,
-                                                      precision.raised(calibration.precision))
-        fixes += quantizable.int16_hardsigmoid_as_elementwise(
-            module, precision.raised(calibration.precision))
-        fixes += quantizable.activations_before_squeeze(module)
-        fixes += quantizable.transpose_conv_padding_cropped(module)
     if legalize:
-        fixes += quantizable.linear_batchnorm_folded(module)
-        fixes += (quantizable.grouped_transpose_conv_block_diagonal(module) if target.npu
-                  else quantizable.grouped_transpose_conv_split(module))
-        if target.npu and target.npu.startswith("ethos-u85"):
-            fixes += quantizable.strided_conv_padding_explicit(module)
+        fixes += quantizable.legalized(module, target.npu, precision.raised(calibration.precision))
     prepared = prepare_pt2e(module, _quantizer(
         target, calibration.method, calibration.precision,
         file_quantization.cmsis_nn_modules if file_quantization is not None else ()))
     if legalize and target.npu and per_step:  # one quantization for a recurrence's steps,
         tied = tie_step_observers(prepared)  # so the NPU lowering compiles one for all of them
         fixes += [tied.workaround()] if tied else []
-    samples = calibration.samples
-    if file_quantization is not None and calibration.generated:
-        # the ranges the file does not give (inside an operator) see every input value
-        samples = pinning.calibration_samples(file_quantization, captured.example_inputs)
+    # A file's model: the ranges the file does not give (inside an operator) see every input value
+    samples = pinning.calibration_samples(file_quantization, captured.example_inputs) \
+        if file_quantization is not None and calibration.generated else calibration.samples
     with torch.no_grad(), numerics.single_threaded():
         for sample in samples:
             prepared(*(_to_channels_last(x) if captured.channels_last else x for x in sample))
     if file_quantization is not None:
-        pinned = pinning.pin(prepared, file_quantization)
-        fixes += [Workaround(FILE_QUANTIZATION, "the model file's own quantization",
-                             pinned.note())]
+        fixes += [pinning.pin(prepared, file_quantization).workaround()]
     reference = convert_pt2e(prepared)
     # PT2E quantizes a weight once per use (a 25-step GRU: 62 constants, 16 values). Not for
     # the NPU: the Arm backend's FuseEqualPlaceholdersPass raises (KeyError) when one constant
@@ -289,7 +270,7 @@ def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> 
             edge, rejections, runs, fixes = lower_to_npu(  # steps cut where they were tied
                 quantized.program, compile_spec(target, vela_flags), work_dir, policy,
                 cut_steps=any(w.node == "(recurrence)" for w in quantized.workarounds),
-                tflite_rounding=any(w.node == FILE_QUANTIZATION for w in quantized.workarounds))
+                tflite_rounding=any(w.node == pinning.WORKAROUND_NODE for w in quantized.workarounds))
         fixes = (*fixes, *chaining)
     else:
         # No partitioner: `to_edge` decomposes once, where to_edge_transform_and_lower without

@@ -43,12 +43,14 @@ from orchestrator.device_runs.qemu import (installed_platform, qemu_on_checked_p
 from orchestrator.device_runs.runtime_verify import npu_handler
 from orchestrator.errors import NotRun, UserError, VerificationFailure
 from orchestrator.sources.loader import Dataset, load_dataset
+from orchestrator.verification import tflm
 from orchestrator.verification.methods import QEMU, RUNTIME, TWIN, qemu_label
 from orchestrator.verification.twin import TwinProgram
 from orchestrator.verification.twin_verify import (as_tuple, device_inputs, model_example_inputs,
                                                    output_quantization)
 
 FLOAT, QUANTIZED = "float model", "quantized reference"
+TFLITE_FLOAT = "TFLite file (LiteRT)"  # a program from a float .tflite: the file itself
 MAX_LISTED = 10  # changed predictions listed by index
 
 
@@ -234,6 +236,7 @@ def evaluate(program: TwinProgram, dataset: str, labels: str | None = "labels",
         quantized_seconds = (time.perf_counter() - started) / len(chosen)
     results = [_measure(FLOAT, float_outs, float_outs, truth, float_seconds),
                _measure(QUANTIZED, quantized_outs, float_outs, truth, quantized_seconds)]
+    results += _float_file(program, chosen, float_outs, truth)
     npu = program.npu_executor(npu_model)
     program_inputs = [device_inputs(program, s) for s in chosen]
     started = time.perf_counter()
@@ -256,6 +259,30 @@ def evaluate(program: TwinProgram, dataset: str, labels: str | None = "labels",
                              platform, timeout_s, npu_model))
     return _judged(program, data, len(chosen), truth is not None, tuple(results), min_accuracy,
                    max_accuracy_drop)
+
+
+def _float_file(program, chosen, float_outs, truth) -> list[MethodAccuracy]:
+    """A program from a float `.tflite`: the file itself in the TFLite interpreter, so
+    the figures are held against what the incumbent computes (the =float column then says
+    whether the rebuilt float model, which every other row is compared with, agrees)."""
+    try:
+        started = time.perf_counter()
+        found = tflm.float_file_outputs(program.require_manifest(), chosen)
+    except tflm.TflmCannotRun as error:
+        return [MethodAccuracy(TFLITE_FLOAT, 0, None, note=f"not run: {error}")]
+    if found is None:
+        return []
+    path, outputs, hybrid = found
+    seconds = (time.perf_counter() - started) / len(chosen)
+    theirs = [torch.from_numpy(o) for o in outputs]
+    worst = max(float((t.reshape(-1) - f.reshape(-1).float()).abs().max())
+                for t, f in zip(theirs, float_outs))
+    return [_measure(TFLITE_FLOAT, theirs, float_outs, truth, seconds, note=(
+        f"{path.name} in the TFLite interpreter's reference kernels (ai-edge-litert "
+        f"{tflm.litert_version()}, on the host); the float model rebuilt from it differs from "
+        f"it by at most {worst:.3g} on output 0" + (
+            " (a hybrid file: int8 weights, and the interpreter quantizes each activation at "
+            "run time, which the float network does not)" if hybrid else "")))]
 
 
 def _runtime(program, program_inputs, twin_runs, float_outs, truth, npu, executorch_src,

@@ -196,6 +196,12 @@ class TflmMethod:
 
     name, device_code = TFLM, False
 
+    @staticmethod
+    def applies(program: TwinProgram) -> bool:
+        """Whether the program was compiled from a `.tflite` (the only programs TFLM judges)."""
+        model = program.require_manifest().data.get("model") or {}
+        return str(model.get("source", "")).startswith("tflite:")
+
     def run(self, program: TwinProgram, inputs: VerifyInputs) -> MethodResult:
         from orchestrator.verification import tflm  # lazy: heavy (torch)
 
@@ -307,5 +313,6 @@ def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
     choice = twin.npu_executor(npu_model).choice  # a choice that cannot apply is refused first
     inputs = VerifyInputs(samples, calibration, per_op, max_steps, npu_model, platform,
                           timeout_s, executorch_src, cmsis_nn_src, runner_elf)
-    results = tuple(method.run(twin, inputs) for method in VERIFIERS if method.name in methods)
+    results = tuple(method.run(twin, inputs) for method in VERIFIERS if method.name in methods
+                    and (method.name != TFLM or TflmMethod.applies(twin)))
     return combine(pte, results, has_npu=bool(twin.partitions), npu_stream=choice != "tosa")

@@ -32,20 +32,23 @@ def plan_request(request: Request, progress=None) -> "Plan":
 
     resolved = resolve(request)
     loaded = load_model(request.model)
-    if loaded.quantization is not None and resolved.target.io != "int8":
+    if loaded.quantization is not None and loaded.quantization.kind == "tflite" and \
+            resolved.target.io != "int8":
         # A full-integer model file takes and returns its own int8 tensors, as TFLM runs it.
         resolved = replace(resolved, target=replace(resolved.target, io="int8"), io_auto=False)
     if loaded.quantization is not None and resolved.target.npu and \
-            loaded.quantization.cmsis_nn_modules:
+            loaded.quantization.kept_on_cpu:
         from partitioners.policy import Policy  # lazy: heavy (torch)
 
-        why = ("the model file's SOFTMAX runs on CMSIS-NN (arm_softmax_s8, TFLM's algorithm); "
-               "the Arm backend decomposes a softmax into int8 steps TFLM does not compute")
         policy = resolved.policy or Policy(source="the model file")
-        resolved = replace(resolved, policy=replace(policy, kept_on_cpu=policy.kept_on_cpu + tuple(
-            (module, why) for module in loaded.quantization.cmsis_nn_modules)))
+        resolved = replace(resolved, policy=replace(
+            policy, kept_on_cpu=policy.kept_on_cpu + loaded.quantization.kept_on_cpu))
     samples = replace(load_calibration(request.calibration, loaded.example_inputs),
                       method=request.calibration_method, precision=resolved.precision)
+    if loaded.quantization is not None and samples.generated:
+        samples = replace(samples, warning=None, source=(
+            "the model file's quantization (ranges inside an operator, if any: 8 samples over "
+            "every integer input value)"))
     if resolved.precision:
         from orchestrator.compilation.precision import check_modules  # lazy: heavy (torch)
 

@@ -180,7 +180,29 @@ def _recurrence_why(rows, rec) -> list[str]:
     return [f"{line} (x{n})" if n > 1 else line for line, n in counts.items()]
 
 
-def _rows_table(rows, markdown: bool, recurrences=()) -> str:
+def tflite_origin(model, row) -> dict | None:
+    """The TFLite operator and tensor a row came from (a model read from a .tflite)."""
+    origin = getattr(model.module, "origin", None) if model is not None else None
+    if not origin or not row.module:
+        return None
+    found = origin.get(row.module.split(".")[0])
+    if found is None:
+        return None
+    index, opcode, tensor, name = found
+    return {"format": getattr(model.module, "origin_format", "TFLite"), "operator": index,
+            "opcode": opcode, "tensor": tensor, "tensor_name": name}
+
+
+def _origin_text(found: dict) -> str:
+    name = found["tensor_name"]
+    name = name if len(name) <= 48 else name[:45] + "..."
+    if found["format"] == "ONNX":
+        return f"from ONNX {found['opcode']} (node {found['operator']}), output '{name}'"
+    return (f"from TFLite {found['opcode']} (operator {found['operator']}), output tensor "
+            f"{found['tensor']} '{name}'")
+
+
+def _rows_table(rows, markdown: bool, recurrences=(), model=None) -> str:
     """Markdown: one table with every column. Terminal: the op table, then the reasons keyed
     by row number, so both fit 100 columns however long a reason is. An unrolled recurrence's
     rows collapse into one line in the terminal table (`recurrences` empty: every row)."""
@@ -189,7 +211,8 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
                   ", ".join(_shape(x) for x in r.input_shapes) or "-",
                   f"{_shape(r.output_shape)} {_out_dtype(r)}", r.dtypes, r.precision or "-",
                   f"{r.macs:,}", _where(r), r.kernel or "", _cost_cell(r),
-                  "<br>".join(_reasons(r))]
+                  "<br>".join(_reasons(r) + [_origin_text(o) for o in [tflite_origin(model, r)]
+                                             if o])]
                  for i, r in enumerate(rows)]
         return tabulate(table, ["#", "node", "op", "in", "out", "dtypes", "precision", "MACs",
                                 "where", "kernel", "cost", "why not better"], tablefmt="github")
@@ -236,6 +259,9 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
             why.append([i, textwrap.fill(line, 90)])
         if r.placement == "cmsis-nn" and r.kernel:
             why.append([i, textwrap.fill(f"kernel: {r.kernel}", 90)])
+        found = tflite_origin(model, r)
+        if found is not None:
+            why.append([i, textwrap.fill(_origin_text(found), 90)])
     headers = ["#", "node", "op", "out", "prec", "MACs", "where", "cost (source)"]
     align = ["right", "left", "left", "left", "left", "right", "left", "right"]
     if not mixed:
@@ -243,7 +269,10 @@ def _rows_table(rows, markdown: bool, recurrences=()) -> str:
         headers, align = headers[:4] + headers[5:], align[:4] + align[5:]
     text = tabulate(table, headers, tablefmt="simple", disable_numparse=True, colalign=align)
     if why:
-        text += "\n\nwhy each CPU op is not in a better place (# = row above):\n"
+        text += ("\n\nwhy each CPU op is not in a better place, and the TFLite operator each "
+                 "op came from (# = row above):\n" if getattr(getattr(model, "module", None),
+                                                              "origin", None) else
+                 "\n\nwhy each CPU op is not in a better place (# = row above):\n")
         text += tabulate(why, ["#", "reason (from the check that decided)"], tablefmt="simple")
     return text
 
@@ -447,7 +476,8 @@ def render_text(compiled, rows, summary: Summary, width: int = 100,
         out.append(wrap("warning: " + compiled.calibration.warning))
     out.extend(wrap(f"note: {note}") for note in model_notes(compiled, rows))
     out.append(_rows_table(rows, markdown=False,
-                           recurrences=() if all_rows else summary.recurrences))
+                           recurrences=() if all_rows else summary.recurrences,
+                           model=compiled.model))
     if summary.recurrences and not all_rows:
         out.append("(each unrolled recurrence is one line above; --all-rows lists its ops)")
     out.append("")
@@ -513,7 +543,7 @@ def render_markdown(compiled, rows, summary: Summary) -> str:
     out = [f"# orchestrate plan: {compiled.model.name} on {compiled.target.describe()}", ""]
     if compiled.calibration.warning:
         out += [f"> warning: {compiled.calibration.warning}", ""]
-    out.append(_rows_table(rows, markdown=True))
+    out.append(_rows_table(rows, markdown=True, model=compiled.model))
     out += ["", "## Summary", ""]
     out += [f"- {line.strip()}" for line in _structure_lines(summary)
             + _summary_lines(compiled, summary)]
@@ -579,6 +609,8 @@ def _document(compiled, rows, summary: Summary) -> dict:
             "fused": list(r.fused), "cost": _cost_json(r.cost),
             "device_faults": [{"check": f.check, "message": f.message} for f in r.device_faults],
             "module": r.module, "module_type": r.module_type, "precision": r.precision,
+            **({found.pop("format").lower(): found}
+               if (found := tflite_origin(compiled.model, r)) else {}),
         } for r in rows],
         "summary": {
             "ops": summary.ops, "macs": summary.macs,

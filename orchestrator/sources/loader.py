@@ -33,7 +33,10 @@ from torch import Tensor, nn
 from examples import zoo
 from orchestrator.errors import UserError, describe_error, one_line
 from orchestrator.sources.pt2 import read_exported_program
+from orchestrator.sources.onnx_module import build_onnx
 from orchestrator.sources.specs import model_spec
+from orchestrator.sources.tflite_file import read_tflite
+from orchestrator.sources.tflite_module import build
 
 _CALIBRATION_SUFFIXES = (".pt", ".pth", ".npz")
 _NPZ_INPUT_KEY = re.compile(r"input(\d+)")
@@ -80,20 +83,29 @@ def load_model(spec: str) -> LoadedModel:
         return _load_model_under_test(form.file)
     if form.kind == "tflite":
         return _load_tflite(form.file)
+    if form.kind == "onnx":
+        return _load_onnx(form.file)
     return _load_exported_program(form.file)
 
 
 def _load_tflite(path: Path) -> LoadedModel:
     """A .tflite file rebuilt as a module with the file's weights (read as data, never run)."""
-    from orchestrator.sources.tflite_file import read_tflite
-    from orchestrator.sources.tflite_module import build
-
     graph = read_tflite(path)
     module, example_inputs, quantization = build(graph)
     note = (f"quantization from the file: every tensor keeps the scale and zero point "
             f"{path.name} gives it" if quantization is not None else
             f"{path.name} is a float model: quantized by calibration like any PyTorch model")
     return LoadedModel(path.stem, module, example_inputs, f"tflite:{path}", "unknown",
+                       notes=(note,), quantization=quantization)
+
+
+def _load_onnx(path: Path) -> LoadedModel:
+    """An .onnx file rebuilt as a module with the file's weights (read as data, never run)."""
+    module, example_inputs, quantization = build_onnx(path)
+    note = (f"quantization from the file: every tensor its QuantizeLinear/DequantizeLinear "
+            f"pairs quantize keeps their scale and zero point" if quantization is not None else
+            f"{path.name} is a float model: quantized by calibration like any PyTorch model")
+    return LoadedModel(path.stem, module, example_inputs, f"onnx:{path}", "unknown",
                        notes=(note,), quantization=quantization)
 
 

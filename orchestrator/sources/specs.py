@@ -1,6 +1,7 @@
 """What a model spec names, decided without loading it (no torch): a zoo name, a model file
-(`file.py`, `file.py:factory`), an exported program (`.pt2`) or a TFLite flatbuffer (`.tflite`). The CLI checks a spec with this
-before anything heavy is imported, so a typo is answered at once; the loader
+(`file.py`, `file.py:factory`), an exported program (`.pt2`), a TFLite flatbuffer (`.tflite`) or
+an ONNX model (`.onnx`). The CLI checks a spec with this before anything heavy is imported, so a
+typo is answered at once; the loader
 (orchestrator/sources/loader.py) decides with the same function, so one spec has one message."""
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from examples.zoo_index import find, zoo_names
 from orchestrator.errors import UserError
 
 MODEL_FORMS = (
-    "a zoo name, path/to/file.py:factory, a .py defining ModelUnderTest and ModelInputs, a .pt2 "
-    "or a .tflite"
+    "a zoo name, path/to/file.py:factory, a .py defining ModelUnderTest and ModelInputs, a .pt2, "
+    "a .tflite or an .onnx"
 )
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    kind: str  # "zoo" | "factory" | "model-file" | "pt2" | "tflite"
+    kind: str  # "zoo" | "factory" | "model-file" | "pt2" | "tflite" | "onnx"
     name: str  # the zoo name, else the file's path as given
     file: Path | None = None  # resolved, for the file forms
     attribute: str | None = None  # the factory's name (`file.py:factory`)
@@ -46,6 +47,8 @@ def model_spec(spec: str) -> ModelSpec:
         return ModelSpec("pt2", spec, existing_file(spec, "exported program"))
     if spec.endswith(".tflite"):
         return ModelSpec("tflite", spec, existing_file(spec, "TFLite model"))
+    if spec.endswith(".onnx"):
+        return ModelSpec("onnx", spec, existing_file(spec, "ONNX model"))
     if Path(spec).exists():
         raise UserError(f"model '{spec}' has an unsupported file type; give {MODEL_FORMS}")
     raise UserError(f"unknown model '{spec}': zoo models are {', '.join(zoo_names())}; "

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from ethosu.vela.tflite.BuiltinOperator import BuiltinOperator
+from ethosu.vela.tflite.Model import Model
+from ethosu.vela.tflite_mapping import builtin_operator_map
 
 from orchestrator.errors import UserError
 
@@ -78,6 +81,17 @@ class TfliteGraph:
         ends = [self.tensors[i] for i in self.inputs + self.outputs]
         return all(t.quantized and t.dtype in (np.int8, np.int16) for t in ends)
 
+    @property
+    def hybrid(self) -> bool:
+        """A float file whose weights are int8 (dynamic-range quantization): the TFLite
+        interpreter quantizes the activations at run time, so it computes neither the float
+        network nor an int8 program's values."""
+        return not self.full_integer and any(
+            self.tensors[i].dtype == np.float32 and any(
+                self.tensors[w].data is not None and self.tensors[w].dtype == np.int8
+                for w in op.inputs[1:] if w >= 0)
+            for op in self.operators for i in op.inputs[:1] if i >= 0)
+
 
 def _refuse(path: Path, problem: str) -> UserError:
     return UserError(f"{path}: {problem}; give a .tflite file written by the TensorFlow Lite "
@@ -105,8 +119,6 @@ def _check_offset(path: Path, data: bytes, offset: int, what: str) -> None:
 
 
 def _parse(path: Path, data: bytes) -> TfliteGraph:
-    from ethosu.vela.tflite.Model import Model
-
     root = struct.unpack_from("<I", data, 0)[0]
     _check_offset(path, data, root, "the root table")
     model = Model.GetRootAsModel(data, 0)
@@ -151,8 +163,6 @@ def _parse(path: Path, data: bytes) -> TfliteGraph:
 
 
 def _opcode_name(code) -> str:
-    from ethosu.vela.tflite.BuiltinOperator import BuiltinOperator
-
     names = {v: k for k, v in vars(BuiltinOperator).items() if not k.startswith("_")}
     # Codes above 127 live in BuiltinCode, the older ones in DeprecatedBuiltinCode (schema 3a).
     value = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
@@ -164,9 +174,6 @@ def _opcode_name(code) -> str:
 
 def _options(name: str, op) -> dict:
     """The operator's builtin options as {snake_case name: value} (Vela's table of them)."""
-    from ethosu.vela.tflite.BuiltinOperator import BuiltinOperator
-    from ethosu.vela.tflite_mapping import builtin_operator_map
-
     code = getattr(BuiltinOperator, name, None)
     entry = builtin_operator_map.get(code) if code is not None else None
     if entry is None or entry[1] is None:
@@ -244,12 +251,8 @@ def _buffer_values(path: Path, data: bytes, buffer, dtype: np.dtype, shape, elem
 
 def contract() -> dict[str, object]:
     """What this module relies on in Vela's TFLite front end, each True when it holds."""
-    from ethosu.vela.tflite import Model
-    from ethosu.vela.tflite.BuiltinOperator import BuiltinOperator
-    from ethosu.vela.tflite_mapping import builtin_operator_map
-
     return {
-        "ethosu.vela.tflite.Model.GetRootAsModel": hasattr(Model.Model, "GetRootAsModel"),
+        "ethosu.vela.tflite.Model.GetRootAsModel": hasattr(Model, "GetRootAsModel"),
         "builtin_operator_map has CONV_2D options":
             builtin_operator_map[BuiltinOperator.CONV_2D][1] is not None,
         "options deserialize(op) exists":

@@ -18,7 +18,7 @@ the file's integers (round(q * s / s) == q).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -65,13 +65,23 @@ class FileQuantization:
     operator_outputs: dict[int, int]  # operator index -> its output tensor
     operator_names: dict[int, str]  # operator index -> "CONV_2D"
     tensor_names: dict[int, str]
+    on_cpu: dict[int, str] = field(default_factory=dict)  # operator index -> why CMSIS-NN
+    # "tflite": the program takes the file's int8 tensors and rounds as TFLM does; "onnx": a
+    # QDQ file's float inputs and outputs, quantized inside with its scales
+    kind: str = "tflite"
 
     @property
     def cmsis_nn_modules(self) -> tuple[str, ...]:
-        """The operators that run on CMSIS-NN even on an NPU target: a SOFTMAX, whose TFLM
+        """The operators CortexMQuantizer quantizes even on an NPU target: a SOFTMAX, whose TFLM
         algorithm (arm_softmax_s8) the Arm backend's decomposition does not compute."""
         return tuple(f"op{i}" for i, name in sorted(self.operator_names.items())
-                     if name == "SOFTMAX")
+                     if name in ("SOFTMAX", "Softmax"))
+
+    @property
+    def kept_on_cpu(self) -> tuple[tuple[str, str], ...]:
+        """(module, why) of every operator that runs on CMSIS-NN even on an NPU target, so the
+        program computes what TFLM computes (Policy.kept_on_cpu)."""
+        return tuple((f"op{i}", why) for i, why in sorted(self.on_cpu.items()))
 
     def digest_text(self) -> str:
         """What the cache key must change with."""
@@ -221,7 +231,9 @@ class TfliteModule(nn.Module):
         self.graph_outputs = graph.outputs
         self.steps: list[tuple[str, tuple[int, ...], int]] = []
         self.attributes: dict[str, int] = {}
-        self.origin: dict[str, tuple[int, str, str]] = {}  # op attr -> (index, opcode, out name)
+        # op<index> -> (operator index, TFLite opcode, output tensor index, its name): what a
+        # plan row names so a user finds the op in the file (Netron shows both)
+        self.origin: dict[str, tuple[int, str, int, str]] = {}
         for op in graph.operators:
             module, runtime_inputs = self._build(graph, op)
             if len(op.outputs) != 1:
@@ -235,7 +247,8 @@ class TfliteModule(nn.Module):
             for slot, tensor in getattr(module, "_tflite_constants", {}).items():
                 self.attributes[f"{name}.constant{slot}"] = tensor
             self.steps.append((name, runtime_inputs, op.outputs[0]))
-            self.origin[name] = (op.index, op.opcode, graph.tensors[op.outputs[0]].name)
+            self.origin[name] = (op.index, op.opcode, op.outputs[0],
+                                 graph.tensors[op.outputs[0]].name)
 
     def forward(self, *inputs: Tensor):
         values: dict[int, Tensor] = dict(zip(self.graph_inputs, inputs))
@@ -568,10 +581,40 @@ def file_quantization(graph: TfliteGraph, module: TfliteModule) -> FileQuantizat
             tensor.index, tensor.name, tensor.scales, tensor.zero_points, axis,
             tensor.dtype.name)
     operator_outputs = {op.index: op.outputs[0] for op in graph.operators}
+    on_cpu = {op.index: SOFTMAX_ON_CPU for op in graph.operators if op.opcode == "SOFTMAX"}
+    on_cpu.update({op.index: _EVEN_POOL_ON_CPU.format(counts=", ".join(map(str, counts)))
+                   for op in graph.operators if op.opcode == "AVERAGE_POOL_2D"
+                   for counts in [_pool_window_counts(graph, op)]
+                   if any(count % 2 == 0 for count in counts)})
     return FileQuantization(
         str(graph.path), by_tensor, dict(module.attributes), graph.inputs, graph.outputs,
         operator_outputs, {op.index: op.opcode for op in graph.operators},
-        {t.index: t.name for t in graph.tensors})
+        {t.index: t.name for t in graph.tensors}, on_cpu)
+
+
+SOFTMAX_ON_CPU = ("the model file's SOFTMAX runs on CMSIS-NN (arm_softmax_s8, TFLM's algorithm); "
+                  "the Arm backend decomposes a softmax into int8 steps TFLM does not compute")
+_EVEN_POOL_ON_CPU = (
+    "the model file's AVERAGE_POOL_2D divides by an even element count ({counts}), so a sum "
+    "can fall halfway between two steps: TFLM and CMSIS-NN round such a tie away from zero, an "
+    "Ethos-U average pool (TOSA AVG_POOL2D) rounds it up; on CMSIS-NN the program computes "
+    "what TFLM computes (MLPerf Tiny ResNet-8 on U85-256 with it on the NPU: 8 of 160 output "
+    "values off, by up to 10 steps)")
+
+
+def _pool_window_counts(graph: TfliteGraph, op: TfliteOperator) -> tuple[int, ...]:
+    """Every element count an average pool divides by (fewer at a SAME-padded edge)."""
+    options, x = op.options, graph.tensors[op.inputs[0]]
+    out = graph.tensors[op.outputs[0]]
+    per_axis = []
+    for axis, (kernel, stride) in enumerate(((options["filter_height"], options["stride_h"]),
+                                             (options["filter_width"], options["stride_w"]))):
+        size, outputs = x.shape[1 + axis], out.shape[1 + axis]
+        before = _same_padding(size, kernel, stride, 1)[0] \
+            if options.get("padding") == "SAME" else 0
+        per_axis.append({min(i * stride - before + kernel, size) - max(i * stride - before, 0)
+                         for i in range(outputs)})
+    return tuple(sorted({rows * columns for rows in per_axis[0] for columns in per_axis[1]}))
 
 
 def int8_inputs(graph: TfliteGraph, count: int, seed: int = 0) -> list[list[np.ndarray]]:

@@ -58,18 +58,31 @@ def model_file(manifest) -> Path:
     return path
 
 
+def litert_version() -> str | None:
+    try:
+        return metadata.version("ai-edge-litert")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def run_tflm(path: Path, samples: list[list[np.ndarray]], preserve: bool = False,
-             timeout_s: int = 600) -> tuple[list[list[np.ndarray]], dict[int, list[np.ndarray]]]:
+             timeout_s: int = 600, engine: str = "tflm",
+             ) -> tuple[list[list[np.ndarray]], dict[int, list[np.ndarray]]]:
     """TFLM's outputs for each sample (and, with `preserve`, every tensor's value per sample,
-    by TFLite tensor index), computed in a child process."""
-    if tflm_version() is None:
+    by TFLite tensor index), computed in a child process; engine "litert": the TFLite
+    interpreter's reference kernels (LiteRT) instead, for a float file TFLM cannot run (a
+    hybrid file: int8 weights, float activations)."""
+    if engine == "tflm" and tflm_version() is None:
         raise TflmCannotRun("the tflite-micro package is not installed (pip install tflite-micro)")
+    if engine == "litert" and litert_version() is None:
+        raise TflmCannotRun("the ai-edge-litert package is not installed")
     with tempfile.TemporaryDirectory(prefix="orchestrate-tflm-") as folder:
         given, taken = Path(folder) / "in.npz", Path(folder) / "out.npz"
         np.savez(given, **{f"s{i}_{j}": x for i, sample in enumerate(samples)
                            for j, x in enumerate(sample)})
         done = subprocess.run([sys.executable, "-m", "orchestrator.verification.tflm", str(path),
-                               str(given), str(taken), str(len(samples)), "1" if preserve else "0"],
+                               str(given), str(taken), str(len(samples)), "1" if preserve else "0",
+                               engine],
                               capture_output=True, text=True, timeout=timeout_s)
         if done.returncode != 0 or not taken.is_file():
             last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
@@ -87,8 +100,27 @@ def run_tflm(path: Path, samples: list[list[np.ndarray]], preserve: bool = False
     return outputs, tensors
 
 
+def _litert_worker(path: str, given: str, taken: str, count: int) -> None:
+    from ai_edge_litert.interpreter import (  # lazy: optional (child process only)
+        Interpreter, OpResolverType)
+
+    interpreter = Interpreter(model_path=path,
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    interpreter.allocate_tensors()
+    inputs_of, outputs_of = interpreter.get_input_details(), interpreter.get_output_details()
+    results = {}
+    with np.load(given, allow_pickle=False) as inputs:
+        for i in range(count):
+            for j, detail in enumerate(inputs_of):
+                interpreter.set_tensor(detail["index"], inputs[f"s{i}_{j}"])
+            interpreter.invoke()
+            for k, detail in enumerate(outputs_of):
+                results[f"o{i}_{k}"] = np.array(interpreter.get_tensor(detail["index"]))
+    np.savez(taken, **results)
+
+
 def _worker(path: str, given: str, taken: str, count: int, preserve: bool) -> None:
-    from tflite_micro.python.tflite_micro import runtime
+    from tflite_micro.python.tflite_micro import runtime  # lazy: optional (child process only)
 
     config = runtime.InterpreterConfig.kPreserveAllTensors if preserve else \
         runtime.InterpreterConfig.kAllocationRecording
@@ -123,6 +155,28 @@ def _worker(path: str, given: str, taken: str, count: int, preserve: bool) -> No
     np.savez(taken, **results)
 
 
+def float_file_outputs(manifest, samples) -> tuple[Path, list[np.ndarray], bool] | None:
+    """Output 0 of the float `.tflite` a program was compiled from, computed by the TFLite
+    interpreter's reference kernels (LiteRT: TFLM refuses a hybrid file) on `samples` (tuples
+    of the module's float tensors, NCHW), in the module's layout, and whether the file is hybrid
+    (TfliteGraph.hybrid); None when the program did not come from a float `.tflite`."""
+    from orchestrator.sources.tflite_file import read_tflite  # lazy: heavy (Vela)
+
+    try:
+        path = model_file(manifest)
+    except TflmCannotRun:
+        return None
+    graph = read_tflite(path)
+    if graph.full_integer:
+        return None
+    given = [[np.ascontiguousarray(x.numpy().transpose(0, 2, 3, 1) if x.dim() == 4
+                                   else x.numpy(), dtype=np.float32) for x in sample]
+             for sample in samples]
+    outputs, _ = run_tflm(path, given, engine="litert")
+    return path, [o[0].transpose(0, 3, 1, 2) if o[0].ndim == 4 else o[0] for o in outputs], \
+        graph.hybrid
+
+
 @dataclass(frozen=True)
 class TflmComparison:
     samples: int
@@ -148,10 +202,10 @@ class TflmComparison:
 
 def compare(program, count: int, per_op: bool = False, npu_model: str = "auto") -> TflmComparison:
     """The program (twin) and TFLM on `count` random int8 inputs, output by output."""
-    import torch
+    import torch  # lazy: heavy (torch)
 
-    from orchestrator.sources.tflite_file import read_tflite
-    from orchestrator.sources.tflite_module import int8_inputs
+    from orchestrator.sources.tflite_file import read_tflite  # lazy: heavy (Vela)
+    from orchestrator.sources.tflite_module import int8_inputs  # lazy: heavy (torch)
 
     path = model_file(program.require_manifest())
     graph = read_tflite(path)
@@ -191,16 +245,16 @@ def _first_operator(program, graph, path: Path, samples) -> str | None:
     """The first TFLite operator (file order) whose output in the program's quantized reference,
     quantized with the file's own scale, differs from TFLM's tensor on the first sample that
     differs."""
-    import torch
+    import torch  # lazy: heavy (torch)
 
-    from orchestrator.compilation.file_quantization import _scope
+    from orchestrator.compilation.file_quantization import operator_of  # lazy: heavy (torch)
 
     _, reference = program.reference("quantized.pt2")
     _, tensors = run_tflm(path, samples[:4], preserve=True)
     gm = reference
     outputs_of: dict[int, torch.fx.Node] = {}
     for node in gm.graph.nodes:
-        scope = _scope(node) if node.op == "call_function" else None
+        scope = operator_of(node) if node.op == "call_function" else None
         if scope is not None:
             outputs_of[scope] = node  # the last node of the operator's scope
     recorded: dict[str, torch.Tensor] = {}
@@ -245,4 +299,7 @@ def _first_operator(program, graph, path: Path, samples) -> str | None:
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1")
+    if sys.argv[6:] == ["litert"]:
+        _litert_worker(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        _worker(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1")
