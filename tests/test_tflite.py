@@ -196,3 +196,33 @@ def test_float_file_is_rebuilt_with_the_values_the_interpreter_computes():
     with torch.no_grad():
         ours = module(torch.from_numpy(x).permute(0, 3, 1, 2)).numpy()
     assert np.abs(ours - theirs[0]).max() < 1e-5
+
+
+def test_an_even_average_pool_runs_on_cmsis_nn_where_the_npu_rounds_a_tie_otherwise(
+        tmp_path, monkeypatch):
+    """ResNet-8's 8x8 average pool divides by 64, so a sum can fall halfway between two steps:
+    TFLM rounds the tie away from zero, the Ethos-U85's average pool rounds it up. The file's
+    pool runs on CMSIS-NN and the program equals TFLM; on the NPU it differs."""
+    import orchestrator
+    from orchestrator.device_runs.combined import load_program
+    from orchestrator.sources.tflite_module import FileQuantization
+    from orchestrator.verification import tflm
+
+    path = str(mlperf_tiny("pretrainedResnet_quant.tflite"))
+    ours = tmp_path / "ours.pte"
+    orchestrator.compile(path, ours, npu="ethos-u85-256", platform="corstone320")
+    pools = [op for op in _plan(ours)["ops"]
+             if op.get("tflite", {}).get("opcode") == "AVERAGE_POOL_2D" and op["kind"] == "op"]
+    assert [op["placement"] for op in pools] == ["cmsis-nn"]
+    assert tflm.compare(load_program(ours), 8).differing == 0
+
+    monkeypatch.setattr(FileQuantization, "kept_on_cpu", property(
+        lambda self: tuple((m, "softmax") for m in self.cmsis_nn_modules)))
+    monkeypatch.setenv("ORCHESTRATE_CACHE", "off")
+    on_npu = tmp_path / "on_npu.pte"
+    orchestrator.compile(path, on_npu, npu="ethos-u85-256", platform="corstone320")
+    assert [op["placement"] for op in _plan(on_npu)["ops"]
+            if op.get("tflite", {}).get("opcode") == "AVERAGE_POOL_2D"
+            and op["kind"] == "op"] == ["npu"]
+    found = tflm.compare(load_program(on_npu), 8)
+    assert found.differing > 0 and found.max_steps >= 1

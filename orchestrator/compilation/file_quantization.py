@@ -58,8 +58,8 @@ class PinnedQuantization:
                      f"(calibrated): {', '.join(self.calibrated[:6])}"
                      + (" ..." if len(self.calibrated) > 6 else ""))
         if self.requantized:
-            text += (f"; {len(self.requantized)} weight(s) the file quantizes per channel, "
-                     f"quantized per tensor (the kernel takes one scale): "
+            text += (f"; {len(self.requantized)} kept as the kernel needs them (a weight the "
+                     f"file quantizes per channel quantized per tensor, a fixed output range): "
                      f"{', '.join(self.requantized)}")
         return text
 
@@ -134,10 +134,24 @@ def pin(prepared: GraphModule, quantization) -> PinnedQuantization:
         if scope is not None:
             last_in_scope[scope] = observed
     tensor_of: dict[Node, int] = {}
+    pinned, kept, calibrated, requantized = 0, [], [], []
     for position, node in enumerate(placeholders):
         if position < len(quantization.graph_inputs):
             tensor_of[node] = quantization.graph_inputs[position]
-    pinned, kept, calibrated, requantized = 0, [], [], []
+            if tensor_of[node] not in quantization.by_tensor:
+                # An input the file quantizes only after a reshape (a QDQ .onnx): the range
+                # of that reshape, which the quantizer shares with the input.
+                users = [u for o in node.users for u in (o.users if o.op == "call_module"
+                                                         else [o])]
+                for user in users:
+                    scope = operator_of(user) if user.op == "call_function" else None
+                    if scope is not None and any(_op_name(user).startswith(name)
+                                                 for name in _SAME_RANGE) and \
+                            quantization.operator_outputs.get(scope) in quantization.by_tensor:
+                        tensor_of[node] = quantization.operator_outputs[scope]
+                        kept.append(f"{node.name} (given {user.name}'s range)")
+                        break
+    biases, used = [], set()
 
     def tensor_for(observed: Node) -> int | None:
         if observed in tensor_of:
@@ -161,19 +175,70 @@ def pin(prepared: GraphModule, quantization) -> PinnedQuantization:
     for node, observer in observers:
         observed = _source(node.args[0])
         tensor = tensor_for(observed)
+        used.add(tensor)
         entry = quantization.by_tensor.get(tensor) if tensor is not None else None
         if entry is None:
             scope = operator_of(observed)
             where = quantization.operator_names.get(scope, "?") if scope is not None else "-"
             calibrated.append(f"{observed.name} ({where})")
             continue
+        if "FixedQParams" in type(observer).__name__:
+            # a range the kernel fixes (CMSIS-NN's softmax output, 1/256 and -128: a .tflite's
+            # own; a QDQ .onnx's 1/255 would put the softmax back on the float kernel)
+            if _differs(observer, entry):
+                requantized.append(f"{observed.name} (tensor {entry.tensor} '{entry.name}': "
+                                   "the kernel's fixed range)")
+            continue
+        if entry.dtype == "int32" and quantization.kind != "tflite":
+            # a .tflite's bias scale is its input scale x weight scale, bit for bit as TFLM
+            # reads it; a QDQ .onnx's is that product for its own input scale
+            biases.append((node, observer, observed))
+            continue
         if not _set(observer, entry, observed):
             requantized.append(f"{observed.name} (tensor {entry.tensor} '{entry.name}')")
             continue
         pinned += 1
+    pinned += sum(_pin_bias(prepared, *bias) for bias in biases)
+    if quantization.kind != "tflite":  # a .tflite's value-moving operators keep their input's
+        # range by TFLite's rules; a QDQ .onnx may give them their own, which upstream shares
+        requantized += [f"{quantization.operator_names[op]} (node {op}): its input's range, "
+                        "which upstream's quantizer shares with it"
+                        for op, tensor in sorted(quantization.operator_outputs.items())
+                        if tensor in quantization.by_tensor and tensor not in used]
     return PinnedQuantization(pinned, tuple(dict.fromkeys(kept)),
                               tuple(dict.fromkeys(calibrated)), quantization.kind,
                               tuple(requantized))
+
+
+def _differs(observer, entry) -> bool:
+    scale, zero = observer.calculate_qparams()
+    return len(entry.scales) != 1 or float(scale.reshape(-1)[0]) != np.float32(entry.scales[0]) \
+        or int(zero.reshape(-1)[0]) != entry.zero_points[0]
+
+
+def _pin_bias(prepared: GraphModule, node: Node, observer, observed: Node) -> bool:
+    """An int32 bias observer set to input scale x weight scale (zero point 0), the scales its
+    convolution or linear is given: the file's bias scale is that product for the file's own
+    input scale, and the NPU lowering adds the bias to the accumulator of that product (a QDQ
+    .onnx whose input range differs from the program's would otherwise be off by the ratio)."""
+    modules = dict(prepared.named_modules())
+    for consumer in node.users:
+        if consumer.op != "call_function" or len(consumer.args) < 3:
+            continue
+        found = [modules.get(str(a.target)) if isinstance(a, Node) and a.op == "call_module"
+                 else None for a in consumer.args[:2]]
+        if any(not isinstance(f, ObserverBase) for f in found):
+            return False
+        (x_scale, _), (w_scale, _) = (f.calculate_qparams() for f in found)
+        scale = (x_scale.double() * w_scale.double()).to(torch.float32).reshape(-1)
+        per_channel = "per_channel" in str(getattr(observer, "qscheme", ""))
+        if not per_channel and scale.numel() > 1:
+            return False
+        scale = scale if per_channel else scale.reshape(())
+        zero = torch.zeros(scale.shape, dtype=torch.int32)
+        observer.calculate_qparams = lambda: (scale, zero)
+        return True
+    return False
 
 
 def _set(observer, entry, observed: Node) -> bool:

@@ -395,6 +395,9 @@ class OnnxModule(nn.Module):
         def function(module, x, *_):
             if symmetric is None:
                 x = F.pad(x, explicit)
+            if x.dim() == 4:  # CMSIS-NN convolves NHWC: ExecuTorch's Cortex-M quantizer leaves
+                # a convolution whose output is not channels-last in float (one after a Reshape)
+                x = x.contiguous(memory_format=torch.channels_last)
             return conv(x, module.weight, module.bias, strides, symmetric or 0, dilations, groups)
         return function, weight, bias, {1: ("weight", source), 2: ("bias", bias_source)}
 
