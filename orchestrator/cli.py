@@ -362,6 +362,8 @@ def cmd_compile(args) -> int:
     _request_first(args)
     _policy_first(args)
     plan = _plan(args)
+    if args.require_fit:  # refused before anything is written
+        api.check_gates(plan, None, None, True)
     written = api.write_program(plan, args.output, bundle=args.bundle)
     compiled, art = plan.compiled, written.artifacts
     s = plan.summary
@@ -376,6 +378,13 @@ def cmd_compile(args) -> int:
     _print_cost_placement(plan, sys.stdout)
     for fault in s.device_faults:
         print(f"warning: the device runtime cannot run this program: {fault}", file=sys.stderr)
+    if not s.fits:  # the plan's memory verdict (coverage.py), said where a compile is read
+        too_big = "; ".join(f"{m.item} {m.bytes:,} B -> " + (
+            f"{m.region} has {m.region_bytes:,} B free" if m.region else "no region may hold it")
+            for m in s.memory if not m.fits)
+        print(f"warning: the program does not fit {compiled.target.platform.name}'s memories "
+              f"({too_big}); it will not load on the device (`compile --require-fit` makes "
+              "this an error, exit 3; `orchestrate plan` shows the memory map)", file=sys.stderr)
     if args.bundle:
         bpte = Path(args.output).with_suffix(".bpte")
         print(f"wrote {bpte} (BundleIO: test inputs with the host twin's expected outputs)")

@@ -240,6 +240,9 @@ COMPILE = Verb("compile", "compile to one .pte plus an artifacts folder",
            "artifacts folder goes beside it)"),
     option("--bundle", action="store_true",
            help="also write a BundleIO .bpte with test inputs and expected outputs"),
+    option("--require-fit", action="store_true",
+           help="exit 3, writing nothing, when the program, its arenas and the NPU scratch "
+           "do not fit the platform's memories (default: write it and warn)"),
 ))
 
 SWEEP = Verb("sweep", "plan one model for several NPU/CPU configurations", TARGET + OUTPUT + (

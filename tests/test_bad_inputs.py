@@ -170,8 +170,8 @@ def test_unknown_zoo_name(tmp_path, capsys):
 
 
 def test_model_file_of_unsupported_type(tmp_path, capsys):
-    (tmp_path / "model.onnx").write_bytes(b"onnx")
-    _refused(["compile", "model.onnx", "--npu", "none", "-o", "out.pte"], tmp_path, capsys,
+    (tmp_path / "model.h5").write_bytes(b"\x89HDF")
+    _refused(["compile", "model.h5", "--npu", "none", "-o", "out.pte"], tmp_path, capsys,
              "unsupported file type")
 
 

@@ -160,3 +160,19 @@ def test_the_command_ends_without_interpreter_teardown_yet_keeps_its_exit_code_a
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
         f"orchestrate: error: model file not found: {tmp_path / 'nosuch.py'}; check the path"]
+
+
+def test_compile_warns_when_the_program_does_not_fit_and_require_fit_refuses(
+        mixed, monkeypatch, capsys, tmp_path):
+    """A program the plan says does not fit is written with a warning naming what does not fit
+    (it used to exit 0 saying nothing); `compile --require-fit` exits 3 and writes nothing."""
+    _serve(monkeypatch, _too_small(mixed))
+    out = tmp_path / "m.pte"
+    assert main(["compile", "mixed", "--npu", "ethos-u55-128", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the program does not fit corstone300's memories" in err and " B -> " in err
+    refused = tmp_path / "refused.pte"
+    assert main(["compile", "mixed", "--npu", "ethos-u55-128", "-o", str(refused),
+                 "--require-fit"]) == 3
+    assert "--require-fit" in capsys.readouterr().err
+    assert not refused.exists() and not refused.with_name("refused.artifacts").exists()

@@ -226,3 +226,38 @@ def test_an_even_average_pool_runs_on_cmsis_nn_where_the_npu_rounds_a_tie_otherw
             and op["kind"] == "op"] == ["npu"]
     found = tflm.compare(load_program(on_npu), 8)
     assert found.differing > 0 and found.max_steps >= 1
+
+
+def test_shape_arithmetic_is_computed_once_and_a_flatten_rebuilt(tmp_path):
+    """The converter writes a Keras flatten of a dynamic batch as SHAPE -> STRIDED_SLICE ->
+    PACK -> RESHAPE (MobileNetV3-Small's squeeze-excite and head): the shape operators become
+    constants and only the RESHAPE computes; a TILE (Keras' nearest upsampling) repeats NHWC
+    axes in the module's NCHW order."""
+    import torch
+
+    from orchestrator.sources.tflite_file import TfliteGraph, TfliteOperator, TfliteTensor
+    from orchestrator.sources.tflite_module import build
+
+    def t(index, shape, dtype, data=None):
+        if data is not None:
+            data = np.asarray(data, dtype=dtype)
+            data.setflags(write=False)
+        return TfliteTensor(index, f"t{index}", tuple(shape), np.dtype(dtype), data)
+
+    tensors = (t(0, (1, 2, 2, 3), np.float32), t(1, (4,), np.int32),
+               t(2, (1,), np.int32, [0]), t(3, (1,), np.int32, [1]), t(4, (1,), np.int32, [1]),
+               t(5, (), np.int32), t(6, (), np.int32, -1), t(7, (2,), np.int32),
+               t(8, (1, 12), np.float32), t(9, (4,), np.int32, [1, 2, 1, 2]),
+               t(10, (1, 4, 2, 6), np.float32))
+    ops = (TfliteOperator(0, "SHAPE", (0,), (1,)),
+           TfliteOperator(1, "STRIDED_SLICE", (1, 2, 3, 4), (5,), {"shrink_axis_mask": 1}),
+           TfliteOperator(2, "PACK", (5, 6), (7,), {"axis": 0}),
+           TfliteOperator(3, "RESHAPE", (0, 7), (8,)),
+           TfliteOperator(4, "TILE", (0, 9), (10,)))
+    graph = TfliteGraph(tmp_path / "g.tflite", tensors, ops, (0,), (8, 10), 3, "")
+    module, (example,), _ = build(graph)
+    assert [name for name, _, _ in module.steps] == ["op3", "op4"]
+    nhwc = torch.arange(12, dtype=torch.float32).reshape(1, 2, 2, 3)
+    flat, tiled = module(nhwc.permute(0, 3, 1, 2))
+    assert torch.equal(flat, nhwc.reshape(1, 12))
+    assert torch.equal(tiled.permute(0, 2, 3, 1), nhwc.repeat(1, 2, 1, 2))

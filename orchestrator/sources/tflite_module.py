@@ -18,7 +18,7 @@ the file's integers (round(q * s / s) == q).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -36,7 +36,8 @@ SUPPORTED_OPERATORS = (
     "ADD", "AVERAGE_POOL_2D", "CONCATENATION", "CONV_2D", "DEPTHWISE_CONV_2D", "DEQUANTIZE",
     "FULLY_CONNECTED", "HARD_SWISH", "LEAKY_RELU", "LOGISTIC", "MAX_POOL_2D", "MEAN", "MUL",
     "PAD", "PADV2", "QUANTIZE", "RELU", "RELU6", "RELU_N1_TO_1", "RESHAPE",
-    "RESIZE_NEAREST_NEIGHBOR", "SOFTMAX", "SQUEEZE", "STRIDED_SLICE", "SUB", "TANH", "TRANSPOSE",
+    "RESIZE_NEAREST_NEIGHBOR", "SOFTMAX", "SQUEEZE", "STRIDED_SLICE", "SUB", "TANH", "TILE",
+    "TRANSPOSE", "SHAPE and PACK (on constants)",
 )
 
 
@@ -522,6 +523,12 @@ class TfliteModule(nn.Module):
         return _Function(lambda t: F.interpolate(t, size=size, mode=mode)), \
             self._runtime(graph, op, [0])
 
+    def _build_tile(self, graph, op):
+        multiples = _constant_ints(graph, op, 1)
+        if len(multiples) == 4:  # NHWC -> NCHW
+            multiples = [multiples[0], multiples[3], multiples[1], multiples[2]]
+        return _Function(lambda t: t.repeat(*multiples)), self._runtime(graph, op, [0])
+
     def _build_strided_slice(self, graph, op):
         options = op.options
         if options.get("ellipsis_mask") or options.get("new_axis_mask") or options.get("offset"):
@@ -552,9 +559,62 @@ class TfliteModule(nn.Module):
         return _Function(function), self._runtime(graph, op, [0])
 
 
+def _strided(value: np.ndarray, op: TfliteOperator, begin, end, strides) -> np.ndarray:
+    options = op.options
+    slices, shrink = [], options.get("shrink_axis_mask", 0)
+    for axis in range(value.ndim):
+        if shrink >> axis & 1:
+            slices.append(begin[axis])
+            continue
+        slices.append(slice(None if options.get("begin_mask", 0) >> axis & 1 else begin[axis],
+                            None if options.get("end_mask", 0) >> axis & 1 else end[axis],
+                            strides[axis]))
+    return value[tuple(slices)]
+
+
+# Operators computed once when every input is a constant (or, for SHAPE, has a fixed shape):
+# the shape arithmetic a converter writes for a flatten or a squeeze-excite reshape.
+_FOLDED = {
+    "SHAPE": lambda op, values, shapes: np.asarray(shapes[0], dtype=np.int32),
+    "PACK": lambda op, values, shapes: np.stack(values, axis=int(op.options.get("axis", 0))),
+    "CONCATENATION": lambda op, values, shapes: np.concatenate(
+        values, axis=int(op.options.get("axis", 0))),
+    "RESHAPE": None,  # the output tensor's shape
+    "STRIDED_SLICE": lambda op, values, shapes: _strided(values[0], op, *values[1:4]),
+}
+
+
+def fold_constants(graph: TfliteGraph) -> TfliteGraph:
+    """The graph with every operator of `_FOLDED` whose inputs are known computed into a
+    constant (numpy, on the file's data); nothing else changes."""
+    tensors, operators = list(graph.tensors), []
+    for op in graph.operators:
+        inputs = [tensors[i] for i in op.inputs if i >= 0]
+        known = op.opcode == "SHAPE" or all(t.data is not None for t in inputs)
+        if op.opcode not in _FOLDED or not known or len(op.outputs) != 1 \
+                or op.outputs[0] in graph.outputs:
+            operators.append(op)
+            continue
+        out = tensors[op.outputs[0]]
+        if op.opcode == "RESHAPE":
+            value = np.asarray(inputs[0].data).reshape(out.shape)
+        else:
+            value = np.asarray(_FOLDED[op.opcode](op, [None if t.data is None else
+                                                       np.asarray(t.data) for t in inputs],
+                                                  [t.shape for t in inputs]))
+        if tuple(value.shape) != tuple(out.shape):
+            raise _refuse(graph, op, f"computes a {list(value.shape)} constant where the file "
+                                     f"says {list(out.shape)}")
+        value = value.astype(out.dtype)
+        value.setflags(write=False)
+        tensors[out.index] = replace(out, data=value)
+    return replace(graph, tensors=tuple(tensors), operators=tuple(operators))
+
+
 def build(graph: TfliteGraph) -> tuple[TfliteModule, tuple[Tensor, ...], FileQuantization | None]:
     """The module, example inputs (zeros in the file's shapes, float) and, for a full-integer
     file, its quantization."""
+    graph = fold_constants(graph)
     module = TfliteModule(graph).eval()
     example_inputs = tuple(torch.zeros(_to_torch_shape(graph.tensors[i].shape))
                            for i in graph.inputs)
