@@ -6,7 +6,6 @@ Runtime running the same file. Malformed files are refused in one line (exit 2).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -159,15 +158,16 @@ def _unsupported_op(tmp_path):
 
 @pytest.mark.parametrize("make", [_truncated, _custom_domain, _external_data, _unsupported_op],
                          ids=lambda f: f.__name__.strip("_"))
-def test_malformed_onnx_is_refused_in_one_line_and_writes_nothing(tmp_path, make):
+def test_malformed_onnx_is_refused_in_one_line_and_writes_nothing(tmp_path, capsys, make):
     data, expected = make(tmp_path)
     model = tmp_path / "model.onnx"
     model.write_bytes(data)
     out = tmp_path / "out.pte"
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compile", str(model),
-                           "--npu", "none", "-o", str(out)], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and expected in lines[0], done.stderr
+    from orchestrator.cli import main
+
+    code = main(["compile", str(model), "--npu", "none", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], err
     assert not out.exists() and not out.with_name("out.artifacts").exists()
