@@ -578,3 +578,26 @@ def test_on_an_npu_target_only_the_1d_pools_take_their_2d_form():
     assert torch.allclose(npu_form(x), model(x), atol=1e-6)
     cpu_form, _ = conv1d_as_conv2d(model)
     assert "Conv1d" not in {type(m).__name__ for m in cpu_form.modules()}
+
+
+def test_a_program_the_device_runtime_cannot_load_fails_verify(tmp_path):
+    """An op with a kernel in the host runtime's library but in no library the device firmware
+    links (torch.fft.rfft's aten::_fft_r2c): the twin and the host runtime pass, and verify
+    used to say PASSED with QEMU "not run"; QEMU's finding is about the program, so the verdict
+    is FAILED (exit 4) naming the op."""
+    import orchestrator
+    from orchestrator.device_runs.combined import verify_all
+
+    qemu_or_missing()
+    model = tmp_path / "fft.py"
+    model.write_text(
+        "import torch\nfrom torch import nn\n\n\nclass M(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(33, 8)\n\n"
+        "    def forward(self, x):\n        return self.fc(torch.fft.rfft(x).abs())\n\n\n"
+        "def model():\n    torch.manual_seed(0)\n    return M().eval(), (torch.randn(1, 64),)\n")
+    pte = tmp_path / "fft.pte"
+    orchestrator.compile(f"{model}:model", pte, npu="none", cpu="cortex-m55")
+    verdict = verify_all(pte, samples=2, methods=("twin", "QEMU Cortex-M55"))
+    qemu = next(r for r in verdict.results if r.name == "QEMU Cortex-M55")
+    assert (qemu.outcome, verdict.exit_code) == ("failed", 4), verdict.render_text()
+    assert "cannot load on the device runtime" in qemu.detail and "_fft_r2c" in qemu.detail

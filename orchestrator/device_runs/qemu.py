@@ -29,7 +29,7 @@ from orchestrator.errors import NotRun, UserError, VerificationFailure
 from orchestrator.verification.methods import QEMU, MethodResult, qemu_label
 from platforms.platform import PlatformError, list_platforms, load_platform
 from platforms.qemu import run_bpte_on_qemu
-from kernels.native.errors import QemuUnavailable
+from kernels.native.errors import KernelsMissing, QemuUnavailable
 from platforms.qemu_machines import qemu_runner
 from platforms.runner_protocol import EXECUTE
 
@@ -254,6 +254,15 @@ def run_qemu(program, platform_override=None, timeout_s: int = 600,
     try:
         result = qemu_on_checked_pte(twin, platform, timeout_s, atol=atol, samples=samples,
                                      npu_model=npu_model)
+    except KernelsMissing as error:
+        # a finding about the program, not this machine: the device runtime cannot load it
+        # (the host runtime's library may have the kernel, so the other methods pass)
+        detail = (f"FAILED: the program cannot load on the device runtime: "
+                  f"{str(error).removeprefix('not run: ')}; no kernel "
+                  "library the device firmware links provides it (register one in the "
+                  "firmware, or keep that op out of the model)")
+        return MethodResult(QEMU, "failed", detail, True, f"method: {label}\n{detail}",
+                            label=label)
     except (NotRun, QemuUnavailable) as error:
         return MethodResult(QEMU, "not-run", str(error).removeprefix("not run: "), True,
                             label=label)
