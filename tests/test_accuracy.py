@@ -127,3 +127,30 @@ def test_the_per_layer_error_ranks_the_layers_of_a_trained_model(programs, sets,
     # calibrated on training images of the same kind: the input's range holds every value
     x = next(layer for layer in layers if layer["node"] == "x")
     assert x["clipped"] == 0 and 0 <= max(layer["clipped"] for layer in layers) < 0.05
+
+
+def test_the_per_layer_error_of_a_conv_whose_batchnorm_was_folded(tmp_path, capsys):
+    """Conv2d(bias=False) + BatchNorm2d with no activation (every MobileNetV2 projection): the
+    quantized reference folds the BatchNorm into the convolution (a bias appears), the float
+    model keeps both. The report used to raise IndexError (the folded bias had no argument to
+    replace), and before that ranked the layer with shares of thousands of percent (its folded
+    weights fed to the unfolded BatchNorm, its output rounded before it)."""
+    import orchestrator
+
+    model = tmp_path / "bn.py"
+    model.write_text(
+        "import torch\nfrom torch import nn\n\n\nclass M(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.conv = nn.Conv2d(8, 16, 1, bias=False)\n        self.bn = nn.BatchNorm2d(16)\n"
+        "        self.conv2 = nn.Conv2d(16, 8, 3, padding=1)\n\n"
+        "    def forward(self, x):\n        return self.conv2(self.bn(self.conv(x)))\n\n\n"
+        "def model():\n    torch.manual_seed(0)\n    m = M()\n    with torch.no_grad():\n"
+        "        m.bn.running_mean.uniform_(-1, 1)\n        m.bn.running_var.uniform_(0.5, 2)\n"
+        "        m.bn.weight.uniform_(0.5, 2)\n    return m.eval(), (torch.randn(1, 8, 8, 8),)\n")
+    pte = tmp_path / "bn.pte"
+    orchestrator.compile(f"{model}:model", pte, npu="none")
+    code, report = _report(capsys, pte, "--per-layer-error")
+    assert code == 0
+    conv = next(layer for layer in report["layers"] if layer["weights"] == ["conv2d"])
+    assert conv["at_output_snr_db"] > 25 and conv["alone_snr_db"] > 25
+    assert all(0 <= layer["share_of_error"] <= 1 for layer in report["layers"])

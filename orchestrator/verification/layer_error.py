@@ -22,6 +22,7 @@ computes the quantized reference.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -105,24 +106,67 @@ def _snr(reference: torch.Tensor, value: torch.Tensor) -> float:
     return 10 * math.log10(signal / noise) if signal > 0 else -math.inf
 
 
+_BATCH_NORMS = ("aten.batch_norm", "aten._native_batch_norm_legit_no_training")
+
+
+def _folded_batch_norm(module: torch.fx.GraphModule, name: str):
+    """The BatchNorm the quantized reference folded into the float graph's convolution or
+    linear `name` (its only user), and that BatchNorm's per-channel scale gamma/sqrt(var+eps);
+    else None. The folded layer's output is the BatchNorm's."""
+    node = next((n for n in module.graph.nodes if n.name == name), None)
+    if node is None or len(node.users) != 1:
+        return None
+    bn = next(iter(node.users))
+    if bn.op != "call_function" or target_name(bn) not in _BATCH_NORMS or bn.args[0] is not node:
+        return None
+    value = [functools.reduce(getattr, a.target.split("."), module)
+             if isinstance(a, torch.fx.Node) and a.op == "get_attr" else None
+             for a in bn.args[1:5]]
+    weight, _, _, variance = value
+    plain = target_name(bn) == "aten.batch_norm"
+    eps = bn.args[7] if plain else bn.args[6]
+    if weight is None or variance is None:
+        return None
+    output = bn if plain else next(iter(bn.users))
+    return output.name, (weight / torch.sqrt(variance + eps)).detach()
+
+
 class _OneLayer(torch.fx.Interpreter):
-    """The float graph with one layer quantized: its weights replaced, its output rounded."""
+    """The float graph with one layer quantized: its weights replaced, its output rounded.
+
+    Where the quantized reference folded a BatchNorm into a convolution or linear, the float
+    graph still has both: the layer's int8 weights are unfolded (divided by the BatchNorm's
+    per-channel scale, which the BatchNorm then applies again), its folded bias left to the
+    BatchNorm, and its output rounded after the BatchNorm."""
 
     def __init__(self, module: torch.fx.GraphModule, point: Point | None) -> None:
         super().__init__(module)
         self.point = point
         self.seen: dict[str, torch.Tensor] = {}
+        self.rounded_at = point.node if point is not None else None
+        self.weights = dict(point.weights) if point is not None else {}
+        for name in list(self.weights):
+            folded = _folded_batch_norm(module, name)
+            if folded is None:
+                continue
+            output, scale = folded
+            if name == self.rounded_at:
+                self.rounded_at = output
+            weight = self.weights[name].get(1)
+            self.weights[name] = {} if weight is None else {1: weight / scale.reshape(
+                -1, *([1] * (weight.dim() - 1)))}
 
     def run_node(self, node):
-        if self.point is not None and node.name in self.point.weights:
+        if node.name in self.weights:
             args, kwargs = self.fetch_args_kwargs_from_env(node)
             args = list(args)
-            for position, value in self.point.weights[node.name].items():
-                args[position] = value
+            for position, value in self.weights[node.name].items():
+                if position < len(args):  # a bias the float graph's op does not take: folded
+                    args[position] = value
             result = getattr(self, node.op)(node.target, tuple(args), kwargs)
         else:
             result = super().run_node(node)
-        if self.point is not None and node.name == self.point.node and \
+        if self.point is not None and node.name == self.rounded_at and \
                 isinstance(result, torch.Tensor) and result.is_floating_point():
             p = self.point
             result = torch.fake_quantize_per_tensor_affine(result, p.scale, p.zero_point,
@@ -139,6 +183,8 @@ def layer_errors(pte: str, float_module: torch.fx.GraphModule,
     found = points(quantized_module)
     float_outs, quantized_outs, at_output = [], [], {p.node: [] for p in found}
     clipped = {p.node: [0, 0] for p in found}  # values outside the range, values
+    # the float graph's node at each point (after a BatchNorm the quantized reference folded)
+    at_float = {p.node: _OneLayer(float_module, p).rounded_at for p in found}
     with torch.no_grad(), numerics.single_threaded():
         for sample in samples:
             plain = _OneLayer(float_module, None)
@@ -146,7 +192,7 @@ def layer_errors(pte: str, float_module: torch.fx.GraphModule,
             quantized = _OneLayer(quantized_module, None)
             quantized_outs.append(as_tuple(quantized.run(*sample))[0].float())
             for point in found:
-                value = plain.seen.get(point.node)
+                value = plain.seen.get(at_float[point.node])
                 if value is not None and value.is_floating_point():
                     clipped[point.node][0] += clipped_values(value, point)
                     clipped[point.node][1] += value.numel()
@@ -156,9 +202,9 @@ def layer_errors(pte: str, float_module: torch.fx.GraphModule,
                              and u.args[0].name == point.node), None)
                 rounded = next((d for d in (user.users if user is not None else ())
                                 if target_name(d) in DEQUANTIZE), None)
-                if rounded is not None and point.node in plain.seen and \
+                if rounded is not None and at_float[point.node] in plain.seen and \
                         rounded.name in quantized.seen:
-                    at_output[point.node].append((plain.seen[point.node].float(),
+                    at_output[point.node].append((plain.seen[at_float[point.node]].float(),
                                                   quantized.seen[rounded.name].float()))
         reference = torch.cat([o.reshape(-1) for o in float_outs])
         whole = torch.cat([o.reshape(-1) for o in quantized_outs])
