@@ -332,3 +332,73 @@ def mve_1xn_padding_explicit(module: torch.nn.Module, example_inputs
             "convolution: the same windows, which the MVE kernel accepts")
 
     return _replaced(module, found, padded)
+
+
+class ChannelsLastConv2d(torch.nn.Module):
+    """A convolution given its input in channels-last memory (a copy where it was not): the
+    same values, so the same result, in the layout CMSIS-NN convolves."""
+
+    def __init__(self, conv: torch.nn.Conv2d) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.stride(1) != 1:  # channels-last strides; with one channel .contiguous() keeps
+            # NCHW strides (both are "contiguous") and the convolution would compute NCHW
+            x = x.clone(memory_format=torch.channels_last)
+        return self.conv(x)
+
+
+def _is_channels_last(value) -> bool:
+    """Upstream's rule (executorch.backends.cortex_m.passes.passes_utils.is_channels_last)."""
+    if not isinstance(value, torch.Tensor) or value.dim() != 4:
+        return True
+    if value.shape[1] == 1 or value.shape[2] == value.shape[3] == 1:
+        return True
+    return list(value.dim_order())[0:2] == [0, 2]
+
+
+def _nchw_convs(module: torch.nn.Module, example_inputs) -> set[int]:
+    """id() of each `nn.Conv2d` whose output is not channels-last when `module` runs as the
+    capture runs it (its 4-D inputs and parameters channels-last); eager PyTorch picks the
+    output's memory format as torch.export's fake tensors do."""
+    trial = copy.deepcopy(module)
+    originals = dict(zip((id(m) for m in trial.modules()), module.modules()))
+    for parameter in trial.parameters():
+        if parameter.dim() == 4:
+            parameter.data = parameter.data.contiguous(memory_format=torch.channels_last)
+    found: set[int] = set()
+    hooks = [layer.register_forward_hook(
+        lambda m, _args, out: None if _is_channels_last(out) else found.add(
+            id(originals[id(m)])))
+        for layer in trial.modules() if type(layer) is torch.nn.Conv2d]
+    inputs = tuple(x.contiguous(memory_format=torch.channels_last)
+                   if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in example_inputs)
+    try:
+        with torch.no_grad():
+            trial(*inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return found
+
+
+def conv_inputs_channels_last(module: torch.nn.Module, example_inputs
+                              ) -> tuple[torch.nn.Module, list[Workaround]]:
+    """A copy of `module` with each `nn.Conv2d` whose output would be NCHW as
+    `ChannelsLastConv2d`, and one Workaround each; `module` itself is untouched.
+
+    ExecuTorch 1.5.1's CortexMQuantizer annotates a convolution only when its output is
+    channels-last (CortexMConv2DCheck); a convolution after a reshape or a channel chunk
+    computes NCHW and stays float, on the portable kernel (ShuffleNetV2's branches: 71% of
+    its MACs; a `.onnx`'s first convolution after its Reshape)."""
+    found = {conv: True for conv in _nchw_convs(module, example_inputs)}
+
+    def wrapped(child, _, path):
+        return ChannelsLastConv2d(child), Workaround(
+            path, "ExecuTorch 1.5.1 CortexMQuantizer (CortexMConv2DCheck: a convolution whose "
+            "output is not channels-last stays float, on the portable kernel)",
+            "Conv2d given its input channels-last (a copy of it where it was not), so its "
+            "output is channels-last and CMSIS-NN computes it in int8")
+
+    return _replaced(module, found, wrapped)

@@ -59,7 +59,7 @@ from partitioners.cpu import CpuDecision, route_to_cpu
 from partitioners import quantizable
 from partitioners.legalize import DIM_ORDER_COPIES, same_bytes_order
 from partitioners.module_forms import (avg_pools_over_their_window, conv1d_as_conv2d,
-                                       mve_1xn_padding_explicit)
+                                       conv_inputs_channels_last, mve_1xn_padding_explicit)
 from partitioners.npu import (NpuRejection, VelaRefusal, VelaRun, lower_to_npu,
                               vela_workarounds)
 from partitioners.reasons import LOWERING_REFUSAL, VELA_REFUSAL
@@ -450,6 +450,9 @@ def _capture_stage(state: CompileState) -> CompileState:
         if not state.target.npu and state.target.tier == "mve":
             module, explicit = mve_1xn_padding_explicit(module, state.model.example_inputs)
             fixes += explicit
+        if not state.target.npu and channels_last:
+            module, relaid = conv_inputs_channels_last(module, state.model.example_inputs)
+            fixes += relaid
         policy = state.options.policy
         if state.target.npu and policy is not None and policy.pool_windows:
             module, windows = avg_pools_over_their_window(module, state.model.example_inputs)
