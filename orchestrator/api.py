@@ -304,7 +304,7 @@ def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
     `profile_out` (default: PROGRAM.etdp). A missing program, a platform that is not installed
     (qemu, fvp) or a profile that cannot be written is a UserError before anything runs."""
     from orchestrator.device_runs.combined import (  # lazy: heavy (numpy, vela)
-        TflmMethod, load_program, verifier, verify_all as combined_verdict)
+        TflmMethod, does_not_fit, load_program, verifier, verify_all as combined_verdict)
     from orchestrator.device_runs.qemu import installed_platform  # lazy: heavy (numpy, vela)
 
     pte = Path(pte)
@@ -352,6 +352,7 @@ def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
         if result.outcome in ("partial", "inconclusive") and all(
                 r.outcome != "failed" for r in results):
             break
+    results += [r for r in [does_not_fit(program)] if r is not None]
     verification = Verification(pte, method, tuple(results))
     if not profile or verification.error() is not None:
         return verification

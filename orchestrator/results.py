@@ -68,19 +68,19 @@ class Verification:
                                "inconclusive": f"not run meaningfully: {verdict.verdict}"}.get(
                                    verdict.outcome, verdict.verdict))
             return None
-        failures = []
+        failures = [r.detail for r in self.results if r.outcome == "failed"]
+        if failures:  # a failure decides, whatever else could not run
+            return VerificationFailure("; ".join(failures))
         for result in self.results:
             if result.outcome == "not-run":
                 hint = ("; nothing was run (verify without --qemu/--fvp runs every method this "
                         "machine has)" if self.method in _PICKED_BY_NAME else "")
                 return NotRun(f"not run: {result.detail}{hint}")
-            if result.outcome == "failed":
-                failures.append(result.detail)
-            elif result.outcome in ("partial", "inconclusive") and not failures:
+            if result.outcome in ("partial", "inconclusive"):
                 return NotRun(f"not checked in full: {result.detail}"
                               if result.outcome == "partial"
                               else f"not run meaningfully: {result.detail}")
-        return VerificationFailure("; ".join(failures)) if failures else None
+        return None
 
 
 def method_report(result: "MethodResult") -> dict:

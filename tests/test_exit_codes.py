@@ -165,12 +165,19 @@ def test_the_command_ends_without_interpreter_teardown_yet_keeps_its_exit_code_a
 def test_compile_warns_when_the_program_does_not_fit_and_require_fit_refuses(
         mixed, monkeypatch, capsys, tmp_path):
     """A program the plan says does not fit is written with a warning naming what does not fit
-    (it used to exit 0 saying nothing); `compile --require-fit` exits 3 and writes nothing."""
+    (it used to exit 0 saying nothing) and verify fails it; `compile --require-fit` exits 3 and
+    writes nothing."""
     _serve(monkeypatch, _too_small(mixed))
     out = tmp_path / "m.pte"
     assert main(["compile", "mixed", "--npu", "ethos-u55-128", "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert "warning: the program does not fit corstone300's memories" in err and " B -> " in err
+    # verify fails it (it passed, with QEMU "not run"), naming what does not fit
+    from orchestrator.device_runs.combined import MEMORY, verify_all
+
+    verdict = verify_all(out, samples=1, methods=("twin",))
+    assert verdict.exit_code == 4 and verdict.verdict.startswith(f"FAILED by {MEMORY}")
+    assert "does not fit the platform's memories" in verdict.verdict
     refused = tmp_path / "refused.pte"
     assert main(["compile", "mixed", "--npu", "ethos-u55-128", "-o", str(refused),
                  "--require-fit"]) == 3

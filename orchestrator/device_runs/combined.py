@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kernels.safe_files import DataFileError, load_json
 from orchestrator.device_runs.qemu import installed_platform, run_qemu
 from orchestrator.errors import NotRun, UserError
 from orchestrator.verification.methods import (FVP, QEMU, RUNTIME, TFLM, TWIN, MethodResult,
@@ -294,6 +295,28 @@ def _references(ran) -> str:
     return "".join(f"; {r.shown}: {r.detail.removeprefix('PASSED: ')}" for r in agreed)
 
 
+MEMORY = "platform memory"  # not a method: the plan's fit verdict, a failure when it fails
+
+
+def does_not_fit(program: TwinProgram) -> MethodResult | None:
+    """The plan's memory verdict (platform YAML) as a failed result when the program does not
+    fit: the device cannot load it, whatever the host methods computed."""
+    try:
+        memory = (load_json(program.require_manifest().file("plan.json")).get("summary")
+                  or {}).get("memory") or {}
+    except (DataFileError, UserError, ValueError, AttributeError):
+        return None  # an unreadable plan is not a verdict on the memory
+    if memory.get("fits", True) is not False:
+        return None
+    items = "; ".join(f"{m.get('item')} {m.get('bytes', 0):,} B -> "
+                      + (f"{m.get('region')} has {m.get('region_bytes', 0):,} B"
+                         if m.get("region") else "no region may hold it")
+                      for m in memory.get("items", ()) if m.get("fits") is False)
+    detail = (f"FAILED: the program does not fit the platform's memories ({items}; the plan's "
+              "memory verdict, platform YAML): the device cannot load it")
+    return MethodResult(MEMORY, "failed", detail, False, detail)
+
+
 def load_program(pte) -> TwinProgram:
     """The `.pte` and its artifacts folder read once, as data (hash-checked manifest, payloads,
     TOSA graphs and their I/O): the value every method of one verify is handed."""
@@ -315,4 +338,5 @@ def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
                           timeout_s, executorch_src, cmsis_nn_src, runner_elf)
     results = tuple(method.run(twin, inputs) for method in VERIFIERS if method.name in methods
                     and (method.name != TFLM or TflmMethod.applies(twin)))
+    results += tuple(r for r in [does_not_fit(twin)] if r is not None)
     return combine(pte, results, has_npu=bool(twin.partitions), npu_stream=choice != "tosa")

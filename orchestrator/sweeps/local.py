@@ -60,7 +60,15 @@ def _row(model_name: str, plan) -> SweepRow:
 def run_job(job: Request) -> SweepRow:
     """Compile and plan one model x configuration (in a worker process or in this one)."""
     plan = plan_request(job)
-    return _row(plan.compiled.model.name, plan)
+    return _row(model_label(job.model, plan.compiled.model.name), plan)
+
+
+def model_label(spec: str, name: str) -> str:
+    """How a sweep row names its model: the loaded model's name, with the factory for a
+    `file.py:factory` spec (two factories of one file are two rows, not one name twice)."""
+    file_part, sep, factory = str(spec).rpartition(":")
+    return f"{name}:{factory}" if sep and file_part.endswith(".py") and factory.isidentifier() \
+        else name
 
 
 EXECUTORS = "local, ray or ray:ADDRESS (e.g. ray:auto, ray:10.0.0.1:6379)"
