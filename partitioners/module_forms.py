@@ -334,19 +334,15 @@ def mve_1xn_padding_explicit(module: torch.nn.Module, example_inputs
     return _replaced(module, found, padded)
 
 
-class ChannelsLastConv2d(torch.nn.Module):
-    """A convolution given its input in channels-last memory (a copy where it was not): the
-    same values, so the same result, in the layout CMSIS-NN convolves."""
-
-    def __init__(self, conv: torch.nn.Conv2d) -> None:
-        super().__init__()
-        self.conv = conv
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.stride(1) != 1:  # channels-last strides; with one channel .contiguous() keeps
-            # NCHW strides (both are "contiguous") and the convolution would compute NCHW
-            x = x.clone(memory_format=torch.channels_last)
-        return self.conv(x)
+def _channels_last_input(_conv: torch.nn.Module, args: tuple) -> tuple:
+    """A forward pre-hook: the convolution's input in channels-last memory (a copy where its
+    strides are not: with one channel `.contiguous()` keeps NCHW strides, both counting as
+    contiguous, and the convolution would compute NCHW). The same values, so the same result;
+    the module keeps its name (the plan's rows, `--precision` module names)."""
+    x = args[0]
+    if isinstance(x, torch.Tensor) and x.dim() == 4 and x.stride(1) != 1:
+        return (x.clone(memory_format=torch.channels_last), *args[1:])
+    return None
 
 
 def _is_channels_last(value) -> bool:
@@ -383,22 +379,30 @@ def _nchw_convs(module: torch.nn.Module, example_inputs) -> set[int]:
     return found
 
 
-def conv_inputs_channels_last(module: torch.nn.Module, example_inputs
+def conv_inputs_channels_last(module: torch.nn.Module, example_inputs, skip: tuple[str, ...] = ()
                               ) -> tuple[torch.nn.Module, list[Workaround]]:
-    """A copy of `module` with each `nn.Conv2d` whose output would be NCHW as
-    `ChannelsLastConv2d`, and one Workaround each; `module` itself is untouched.
+    """A copy of `module` in which each `nn.Conv2d` whose output would be NCHW is given its input
+    channels-last (`_channels_last_input`), and one Workaround each; `module` itself is
+    untouched.
 
     ExecuTorch 1.5.1's CortexMQuantizer annotates a convolution only when its output is
     channels-last (CortexMConv2DCheck); a convolution after a reshape or a channel chunk
     computes NCHW and stays float, on the portable kernel (ShuffleNetV2's branches: 71% of
-    its MACs; a `.onnx`'s first convolution after its Reshape)."""
-    found = {conv: True for conv in _nchw_convs(module, example_inputs)}
-
-    def wrapped(child, _, path):
-        return ChannelsLastConv2d(child), Workaround(
-            path, "ExecuTorch 1.5.1 CortexMQuantizer (CortexMConv2DCheck: a convolution whose "
-            "output is not channels-last stays float, on the portable kernel)",
-            "Conv2d given its input channels-last (a copy of it where it was not), so its "
-            "output is channels-last and CMSIS-NN computes it in int8")
-
-    return _replaced(module, found, wrapped)
+    its MACs; a `.onnx`'s first convolution after its Reshape). `skip`: modules given int16
+    activations (--precision a16w8), whose convolutions run on our own s16 kernel."""
+    found = _nchw_convs(module, example_inputs)
+    if not found:
+        return module, []
+    legal = copy.deepcopy(module)
+    originals = dict(zip((id(m) for m in legal.modules()), module.modules()))
+    fixes: list[Workaround] = []
+    for path, layer in legal.named_modules():
+        if id(originals.get(id(layer))) in found and not any(
+                path == name or path.startswith(name + ".") for name in skip):
+            layer.register_forward_pre_hook(_channels_last_input)
+            fixes.append(Workaround(
+                path, "ExecuTorch 1.5.1 CortexMQuantizer (CortexMConv2DCheck: a convolution "
+                "whose output is not channels-last stays float, on the portable kernel)",
+                "Conv2d given its input channels-last (a copy of it where it was not), so its "
+                "output is channels-last and CMSIS-NN computes it in int8"))
+    return (legal, fixes) if fixes else (module, [])

@@ -451,7 +451,8 @@ def _capture_stage(state: CompileState) -> CompileState:
             module, explicit = mve_1xn_padding_explicit(module, state.model.example_inputs)
             fixes += explicit
         if not state.target.npu and channels_last:
-            module, relaid = conv_inputs_channels_last(module, state.model.example_inputs)
+            module, relaid = conv_inputs_channels_last(
+                module, state.model.example_inputs, precision.raised(state.calibration.precision))
             fixes += relaid
         policy = state.options.policy
         if state.target.npu and policy is not None and policy.pool_windows:
