@@ -6,7 +6,6 @@ Runtime running the same file. Malformed files are refused in one line (exit 2).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
