@@ -266,18 +266,23 @@ class WidthPaddedConv2d(torch.nn.Module):
         return self.conv(x)
 
 
-def _recorded_inputs(module: torch.nn.Module, layers: list, example_inputs) -> dict:
-    """id(layer) -> the input shapes each of `layers` saw when `module` ran `example_inputs`."""
-    seen: dict[int, set[tuple[int, ...]]] = {}
-    hooks = [layer.register_forward_hook(
-        lambda m, args, _out: seen.setdefault(id(m), set()).add(tuple(args[0].shape)))
-        for layer in layers]
+def _run_recording(module: torch.nn.Module, layers: list, example_inputs, record) -> None:
+    """`module` run on `example_inputs` (no grad) with `record(layer, args, output)` called after
+    each of `layers` runs; the hooks are removed afterwards."""
+    hooks = [layer.register_forward_hook(record) for layer in layers]
     try:
         with torch.no_grad():
             module(*example_inputs)
     finally:
         for hook in hooks:
             hook.remove()
+
+
+def _recorded_inputs(module: torch.nn.Module, layers: list, example_inputs) -> dict:
+    """id(layer) -> the input shapes each of `layers` saw when `module` ran `example_inputs`."""
+    seen: dict[int, set[tuple[int, ...]]] = {}
+    _run_recording(module, layers, example_inputs, lambda m, args, _out: seen.setdefault(
+        id(m), set()).add(tuple(args[0].shape)))
     return seen
 
 
@@ -364,18 +369,11 @@ def _nchw_convs(module: torch.nn.Module, example_inputs) -> set[int]:
         if parameter.dim() == 4:
             parameter.data = parameter.data.contiguous(memory_format=torch.channels_last)
     found: set[int] = set()
-    hooks = [layer.register_forward_hook(
-        lambda m, _args, out: None if _is_channels_last(out) else found.add(
-            id(originals[id(m)])))
-        for layer in trial.modules() if type(layer) is torch.nn.Conv2d]
     inputs = tuple(x.contiguous(memory_format=torch.channels_last)
                    if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in example_inputs)
-    try:
-        with torch.no_grad():
-            trial(*inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    _run_recording(trial, [layer for layer in trial.modules() if type(layer) is torch.nn.Conv2d],
+                   inputs, lambda m, _args, out: None if _is_channels_last(out) else found.add(
+                       id(originals[id(m)])))
     return found
 
 

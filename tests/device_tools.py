@@ -91,3 +91,17 @@ def mlperf_tiny(name: str):
         missing(f"{path} is not there (set ORCHESTRATE_MLPERF_TINY to the folder of MLPerf "
                 "Tiny's .tflite files)")
     return path
+
+
+def compile_refused_in_one_line(model, capsys, expected: str) -> None:
+    """`orchestrate compile MODEL --npu none` (in-process) exits 2 with one stderr line
+    containing `expected`, and writes neither the program nor its artifacts folder."""
+    from orchestrator.cli import main
+
+    out = model.with_name("out.pte")
+    code = main(["compile", str(model), "--npu", "none", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], err
+    assert not out.exists() and not out.with_name("out.artifacts").exists()

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.device_tools import compile_refused_in_one_line
+
 DATA = Path(__file__).resolve().parent / "data" / "onnx"
 
 
@@ -160,13 +162,5 @@ def _unsupported_op(tmp_path):
 def test_malformed_onnx_is_refused_in_one_line_and_writes_nothing(tmp_path, capsys, make):
     data, expected = make(tmp_path)
     model = tmp_path / "model.onnx"
-    model.write_bytes(data)
-    out = tmp_path / "out.pte"
-    from orchestrator.cli import main
-
-    code = main(["compile", str(model), "--npu", "none", "-o", str(out)])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and expected in lines[0], err
-    assert not out.exists() and not out.with_name("out.artifacts").exists()
+    model.write_bytes(bytes(data))
+    compile_refused_in_one_line(model, capsys, expected)

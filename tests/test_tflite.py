@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.device_tools import mlperf_tiny
+from tests.device_tools import compile_refused_in_one_line, mlperf_tiny
 
 KWS = "kws_ref_model.tflite"
 AD = "ad01_int8.tflite"
@@ -144,15 +144,7 @@ def test_malformed_tflite_is_refused_in_one_line_and_writes_nothing(tmp_path, ca
     data, expected = make()
     model = tmp_path / "model.tflite"
     model.write_bytes(bytes(data))
-    out = tmp_path / "out.pte"
-    from orchestrator.cli import main
-
-    code = main(["compile", str(model), "--npu", "none", "-o", str(out)])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and expected in lines[0], err
-    assert not out.exists() and not out.with_name("out.artifacts").exists()
+    compile_refused_in_one_line(model, capsys, expected)
 
 
 def test_an_operator_that_cannot_be_rebuilt_is_named_with_its_index(tmp_path):

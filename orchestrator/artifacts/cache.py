@@ -58,7 +58,6 @@ _ROOT = Path(__file__).resolve().parents[2]
 # pre-quantization rewrites, the capture and quantize stages): part of the key, so an entry made
 # before a change to any of them is never served after it.
 REWRITE_SOURCES = ("partitioners/quantizable.py", "partitioners/legalize.py",
-                   "partitioners/module_forms.py",
                    "orchestrator/compilation/pipeline.py",
                    "orchestrator/compilation/observers.py",
                    "orchestrator/compilation/precision.py",

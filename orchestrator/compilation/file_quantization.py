@@ -80,8 +80,7 @@ def operator_of(node: Node) -> int | None:
     return None
 
 
-def _observers(prepared: GraphModule) -> list[tuple[Node, object]]:
-    modules = dict(prepared.named_modules())
+def _observers(prepared: GraphModule, modules: dict) -> list[tuple[Node, object]]:
     found = []
     for node in prepared.graph.nodes:
         if node.op == "call_module" and isinstance(modules.get(node.target), ObserverBase):
@@ -124,7 +123,8 @@ def _source(arg):
 
 def pin(prepared: GraphModule, quantization) -> PinnedQuantization:
     """Pin every observer of `prepared` that observes a tensor the file quantizes."""
-    observers = [(node, observer) for node, observer in _observers(prepared)]
+    modules = dict(prepared.named_modules())
+    observers = _observers(prepared, modules)
     placeholders = [n for n in prepared.graph.nodes if n.op == "placeholder"]
     # The last observed node of each operator's scope is its output.
     last_in_scope: dict[int, Node] = {}
@@ -198,7 +198,7 @@ def pin(prepared: GraphModule, quantization) -> PinnedQuantization:
             requantized.append(f"{observed.name} (tensor {entry.tensor} '{entry.name}')")
             continue
         pinned += 1
-    pinned += sum(_pin_bias(prepared, *bias) for bias in biases)
+    pinned += sum(_pin_bias(modules, *bias) for bias in biases)
     if quantization.kind != "tflite":  # a .tflite's value-moving operators keep their input's
         # range by TFLite's rules; a QDQ .onnx may give them their own, which upstream shares
         requantized += [f"{quantization.operator_names[op]} (node {op}): its input's range, "
@@ -216,12 +216,12 @@ def _differs(observer, entry) -> bool:
         or int(zero.reshape(-1)[0]) != entry.zero_points[0]
 
 
-def _pin_bias(prepared: GraphModule, node: Node, observer, observed: Node) -> bool:
+def _pin_bias(modules: dict, node: Node, observer, observed: Node) -> bool:
     """An int32 bias observer set to input scale x weight scale (zero point 0), the scales its
     convolution or linear is given: the file's bias scale is that product for the file's own
     input scale, and the NPU lowering adds the bias to the accumulator of that product (a QDQ
-    .onnx whose input range differs from the program's would otherwise be off by the ratio)."""
-    modules = dict(prepared.named_modules())
+    .onnx whose input range differs from the program's would otherwise be off by the ratio).
+    `modules`: the prepared graph's named modules."""
     for consumer in node.users:
         if consumer.op != "call_function" or len(consumer.args) < 3:
             continue

@@ -90,22 +90,23 @@ def load_model(spec: str) -> LoadedModel:
 
 def _load_tflite(path: Path) -> LoadedModel:
     """A .tflite file rebuilt as a module with the file's weights (read as data, never run)."""
-    graph = read_tflite(path)
-    module, example_inputs, quantization = build(graph)
-    note = (f"quantization from the file: every tensor keeps the scale and zero point "
-            f"{path.name} gives it" if quantization is not None else
-            f"{path.name} is a float model: quantized by calibration like any PyTorch model")
-    return LoadedModel(path.stem, module, example_inputs, f"tflite:{path}", "unknown",
-                       notes=(note,), quantization=quantization)
+    return _rebuilt(path, "tflite", *build(read_tflite(path)),
+                    f"every tensor keeps the scale and zero point {path.name} gives it")
 
 
 def _load_onnx(path: Path) -> LoadedModel:
     """An .onnx file rebuilt as a module with the file's weights (read as data, never run)."""
-    module, example_inputs, quantization = build_onnx(path)
-    note = (f"quantization from the file: every tensor its QuantizeLinear/DequantizeLinear "
-            f"pairs quantize keeps their scale and zero point" if quantization is not None else
+    return _rebuilt(path, "onnx", *build_onnx(path), "every tensor its QuantizeLinear/"
+                    "DequantizeLinear pairs quantize keeps their scale and zero point")
+
+
+def _rebuilt(path: Path, kind: str, module, example_inputs, quantization,
+             kept: str) -> LoadedModel:
+    """A model file's rebuilt module as a LoadedModel, its note saying where the quantization
+    comes from (`kept`: what the file's own quantization keeps)."""
+    note = (f"quantization from the file: {kept}" if quantization is not None else
             f"{path.name} is a float model: quantized by calibration like any PyTorch model")
-    return LoadedModel(path.stem, module, example_inputs, f"onnx:{path}", "unknown",
+    return LoadedModel(path.stem, module, example_inputs, f"{kind}:{path}", "unknown",
                        notes=(note,), quantization=quantization)
 
 

@@ -35,7 +35,8 @@ from torch import Tensor, nn
 
 from orchestrator.errors import UserError
 from orchestrator.sources.tflite_file import MAX_DIMENSION, MAX_TENSOR_ELEMENTS
-from orchestrator.sources.tflite_module import FileQuantization, TensorQuantization
+from orchestrator.sources.tflite_module import (FileGraphModule, FileQuantization,
+                                               TensorQuantization)
 
 MAX_FILE_BYTES = 512 << 20
 # The ONNX operators this importer rebuilds (docs/models.md lists them).
@@ -165,7 +166,7 @@ def _auto_pads(auto: str, sizes, kernel, strides, dilations) -> list[int]:
     return begin + end
 
 
-class OnnxModule(nn.Module):
+class OnnxModule(FileGraphModule):
     """The graph of an `.onnx` file as a module: one `op<index>` submodule per computing node,
     run in the file's order (ONNX requires topological order)."""
 
@@ -205,13 +206,6 @@ class OnnxModule(nn.Module):
         self.graph_outputs = [self.index[v.name] for v in graph.output]
         if any(i in self.constants for i in self.graph_outputs):
             raise _refuse(path, "a graph output is a constant")
-
-    def forward(self, *inputs: Tensor):
-        values: dict[int, Tensor] = dict(zip(self.graph_inputs, inputs))
-        for name, runtime_inputs, output in self.steps:
-            values[output] = getattr(self, name)(*(values[i] for i in runtime_inputs))
-        outputs = tuple(values[i] for i in self.graph_outputs)
-        return outputs[0] if len(outputs) == 1 else outputs
 
     # -- values ---------------------------------------------------------------------------------
 

@@ -222,7 +222,24 @@ def _axis(axis: int, rank: int) -> int:
     return _NHWC_TO_NCHW[axis] if rank == 4 else axis
 
 
-class TfliteModule(nn.Module):
+class FileGraphModule(nn.Module):
+    """A model file's graph as a module: `steps` of (submodule name, the tensor indices it
+    reads, the tensor index it writes), run in order from `graph_inputs` to `graph_outputs`
+    (TfliteModule, onnx_module.OnnxModule)."""
+
+    graph_inputs: tuple[int, ...] | list[int]
+    graph_outputs: tuple[int, ...] | list[int]
+    steps: list[tuple[str, tuple[int, ...], int]]
+
+    def forward(self, *inputs: Tensor):
+        values: dict[int, Tensor] = dict(zip(self.graph_inputs, inputs))
+        for name, runtime_inputs, output in self.steps:
+            values[output] = getattr(self, name)(*(values[i] for i in runtime_inputs))
+        outputs = tuple(values[i] for i in self.graph_outputs)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+class TfliteModule(FileGraphModule):
     """The graph of a `.tflite` file as a module: one `op<index>` submodule per operator, run in
     the file's order."""
 
@@ -250,13 +267,6 @@ class TfliteModule(nn.Module):
             self.steps.append((name, runtime_inputs, op.outputs[0]))
             self.origin[name] = (op.index, op.opcode, op.outputs[0],
                                  graph.tensors[op.outputs[0]].name)
-
-    def forward(self, *inputs: Tensor):
-        values: dict[int, Tensor] = dict(zip(self.graph_inputs, inputs))
-        for name, runtime_inputs, output in self.steps:
-            values[output] = getattr(self, name)(*(values[i] for i in runtime_inputs))
-        outputs = tuple(values[i] for i in self.graph_outputs)
-        return outputs[0] if len(outputs) == 1 else outputs
 
     # -- one builder per TFLite operator ---------------------------------------------------------
 
