@@ -259,8 +259,9 @@ def run_qemu(program, platform_override=None, timeout_s: int = 600,
         # (the host runtime's library may have the kernel, so the other methods pass)
         detail = (f"FAILED: the program cannot load on the device runtime: "
                   f"{str(error).removeprefix('not run: ')}; no kernel "
-                  "library the device firmware links provides it (register one in the "
-                  "firmware, or keep that op out of the model)")
+                  "library the device firmware links provides it (found building the runner "
+                  "firmware, so nothing ran in QEMU; register a kernel in the firmware, or "
+                  "keep that op out of the model)")
         return MethodResult(QEMU, "failed", detail, True, f"method: {label}\n{detail}",
                             label=label)
     except (NotRun, QemuUnavailable) as error:
