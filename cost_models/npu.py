@@ -38,6 +38,8 @@ class VelaPartitionEstimate:
     command_bytes: int
     traffic_bytes: dict  # memory -> bytes moved per inference: sram, dram, on_chip_flash, off_chip_flash
     layers: tuple[VelaLayer, ...]
+    flash_bytes: int = 0  # on- and off-chip flash used (Vela's summary, KiB converted)
+    dram_bytes: int = 0  # DRAM used (Vela's summary, KiB converted)
 
     def utilisation(self, macs_per_cycle: int) -> float:
         """MACs / (cycles x MACs per cycle): how busy the MAC array was."""
@@ -47,16 +49,17 @@ class VelaPartitionEstimate:
         return self.cycles / npu_hz
 
 
-def read_vela_dir(vela_dir: Path) -> VelaPartitionEstimate:
-    """Read Vela's output folder (`partitions/p<k>/vela` or a Vela `output/` folder)."""
+def read_vela_dir(vela_dir: Path, network: str = "out") -> VelaPartitionEstimate:
+    """Read Vela's output folder (`partitions/p<k>/vela` or a Vela `output/` folder); `network`
+    is the name Vela gave its files (`out` for a partition, a .tflite file's stem)."""
     vela_dir = Path(vela_dir)
-    summaries = sorted(vela_dir.glob("out_summary_*.csv"))
+    summaries = sorted(vela_dir.glob(f"{network}_summary_*.csv"))
     if not summaries:
         raise FileNotFoundError(f"no Vela summary CSV in {vela_dir}")
     with open(summaries[0], newline="") as handle:
         summary = next(csv.DictReader(handle))
     layers = []
-    per_layer = vela_dir / "out_per-layer.csv"
+    per_layer = vela_dir / f"{network}_per-layer.csv"
     if per_layer.exists():
         with open(per_layer, newline="") as handle:
             for row in csv.DictReader(handle):
@@ -64,7 +67,7 @@ def read_vela_dir(vela_dir: Path) -> VelaPartitionEstimate:
                                         int(float(row["Op Cycles"])), int(float(row["MAC Count"])),
                                         row["Name"]))
     scratch = weights = commands = 0
-    npz = vela_dir / "out_vela.npz"
+    npz = vela_dir / f"{network}_vela.npz"
     if npz.exists():
         with np.load(npz, allow_pickle=False) as data:
             scratch = int(data["scratch_shape"][0])
@@ -82,6 +85,9 @@ def read_vela_dir(vela_dir: Path) -> VelaPartitionEstimate:
         traffic_bytes={memory: int(float(summary.get(f"{memory}_total_bytes", 0) or 0))
                        for memory in ("sram", "dram", "on_chip_flash", "off_chip_flash")},
         layers=tuple(layers),
+        flash_bytes=int(round(sum(float(summary.get(f"{m}_flash_memory_used", 0) or 0)
+                                  for m in ("on_chip", "off_chip")) * 1024)),
+        dram_bytes=int(round(float(summary.get("dram_memory_used", 0) or 0) * 1024)),
     )
 
 

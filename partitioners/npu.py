@@ -294,6 +294,8 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None,
     reporters = upstream_ethos_u.capture_reporters(partitioner, tagged,
                                                    _cut_at_steps(splits) if cut_steps else None)
     kept: list[tuple[str, int, int]] = []
+    clamps: list[str] = []  # ReLUs kept as the layer's activation (Vela's estimate)
+    folded: list[tuple[str, tuple[int, ...]]] = []  # PADs folded into a convolution
     failed: list[int] = []  # Vela calls that raised
     refused: list[int] = []  # backend preprocess calls (partitions) that raised
     reused: list[tuple[int, int]] = []  # partitions whose equal was compiled before them
@@ -301,7 +303,9 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None,
         with vela_runs_recorded(work_dir, failed) as runs, \
                 upstream_ethos_u.preprocess_failures_recorded(refused, partition_digest,
                                                               reused), \
-                upstream_ethos_u.live_activations_kept(kept), \
+                upstream_ethos_u.live_activations_kept(
+                    kept, clamps if _estimates_a_lut_without_activation(compile_spec) else None), \
+                upstream_ethos_u.conv_pads_folded(folded), \
                 upstream_ethos_u.tflite_rounding(tflite_rounding):
             edge = to_edge_transform_and_lower(
                 quantized_program,
@@ -336,6 +340,8 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None,
     return edge, rejections, list(runs), (*(_kept_activation(*k) for k in dict.fromkeys(kept)),
                                           *(_steps_compiled_once(split, len(reused))
                                             for split in splits),
+                                          *((_clamps_kept(len(clamps)),) if clamps else ()),
+                                          *((_pads_folded(folded),) if folded else ()),
                                           *((TFLITE_ROUNDING,) if tflite_rounding else ()))
 
 
@@ -378,6 +384,33 @@ def _steps_compiled_once(split: StepSplit, reused: int) -> Workaround:
         "and command stream without lowering it again, and the .pte stores each distinct "
         "stream once. "
         "The device makes one NPU invocation per step")
+
+
+def _estimates_a_lut_without_activation(compile_spec) -> bool:
+    """Vela 5.1's Ethos-U55/U65 estimate (one architecture in regor) charges a layer with no
+    fused activation the LUT's output cost; its Ethos-U85 estimate does not, and there the
+    upstream form stays (partitioners/upstream_ethos_u.py: live_activations_kept)."""
+    return str(getattr(compile_spec, "target", "")).startswith(("ethos-u55", "ethos-u65"))
+
+
+def _clamps_kept(count: int) -> Workaround:
+    return Workaround(
+        "(every NPU partition)", "Vela 5.1's Ethos-U55/U65 estimate",
+        f"{count} ReLU(s) after a convolution handed to Vela as the layer's fused "
+        "clamp, as a TFLite file's fused RELU reaches it, not folded away by upstream: the "
+        "same values, and Vela's estimate no longer charges those layers the LUT's output "
+        "cost (partitioners/upstream_ethos_u.py: live_activations_kept)")
+
+
+def _pads_folded(folded: list[tuple[str, tuple[int, ...]]]) -> Workaround:
+    shown = ", ".join(f"{name} {list(padding)}" for name, padding in folded[:4])
+    more = f" and {len(folded) - 4} more" if len(folded) > 4 else ""
+    return Workaround(
+        "(every NPU partition)", "Vela 5.1 TOSA front end (folds a PAD into a convolution only "
+        "when its value is the int8 code 0)",
+        f"{len(folded)} explicit PAD(s) folded into the convolution after them, as the "
+        f"convolution's own padding (top, bottom, left, right): {shown}{more}; Vela compiled "
+        "each PAD as NPU memory copies of the whole feature map (partitioners/conv_padding.py)")
 
 
 def _kept_activation(node: str, zero_point: int, qmin: int) -> Workaround:

@@ -26,6 +26,10 @@ ExecuTorch keeps what a placement report needs out of its public API:
   lowers to TOSA TABLE lookups (`int16_table_lookups` counts those a program runs on 16-bit
   activations).
 
+- `executorch.backends.arm._passes.arm_pass_manager.register_pass_insertions_after` is the
+  Arm backend's hook for a pass of one's own in its TOSA pipeline; `conv_pads_folded` inserts
+  partitioners/conv_padding.py's pass after `RewritePadPass` with it, and that pass reads the
+  TOSA dialect's PAD, CONV2D, DEPTHWISE_CONV2D and CONST_SHAPE nodes.
 - `executorch.backends.arm.operators.op_tosa_rescale.RescaleVisitor._build_rescale` writes every
   TOSA RESCALE with `rounding_mode=SINGLE_ROUND`; `tflite_rounding` has it write DOUBLE_ROUND
   for a program whose quantization came from a TFLite file (see there).
@@ -165,8 +169,10 @@ def preprocess_failures_recorded(failed: list[int], digest=None,
 
 
 @contextlib.contextmanager
-def live_activations_kept(kept: list[tuple[str, int, int]]) -> Iterator[None]:
-    """Keep the ReLUs (and hardtanh(0, max)) whose clamp at zero is live out of the conv fusion.
+def live_activations_kept(kept: list[tuple[str, int, int]],
+                          clamps: list[str] | None = None) -> Iterator[None]:
+    """Keep the ReLUs (and hardtanh(0, max)) after a convolution or linear out of upstream's
+    fusion: each stays a quantized clamp, which Vela fuses into the layer as its activation.
 
     Upstream defect (ExecuTorch 1.5.1, Arm backend): FuseQuantizedActivationPass removes a ReLU
     after a convolution or linear and instead raises the following quantize's qmin to its zero
@@ -175,9 +181,21 @@ def live_activations_kept(kept: list[tuple[str, int, int]]) -> Iterator[None]:
     never applied. Where the zero point is qmin (a ReLU output quantized on its own, range from
     0) nothing is lost. Where it is above (the ReLU's output shares a quantization range that
     goes below zero, e.g. with a tensor it is concatenated with), the NPU passes the negative
-    values through. Meanwhile such an activation is not fused: it stays a quantized clamp, the
-    path upstream takes for an activation it does not fuse (RewriteConvPass's
-    `_get_effective_output_qparams`). `kept` gets (node name, zero point, qmin) of each.
+    values through. A kept activation stays a quantized clamp, the path upstream takes for an
+    activation it does not fuse (RewriteConvPass's `_get_effective_output_qparams`). `kept`
+    gets (node name, zero point, qmin) of each of those.
+
+    The others (zero point at qmin) after a convolution are kept too, and `clamps` (when
+    given) gets their names. They change no value (the clamp is the int8 range, which the
+    layer's output stage applies anyway), and where Vela fuses the clamp into the convolution
+    the command stream is the same byte for byte (where a transpose sits between, Vela fuses it
+    there instead: one activation register more or less). But Vela 5.1 estimates an
+    Ethos-U55/U65 layer with no
+    fused activation at the LUT's output cost, 1 cycle per element on the U55-128 against 0.5
+    with a ReLU (regor `EthosU55Performance::EstimateAOCyclesPerElement` starts its activation
+    index at 0, the Sigmoid/Tanh/LUT entry). A TFLite file's fused RELU reaches Vela as an
+    activation, so without the clamp the same layer costs up to twice the incumbent's estimate
+    (MobileNetV1-0.25's first pointwise convolution: 37,984 cycles against 19,392).
 
     Called inside `vela_compile_wrapped` (whose lock makes the process-global swap safe)."""
     check_version()
@@ -199,7 +217,12 @@ def live_activations_kept(kept: list[tuple[str, int, int]]) -> Iterator[None]:
         if isinstance(args.zp, int) and args.zp > args.qmin:
             kept.append((node.name, args.zp, args.qmin))
             return False
-        return True
+        if clamps is None or "convolution" not in str(node.args[0].target):
+            # (a linear's ReLU stays folded: the backend turns the linear into a convolution
+            # that then finds no output quantization, and refuses the partition)
+            return True
+        clamps.append(node.name)
+        return False
 
     upstream_call = FuseQuantizedActivationPass.call
 
@@ -217,6 +240,56 @@ def live_activations_kept(kept: list[tuple[str, int, int]]) -> Iterator[None]:
         yield
     finally:
         FuseQuantizedActivationPass.call = upstream_call
+
+
+_PAD_FOLD: list = []  # the one FoldPadIntoConvolution registered with the Arm pass manager
+
+
+@contextlib.contextmanager
+def conv_pads_folded(folded: list[tuple[str, tuple[int, ...]]]) -> Iterator[None]:
+    """While active, the Arm backend's TOSA pipeline folds an explicit PAD into the convolution
+    after it (partitioners/conv_padding.py, which says why); `folded` gets (convolution node,
+    its new padding) of each.
+
+    The pass is inserted after `RewritePadPass` through upstream's own hook
+    (`arm_pass_manager.register_pass_insertions_after`), once per process; it folds only while
+    a `conv_pads_folded` is active, so upstream's pipeline is unchanged outside it. Called
+    inside `vela_compile_wrapped` (its lock)."""
+    check_version()
+    from executorch.backends.arm._passes.arm_pass_manager import (  # lazy: heavy (executorch)
+        register_pass_insertions_after)
+    from executorch.backends.arm._passes.rewrite_pad import RewritePadPass  # lazy: heavy (executorch)
+
+    from partitioners.conv_padding import FoldPadIntoConvolution  # lazy: heavy (executorch)
+
+    if not _VELA_LOCK.locked():
+        raise RuntimeError("conv_pads_folded must run inside vela_compile_wrapped")
+    if not _PAD_FOLD:
+        _PAD_FOLD.append(_Switched(FoldPadIntoConvolution))
+        register_pass_insertions_after(RewritePadPass, [_PAD_FOLD[0]])
+    switched = _PAD_FOLD[0]
+    switched.folded = folded
+    try:
+        yield
+    finally:
+        switched.folded = None
+
+
+class _Switched:
+    """A pass that runs `pass_type(self.folded)` while `folded` is set, and changes nothing
+    otherwise (a pass registered with upstream stays registered for the process)."""
+
+    def __init__(self, pass_type) -> None:
+        self.pass_type = pass_type
+        self.folded = None
+        self.__name__ = pass_type.__name__
+
+    def __call__(self, graph_module):
+        from torch.fx.passes.infra.pass_base import PassResult  # lazy: heavy (torch)
+
+        if self.folded is None:
+            return PassResult(graph_module, False)
+        return self.pass_type(self.folded)(graph_module)
 
 
 @contextlib.contextmanager
@@ -288,7 +361,11 @@ def contract() -> dict[str, object]:
         TableOps)
     from executorch.backends.arm.operators import op_tosa_rescale  # lazy: heavy (executorch)
     from executorch.backends.arm.tosa.partitioner import _validate_partition  # lazy: heavy (executorch)
+    from executorch.backends.arm._passes.arm_pass_manager import (  # lazy: heavy (executorch)
+        register_pass_insertions_after)
+    from executorch.backends.arm._passes.rewrite_pad import RewritePadPass  # noqa: F401 - lazy: heavy (executorch)
     from executorch.exir.backend.utils import WhyNoPartitionReporter  # lazy: heavy (executorch)
+    from executorch.exir.dialects._ops import ops as exir_ops  # lazy: heavy (executorch)
 
     def static_parameters(name: str):
         found = FuseQuantizedActivationPass.__dict__.get(name)
@@ -308,6 +385,10 @@ def contract() -> dict[str, object]:
         "RescaleVisitor._build_rescale": list(inspect.signature(
             op_tosa_rescale.RescaleVisitor._build_rescale).parameters),
         "RoundingMode.DOUBLE_ROUND": hasattr(op_tosa_rescale.ts.RoundingMode, "DOUBLE_ROUND"),
+        "register_pass_insertions_after": list(inspect.signature(
+            register_pass_insertions_after).parameters),
+        "tosa.PAD/CONV2D/DEPTHWISE_CONV2D": all(hasattr(exir_ops.backend.tosa, name) for name in (
+            "PAD", "CONV2D", "DEPTHWISE_CONV2D", "CONST_SHAPE")),
         "EthosUBackend.preprocess": (
             list(inspect.signature(ethosu_backend.EthosUBackend.__dict__["preprocess"]
                                    .__func__).parameters)

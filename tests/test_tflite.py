@@ -73,6 +73,12 @@ def test_the_files_softmax_runs_on_cmsis_nn_and_the_rest_on_the_npu(kws_u55):
     assert "softmax" in softmax[0]["kernel"]
     convs = [op for op in ops if op.get("tflite", {}).get("opcode", "").endswith("CONV_2D")]
     assert {op["placement"] for op in convs} == {"npu"}
+    # the 25x5 average pool over 25x5 at stride 25x5: one window, rebuilt at stride 1, which
+    # the Arm backend's check takes (stride above 3 refused): one partition, as Vela's own
+    pools = [op for op in ops if op.get("tflite", {}).get("opcode") == "AVERAGE_POOL_2D"
+             and op["kind"] == "op"]
+    assert [op["placement"] for op in pools] == ["npu"]
+    assert _plan(pte)["summary"]["npu_partitions"] == 1
 
 
 def test_upstream_rounding_differs_from_tflm_and_the_files_rounding_does_not(tmp_path,

@@ -27,6 +27,8 @@ def test_ethos_u_adapter_contract():
     assert contract["_is_fuseable_input"] == ["node"]
     # int16_table_lookups: the backend's lists of operators it lowers to TABLE
     assert contract["TableOps"] == ["special_table_ops", "unary_table_ops"]
+    assert contract["register_pass_insertions_after"] == ["target_pass_type", "passes"]
+    assert contract["tosa.PAD/CONV2D/DEPTHWISE_CONV2D"] is True
 
 
 def test_exir_adapter_contract():

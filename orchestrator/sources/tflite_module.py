@@ -392,6 +392,13 @@ class TfliteModule(FileGraphModule):
         if top != bottom or left != right:
             raise _refuse(graph, op, f"pads its {kernel[0]}x{kernel[1]} window unevenly "
                                      f"(SAME on a {x.shape[1]}x{x.shape[2]} input)")
+        # Along an axis with one output position the stride moves no window: 1 there, as the
+        # Arm backend's Ethos-U check refuses a stride above 3 (MLPerf Tiny's keyword
+        # spotter: its 25x5 pool over 25x5 at stride 25x5 stayed on the CPU) and Vela's TFLite
+        # front end takes the file's pool.
+        out = graph.tensors[op.outputs[0]].shape
+        if len(out) == 4:
+            stride = tuple(1 if n == 1 else s for n, s in zip(out[1:3], stride))
         activation = self._activation_of(graph, op)
         if kind == "avg":
             def function(t):
