@@ -11,6 +11,9 @@ its NPU steps). A ratio is ours / incumbent: at most 1.00 is as fast or faster.
     python benchmarks/vela_vs_tflite.py [--models kws_ref_model,...] [--targets u55-128,...]
         [--work DIR] [--folder ../shared/models/mlperf-tiny]
 
+A model is looked for in --folder, then in tests/data/tflite (files made by TensorFlow's
+converter: an encoder-decoder with nearest-neighbour upsampling, a mean over a 272x272 map).
+
 The last column is the plan's end-to-end latency estimate of our program (Vela's cycles at the
 platform's NPU clock plus the CPU cost model, `orchestrate plan`'s figure).
 
@@ -28,7 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-MODELS = ("kws_ref_model", "vww_96_int8", "pretrainedResnet_quant", "ad01_int8")
+MODELS = ("kws_ref_model", "vww_96_int8", "pretrainedResnet_quant", "ad01_int8",
+          # made by TensorFlow's converter (tests/data/tflite/make.py)
+          "unet_upsample_int8", "large_mean_int8")
+OUR_FILES = ROOT / "tests" / "data" / "tflite"
 TARGETS = {
     "u55-128": ("corstone300", "ethos-u55-128"),
     "u65-256": ("corstone300", "ethos-u65-256"),
@@ -59,6 +65,8 @@ def main(argv=None) -> int:
     worse = 0
     for model in args.models.split(","):
         path = Path(args.folder) / f"{model}.tflite"
+        if not path.is_file():
+            path = OUR_FILES / f"{model}.tflite"
         for name in args.targets.split(","):
             platform, npu = TARGETS[name]
             pte = work / f"{model}_{name}.pte"

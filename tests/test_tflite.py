@@ -257,3 +257,15 @@ def test_shape_arithmetic_is_computed_once_and_a_flatten_rebuilt(tmp_path):
     flat, tiled = module(nhwc.permute(0, 3, 1, 2))
     assert torch.equal(flat, nhwc.reshape(1, 12))
     assert torch.equal(tiled.permute(0, 2, 3, 1), nhwc.repeat(1, 2, 1, 2))
+
+
+def test_tflm_gets_an_arena_for_a_small_file_with_a_large_feature_map():
+    """A 2.4 KB file averaging a 272x272x8 map: the tflite-micro package's default arena (ten
+    times the file) cannot hold it and TFLM refused to allocate; the arena is sized from the
+    file's tensors."""
+    from orchestrator.verification.tflm import run_tflm
+
+    path = Path(__file__).parent / "data" / "tflite" / "large_mean_int8.tflite"
+    x = np.random.default_rng(0).integers(-128, 128, (1, 272, 272, 3), dtype=np.int8)
+    (outputs,), _ = run_tflm(path, [[x]])
+    assert outputs[0].shape == (1, 4) and outputs[0].dtype == np.int8

@@ -162,3 +162,26 @@ def test_visual_wake_words_costs_vela_no_more_than_the_incumbents_file(tmp_path)
     assert (ours.partitions, theirs.partitions) == (1, 1)
     assert (ours.cpu_operators, theirs.cpu_operators) == (1, 0)  # the SOFTMAX, on CMSIS-NN
     assert tflm.compare(load_program(result.pte), 4).differing == 0
+
+
+def test_a_converted_upsampling_network_is_one_npu_partition_as_vela_makes_it(tmp_path):
+    """An encoder-decoder made by TensorFlow's converter (tests/data/tflite/make.py): Keras'
+    nearest `Resizing` is RESIZE_NEAREST_NEIGHBOR with half-pixel centers, which at an integer
+    scale reads the same pixels as plain nearest; rebuilt so, it runs on the U55's NPU (it was
+    an index gather left in float on the CPU, three partitions), costs what Vela's own compile
+    of the file costs, and equals TFLM."""
+    from pathlib import Path
+
+    import orchestrator
+    from orchestrator.comparison.npu import incumbent_npu, ours_npu
+    from orchestrator.device_runs.combined import load_program
+    from orchestrator.target import resolve_target
+    from orchestrator.verification import tflm
+
+    path = Path(__file__).parent / "data" / "tflite" / "unet_upsample_int8.tflite"
+    result = orchestrator.compile(str(path), tmp_path / "unet.pte", npu="ethos-u55-128")
+    ours = ours_npu(result.plan)
+    theirs = incumbent_npu(path, resolve_target("corstone300", "ethos-u55-128"))
+    assert (ours.partitions, ours.cpu_operators) == (1, 0)
+    assert ours.cycles_npu <= theirs.cycles_npu and ours.cycles_total <= theirs.cycles_total
+    assert tflm.compare(load_program(result.pte), 2).differing == 0

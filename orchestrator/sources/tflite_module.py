@@ -537,6 +537,14 @@ class TfliteModule(FileGraphModule):
             raise _refuse(graph, op, "aligns corners")
         size = tuple(_constant_ints(graph, op, 1))
         mode = "nearest-exact" if op.options.get("half_pixel_centers") else "nearest"
+        source = graph.tensors[op.inputs[0]].shape
+        if len(source) == 4 and len(size) == 2 and \
+                all(n > 0 and m % n == 0 for n, m in zip(source[1:3], size)):
+            # An integer upscale reads source pixel floor((d + 0.5) / k) = floor(d / k) either
+            # way: plain nearest, which the Arm backend lowers to TOSA RESIZE (the NPU takes
+            # 2x, 4x and 8x on the U55) where nearest-exact decomposes into an index gather
+            # that stays in float on the CPU
+            mode = "nearest"
         return _Function(lambda t: F.interpolate(t, size=size, mode=mode)), \
             self._runtime(graph, op, [0])
 

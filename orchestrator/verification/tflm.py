@@ -119,12 +119,27 @@ def _litert_worker(path: str, given: str, taken: str, count: int) -> None:
     np.savez(taken, **results)
 
 
+def _arena_bound(path: str) -> int:
+    """An arena TFLM cannot run out of: every tensor of the file at once, plus 64 KiB for its
+    own bookkeeping. The package's default (ten times the file's size) is too small for a small
+    file with large feature maps (a 2.4 KB file averaging a 272x272x8 map)."""
+    from pathlib import Path
+
+    from orchestrator.sources.tflite_file import read_tflite
+
+    graph = read_tflite(Path(path))
+    total = sum(int(np.prod(t.shape or (1,))) * np.dtype(t.dtype).itemsize
+                for t in graph.tensors)
+    return total + 64 * 1024
+
+
 def _worker(path: str, given: str, taken: str, count: int, preserve: bool) -> None:
     from tflite_micro.python.tflite_micro import runtime  # lazy: optional (child process only)
 
     config = runtime.InterpreterConfig.kPreserveAllTensors if preserve else \
         runtime.InterpreterConfig.kAllocationRecording
-    interpreter = runtime.Interpreter.from_file(path, intrepreter_config=config)
+    interpreter = runtime.Interpreter.from_file(path, arena_size=_arena_bound(path),
+                                                intrepreter_config=config)
     results = {}
     with np.load(given, allow_pickle=False) as inputs:
         for i in range(count):
