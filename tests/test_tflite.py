@@ -194,25 +194,31 @@ def test_float_file_is_rebuilt_with_the_values_the_interpreter_computes():
     assert np.abs(ours - theirs[0]).max() < 1e-5
 
 
-def test_an_even_average_pool_runs_on_cmsis_nn_where_the_npu_rounds_a_tie_otherwise(
+def test_an_even_average_pool_sums_raw_codes_on_the_npu_where_tosas_pool_rounds_a_tie_otherwise(
         tmp_path, monkeypatch):
     """ResNet-8's 8x8 average pool divides by 64, so a sum can fall halfway between two steps:
-    TFLM rounds the tie away from zero, the Ethos-U85's average pool rounds it up. The file's
-    pool runs on CMSIS-NN and the program equals TFLM; on the NPU it differs."""
+    TFLM sums the raw codes and rounds the tie away from zero, a TOSA AVG_POOL2D subtracts the
+    zero point and rounds it up. Rebuilt as a depthwise convolution on the raw sum
+    (tflite_module.RawSumPool) the pool runs on the NPU, in the one partition, and the program
+    equals TFLM; as upstream's AVG_POOL2D on the NPU it differs."""
     import orchestrator
     from orchestrator.device_runs.combined import load_program
-    from orchestrator.sources.tflite_module import FileQuantization
+    from orchestrator.sources import tflite_module
     from orchestrator.verification import tflm
 
     path = str(mlperf_tiny("pretrainedResnet_quant.tflite"))
     ours = tmp_path / "ours.pte"
     orchestrator.compile(path, ours, npu="ethos-u85-256", platform="corstone320")
-    pools = [op for op in _plan(ours)["ops"]
+    plan = _plan(ours)
+    pools = [op for op in plan["ops"]
              if op.get("tflite", {}).get("opcode") == "AVERAGE_POOL_2D" and op["kind"] == "op"]
-    assert [op["placement"] for op in pools] == ["cmsis-nn"]
+    assert [(op["op"].split(".")[1], op["placement"]) for op in pools] == [
+        ("convolution", "npu")]
+    assert plan["summary"]["npu_partitions"] == 1
     assert tflm.compare(load_program(ours), 8).differing == 0
 
-    monkeypatch.setattr(FileQuantization, "kept_on_cpu", property(
+    monkeypatch.setattr(tflite_module, "raw_sum_pools", lambda graph: {})
+    monkeypatch.setattr(tflite_module.FileQuantization, "kept_on_cpu", property(
         lambda self: tuple((m, "softmax") for m in self.cmsis_nn_modules)))
     monkeypatch.setenv("ORCHESTRATE_CACHE", "off")
     on_npu = tmp_path / "on_npu.pte"

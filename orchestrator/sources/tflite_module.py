@@ -245,6 +245,7 @@ class TfliteModule(FileGraphModule):
 
     def __init__(self, graph: TfliteGraph):
         super().__init__()
+        self.raw_pools = raw_sum_pools(graph)
         self.graph_inputs = graph.inputs
         self.graph_outputs = graph.outputs
         self.steps: list[tuple[str, tuple[int, ...], int]] = []
@@ -351,6 +352,14 @@ class TfliteModule(FileGraphModule):
         w_tensor, weight = self._weights(graph, op, 1, lambda w: w)
         b_tensor, bias = self._bias(graph, op)
         out_shape = _to_torch_shape(graph.tensors[op.outputs[0]].shape)
+        shifted = next((p for p in self.raw_pools.values() if op.index in p.consumers), None)
+        if shifted is not None:
+            # its input is a raw-sum pool's codes read with zero point 0: the bias takes the
+            # file's zero point times each row's weights (RawSumPool says why)
+            rows = w_tensor.data.astype(np.int64).reshape(w_tensor.data.shape[0], -1).sum(1)
+            codes = b_tensor.data.astype(np.int64) - shifted.zero_point * rows
+            bias = torch.from_numpy((codes * np.asarray(b_tensor.scales, np.float64))
+                                    .astype(np.float32))
         module = _Linear(weight, bias, len(x.shape), out_shape, self._activation_of(graph, op))
         module._tflite_weight = w_tensor.index
         module._tflite_bias = b_tensor.index if b_tensor is not None else None
@@ -411,7 +420,24 @@ class TfliteModule(FileGraphModule):
         return _Function(function), self._runtime(graph, op, [0])
 
     def _build_average_pool_2d(self, graph, op):
-        return self._pool(graph, op, "avg")
+        found = self.raw_pools.get(op.index)
+        if found is None:
+            return self._pool(graph, op, "avg")
+        x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+        kernel = (op.options["filter_height"], op.options["filter_width"])
+        stride = tuple(1 if n == 1 else s for n, s in
+                       zip(out.shape[1:3], (op.options["stride_h"], op.options["stride_w"])))
+        channels, count = x.shape[3], kernel[0] * kernel[1]
+        padding = (0, 0, 0, 0)
+        if op.options.get("padding") == "SAME":
+            top, bottom = _same_padding(x.shape[1], kernel[0], op.options["stride_h"], 1)
+            left, right = _same_padding(x.shape[2], kernel[1], op.options["stride_w"], 1)
+            padding = (top, bottom, left, right)  # all 0: no window reaches the padding
+        module = _Conv(torch.full((channels, 1, *kernel), 1.0 / count),
+                       torch.full((channels,), float(found.scale) * found.zero_point), stride,
+                       (1, 1), padding, channels, None)
+        module._tflite_weight, module._tflite_bias = found.weight, found.bias
+        return module, self._runtime(graph, op, [0])
 
     def _build_max_pool_2d(self, graph, op):
         return self._pool(graph, op, "max")
@@ -665,10 +691,24 @@ def file_quantization(graph: TfliteGraph, module: TfliteModule) -> FileQuantizat
         by_tensor[tensor.index] = TensorQuantization(
             tensor.index, tensor.name, tensor.scales, tensor.zero_points, axis,
             tensor.dtype.name)
+    for pool in module.raw_pools.values():
+        for index in pool.codes:  # the pool's output and its reshapes: zero point 0
+            entry = by_tensor[index]
+            by_tensor[index] = TensorQuantization(entry.tensor, entry.name, entry.scales,
+                                                  (0,), entry.axis, entry.dtype)
+        channels, weight_scale = pool.channels, 1.0 / (8 * pool.count)
+        by_tensor[pool.weight] = TensorQuantization(
+            pool.weight, f"{pool.name} (raw-sum weight)", (weight_scale,) * channels,
+            (0,) * channels, 0, "int8")
+        by_tensor[pool.bias] = TensorQuantization(
+            pool.bias, f"{pool.name} (raw-sum bias)",
+            (float(np.float32(pool.scale) * np.float32(weight_scale)),) * channels,
+            (0,) * channels, 0, "int32")
     operator_outputs = {op.index: op.outputs[0] for op in graph.operators}
     on_cpu = {op.index: SOFTMAX_ON_CPU for op in graph.operators if op.opcode == "SOFTMAX"}
     on_cpu.update({op.index: _EVEN_POOL_ON_CPU.format(counts=", ".join(map(str, counts)))
                    for op in graph.operators if op.opcode == "AVERAGE_POOL_2D"
+                   and op.index not in module.raw_pools
                    for counts in [_pool_window_counts(graph, op)]
                    if any(count % 2 == 0 for count in counts)})
     return FileQuantization(
@@ -685,6 +725,78 @@ _EVEN_POOL_ON_CPU = (
     "Ethos-U average pool (TOSA AVG_POOL2D) rounds it up; on CMSIS-NN the program computes "
     "what TFLM computes (MLPerf Tiny ResNet-8 on U85-256 with it on the NPU: 8 of 160 output "
     "values off, by up to 10 steps)")
+
+
+@dataclass(frozen=True)
+class RawSumPool:
+    """An AVERAGE_POOL_2D over one power-of-two element count, computed on the NPU exactly as
+    TFLM computes it.
+
+    TFLM sums the window's raw int8 codes (zero point included) and divides, rounding a tie away
+    from zero; a TOSA AVG_POOL2D subtracts the zero point first and rounds a tie up, so an even
+    count differs on ties (which is why such a pool otherwise runs on CMSIS-NN). Rebuilt as a
+    depthwise convolution whose weights are 1/N (the int8 code 8 at scale 1/(8N)) and whose
+    bias is scale x zero point (the int32 code 8 x N x zero point), the accumulator is 8 x the
+    raw sum; its output read with zero point 0 (the same scale), the requantization by 1/(8N)
+    (multiplier 2^30, TFLite rounding) is round-half-away of sum / N: TFLM's codes. Those codes
+    then stand for scale x code, the file's value plus scale x zero point, so the layers reading
+    them (through reshapes) must be FULLY_CONNECTED layers, whose biases take the file's zero
+    point times each row's weights off: the same accumulators as TFLM's."""
+
+    name: str
+    count: int
+    channels: int
+    scale: float
+    zero_point: int
+    codes: tuple[int, ...]  # the pool's output tensor and the reshapes of it
+    consumers: tuple[int, ...]  # the FULLY_CONNECTED operators reading them
+    weight: int  # the synthetic tensor indices of the convolution's weight and bias
+    bias: int
+
+
+def raw_sum_pools(graph: TfliteGraph) -> dict[int, RawSumPool]:
+    """The file's average pools that RawSumPool computes: int8, one unpadded window count that
+    is a power of two of at least 2, no fused activation, the same quantization in and out, and
+    read only through RESHAPE/SQUEEZE by FULLY_CONNECTED layers with constant int8 weights and
+    an int32 bias (none a graph output)."""
+    readers: dict[int, list[TfliteOperator]] = {}
+    for op in graph.operators:
+        for index in op.inputs:
+            readers.setdefault(index, []).append(op)
+    found = {}
+    for op in graph.operators:
+        if op.opcode != "AVERAGE_POOL_2D" or op.options.get("fused_activation_function") \
+                not in (None, "None"):
+            continue
+        x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+        count = op.options["filter_height"] * op.options["filter_width"]
+        if x.dtype != np.int8 or len(x.shape) != 4 or count < 2 or count & (count - 1) or \
+                _pool_window_counts(graph, op) != (count,) or len(x.scales) != 1 or \
+                (x.scales, x.zero_points) != (out.scales, out.zero_points):
+            continue  # (one count, the whole window: no padding reaches a window)
+        codes, frontier, consumers, fits = [], [op.outputs[0]], [], True
+        while frontier and fits:
+            index = frontier.pop()
+            codes.append(index)
+            fits = index not in graph.outputs
+            for reader in readers.get(index, []):
+                if reader.opcode in ("RESHAPE", "SQUEEZE") and reader.inputs[0] == index:
+                    frontier.append(reader.outputs[0])
+                elif reader.opcode == "FULLY_CONNECTED" and reader.inputs[0] == index and \
+                        len(reader.inputs) > 2 and reader.inputs[2] >= 0 and \
+                        graph.tensors[reader.inputs[1]].data is not None and \
+                        graph.tensors[reader.inputs[1]].dtype == np.int8 and \
+                        graph.tensors[reader.inputs[2]].data is not None and \
+                        graph.tensors[reader.inputs[2]].dtype == np.int32:
+                    consumers.append(reader.index)
+                else:
+                    fits = False
+        if fits and consumers:
+            base = -2 * (op.index + 1)  # synthetic tensor indices: no file tensor is negative
+            found[op.index] = RawSumPool(out.name, count, x.shape[3], float(x.scales[0]),
+                                         int(x.zero_points[0]), tuple(codes), tuple(consumers),
+                                         base, base - 1)
+    return found
 
 
 def _pool_window_counts(graph: TfliteGraph, op: TfliteOperator) -> tuple[int, ...]:
