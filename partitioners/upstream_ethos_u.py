@@ -363,7 +363,7 @@ def contract() -> dict[str, object]:
     from executorch.backends.arm.tosa.partitioner import _validate_partition  # lazy: heavy (executorch)
     from executorch.backends.arm._passes.arm_pass_manager import (  # lazy: heavy (executorch)
         register_pass_insertions_after)
-    from executorch.backends.arm._passes.rewrite_pad import RewritePadPass  # noqa: F401 - lazy: heavy (executorch)
+    from executorch.backends.arm._passes.rewrite_pad import RewritePadPass  # lazy: heavy (executorch)
     from executorch.exir.backend.utils import WhyNoPartitionReporter  # lazy: heavy (executorch)
     from executorch.exir.dialects._ops import ops as exir_ops  # lazy: heavy (executorch)
 
@@ -387,6 +387,7 @@ def contract() -> dict[str, object]:
         "RoundingMode.DOUBLE_ROUND": hasattr(op_tosa_rescale.ts.RoundingMode, "DOUBLE_ROUND"),
         "register_pass_insertions_after": list(inspect.signature(
             register_pass_insertions_after).parameters),
+        "RewritePadPass": RewritePadPass.__name__,
         "tosa.PAD/CONV2D/DEPTHWISE_CONV2D": all(hasattr(exir_ops.backend.tosa, name) for name in (
             "PAD", "CONV2D", "DEPTHWISE_CONV2D", "CONST_SHAPE")),
         "EthosUBackend.preprocess": (

@@ -199,7 +199,7 @@ def test_an_even_average_pool_sums_raw_codes_on_the_npu_where_tosas_pool_rounds_
     """ResNet-8's 8x8 average pool divides by 64, so a sum can fall halfway between two steps:
     TFLM sums the raw codes and rounds the tie away from zero, a TOSA AVG_POOL2D subtracts the
     zero point and rounds it up. Rebuilt as a depthwise convolution on the raw sum
-    (tflite_module.RawSumPool) the pool runs on the NPU, in the one partition, and the program
+    (tflite_pools.RawSumPool) the pool runs on the NPU, in the one partition, and the program
     equals TFLM; as upstream's AVG_POOL2D on the NPU it differs."""
     import orchestrator
     from orchestrator.device_runs.combined import load_program

@@ -29,6 +29,7 @@ def test_ethos_u_adapter_contract():
     assert contract["TableOps"] == ["special_table_ops", "unary_table_ops"]
     assert contract["register_pass_insertions_after"] == ["target_pass_type", "passes"]
     assert contract["tosa.PAD/CONV2D/DEPTHWISE_CONV2D"] is True
+    assert contract["RewritePadPass"] == "RewritePadPass"
 
 
 def test_exir_adapter_contract():

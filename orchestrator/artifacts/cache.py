@@ -63,6 +63,7 @@ REWRITE_SOURCES = ("partitioners/quantizable.py", "partitioners/legalize.py",
                    "orchestrator/compilation/precision.py",
                    "orchestrator/compilation/file_quantization.py",
                    "orchestrator/sources/tflite_module.py",
+                   "orchestrator/sources/tflite_pools.py",
                    "orchestrator/sources/onnx_module.py")
 
 

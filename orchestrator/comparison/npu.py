@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 from cost_models.npu import read_vela_dir
@@ -43,8 +44,6 @@ class NpuFigures:
 
 
 def vela_version() -> str:
-    from importlib.metadata import version
-
     return version("ethos-u-vela")
 
 
@@ -60,7 +59,7 @@ def incumbent_flags(target) -> list[str]:
 def incumbent_npu(tflite: Path, target, work_dir: Path | None = None) -> NpuFigures:
     """`vela FILE.tflite` for `target`, in a process of its own (a Vela crash is a line, not
     ours): its summary and operator counts."""
-    from orchestrator.sources.tflite_file import read_tflite
+    from orchestrator.sources.tflite_file import read_tflite  # lazy: heavy (ethosu.vela)
 
     tflite = Path(tflite)
     operators = len(read_tflite(tflite).operators)
@@ -98,8 +97,8 @@ def incumbent_npu(tflite: Path, target, work_dir: Path | None = None) -> NpuFigu
 def _ethos_u_operators(vela_tflite: Path) -> int:
     """How many ethos-u custom operators Vela's output file (written by this run) has: the
     incumbent's NPU invocations per inference."""
-    from ethosu.vela.tflite.BuiltinOperator import BuiltinOperator
-    from ethosu.vela.tflite.Model import Model
+    from ethosu.vela.tflite.BuiltinOperator import BuiltinOperator  # lazy: heavy (ethosu.vela)
+    from ethosu.vela.tflite.Model import Model  # lazy: heavy (ethosu.vela)
 
     model = Model.GetRootAsModel(vela_tflite.read_bytes(), 0)
     codes = [model.OperatorCodes(i) for i in range(model.OperatorCodesLength())]

@@ -123,9 +123,7 @@ def _arena_bound(path: str) -> int:
     """An arena TFLM cannot run out of: every tensor of the file at once, plus 64 KiB for its
     own bookkeeping. The package's default (ten times the file's size) is too small for a small
     file with large feature maps (a 2.4 KB file averaging a 272x272x8 map)."""
-    from pathlib import Path
-
-    from orchestrator.sources.tflite_file import read_tflite
+    from orchestrator.sources.tflite_file import read_tflite  # lazy: heavy (ethosu.vela; child process only)
 
     graph = read_tflite(Path(path))
     total = sum(int(np.prod(t.shape or (1,))) * np.dtype(t.dtype).itemsize
