@@ -81,14 +81,18 @@ def main(argv=None) -> int:
             worse += (npu_ratio or 0) > 1 or (total_ratio or 0) > 1 or \
                 ours.partitions > theirs.partitions
             print(f"{model:24} {name:8} {ours.cycles_npu:>14,} / {theirs.cycles_npu:>13,} "
-                  f"{npu_ratio:>6.3f} {ours.cycles_total:>15,} / {theirs.cycles_total:>13,} "
-                  f"{total_ratio:>6.3f}  {ours.npu_operators:>3} / {theirs.npu_operators:<3}"
+                  f"{_ratio(npu_ratio)} {ours.cycles_total:>15,} / {theirs.cycles_total:>13,} "
+                  f"{_ratio(total_ratio)}  {ours.npu_operators:>3} / {theirs.npu_operators:<3}"
                   f"{ours.cpu_operators:>3} / {theirs.cpu_operators:<3}"
                   f"{ours.partitions:>5} / {theirs.partitions:<5}"
                   f"{ours.sram_bytes / 1024:>7.2f} / {theirs.sram_bytes / 1024:<7.2f}"
                   f"{result.plan.summary.latency_seconds * 1e3:>9.3f} ms"
                   f"   (compiled in {seconds:.0f} s)", flush=True)
     return 1 if worse else 0
+
+
+def _ratio(value: float | None) -> str:
+    return f"{value:>6.3f}" if value is not None else f"{'-':>6}"
 
 
 if __name__ == "__main__":

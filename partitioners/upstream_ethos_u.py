@@ -185,7 +185,7 @@ def live_activations_kept(kept: list[tuple[str, int, int]],
     activation it does not fuse (RewriteConvPass's `_get_effective_output_qparams`). `kept`
     gets (node name, zero point, qmin) of each of those.
 
-    The others (zero point at qmin) after a convolution are kept too, and `clamps` (when
+    The others (zero point at qmin) after a 2-D convolution are kept too, and `clamps` (when
     given) gets their names. They change no value (the clamp is the int8 range, which the
     layer's output stage applies anyway), and where Vela fuses the clamp into the convolution
     the command stream is the same byte for byte (where a transpose sits between, Vela fuses it
@@ -217,9 +217,13 @@ def live_activations_kept(kept: list[tuple[str, int, int]],
         if isinstance(args.zp, int) and args.zp > args.qmin:
             kept.append((node.name, args.zp, args.qmin))
             return False
-        if clamps is None or "convolution" not in str(node.args[0].target):
-            # (a linear's ReLU stays folded: the backend turns the linear into a convolution
-            # that then finds no output quantization, and refuses the partition)
+        producer = node.args[0]
+        value = producer.meta.get("val")
+        if clamps is None or "convolution" not in str(producer.target) or \
+                getattr(value, "dim", lambda: 0)() != 4:
+            # Only a 2-D convolution's: after a linear, or a 1-D convolution (which the
+            # backend wraps in views), RewriteConvPass then finds no output quantization and
+            # the partition is refused (examples/user_models.py conv1d_audio, sensor_mlp)
             return True
         clamps.append(node.name)
         return False

@@ -119,8 +119,7 @@ def ours_npu(plan) -> NpuFigures:
     module = getattr(plan.compiled.model, "module", None) if plan.compiled.model else None
     origin = getattr(module, "origin", None) or {}
     on_cpu = {row.module.split(".")[0] for row in plan.rows
-              if row.placement != "npu" and row.module and row.macs is not None
-              and row.kind != "io"}
+              if row.kind == "op" and row.placement != "npu" and row.module}
     cpu_ops = sum(1 for name in origin if name in on_cpu)
     return NpuFigures(
         source=f"Vela {vela_version()} estimate, our program's partitions",
