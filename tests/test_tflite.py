@@ -275,3 +275,17 @@ def test_tflm_gets_an_arena_for_a_small_file_with_a_large_feature_map():
     x = np.random.default_rng(0).integers(-128, 128, (1, 272, 272, 3), dtype=np.int8)
     (outputs,), _ = run_tflm(path, [[x]])
     assert outputs[0].shape == (1, 4) and outputs[0].dtype == np.int8
+
+
+def test_only_a_power_of_two_pool_read_by_classifiers_is_summed_raw():
+    """ResNet-8's 8x8 pool (64, read through a RESHAPE by its FULLY_CONNECTED) is summed raw;
+    the keyword spotter's 25x5 pool (125, odd: no tie to round) keeps the TOSA pool."""
+    from orchestrator.sources.tflite_file import read_tflite
+    from orchestrator.sources.tflite_pools import raw_sum_pools
+
+    graph = read_tflite(mlperf_tiny("pretrainedResnet_quant.tflite"))
+    (pool,) = raw_sum_pools(graph).values()
+    assert (pool.count, pool.channels, len(pool.codes)) == (64, 64, 2)
+    assert [graph.operators[i].opcode for i in pool.consumers] == ["FULLY_CONNECTED"]
+    assert pool.weight < 0 and pool.bias < 0  # no file tensor has these indices
+    assert raw_sum_pools(read_tflite(mlperf_tiny(KWS))) == {}

@@ -48,8 +48,8 @@ class RawSumPool:
 def raw_sum_pools(graph: TfliteGraph) -> dict[int, RawSumPool]:
     """The file's average pools that RawSumPool computes: int8, one unpadded window count that
     is a power of two of at least 2, no fused activation, the same quantization in and out, and
-    read only through RESHAPE/SQUEEZE by FULLY_CONNECTED layers with constant int8 weights and
-    an int32 bias (none a graph output)."""
+    read only through RESHAPE/SQUEEZE by FULLY_CONNECTED layers with constant symmetric int8
+    weights and an int32 bias (none a graph output)."""
     readers: dict[int, list[TfliteOperator]] = {}
     for op in graph.operators:
         for index in op.inputs:
@@ -77,6 +77,7 @@ def raw_sum_pools(graph: TfliteGraph) -> dict[int, RawSumPool]:
                         len(reader.inputs) > 2 and reader.inputs[2] >= 0 and \
                         graph.tensors[reader.inputs[1]].data is not None and \
                         graph.tensors[reader.inputs[1]].dtype == np.int8 and \
+                        not any(graph.tensors[reader.inputs[1]].zero_points) and \
                         graph.tensors[reader.inputs[2]].data is not None and \
                         graph.tensors[reader.inputs[2]].dtype == np.int32:
                     consumers.append(reader.index)
