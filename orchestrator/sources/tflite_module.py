@@ -122,6 +122,26 @@ def _activation(name: str | None):
     return table.get(name)
 
 
+def _pool_window(graph: TfliteGraph, op: TfliteOperator):
+    """A TFLite pool's kernel, stride and padding (top, bottom, left, right).
+
+    Along an axis with one output position the stride moves no window: it is 1 there, as the
+    Arm backend's Ethos-U check refuses a stride above 3 (MLPerf Tiny's keyword spotter: its
+    25x5 pool over 25x5 at stride 25x5 stayed on the CPU) and Vela's TFLite front end takes the
+    file's pool."""
+    options = op.options
+    x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    kernel = (options["filter_height"], options["filter_width"])
+    stride = (options["stride_h"], options["stride_w"])
+    padding = (0, 0, 0, 0)
+    if options.get("padding") == "SAME":
+        padding = (*_same_padding(x.shape[1], kernel[0], stride[0], 1),
+                   *_same_padding(x.shape[2], kernel[1], stride[1], 1))
+    if len(out.shape) == 4:
+        stride = tuple(1 if n == 1 else s for n, s in zip(out.shape[1:3], stride))
+    return kernel, stride, padding
+
+
 class _Conv(nn.Module):
     def __init__(self, weight: Tensor, bias: Tensor | None, stride, dilation, padding, groups,
                  activation):
@@ -383,25 +403,11 @@ class TfliteModule(FileGraphModule):
     _build_add = _build_mul = _build_sub = _elementwise
 
     def _pool(self, graph, op, kind: str):
-        options = op.options
         x = graph.tensors[op.inputs[0]]
-        kernel = (options["filter_height"], options["filter_width"])
-        stride = (options["stride_h"], options["stride_w"])
-        if options.get("padding") == "SAME":
-            top, bottom = _same_padding(x.shape[1], kernel[0], stride[0], 1)
-            left, right = _same_padding(x.shape[2], kernel[1], stride[1], 1)
-        else:
-            top = bottom = left = right = 0
+        kernel, stride, (top, bottom, left, right) = _pool_window(graph, op)
         if top != bottom or left != right:
             raise _refuse(graph, op, f"pads its {kernel[0]}x{kernel[1]} window unevenly "
                                      f"(SAME on a {x.shape[1]}x{x.shape[2]} input)")
-        # Along an axis with one output position the stride moves no window: 1 there, as the
-        # Arm backend's Ethos-U check refuses a stride above 3 (MLPerf Tiny's keyword
-        # spotter: its 25x5 pool over 25x5 at stride 25x5 stayed on the CPU) and Vela's TFLite
-        # front end takes the file's pool.
-        out = graph.tensors[op.outputs[0]].shape
-        if len(out) == 4:
-            stride = tuple(1 if n == 1 else s for n, s in zip(out[1:3], stride))
         activation = self._activation_of(graph, op)
         if kind == "avg":
             def function(t):
@@ -417,16 +423,9 @@ class TfliteModule(FileGraphModule):
         found = self.raw_pools.get(op.index)
         if found is None:
             return self._pool(graph, op, "avg")
-        x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
-        kernel = (op.options["filter_height"], op.options["filter_width"])
-        stride = tuple(1 if n == 1 else s for n, s in
-                       zip(out.shape[1:3], (op.options["stride_h"], op.options["stride_w"])))
+        x = graph.tensors[op.inputs[0]]
+        kernel, stride, padding = _pool_window(graph, op)  # padding all 0: none reaches a window
         channels, count = x.shape[3], kernel[0] * kernel[1]
-        padding = (0, 0, 0, 0)
-        if op.options.get("padding") == "SAME":
-            top, bottom = _same_padding(x.shape[1], kernel[0], op.options["stride_h"], 1)
-            left, right = _same_padding(x.shape[2], kernel[1], op.options["stride_w"], 1)
-            padding = (top, bottom, left, right)  # all 0: no window reaches the padding
         module = _Conv(torch.full((channels, 1, *kernel), 1.0 / count),
                        torch.full((channels,), float(found.scale) * found.zero_point), stride,
                        (1, 1), padding, channels, None)
