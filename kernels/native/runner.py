@@ -104,7 +104,7 @@ class _Unit:
 
     @property
     def is_cxx(self) -> bool:
-        return self.source.suffix == ".cpp"
+        return self.source.suffix in (".cpp", ".cc")
 
 
 class _Builder:

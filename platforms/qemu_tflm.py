@@ -1,0 +1,159 @@
+"""Run a `.tflite` file in the incumbent's runtime on QEMU: TensorFlow Lite Micro with its
+CMSIS-NN kernels, built for the same core, board support and memory map as our runner
+(kernels/native/tflm.py), on the same QEMU machine (platforms/qemu_machines/ or the platform's
+runner/firmware.yaml). A Vela-compiled file's `ethos-u` operators run through TFLM's Ethos-U
+kernel and the same Ethos-U core driver, whose command streams the same semihosting bridge hands
+to the host (platforms/qemu_npu_bridge.py) with the caller's `npu_handler`.
+
+The model goes where our runner puts a program image (the machine's program region, at the
+platform's FVP load address where it lies there), TFLM's tensor arena into the free part of the
+machine's planned-buffer region; TFLM sizes the arena itself and reports what it used. The
+inputs travel as a host file (every case's input tensors, in order) and the outputs come back
+the same way; per-inference figures are executed instructions from the icount-driven SysTick,
+as for our runner (platforms/qemu.py).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernels.native.errors import QemuUnavailable
+from kernels.native.runner import Firmware
+from kernels.native.tflm import build_tflm_runner
+from kernels.native.toolchains import find_qemu
+from platforms.firmware_recipe import NoEthosUInQemu, platform_title, runner_spec
+from platforms.platform import Platform, load_platform
+from platforms.qemu import DEFAULT_TIMEOUT_S, _image_address, _loader, _run_qemu, npu_method
+from platforms.qemu_machines import qemu_runner
+from platforms.runner_protocol import (CALIBRATION, CASE_TICKS, EXIT_MEANING, TFLM_ARENA,
+                                       TFLM_ERROR, TFLM_INPUT_FILE, TFLM_MAILBOX,
+                                       TFLM_MAILBOX_MAGIC, TFLM_MAILBOX_VERSION,
+                                       TFLM_OUTPUT_FILE)
+
+ETHOS_U_OPERATOR = "ethos-u"
+
+
+@dataclass(frozen=True)
+class TflmQemuResult:
+    """One QEMU run of TFLM: every case's output bytes (all output tensors, in order), the
+    instructions of each inference (icount), TFLM's arena as it reported it, and the firmware."""
+
+    ok: bool
+    outputs: tuple[bytes, ...]  # one per case
+    instructions: tuple[int, ...]  # one per inference (cases x repeats)
+    arena_used_bytes: int | None
+    arena_bytes: int | None
+    arena_region: str | None
+    log: str = field(repr=False)
+    errors: tuple[str, ...]
+    exit_code: int | None
+    run_seconds: float
+    firmware: Firmware = field(repr=False)
+    method: str
+    core: str
+    npu: str | None = None
+    npu_invocations: int = 0
+    npu_commands: int = 0
+
+    @property
+    def median_instructions(self) -> int | None:
+        counts = sorted(self.instructions)
+        return counts[len(counts) // 2] if counts else None
+
+
+def run_tflite_on_qemu(
+    tflite_path: str | Path,
+    operators: Iterable[str],
+    cases: Sequence[bytes],
+    platform: Platform | str = "corstone300",
+    *,
+    cpu: str | None = None,
+    npu: str | None = None,
+    npu_handler=None,
+    npu_fast_scratch_bytes: int = 0,
+    repeats: int = 1,
+    timeout_s: int = DEFAULT_TIMEOUT_S,
+    third_party: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    jobs: int | None = None,
+) -> TflmQemuResult:
+    """Run `tflite_path` (whose operators are `operators`: builtin names, and "ethos-u" for a
+    Vela-compiled file) on each input case (the bytes of every input tensor, in order) in TFLM
+    on QEMU. A file with Vela's operators needs `npu` (the accelerator it was compiled for) and
+    `npu_handler` (what computes each command stream on the host). Raises QemuUnavailable
+    ("not run: ...") when the run cannot happen here."""
+    tflite_path = Path(tflite_path)
+    platform = load_platform(platform) if isinstance(platform, str) else platform
+    platform, config = qemu_runner(platform, cpu)
+    operators = tuple(sorted(set(operators)))
+    npu_product = None
+    if ETHOS_U_OPERATOR in operators:
+        npu_product = config.npu_product(npu)
+        if npu_handler is None or npu_product is None:
+            raise NoEthosUInQemu(
+                f"{tflite_path.name} holds Vela's ethos-u operators for {npu or 'an Ethos-U'}; "
+                f"the {platform.name} runner's NPU bridge serves "
+                f"{', '.join(config.npu_products) or 'no NPU'}; nothing was run")
+    firmware = build_tflm_runner(operators, runner_spec(platform, config, npu_product),
+                                 third_party=third_party, cache_dir=cache_dir, jobs=jobs)
+    qemu = find_qemu()
+    size = tflite_path.stat().st_size
+    image_region = platform.memory(config.default_program_region)
+    model_address = _image_address(platform, config, firmware, image_region, size)
+    arena_region = config.default_planned_region
+    mailbox = TFLM_MAILBOX.pack(TFLM_MAILBOX_MAGIC, TFLM_MAILBOX_VERSION, model_address, size,
+                                arena_region.encode(), 0, len(cases), max(1, repeats),
+                                npu_fast_scratch_bytes if npu_product else 0)
+    with tempfile.TemporaryDirectory(prefix="orchestrate-tflm-") as folder:
+        mailbox_path = Path(folder) / "mailbox.bin"
+        mailbox_path.write_bytes(mailbox)
+        (Path(folder) / TFLM_INPUT_FILE).write_bytes(b"".join(cases))
+        argv = [str(qemu), *(arg.format(elf=firmware.elf) for arg in config.qemu_args),
+                "-device", _loader(mailbox_path, firmware.mailbox_address),
+                "-device", _loader(tflite_path.resolve(), model_address)]
+        run = _run_qemu(argv, folder, timeout_s, npu_handler if npu_product else None)
+        output_path = Path(folder) / TFLM_OUTPUT_FILE
+        produced = output_path.read_bytes() if output_path.is_file() else b""
+    log = run.log
+    errors = [m[1] for m in TFLM_ERROR.finditer(log)] + list(run.errors)
+    if run.exit_code not in (0, None):
+        errors.append(f"runner exit code {run.exit_code}: "
+                      f"{EXIT_MEANING.get(run.exit_code, 'QEMU failed')}")
+    ratio = None
+    if calibration := CALIBRATION.search(log):
+        ratio = int(calibration[1]) / int(calibration[2]) if int(calibration[2]) else None
+    instructions = tuple(round(int(m[2]) * ratio) for m in CASE_TICKS.finditer(log)) \
+        if ratio else ()
+    arena = TFLM_ARENA.search(log)
+    per_case = len(produced) // len(cases) if cases and len(produced) % len(cases) == 0 else 0
+    outputs = tuple(produced[i * per_case:(i + 1) * per_case] for i in range(len(cases))) \
+        if per_case else ()
+    if not errors and len(outputs) != len(cases):
+        errors.append(f"the runner wrote {len(produced)} output bytes for {len(cases)} cases")
+    ok = run.exit_code == 0 and not errors
+    method = (npu_method(npu, config, platform.name, True) if npu_product else
+              config.method(platform.name))
+    bridge = run.bridge
+    return TflmQemuResult(
+        ok=ok, outputs=outputs, instructions=instructions,
+        arena_used_bytes=int(arena[1]) if arena else None,
+        arena_bytes=int(arena[2]) if arena else None,
+        arena_region=arena[3] if arena else None,
+        log=log, errors=tuple(errors), exit_code=run.exit_code, run_seconds=run.run_seconds,
+        firmware=firmware, method=f"TensorFlow Lite Micro: {method}",
+        core=config.core_text, npu=npu if npu_product else None,
+        npu_invocations=bridge.log.invocations if bridge is not None else 0,
+        npu_commands=bridge.log.commands if bridge is not None else 0)
+
+
+def runner_title(platform: Platform | str, cpu: str | None = None) -> str:
+    """ "Corstone-300" or the QEMU machine that runs `cpu`'s build."""
+    platform = load_platform(platform) if isinstance(platform, str) else platform
+    runner_platform, config = qemu_runner(platform, cpu)
+    return platform_title(runner_platform.name) if not config.machine_map else config.qemu_machine
+
+
+__all__ = ["QemuUnavailable", "TflmQemuResult", "run_tflite_on_qemu", "runner_title"]
