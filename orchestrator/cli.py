@@ -600,6 +600,26 @@ def cmd_firmware(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from orchestrator.comparison.compare import compare, write_report  # lazy: heavy (torch)
+
+    output = Path(args.output) if args.output else None
+    if output is not None:
+        if output.suffix not in (".json", ".html"):
+            raise UserError(f"-o '{output}' must end in .json or .html")
+        check_output_file(output, "-o")
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    comparison = compare(args.model, platform=args.platform, npu=args.npu, cpu=args.cpu,
+                         samples=args.samples, work_dir=args.work, progress=progress)
+    if output is not None:
+        write_report(comparison, output)
+    if args.format == "json":
+        print(json.dumps(comparison.to_json(), indent=2))
+    else:
+        print(comparison.text(colour=sys.stdout.isatty()))
+    return 0
+
+
 def cmd_calibrate(args) -> int:
     result = api.calibrate(args.profiles, args.cpu, args.output, validate=args.validate,
                            bound=args.bound / 100)
@@ -697,6 +717,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["ORCHESTRATE_DEBUG"] = "1"
     handler = {"plan": cmd_plan, "compile": cmd_compile, "sweep": cmd_sweep,
                "verify": cmd_verify, "size": cmd_size, "firmware": cmd_firmware, "reasons": cmd_reasons,
+               "compare": cmd_compare,
                "calibrate": cmd_calibrate, "list": cmd_list, "cache": cmd_cache,
                "sources": cmd_sources, "doctor": cmd_doctor}[args.command]
     try:

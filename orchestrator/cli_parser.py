@@ -414,6 +414,25 @@ FIRMWARE = Verb(
                "estimate from the program's values and instructions)"),
     ) + OUTPUT)
 
+COMPARE = Verb(
+    "compare", "a .tflite both ways on the same target and QEMU machine: ours (compiled by "
+    "orchestrate) against the incumbent's (vela + TensorFlow Lite Micro): NPU figures, CPU "
+    "instructions, arena, file size and outputs, each with its source", (
+        option("model", help="a full-integer .tflite file"),
+        option("--platform", default="corstone300",
+               help="corstone300 or corstone320 (default: corstone300)"),
+        option("--npu", help="e.g. ethos-u55-128, ethos-u85-256; 'none' for CPU only "
+               "(default: the platform's)"),
+        option("--cpu", help="e.g. cortex-m55, cortex-m4 (default: the platform's)"),
+        option("--samples", type=positive, default=4, metavar="N",
+               help="random inputs in the file's types both programs run (default: 4)"),
+        option("-o", "--output", help="also write the comparison as .json or .html "
+               "(default: none)"),
+        option("--work", metavar="DIR", help="keep both compiles (our .pte, Vela's output) "
+               "in DIR (default: a temporary folder)"),
+        TABLE_OR_JSON,
+    ) + OUTPUT)
+
 REASONS = Verb("reasons", "every placement reason the plan can give", OUTPUT)
 
 CACHE = Verb("cache", "where the cache is (compiles, host runtime, firmware) and how big; "
@@ -440,8 +459,8 @@ DOCTOR = Verb("doctor", "which verification methods and builds this machine can 
               "missing", (TABLE_OR_JSON,) + OUTPUT)
 
 # Every command, in the order `orchestrate --help` lists them.
-VERBS = (PLAN, COMPILE, SWEEP, CALIBRATE, VERIFY, SIZE, FIRMWARE, REASONS, CACHE, LIST, SOURCES,
-         DOCTOR)
+VERBS = (PLAN, COMPILE, SWEEP, CALIBRATE, VERIFY, SIZE, FIRMWARE, COMPARE, REASONS, CACHE, LIST,
+         SOURCES, DOCTOR)
 
 
 def version() -> str:

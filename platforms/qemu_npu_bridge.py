@@ -192,6 +192,12 @@ class BridgeServer:
                 request = parse_request(data, sequence)
                 regions = [bytearray(r) for r in request.regions]
                 commands = self.handler(request.payload, regions)
+                # Only what the NPU changed goes back: two base addresses may name the same
+                # memory (TFLM hands Vela's scratch and fast-scratch tensors, which alias in
+                # Shared_Sram), and an untouched copy written back would undo the other's writes.
+                regions = [None if i in WRITABLE_REGIONS and region is not None
+                           and bytes(region) == request.regions[i] else region
+                           for i, region in enumerate(regions)]
                 self.log.invocations += 1
                 self.log.commands += int(commands)
                 status = 0

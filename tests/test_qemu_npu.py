@@ -83,6 +83,24 @@ def test_the_server_runs_the_handler_and_refuses_a_stale_request(tmp_path):
     assert any("request 1 when request 2 was due: stale" in e for e in server.log.errors)
 
 
+def test_an_untouched_region_is_not_written_back_over_an_alias_the_npu_wrote(tmp_path):
+    """TFLM hands Vela's scratch and fast-scratch tensors as base addresses 1 and 2, which alias
+    in Shared_Sram; the firmware writes back each region it gets, so an untouched copy of the
+    fast scratch would undo what the NPU wrote through the scratch (the incumbent's autoencoder
+    came back wrong before). Only what the NPU changed goes back."""
+
+    def handler(payload, regions):
+        regions[1][:] = b"x" * len(regions[1])
+        return 1
+
+    aliased = bridge.pack_request(1, b"COP1" + bytes(12), [b"w" * 32, b"\0" * 16, b"\0" * 16],
+                                  stream_offset=4, stream_words=2)
+    with bridge.BridgeServer(tmp_path, handler) as server:
+        reply = bridge.parse_reply(_exchange(server, aliased))
+    assert reply[3] == 0 and reply[4][1] == b"x" * 16
+    assert reply[4][2] == b""  # the fast scratch: unchanged, not written back
+
+
 def test_the_server_stops_when_no_firmware_ever_calls(tmp_path):
     server = bridge.BridgeServer(tmp_path, lambda payload, regions: 0).__enter__()
     server.stop()

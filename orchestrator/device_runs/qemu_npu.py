@@ -44,3 +44,36 @@ class QemuNpuHandler:
                 f"{name}: the command stream uses {len(regions[FAST_SCRATCH]):,} B of fast "
                 f"scratch; the firmware set aside {fast:,} B")
         return self.executor.tally.commands[name] - before
+
+
+class StreamNpuHandler:
+    """The bridge's `NpuHandler` for a file compiled by Vela outside orchestrate (the
+    incumbent's `.tflite`, run by TFLM's Ethos-U kernel): there is no TOSA graph to hold the
+    stream against, so each invocation's command stream runs in the Ethos-U functional model
+    (the U55/U65 model, or the U85 model) on the regions the firmware sent, as the NPU would
+    run it. `commands` counts what it executed."""
+
+    def __init__(self, accelerator: str):
+        self.accelerator = accelerator
+        self.calls = 0
+        self.commands = 0
+        self.executes_stream = True
+
+    def __call__(self, payload: bytes, regions: list) -> int:
+        from npu_driver.ethos_u import execute_backend_invocation  # lazy: heavy (numpy tables)
+        from npu_driver.ethos_u.errors import NpuModelError, UnmodelledCommand
+
+        self.calls += 1
+        try:
+            counters = execute_backend_invocation(payload, regions, self.accelerator)
+        except UnmodelledCommand as error:
+            raise NpuBridgeRefused(f"NPU invocation {self.calls}: the Ethos-U functional model "
+                                   f"does not implement {error}") from None
+        except (NpuModelError, ValueError) as error:
+            raise NpuBridgeRefused(f"NPU invocation {self.calls}: the command stream fails on "
+                                   f"the NPU model: {error}") from None
+        if isinstance(counters, tuple):  # the U85 model's (outputs, counters)
+            counters = counters[1]
+        executed = getattr(counters, "commands", 0)
+        self.commands += executed
+        return executed
