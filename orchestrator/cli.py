@@ -610,7 +610,8 @@ def cmd_compare(args) -> int:
         check_output_file(output, "-o")
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     comparison = compare(args.model, platform=args.platform, npu=args.npu, cpu=args.cpu,
-                         samples=args.samples, work_dir=args.work, progress=progress)
+                         samples=args.samples, work_dir=args.work, per_op=args.per_op,
+                         progress=progress)
     if output is not None:
         write_report(comparison, output)
     if args.format == "json":

@@ -430,6 +430,9 @@ COMPARE = Verb(
                "(default: none)"),
         option("--work", metavar="DIR", help="keep both compiles (our .pte, Vela's output) "
                "in DIR (default: a temporary folder)"),
+        option("--per-op", action="store_true", help="also each side's instructions per "
+               "TFLite operator kind, from a profiled run of each (our runner's trace build, "
+               "TFLM's MicroProfiler; default: off)"),
         TABLE_OR_JSON,
     ) + OUTPUT)
 

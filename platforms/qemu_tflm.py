@@ -31,7 +31,7 @@ from platforms.qemu_machines import qemu_runner
 from platforms.runner_protocol import (CALIBRATION, CASE_TICKS, EXIT_MEANING, TFLM_ARENA,
                                        TFLM_ERROR, TFLM_INPUT_FILE, TFLM_MAILBOX,
                                        TFLM_MAILBOX_MAGIC, TFLM_MAILBOX_VERSION,
-                                       TFLM_OUTPUT_FILE)
+                                       TFLM_OUTPUT_FILE, TFLM_PROFILE, TFLM_PROFILE_ROW)
 
 ETHOS_U_OPERATOR = "ethos-u"
 
@@ -57,6 +57,9 @@ class TflmQemuResult:
     npu: str | None = None
     npu_invocations: int = 0
     npu_commands: int = 0
+    # With `profile`: each inference's operators as TFLM's MicroProfiler timed them, (tag,
+    # instructions) in execution order.
+    operators: tuple[tuple[tuple[str, int], ...], ...] = ()
 
     @property
     def median_instructions(self) -> int | None:
@@ -75,6 +78,7 @@ def run_tflite_on_qemu(
     npu_handler=None,
     npu_fast_scratch_bytes: int = 0,
     repeats: int = 1,
+    profile: bool = False,
     timeout_s: int = DEFAULT_TIMEOUT_S,
     third_party: str | Path | None = None,
     cache_dir: str | Path | None = None,
@@ -83,7 +87,9 @@ def run_tflite_on_qemu(
     """Run `tflite_path` (whose operators are `operators`: builtin names, and "ethos-u" for a
     Vela-compiled file) on each input case (the bytes of every input tensor, in order) in TFLM
     on QEMU. A file with Vela's operators needs `npu` (the accelerator it was compiled for) and
-    `npu_handler` (what computes each command stream on the host). Raises QemuUnavailable
+    `npu_handler` (what computes each command stream on the host). With `profile`, TFLM's
+    MicroProfiler times every operator (`TflmQemuResult.operators`); its own work is then in the
+    inference's figures, so a profiled run is not the one to read instructions from. Raises QemuUnavailable
     ("not run: ...") when the run cannot happen here."""
     tflite_path = Path(tflite_path)
     platform = load_platform(platform) if isinstance(platform, str) else platform
@@ -106,7 +112,7 @@ def run_tflite_on_qemu(
     arena_region = config.default_planned_region
     mailbox = TFLM_MAILBOX.pack(TFLM_MAILBOX_MAGIC, TFLM_MAILBOX_VERSION, model_address, size,
                                 arena_region.encode(), 0, len(cases), max(1, repeats),
-                                npu_fast_scratch_bytes if npu_product else 0)
+                                npu_fast_scratch_bytes if npu_product else 0, int(profile))
     with tempfile.TemporaryDirectory(prefix="orchestrate-tflm-") as folder:
         mailbox_path = Path(folder) / "mailbox.bin"
         mailbox_path.write_bytes(mailbox)
@@ -128,6 +134,15 @@ def run_tflite_on_qemu(
     instructions = tuple(round(int(m[2]) * ratio) for m in CASE_TICKS.finditer(log)) \
         if ratio else ()
     arena = TFLM_ARENA.search(log)
+    operators, current = [], None
+    for line in log.splitlines():
+        if TFLM_PROFILE.match(line):
+            current = []
+            operators.append(current)
+        elif current is not None and (row := TFLM_PROFILE_ROW.match(line)):
+            current.append((row[2], round(int(row[3]) * ratio) if ratio else int(row[3])))
+        elif line.startswith("Inference[") or line.startswith("Program complete"):
+            current = None
     per_case = len(produced) // len(cases) if cases and len(produced) % len(cases) == 0 else 0
     outputs = tuple(produced[i * per_case:(i + 1) * per_case] for i in range(len(cases))) \
         if per_case else ()
@@ -146,7 +161,8 @@ def run_tflite_on_qemu(
         firmware=firmware, method=f"TensorFlow Lite Micro: {method}",
         core=config.core_text, npu=npu if npu_product else None,
         npu_invocations=bridge.log.invocations if bridge is not None else 0,
-        npu_commands=bridge.log.commands if bridge is not None else 0)
+        npu_commands=bridge.log.commands if bridge is not None else 0,
+        operators=tuple(tuple(inference) for inference in operators))
 
 
 def runner_title(platform: Platform | str, cpu: str | None = None) -> str:

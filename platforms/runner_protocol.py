@@ -78,10 +78,12 @@ EXECUTE = "Method::execute"  # QemuTraceEntry.kind of the whole inference
 
 # The incumbent's runner (runner/tflm/runner.cc, tflm_mailbox_t): TensorFlow Lite Micro running
 # a .tflite; its inputs and outputs travel as host files over semihosting.
-TFLM_MAILBOX = struct.Struct("<IIII16sIIII")
+TFLM_MAILBOX = struct.Struct("<IIII16sIIIII")
 TFLM_MAILBOX_MAGIC = 0x4C46544F  # "OTFL"
-TFLM_MAILBOX_VERSION = 1
+TFLM_MAILBOX_VERSION = 2
 TFLM_INPUT_FILE = "orchestrate-tflm-in"
 TFLM_OUTPUT_FILE = "orchestrate-tflm-out"
 TFLM_ARENA = re.compile(r"TFLM arena: (\d+) of (\d+) bytes used in (\S+) at (0x[0-9a-fA-F]+)")
+TFLM_PROFILE = re.compile(r"^TFLM profile\[(\d+)\]:$")
+TFLM_PROFILE_ROW = re.compile(r"^(\d+),([^,]+),(-?\d+)$")
 TFLM_ERROR = re.compile(r"^E (.*)$", re.MULTILINE)

@@ -365,7 +365,11 @@ def test_a_float_linear_becomes_the_portable_addmm_with_the_same_values():
     torch.testing.assert_close(program.module()(x), layer(x))
 
 
-@pytest.mark.parametrize("family,linears", [("gru_kws", 1 + 7 + 1), ("lstm_classifier", 1 + 5 + 1)])
+# The GRU's run is opt-in (user_models marker) for the suite's time: the LSTM's makes the same
+# point, and tests/test_recurrent_steps.py runs a GRU on every device method.
+@pytest.mark.parametrize("family,linears", [
+    pytest.param("gru_kws", 1 + 7 + 1, marks=pytest.mark.user_models),
+    ("lstm_classifier", 1 + 5 + 1)])
 def test_a_cpu_only_recurrence_runs_int8_on_cmsis_nn(compiles, family, linears):
     """Every MAC of a CPU-only GRU and LSTM is on CMSIS-NN (before: 9,984 of gru_kws's 10,176
     MACs ran float on the portable kernels): the input projection, every recurrent step after

@@ -130,8 +130,9 @@ def _kernel_files(tflm: TflmSources, npu: bool) -> list[Path]:
 def _core_files(tflm: TflmSources) -> list[Path]:
     """The interpreter and what every kernel shares (TFLM's MICROLITE_CC_BASE_SRCS minus tests)."""
     micro, lite = tflm.micro, tflm.micro.parent
+    # micro_time.cc: the runner is the target port that provides the clock (runner/tflm/).
     excluded = ("test_helpers.cc", "test_helper_custom_ops.cc", "fake_micro_context.cc",
-                "mock_micro_graph.cc")
+                "mock_micro_graph.cc", "micro_time.cc")
     files = [p for folder in (micro, micro / "arena_allocator", micro / "memory_planner",
                               micro / "tflite_bridge")
              for p in sorted(folder.glob("*.cc"))
@@ -332,7 +333,8 @@ class _TflmBuilder(_Builder):
         board_c = (*common, self.spec.optimization, "-std=gnu11",
                    f"-I{self.spec.sources_dir}")
         units += [_Unit(p, board_c) for p in sorted(self.spec.sources_dir.glob("*.c"))]
-        units += [_Unit(self.spec.sources_dir / TFLM_DIR / "runner.cc", core,
+        units += [_Unit(self.spec.sources_dir / TFLM_DIR / "runner.cc",
+                        (*core, f"-DRUNNER_CPU_HZ={self.spec.cpu_hz}"),
                         tuple(sorted(generated.glob("*.h"))))]
         cmsis = (*self._cmsis_common(), self.spec.cmsis_nn_optimization, "-std=gnu11",
                  f"-I{tp.cmsis_nn / 'Include'}")

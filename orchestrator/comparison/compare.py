@@ -175,11 +175,25 @@ def file_operators(path: Path) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+# Our kernels by the TFLite operator they compute, to set the two per-operator profiles side by
+# side (an operator we run with a kernel of another name keeps its own row).
+_KERNEL_OPERATOR = {
+    "quantized_conv2d": "CONV_2D", "quantized_depthwise_conv2d": "DEPTHWISE_CONV_2D",
+    "quantized_linear": "FULLY_CONNECTED", "quantized_avg_pool2d": "AVERAGE_POOL_2D",
+    "quantized_max_pool2d": "MAX_POOL_2D", "softmax": "SOFTMAX", "quantized_add": "ADD",
+    "quantized_mul": "MUL", "pad": "PAD", "constant_pad_nd": "PAD", "mean": "MEAN",
+    "view_copy": "RESHAPE",
+}
+PER_OP_SOURCE = ("measured: QEMU -icount per operator, first inference (ours: the runner's "
+                 "trace build; TFLM: its MicroProfiler)")
+
+
 def compare(tflite: str | Path, *, platform: str = "corstone300", npu: str | None = None,
             cpu: str | None = None, samples: int = 4, work_dir: str | Path | None = None,
-            timeout_s: int = 900, progress=None) -> Comparison:
+            timeout_s: int = 900, per_op: bool = False, progress=None) -> Comparison:
     """Compile `tflite` both ways for the target, run both on QEMU on `samples` random inputs,
-    and compare (see the module)."""
+    and compare (see the module); `per_op` adds each side's instructions per TFLite operator
+    kind, from a profiled run of each (our runner's trace build, TFLM's MicroProfiler)."""
     import orchestrator  # lazy: heavy (torch)
     from orchestrator.device_runs.combined import load_program
     from orchestrator.device_runs.qemu import fast_scratch_bytes, installed_platform, \
@@ -284,6 +298,10 @@ def compare(tflite: str | Path, *, platform: str = "corstone300", npu: str | Non
             "model file bytes", len(result.compiled.pte_bytes), incumbent_file.stat().st_size,
             "file sizes: our .pte; the incumbent's " +
             ("Vela-compiled .tflite" if on_npu else ".tflite"), " B"))
+        if per_op and not ours_error and not theirs_error:
+            say("profiling both programs per operator on QEMU")
+            figures += _per_operator(twin, device_platform, manifest_target, incumbent_file,
+                                     operators, cases[:1], timeout_s, on_npu, target.npu)
         numerics = _numerics(ours_outputs, theirs_outputs)
         if ours_error and not ours_outputs:
             notes.append(ours_error)
@@ -294,6 +312,39 @@ def compare(tflite: str | Path, *, platform: str = "corstone300", npu: str | Non
         target=f"{platform} + {target.npu or 'no NPU'} ({manifest_target.get('cpu') or target.cpu})",
         machine=machine, ours_method=ours_method, incumbent_method=incumbent_method,
         figures=tuple(figures), numerics=numerics, notes=tuple(notes))
+
+
+def _per_operator(twin, device_platform, manifest_target, incumbent_file, operators, cases,
+                  timeout_s, on_npu, npu) -> list[Figure]:
+    """Instructions per TFLite operator kind on each side (first inference)."""
+    from orchestrator.device_runs.qemu import fast_scratch_bytes, qemu_profile
+    from orchestrator.device_runs.qemu_npu import StreamNpuHandler
+    from platforms.qemu_tflm import run_tflite_on_qemu
+
+    ours: dict[str, int] = {}
+    profile = qemu_profile(twin, device_platform, timeout_s, samples=1)
+    for entry in profile.result.trace:
+        if entry.case != 0 or entry.instruction < 0 or entry.instructions is None:
+            continue
+        kernel = entry.kernel.removesuffix(".out")
+        name = "ethos-u" if entry.kind == "DELEGATE_CALL" else _KERNEL_OPERATOR.get(kernel,
+                                                                                    kernel)
+        ours[name] = ours.get(name, 0) + entry.instructions
+    theirs: dict[str, int] = {}
+    tflm = run_tflite_on_qemu(
+        incumbent_file, operators, [b"".join(x.tobytes() for x in case) for case in cases],
+        device_platform, cpu=manifest_target.get("cpu") or None, npu=npu if on_npu else None,
+        npu_handler=StreamNpuHandler(npu) if on_npu else None,
+        npu_fast_scratch_bytes=fast_scratch_bytes(device_platform, manifest_target)
+        if on_npu else 0, profile=True, timeout_s=timeout_s)
+    for tag, count in (tflm.operators[0] if tflm.ok and tflm.operators else ()):
+        theirs[tag] = theirs.get(tag, 0) + count
+    names = sorted(set(ours) | set(theirs), key=lambda n: -max(ours.get(n, 0), theirs.get(n, 0)))
+    return [Figure(f"  instructions in {name}", ours.get(name), theirs.get(name), PER_OP_SOURCE,
+                   why_absent="" if name in ours and name in theirs else
+                   ("the incumbent has no such operator" if name in ours else
+                    "our program has no such operator"))
+            for name in names]
 
 
 def _npu_figures(ours: NpuFigures, theirs: NpuFigures) -> list[Figure]:

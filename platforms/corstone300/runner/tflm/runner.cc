@@ -29,6 +29,8 @@
 #include "board.h"
 #include "tensorflow/lite/micro/micro_interpreter.h"
 #include "tensorflow/lite/micro/micro_mutable_op_resolver.h"
+#include "tensorflow/lite/micro/micro_profiler.h"
+#include "tensorflow/lite/micro/micro_time.h"
 #include "tensorflow/lite/schema/schema_generated.h"
 // Generated per operator set (kernels/native/tflm.py): TFLM_OPERATOR_COUNT and
 // TFLM_REGISTER_OPERATORS(resolver), the MicroMutableOpResolver calls for the model's operators.
@@ -36,7 +38,7 @@
 
 /* "OTFL" little-endian. */
 #define TFLM_MAILBOX_MAGIC 0x4C46544Fu
-#define TFLM_MAILBOX_VERSION 1u
+#define TFLM_MAILBOX_VERSION 2u
 #define TFLM_INPUT_FILE "orchestrate-tflm-in"
 #define TFLM_OUTPUT_FILE "orchestrate-tflm-out"
 
@@ -50,6 +52,8 @@ typedef struct {
   uint32_t cases;          /* input sets in TFLM_INPUT_FILE */
   uint32_t repeats;        /* inferences per case; each is reported */
   uint32_t npu_fast_scratch_bytes;  /* the Ethos-U fast scratch (base address 2), from the arena region */
+  uint32_t profile;        /* 1: TFLM's MicroProfiler times every operator (its own run: the
+                              profiler's work is not in the unprofiled figures) */
 } tflm_mailbox_t;
 
 namespace {
@@ -87,6 +91,13 @@ uint8_t* align_up(uint8_t* pointer) {
 }
 
 }  // namespace
+
+// The board's clock for TFLM (a target port provides micro_time.cc; TFLM's default returns 0):
+// SysTick ticks, which QEMU's -icount turns into instructions (counters.c).
+namespace tflite {
+uint32_t ticks_per_second() { return RUNNER_CPU_HZ; }
+uint32_t GetCurrentTimeTicks() { return static_cast<uint32_t>(counters_ticks()); }
+}  // namespace tflite
 
 // The CPU-only build links no NPU driver (../npu/ethosu_bridge.c provides the real setup).
 extern "C" __attribute__((weak)) int runner_npu_setup(uint8_t* fast_scratch,
@@ -152,10 +163,12 @@ int main(void) {
     log_line("E Registering the model's operators failed");
     return RUNNER_EXIT_ERROR;
   }
+  static tflite::MicroProfiler profiler;
+  const bool profile = mailbox->profile != 0;
   static tflite::MicroInterpreter* interpreter = nullptr;
   alignas(tflite::MicroInterpreter) static uint8_t interpreter_storage[sizeof(tflite::MicroInterpreter)];
-  interpreter = new (interpreter_storage) tflite::MicroInterpreter(model, resolver, free_start,
-                                                                  arena_bytes);
+  interpreter = new (interpreter_storage) tflite::MicroInterpreter(
+      model, resolver, free_start, arena_bytes, nullptr, profile ? &profiler : nullptr);
   if (interpreter->AllocateTensors() != kTfLiteOk) {
     log_line("E AllocateTensors failed in a %zu-byte arena", arena_bytes);
     return RUNNER_EXIT_ERROR;
@@ -198,6 +211,11 @@ int main(void) {
         return RUNNER_EXIT_ERROR;
       }
       log_line("Inference[%zu]: %llu SysTick ticks", index, static_cast<unsigned long long>(ticks));
+      if (profile) {  // "event,tag,ticks" per operator, as TFLM's MicroProfiler prints them
+        log_line("TFLM profile[%zu]:", index);
+        profiler.LogCsv();
+        profiler.ClearEvents();
+      }
     }
     for (size_t i = 0; i < interpreter->outputs_size(); i++) {
       const TfLiteTensor* tensor = interpreter->output(i);
