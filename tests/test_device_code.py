@@ -372,6 +372,42 @@ def test_plan_pte_refuses_what_compile_refuses(tmp_path, capsys, monkeypatch):
     assert "to the CPU was tried and failed: stage route_cpu failed in upstream code" in err, err
 
 
+SPECTRUM = """
+import torch
+from torch import nn
+
+
+class Spectrum(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(33, 8)
+
+    def forward(self, x):
+        return self.fc(torch.fft.rfft(x, dim=-1).abs())
+
+
+ModelUnderTest = Spectrum()
+ModelInputs = (torch.randn(1, 64),)
+"""
+
+
+def test_an_npu_partition_fed_by_an_fft_is_refused_naming_the_fft(tmp_path, capsys):
+    """An FFT's complex values have no int8 form, so the quantizer leaves it and the abs after it
+    float, and the Linear's NPU partition receives a float input that EthosUBackend refuses.
+    The refusal used to name only the backend's type check; it names the FFT behind it."""
+    from orchestrator.cli import main
+
+    model = tmp_path / "spectrum.py"
+    model.write_text(SPECTRUM)
+    pte = tmp_path / "spectrum.pte"
+    code = main(["compile", str(model), "--npu", "ethos-u55-128", "-o", str(pte), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and not pte.exists()
+    (line,) = [e for e in err if e.startswith("orchestrate: error")]
+    assert "input 0 of the partition is" in line, line
+    assert "_fft_r2c" in line and "complex64, which has no int8 form" in line, line
+
+
 def test_a_runtime_that_aborts_is_refused_naming_the_kernel_check_that_aborted_it():
     """When a kernel's check aborts the runtime process, compile's refusal quotes that check,
     not only "the runtime process ended", and torch's own log lines are not taken for it."""

@@ -283,7 +283,8 @@ _DELEGATE_FAILED = re.compile(r"CALL_DELEGATE execute failed at instruction (\d+
 _BACKEND_LINE = re.compile(r"\[(EthosUBackend\.cpp:\d+)\] (.+)$")
 
 
-_DELEGATE_IO = re.compile(r"\b(input|output) (\d+)\b")
+# EthosUBackend says "Input 0 expected ..." and "output 1 ...": either case.
+_DELEGATE_IO = re.compile(r"\b([Ii]nput|[Oo]utput) (\d+)\b")
 
 
 def _delegate_refusal(log: str, program=None, view: ProgramView | None = None
@@ -304,18 +305,41 @@ def _delegate_refusal(log: str, program=None, view: ProgramView | None = None
                        (None, None))
     moved = None
     if named is not None and program is not None and view is not None:
-        node = _delegate_io_node(program, view, int(call.group(1)), named.group(1),
-                                 int(named.group(2)))
+        side = named.group(1).lower()
+        node = _delegate_io_node(program, view, int(call.group(1)), side, int(named.group(2)))
         if node is not None:
             val = node.meta.get("val")
             dtype = f", {str(val.dtype).replace('torch.', '')}" if hasattr(val, "dtype") else ""
-            text += (f" ({named.group(1)} {named.group(2)} of the partition is "
-                     f"{node.name}: {getattr(node.target, '__name__', node.target)}{dtype})")
-            if named.group(1) == "output" and node.op == "call_function":
+            text += (f" ({side} {named.group(2)} of the partition is "
+                     f"{node.name}: {getattr(node.target, '__name__', node.target)}{dtype}"
+                     f"{_float_source(node) if side == 'input' else ''})")
+            if side == "output" and node.op == "call_function":
                 moved = ((node.name,), f"EthosUBackend refused the partition output it computes: "
                                        f"{said.split(': ', 1)[-1]}; {node.name} is "
                                        f"{getattr(node.target, '__name__', node.target)}{dtype}")
     return text, moved
+
+
+def _float_source(node) -> str:
+    """For a float input of an NPU partition: the op upstream of it that made it float, when
+    one is complex-valued (an FFT: no int8 form, so the quantizer leaves it and what follows
+    float), as ", computed from NAME: TARGET, complex64, which has no int8 form"; else ""."""
+    seen, frontier = set(), [node]
+    while frontier:
+        current = frontier.pop(0)
+        if id(current) in seen or getattr(current, "op", None) != "call_function":
+            continue
+        seen.add(id(current))
+        val = current.meta.get("val")
+        if getattr(val, "dtype", None) is not None and val.dtype.is_complex:
+            return (f", computed from {current.name}: "
+                    f"{getattr(current.target, '__name__', current.target)}, "
+                    f"{str(val.dtype).replace('torch.', '')}, which has no int8 form, so it and "
+                    "what follows stay float and the NPU takes integers only")
+        frontier += [a for a in current.all_input_nodes]
+        if len(seen) > 16:
+            break
+    return ""
 
 
 def _delegate_nodes(program, delegate: int | None) -> tuple[str, ...]:
