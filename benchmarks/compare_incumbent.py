@@ -41,7 +41,7 @@ def main(argv=None) -> int:
                                                  "mlperf-tiny"))
     args = parser.parse_args(argv)
 
-    from orchestrator.comparison.compare import compare
+    from orchestrator import compare
 
     def cell(figure, side):
         value = figure.get(side) if figure else None

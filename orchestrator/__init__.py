@@ -15,6 +15,7 @@ parses, calls one and prints what it returns:
     size(pte)                      where every byte of a .pte goes: a SizeReport
     firmware_project(pte, output)  a firmware project (built, run on QEMU): a FirmwareProject
     firmware_size(folder)          flash and RAM of a built firmware per component: a FirmwareSize
+    compare(tflite, **target)      ours against the incumbent (vela + TFLM) on QEMU: a Comparison
     measure(program, profile)      a measured profile beside the plan: a MeasuredPlan
     calibrate(profiles, cpu)       the CPU cost model fitted to profiles: a Calibrated
     source_trees()                 the third-party source trees native builds use: Sources
@@ -40,11 +41,11 @@ _numerics.pin()
 _os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_cache_root() / "torchinductor"))
 
 from orchestrator.api import (  # noqa: E402,A004
-    CompileResult, cache, calibrate, check_gates, compile, doctor, evaluate, fetch_sources,
-    firmware_project, firmware_size, known, layer_errors, measure, plan, reasons, size,
-    source_trees, sweep, verify, verify_all, write_program)
+    CompileResult, cache, calibrate, check_gates, compare, compile, doctor, evaluate,
+    fetch_sources, firmware_project, firmware_size, known, layer_errors, measure, plan, reasons,
+    size, source_trees, sweep, verify, verify_all, write_program)
 
-__all__ = ["CompileResult", "cache", "calibrate", "check_gates", "compile", "doctor",
+__all__ = ["CompileResult", "cache", "calibrate", "check_gates", "compare", "compile", "doctor",
            "evaluate", "fetch_sources", "firmware_project", "firmware_size", "known",
            "layer_errors", "measure", "plan", "reasons", "size", "source_trees", "sweep", "verify",
            "verify_all", "write_program"]

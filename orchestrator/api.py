@@ -49,6 +49,7 @@ from platforms import PlatformError, normalize_cpu
 from platforms.platform import CPU_TIERS, list_platforms, load_platform
 
 if TYPE_CHECKING:  # the compile stack imports torch and ExecuTorch (seconds): imported on use
+    from orchestrator.comparison.compare import Comparison
     from orchestrator.reports.measured import MeasuredPlan
     from orchestrator.planning.plan import Plan
     from orchestrator.planning.precision_search import PrecisionSearch
@@ -527,6 +528,18 @@ def firmware_size(folder, run: bool = False, pte_bytes: bytes | None = None) -> 
                          "before reporting its stack; nothing was measured")
         stack_used = result.stack_used_bytes
     return FirmwareSize(Path(folder), record, footprint(folder, stack_used))
+
+
+def compare(tflite, platform: str = "corstone300", npu: str | None = None,
+            cpu: str | None = None, samples: int = 4, work_dir=None, per_op: bool = False,
+            progress=None) -> "Comparison":
+    """`orchestrate compare`: the .tflite compiled by orchestrate and by the incumbent (vela +
+    TensorFlow Lite Micro), both run on the same QEMU machine: a Comparison (figures with their
+    sources, the outputs compared; .text(), .to_json(), .html())."""
+    from orchestrator.comparison.compare import compare as compare_both  # lazy: heavy (torch)
+
+    return compare_both(tflite, compile, platform=platform, npu=npu, cpu=cpu, samples=samples,
+                        work_dir=work_dir, per_op=per_op, progress=progress)
 
 
 def source_trees() -> Sources:

@@ -601,19 +601,18 @@ def cmd_firmware(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from orchestrator.comparison.compare import compare, write_report  # lazy: heavy (torch)
-
     output = Path(args.output) if args.output else None
     if output is not None:
         if output.suffix not in (".json", ".html"):
             raise UserError(f"-o '{output}' must end in .json or .html")
         check_output_file(output, "-o")
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    comparison = compare(args.model, platform=args.platform, npu=args.npu, cpu=args.cpu,
-                         samples=args.samples, work_dir=args.work, per_op=args.per_op,
-                         progress=progress)
+    comparison = api.compare(args.model, platform=args.platform, npu=args.npu, cpu=args.cpu,
+                             samples=args.samples, work_dir=args.work, per_op=args.per_op,
+                             progress=progress)
     if output is not None:
-        write_report(comparison, output)
+        atomic_write_bytes(output, (json.dumps(comparison.to_json(), indent=2) + "\n"
+                                    if output.suffix == ".json" else comparison.html()).encode())
     if args.format == "json":
         print(json.dumps(comparison.to_json(), indent=2))
     else:

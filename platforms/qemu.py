@@ -230,7 +230,7 @@ def run_bpte_on_qemu(
             f"the plan puts the CPU weights in {weights_region}, which the runner cannot write on "
             f"QEMU's {config.qemu_machine}; nothing was run"
         )
-    image_address = _image_address(platform, config, firmware, image_region, bpte_path.stat().st_size)
+    image_address = program_address(platform, config, firmware, image_region, bpte_path.stat().st_size)
 
     mailbox = MAILBOX.pack(
         MAILBOX_MAGIC, MAILBOX_VERSION, image_address, bpte_path.stat().st_size,
@@ -243,9 +243,9 @@ def run_bpte_on_qemu(
         mailbox_path = Path(folder) / "mailbox.bin"
         mailbox_path.write_bytes(mailbox)
         argv = [str(qemu), *(arg.format(elf=firmware.elf) for arg in config.qemu_args),
-                "-device", _loader(mailbox_path, firmware.mailbox_address),
-                "-device", _loader(bpte_path.resolve(), image_address)]
-        run = _run_qemu(argv, folder, timeout_s, npu_handler if npu_product else None)
+                "-device", qemu_loader(mailbox_path, firmware.mailbox_address),
+                "-device", qemu_loader(bpte_path.resolve(), image_address)]
+        run = run_qemu_process(argv, folder, timeout_s, npu_handler if npu_product else None)
     log, errors, exit_code, run_seconds, bridge = (run.log, list(run.errors), run.exit_code,
                                                   run.run_seconds, run.bridge)
     result = _result(log, exit_code, errors, firmware, run_seconds, config.method(platform.name),
@@ -286,13 +286,13 @@ def npu_method(npu: str | None, config: FirmwareConfig, platform_name: str,
             "over semihosting (the command stream is not executed)")
 
 
-def _loader(path: Path, address: int) -> str:
+def qemu_loader(path: Path, address: int) -> str:
     """QEMU's generic loader placing `path` as raw bytes at `address`. Its option parser treats
     a comma as a separator; a doubled comma is a literal one."""
     return f"loader,file={str(path).replace(',', ',,')},addr={address:#x},force-raw=on"
 
 
-def _image_address(platform: Platform, config: FirmwareConfig, firmware: Firmware,
+def program_address(platform: Platform, config: FirmwareConfig, firmware: Firmware,
                    region: MemoryRegion, image_bytes: int) -> int:
     """Where the image goes in `region`: the platform's FVP load address when it lies there (the
     same place the FVP path uses), else the region's first free address."""
@@ -431,10 +431,10 @@ def run_elf(elf: str | Path, platform: Platform | str = "corstone300", *,
     qemu = find_qemu()
     argv = [str(qemu), *(arg.format(elf=Path(elf).resolve()) for arg in config.qemu_args)]
     with tempfile.TemporaryDirectory(prefix="orchestrate-qemu-") as folder:
-        return _run_qemu(argv, folder, timeout_s, npu_handler)
+        return run_qemu_process(argv, folder, timeout_s, npu_handler)
 
 
-def _run_qemu(argv: list[str], folder: str, timeout_s: int, npu_handler) -> ElfRun:
+def run_qemu_process(argv: list[str], folder: str, timeout_s: int, npu_handler) -> ElfRun:
     """QEMU in `folder` (semihosting opens host files relative to it: the NPU bridge's FIFOs),
     with the bridge serving `npu_handler` when given; a timeout kills it and says so."""
     errors: list[str] = []

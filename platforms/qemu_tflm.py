@@ -26,7 +26,8 @@ from kernels.native.tflm import build_tflm_runner
 from kernels.native.toolchains import find_qemu
 from platforms.firmware_recipe import NoEthosUInQemu, platform_title, runner_spec
 from platforms.platform import Platform, load_platform
-from platforms.qemu import DEFAULT_TIMEOUT_S, _image_address, _loader, _run_qemu, npu_method
+from platforms.qemu import (DEFAULT_TIMEOUT_S, npu_method, program_address, qemu_loader,
+                            run_qemu_process)
 from platforms.qemu_machines import qemu_runner
 from platforms.runner_protocol import (CALIBRATION, CASE_TICKS, EXIT_MEANING, TFLM_ARENA,
                                        TFLM_ERROR, TFLM_INPUT_FILE, TFLM_MAILBOX,
@@ -108,7 +109,7 @@ def run_tflite_on_qemu(
     qemu = find_qemu()
     size = tflite_path.stat().st_size
     image_region = platform.memory(config.default_program_region)
-    model_address = _image_address(platform, config, firmware, image_region, size)
+    model_address = program_address(platform, config, firmware, image_region, size)
     arena_region = config.default_planned_region
     mailbox = TFLM_MAILBOX.pack(TFLM_MAILBOX_MAGIC, TFLM_MAILBOX_VERSION, model_address, size,
                                 arena_region.encode(), 0, len(cases), max(1, repeats),
@@ -118,9 +119,9 @@ def run_tflite_on_qemu(
         mailbox_path.write_bytes(mailbox)
         (Path(folder) / TFLM_INPUT_FILE).write_bytes(b"".join(cases))
         argv = [str(qemu), *(arg.format(elf=firmware.elf) for arg in config.qemu_args),
-                "-device", _loader(mailbox_path, firmware.mailbox_address),
-                "-device", _loader(tflite_path.resolve(), model_address)]
-        run = _run_qemu(argv, folder, timeout_s, npu_handler if npu_product else None)
+                "-device", qemu_loader(mailbox_path, firmware.mailbox_address),
+                "-device", qemu_loader(tflite_path.resolve(), model_address)]
+        run = run_qemu_process(argv, folder, timeout_s, npu_handler if npu_product else None)
         output_path = Path(folder) / TFLM_OUTPUT_FILE
         produced = output_path.read_bytes() if output_path.is_file() else b""
     log = run.log

@@ -18,7 +18,7 @@ BELOW_THE_API = ("orchestrator.device_runs", "orchestrator.firmware", "orchestra
 API_OF_COMMAND = {"plan": "plan", "compile": "compile", "sweep": "sweep",
                   "calibrate": "calibrate", "verify": "verify_all", "size": "size",
                   "firmware": "firmware_project", "reasons": "reasons", "cache": "cache", "list": "known",
-                  "sources": "source_trees", "doctor": "doctor"}
+                  "sources": "source_trees", "doctor": "doctor", "compare": "compare"}
 
 
 def _imported(path: Path) -> set[str]:

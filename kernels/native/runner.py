@@ -94,7 +94,7 @@ class Firmware:
 
 
 @dataclass(frozen=True)
-class _Unit:
+class CompileUnit:
     """One compile: a source, its language and flags, and the generated files its key covers."""
 
     source: Path
@@ -107,7 +107,7 @@ class _Unit:
         return self.source.suffix in (".cpp", ".cc")
 
 
-class _Builder:
+class RunnerBuilder:
     def __init__(self, spec: RunnerSpec, third_party: ThirdParty, toolchain: Toolchain,
                  cache: Path, jobs: int, trace: bool):
         self.spec = spec
@@ -215,7 +215,7 @@ SECTIONS
     # -- compiling -------------------------------------------------------------------------
 
     def units(self, selection: OperatorSelection, schema: Path, codegen: Mapping[str, Path],
-              regions_c: Path) -> list[_Unit]:
+              regions_c: Path) -> list[CompileUnit]:
         et, tp = self.tp.executorch, self.tp
         includes = (f"-I{tp.root}", f"-I{et / 'runtime/core/portable_type/c10'}", f"-I{schema}",
                     f"-I{tp.flatbuffers / 'include'}", f"-I{tp.cmsis_nn / 'Include'}",
@@ -238,24 +238,24 @@ SECTIONS
         cmsis = (*common, self.spec.cmsis_nn_optimization, "-std=gnu11",
                  f"-I{tp.cmsis_nn / 'Include'}")
 
-        units = [_Unit(p, cxx) for p in runtime_sources(tp, bundled_program=True)]
+        units = [CompileUnit(p, cxx) for p in runtime_sources(tp, bundled_program=True)]
         for library, sources in selection.sources.items():
-            units += [_Unit(p, cxx) for p in sources]
+            units += [CompileUnit(p, cxx) for p in sources]
         for library, folder in codegen.items():
             generated = folder / "RegisterCodegenUnboxedKernelsEverything.cpp"
-            units.append(_Unit(generated, cxx, tuple(sorted(folder.glob("*.h")))))
+            units.append(CompileUnit(generated, cxx, tuple(sorted(folder.glob("*.h")))))
         cmsis_sources = cmsis_nn_sources(tp)
-        units += [_Unit(p, cmsis) for p in cmsis_sources]
+        units += [CompileUnit(p, cmsis) for p in cmsis_sources]
         runner = self.spec.sources_dir
-        units += [_Unit(p, c) for p in sorted(runner.glob("*.c"))]
+        units += [CompileUnit(p, c) for p in sorted(runner.glob("*.c"))]
         runner_cxx = (*cxx, f"-DRUNNER_CPU_HZ={self.spec.cpu_hz}")
-        units += [_Unit(p, runner_cxx) for p in sorted(runner.glob("*.cpp"))]
-        units.append(_Unit(regions_c, c))
+        units += [CompileUnit(p, runner_cxx) for p in sorted(runner.glob("*.cpp"))]
+        units.append(CompileUnit(regions_c, c))
         if self.spec.npu_define:
             units += self.npu_units(cxx, c)
         return units
 
-    def npu_units(self, cxx: tuple[str, ...], c: tuple[str, ...]) -> list[_Unit]:
+    def npu_units(self, cxx: tuple[str, ...], c: tuple[str, ...]) -> list[CompileUnit]:
         """ExecuTorch's EthosUBackend and the Ethos-U core driver, from the sources, with the
         runner's device layer (runner/npu/ethosu_bridge.c) in place of the driver's register
         level (ethosu_device_u55_u65.c), which QEMU has no NPU behind."""
@@ -270,13 +270,13 @@ SECTIONS
                            f"-D{product}", "-DETHOSU_LOG_SEVERITY=0",
                            f"-DRUNNER_NPU_BASE_ADDRESS={self.spec.npu_base_address:#x}u",
                            f"-ffile-prefix-map={npu_dir}=runner/npu")
-        units = [_Unit(backend / name, (*cxx, f"-I{driver / 'include'}"), npu=True)
+        units = [CompileUnit(backend / name, (*cxx, f"-I{driver / 'include'}"), npu=True)
                  for name in ETHOS_U_BACKEND_SOURCES]
-        units.append(_Unit(driver / "src" / "ethosu_driver.c", (*c, *driver_includes), npu=True))
-        units += [_Unit(p, (*c, *driver_includes), npu=True) for p in sorted(npu_dir.glob("*.c"))]
+        units.append(CompileUnit(driver / "src" / "ethosu_driver.c", (*c, *driver_includes), npu=True))
+        units += [CompileUnit(p, (*c, *driver_includes), npu=True) for p in sorted(npu_dir.glob("*.c"))]
         return units
 
-    def object_key(self, unit: _Unit, schema: Path) -> str:
+    def object_key(self, unit: CompileUnit, schema: Path) -> str:
         """Compiler, flags, the source and what it may include: the third-party tree, the schema
         headers (named by their own key) and, for the runner's files, the runner's headers."""
         flags = [flag.replace(str(self.cache), "<cache>") for flag in unit.flags]
@@ -294,7 +294,7 @@ SECTIONS
                     *(p.read_bytes() for p in unit.extra_inputs),
                     *((self.npu_tree,) if unit.npu else ()))
 
-    def compile_all(self, units: Sequence[_Unit], schema: Path) -> list[Path]:
+    def compile_all(self, units: Sequence[CompileUnit], schema: Path) -> list[Path]:
         objects, pending = [], []
         for unit in units:
             key = self.object_key(unit, schema)
@@ -310,7 +310,7 @@ SECTIONS
             self.compiled += len(pending)
         return objects
 
-    def _compile(self, unit: _Unit, obj: Path) -> str | None:
+    def _compile(self, unit: CompileUnit, obj: Path) -> str | None:
         obj.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=obj.parent, suffix=".o.tmp")
         os.close(handle)
@@ -375,7 +375,7 @@ def build_runner(
     operators = tuple(sorted(set(operators)))
     selection = select_operators(operators, sources)
     cache = Path(cache_dir).expanduser() if cache_dir else cache_root()
-    builder = _Builder(spec, sources, toolchain, cache, jobs or build_jobs(), trace)
+    builder = RunnerBuilder(spec, sources, toolchain, cache, jobs or build_jobs(), trace)
 
     schema = builder.schema_headers()
     libraries = kernel_libraries(sources)
@@ -396,7 +396,7 @@ def build_runner(
     record_path = folder / "build.json"
     if record_path.is_file():
         record = json.loads(record_path.read_text())
-        return _firmware(folder, record, firmware_key, operators, time.monotonic() - started, True, 0,
+        return firmware_record(folder, record, firmware_key, operators, time.monotonic() - started, True, 0,
                          len(units))
 
     objects = builder.compile_all(units, schema)
@@ -429,11 +429,11 @@ def build_runner(
     else:
         publish_folder(staging, folder)
     record = json.loads((folder / "build.json").read_text())
-    return _firmware(folder, record, firmware_key, operators, time.monotonic() - started, False,
+    return firmware_record(folder, record, firmware_key, operators, time.monotonic() - started, False,
                      builder.compiled, len(units))
 
 
-def _firmware(folder: Path, record: dict, key: str, operators: tuple[str, ...], seconds: float,
+def firmware_record(folder: Path, record: dict, key: str, operators: tuple[str, ...], seconds: float,
               cached: bool, compiled: int, total: int) -> Firmware:
     return Firmware(
         elf=folder / "runner.elf",

@@ -31,16 +31,21 @@ What is compiled, following TFLM's own make build (tensorflow/lite/micro/tools/m
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
-import tarfile
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from kernels.cache_root import cache_root
@@ -48,7 +53,8 @@ from kernels.native.cache import atomic_write, digest, publish_folder, tree_dige
 from kernels.native.errors import FirmwareBuildError, ThirdPartySourcesNotFound
 from kernels.native.linker import elf_sizes, elf_symbols, symbol
 from kernels.native.operators import RECIPE_VERSION, cmsis_nn_sources
-from kernels.native.runner import NPU_DIR, RunnerSpec, _Builder, _firmware, _Unit, Firmware
+from kernels.native.runner import (NPU_DIR, CompileUnit, Firmware, RunnerBuilder, RunnerSpec,
+                                   firmware_record)
 from kernels.native.sources import ThirdParty, find_third_party, sources_hint
 from kernels.native.toolchains import build_jobs, find_flatc, find_toolchain, run_text
 
@@ -212,10 +218,6 @@ def signal_declarations(cache: Path) -> Path:
 def _fetch_sdist(project: str, version: str, folder: Path, hint: str) -> Path:
     """`project`'s sdist of `version` from the package index ($PIP_INDEX_URL, else PyPI's simple
     API), checked against the sha256 the index lists for it."""
-    import hashlib
-    import os
-    import urllib.parse
-    import urllib.request
     index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
     name = f"{project.replace('-', '_')}-{version}.tar.gz"
     try:
@@ -245,9 +247,8 @@ def find_gemmlowp(third_party: ThirdParty, cache: Path) -> Path:
     if (snapshot / "internal" / "detect_platform.h").is_file():
         return snapshot
     try:
-        from importlib.metadata import version
         vela = version("ethos-u-vela")
-    except Exception:  # noqa: BLE001 - no vela installed: the hint below says what to do
+    except PackageNotFoundError:  # no vela installed: the hint below says what to do
         vela = None
     hint = (f"gemmlowp's internal/detect_platform.h is missing from {snapshot}; put a complete "
             "gemmlowp there")
@@ -277,7 +278,7 @@ def find_gemmlowp(third_party: ThirdParty, cache: Path) -> Path:
     return found
 
 
-class _TflmBuilder(_Builder):
+class _TflmBuilder(RunnerBuilder):
     """The runner build's compile, cache and link, with TFLM's sources in place of ExecuTorch's."""
 
     def __init__(self, spec: RunnerSpec, third_party: ThirdParty, toolchain, cache: Path,
@@ -310,7 +311,7 @@ class _TflmBuilder(_Builder):
             publish_folder(staging, out)
         return out / "include"
 
-    def tflm_units(self, schema: Path, generated: Path, kernels: Sequence[Path]) -> list[_Unit]:
+    def tflm_units(self, schema: Path, generated: Path, kernels: Sequence[Path]) -> list[CompileUnit]:
         tp, tflm = self.tp, self.tflm
         # The generated schema first, so it is the one `schema_generated.h` names.
         includes = (f"-I{schema}", f"-I{generated}", f"-I{tflm.root}",
@@ -328,17 +329,17 @@ class _TflmBuilder(_Builder):
         npu_includes = (f"-I{driver / 'include'}",) if npu else ()
         core = (*common, _CORE_OPTIMIZATION, *_TFLM_CXX, *includes)
         kernel = (*common, _KERNEL_OPTIMIZATION, *_TFLM_CXX, *includes, *npu_includes)
-        units = [_Unit(p, core) for p in _core_files(tflm)]
-        units += [_Unit(p, kernel) for p in kernels]
+        units = [CompileUnit(p, core) for p in _core_files(tflm)]
+        units += [CompileUnit(p, kernel) for p in kernels]
         board_c = (*common, self.spec.optimization, "-std=gnu11",
                    f"-I{self.spec.sources_dir}")
-        units += [_Unit(p, board_c) for p in sorted(self.spec.sources_dir.glob("*.c"))]
-        units += [_Unit(self.spec.sources_dir / TFLM_DIR / "runner.cc",
+        units += [CompileUnit(p, board_c) for p in sorted(self.spec.sources_dir.glob("*.c"))]
+        units += [CompileUnit(self.spec.sources_dir / TFLM_DIR / "runner.cc",
                         (*core, f"-DRUNNER_CPU_HZ={self.spec.cpu_hz}"),
                         tuple(sorted(generated.glob("*.h"))))]
         cmsis = (*self._cmsis_common(), self.spec.cmsis_nn_optimization, "-std=gnu11",
                  f"-I{tp.cmsis_nn / 'Include'}")
-        units += [_Unit(p, cmsis) for p in cmsis_nn_sources(tp)]
+        units += [CompileUnit(p, cmsis) for p in cmsis_nn_sources(tp)]
         if npu:
             units += self.driver_units(board_c)
         return units
@@ -352,7 +353,7 @@ class _TflmBuilder(_Builder):
                 f"-ffile-prefix-map={self.cache}=cache",
                 "-DARM_NN_ENABLE_F32=0", "-DARM_NN_ENABLE_F16=0")
 
-    def driver_units(self, c: tuple[str, ...]) -> list[_Unit]:
+    def driver_units(self, c: tuple[str, ...]) -> list[CompileUnit]:
         """The Ethos-U core driver with the runner's semihosting device layer (../npu/)."""
         driver = self.tp.ethos_u_driver
         if not (driver / "src" / "ethosu_driver.c").is_file():
@@ -362,10 +363,10 @@ class _TflmBuilder(_Builder):
                  f"-D{self.spec.npu_define}", "-DETHOSU_LOG_SEVERITY=0",
                  f"-DRUNNER_NPU_BASE_ADDRESS={self.spec.npu_base_address:#x}u",
                  f"-ffile-prefix-map={npu_dir}=runner/npu")
-        return [_Unit(driver / "src" / "ethosu_driver.c", flags, npu=True),
-                *(_Unit(p, flags, npu=True) for p in sorted(npu_dir.glob("*.c")))]
+        return [CompileUnit(driver / "src" / "ethosu_driver.c", flags, npu=True),
+                *(CompileUnit(p, flags, npu=True) for p in sorted(npu_dir.glob("*.c")))]
 
-    def object_key(self, unit: _Unit, schema: Path) -> str:
+    def object_key(self, unit: CompileUnit, schema: Path) -> str:
         if unit.source.is_relative_to(self.tp.cmsis_nn):
             return super().object_key(unit, self.et_schema)
         flags = [flag.replace(str(self.cache), "<cache>") for flag in unit.flags]
@@ -428,7 +429,7 @@ def build_tflm_runner(
     last_error = None
     for kernels in attempts:
         units = builder.tflm_units(schema, generated, kernels)
-        units.append(_Unit(regions_c, (*builder._cmsis_common(), spec.optimization, "-std=gnu11",
+        units.append(CompileUnit(regions_c, (*builder._cmsis_common(), spec.optimization, "-std=gnu11",
                                        f"-I{spec.sources_dir}")))
         keys = [builder.object_key(unit, schema) for unit in units]
         firmware_key = digest("tflm", TFLM_RECIPE_VERSION, toolchain.version,
@@ -437,7 +438,7 @@ def build_tflm_runner(
         folder = builder.cache / "firmware" / firmware_key
         if (folder / "build.json").is_file():
             record = json.loads((folder / "build.json").read_text())
-            return _firmware(folder, record, firmware_key, operators,
+            return firmware_record(folder, record, firmware_key, operators,
                              time.monotonic() - started, True, 0, len(units))
         objects = builder.compile_all(units, schema)
         staging = Path(tempfile.mkdtemp(dir=builder._ensure(builder.cache / "firmware"),
@@ -475,6 +476,6 @@ def build_tflm_runner(
         else:
             publish_folder(staging, folder)
         record = json.loads((folder / "build.json").read_text())
-        return _firmware(folder, record, firmware_key, operators, time.monotonic() - started,
+        return firmware_record(folder, record, firmware_key, operators, time.monotonic() - started,
                          False, builder.compiled, len(units))
     raise FirmwareBuildError(f"linking TFLM's runner failed with every kernel:\n{last_error}")

@@ -17,16 +17,25 @@ programs' outputs on the same random inputs in the file's own types.
 from __future__ import annotations
 
 import html
-import json
 import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from kernels.native.errors import QemuUnavailable
 from orchestrator.comparison.npu import NpuFigures, incumbent_npu, ours_npu
-from orchestrator.errors import UserError
+from orchestrator.device_runs.combined import load_program
+from orchestrator.device_runs.qemu import (fast_scratch_bytes, installed_platform,
+                                           qemu_on_checked_pte, qemu_profile)
+from orchestrator.device_runs.qemu_npu import StreamNpuHandler
+from orchestrator.errors import NotRun, UserError
+from orchestrator.sources.tflite_file import read_tflite
+from orchestrator.sources.tflite_module import int8_inputs
+from orchestrator.target import resolve_target
+from platforms.qemu_tflm import run_tflite_on_qemu
 
 SEED = 7
 QEMU_SOURCE = "measured: QEMU -icount, executed instructions per inference (median), not cycles"
@@ -188,24 +197,14 @@ PER_OP_SOURCE = ("measured: QEMU -icount per operator, first inference (ours: th
                  "trace build; TFLM: its MicroProfiler)")
 
 
-def compare(tflite: str | Path, *, platform: str = "corstone300", npu: str | None = None,
-            cpu: str | None = None, samples: int = 4, work_dir: str | Path | None = None,
-            timeout_s: int = 900, per_op: bool = False, progress=None) -> Comparison:
+def compare(tflite: str | Path, compile_program, *, platform: str = "corstone300",
+            npu: str | None = None, cpu: str | None = None, samples: int = 4,
+            work_dir: str | Path | None = None, timeout_s: int = 900, per_op: bool = False,
+            progress=None) -> Comparison:
     """Compile `tflite` both ways for the target, run both on QEMU on `samples` random inputs,
-    and compare (see the module); `per_op` adds each side's instructions per TFLite operator
+    and compare (see the module); `compile_program` is the API's `compile` (this room sits
+    below the API and does not import it); `per_op` adds each side's instructions per TFLite operator
     kind, from a profiled run of each (our runner's trace build, TFLM's MicroProfiler)."""
-    import orchestrator  # lazy: heavy (torch)
-    from orchestrator.device_runs.combined import load_program
-    from orchestrator.device_runs.qemu import fast_scratch_bytes, installed_platform, \
-        qemu_on_checked_pte
-    from orchestrator.device_runs.qemu_npu import StreamNpuHandler
-    from orchestrator.errors import NotRun
-    from orchestrator.sources.tflite_file import read_tflite
-    from orchestrator.sources.tflite_module import int8_inputs
-    from orchestrator.target import resolve_target
-    from kernels.native.errors import QemuUnavailable
-    from platforms.qemu_tflm import run_tflite_on_qemu
-
     say = progress or (lambda _line: None)
     tflite = Path(tflite)
     if tflite.suffix != ".tflite" or not tflite.is_file():
@@ -222,7 +221,7 @@ def compare(tflite: str | Path, *, platform: str = "corstone300", npu: str | Non
         say(f"compiling {tflite.name} with orchestrate")
         options = {"platform": platform, "npu": npu or ("none" if not on_npu else None),
                    "cpu": cpu}
-        result = orchestrator.compile(str(tflite), work / "ours.pte",
+        result = compile_program(str(tflite), work / "ours.pte",
                                       **{k: v for k, v in options.items() if v is not None})
         twin = load_program(result.pte)
         manifest_target = twin.require_manifest().target
@@ -317,10 +316,6 @@ def compare(tflite: str | Path, *, platform: str = "corstone300", npu: str | Non
 def _per_operator(twin, device_platform, manifest_target, incumbent_file, operators, cases,
                   timeout_s, on_npu, npu) -> list[Figure]:
     """Instructions per TFLite operator kind on each side (first inference)."""
-    from orchestrator.device_runs.qemu import fast_scratch_bytes, qemu_profile
-    from orchestrator.device_runs.qemu_npu import StreamNpuHandler
-    from platforms.qemu_tflm import run_tflite_on_qemu
-
     ours: dict[str, int] = {}
     profile = qemu_profile(twin, device_platform, timeout_s, samples=1)
     for entry in profile.result.trace:
@@ -366,8 +361,6 @@ def _npu_figures(ours: NpuFigures, theirs: NpuFigures) -> list[Figure]:
 
 
 def _nchw(array: np.ndarray):
-    import torch  # lazy: heavy (torch)
-
     tensor = torch.from_numpy(np.ascontiguousarray(array))
     return tensor.permute(0, 3, 1, 2).contiguous() if array.ndim == 4 else tensor
 
@@ -408,13 +401,3 @@ def _numerics(ours: list, theirs: list) -> Numerics:
                 first = (f"input {case}, output {slot}, element {e}: ours "
                          f"{int(a.reshape(-1)[e])}, incumbent {int(b.reshape(-1)[e])}")
     return Numerics(len(ours), values, differing, worst, first)
-
-
-def write_report(comparison: Comparison, output: Path) -> None:
-    """-o: .json or .html by the extension."""
-    if output.suffix == ".json":
-        output.write_text(json.dumps(comparison.to_json(), indent=2) + "\n")
-    elif output.suffix == ".html":
-        output.write_text(comparison.html())
-    else:
-        raise UserError(f"report '{output}' must end in .json or .html")

@@ -9,6 +9,8 @@ case fails on the device, with the host's reason naming the partition."""
 
 from __future__ import annotations
 
+from npu_driver.ethos_u import execute_backend_invocation
+from npu_driver.ethos_u.errors import NpuModelError, UnmodelledCommand
 from orchestrator.verification.npu import NpuExecutor
 from platforms.qemu_npu_bridge import FAST_SCRATCH, NpuBridgeRefused
 
@@ -60,9 +62,6 @@ class StreamNpuHandler:
         self.executes_stream = True
 
     def __call__(self, payload: bytes, regions: list) -> int:
-        from npu_driver.ethos_u import execute_backend_invocation  # lazy: heavy (numpy tables)
-        from npu_driver.ethos_u.errors import NpuModelError, UnmodelledCommand
-
         self.calls += 1
         try:
             counters = execute_backend_invocation(payload, regions, self.accelerator)
