@@ -193,7 +193,8 @@ class ForcedReference:
                 continue
             base = max((self._bounds.get(i, 0.0) for i in current.all_input_nodes), default=0.0)
             if _is_quantize(current) and not self._exact_requantize(current):
-                base = max(base, self._multiplied(current)) + steps_per_stage
+                base = (max(base, self._multiplied(current)) + steps_per_stage
+                        + self._hardswish_offset(current))
             self._bounds[current] = base
         return self._bounds[node]
 
@@ -222,6 +223,30 @@ class ForcedReference:
             return 0.0
         error = errors[0] * magnitudes[1] + errors[1] * magnitudes[0] + errors[0] * errors[1]
         return error / abs(float(quantize.args[1]))
+
+    def _hardswish_offset(self, quantize) -> float:
+        """The error (in `quantize`'s steps) of the Cortex-M hardswish's "+3", 0 for any other op.
+        DecomposeHardswishPass computes x * (min(x, 3) + 3) / 6 as one quantized_mul whose second
+        operand adds 3 as a zero-point shift of round(3 / s) input steps and clamps at 3
+        quantized to the same round(3 / s) steps, so the program multiplies by up to
+        min(x, 3) + 3 + 2e with |e| = |round(3 / s) - 3 / s| x s: that reaches the output as
+        max|x| x 2e / 6 on top of the multiply's own rounding, the same bytes on the host runtime
+        (a conv feeding the hardswish with outputs near 40 was 4-5 steps off, bound 1)."""
+        hardswish = quantize.args[0]
+        if not (isinstance(hardswish, torch.fx.Node) and hardswish.op == "call_function"
+                and str(getattr(hardswish.target, "__name__", hardswish.target))
+                .startswith("hardswish")):
+            return 0.0
+        source = hardswish.args[0]
+        if not (isinstance(source, torch.fx.Node) and _is_dequantize(source)
+                and len(source.args) >= 3):
+            return 0.0
+        scale = abs(float(source.args[1]))
+        value = self.value(source)
+        if not scale or not isinstance(value, torch.Tensor) or not value.numel():
+            return 0.0
+        shift_error = abs(round(3 / scale) - 3 / scale) * scale
+        return float(value.abs().max()) * 2 * shift_error / 6 / abs(float(quantize.args[1]))
 
     def rounding_stages(self, node) -> int:
         """Requantizations on the longest path from a forced value (or an input) to `node`."""
