@@ -319,7 +319,9 @@ def _per_operator(twin, device_platform, manifest_target, incumbent_file, operat
     ours: dict[str, int] = {}
     profile = qemu_profile(twin, device_platform, timeout_s, samples=1)
     for entry in profile.result.trace:
-        if entry.case != 0 or entry.instruction < 0 or entry.instructions is None:
+        # the calls themselves; a backend's own scope inside a delegate call is part of it
+        if (entry.case != 0 or entry.instructions is None
+                or entry.kind not in ("OPERATOR_CALL", "DELEGATE_CALL")):
             continue
         kernel = entry.kernel.removesuffix(".out")
         name = "ethos-u" if entry.kind == "DELEGATE_CALL" else _KERNEL_OPERATOR.get(kernel,
