@@ -1,6 +1,8 @@
 """`orchestrate compare`: our program and the incumbent's (vela + TensorFlow Lite Micro) on the
-same target and QEMU machine. One model and one target here (MLPerf Tiny's autoencoder on the
-Ethos-U55-128, both sides executed); the full matrix is benchmarks/compare_incumbent.py."""
+same target and QEMU machine. One model and one target here (MLPerf Tiny's keyword spotter on the
+Ethos-U55-128, both sides executed: Vela puts the file's SOFTMAX on the NPU as about twenty
+operations, a LUT exponent, shifts, CLZ and 32-bit multiplies, which the functional model
+executes); the full matrix is benchmarks/compare_incumbent.py."""
 
 from __future__ import annotations
 
@@ -25,33 +27,34 @@ def _file(name: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def autoencoder_on_u55(tmp_path_factory):
+def keyword_spotter_on_u55(tmp_path_factory):
     qemu_or_missing()
     folder = tmp_path_factory.mktemp("compare")
     report = folder / "compare.html"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        code = main(["compare", str(_file("ad01_int8.tflite")), "--npu", "ethos-u55-128",
-                     "--samples", "2", "--format", "json", "-o", str(report), "--quiet"])
+        code = main(["compare", str(_file("kws_ref_model.tflite")), "--npu", "ethos-u55-128",
+                     "--samples", "4", "--format", "json", "-o", str(report), "--quiet"])
     return code, printed.getvalue(), report
 
 
-def test_both_sides_run_on_qemu_and_compute_the_same_bytes(autoencoder_on_u55):
-    code, printed, report = autoencoder_on_u55
+def test_both_sides_run_on_qemu_and_compute_the_same_bytes(keyword_spotter_on_u55):
+    code, printed, report = keyword_spotter_on_u55
     assert code == 0, printed
     data = json.loads(printed)
     figures = {f["figure"]: f for f in data["figures"]}
     # the incumbent's column reproduces Vela's figures for the file (the models' README)
-    assert figures["cycles_npu"]["incumbent"] == 41_404
-    assert figures["cycles_total"]["incumbent"] == 201_184
-    assert figures["NPU operators (file's operators)"]["incumbent"] == 10
+    assert figures["cycles_npu"]["incumbent"] == 88_889
+    assert figures["cycles_total"]["incumbent"] == 89_708
     assert figures["NPU partitions"]["ours"] == figures["NPU partitions"]["incumbent"] == 1
+    # ours no slower on the NPU (docs/benchmarks.md#against-the-incumbent-on-the-npu)
+    assert figures["cycles_npu"]["ours"] <= figures["cycles_npu"]["incumbent"]
     # both executed on the same QEMU machine: instructions and arenas measured on each side
     for name in ("CPU instructions per inference", "tensor arena bytes"):
         assert figures[name]["ours"] > 0 and figures[name]["incumbent"] > 0, figures[name]
     assert "TensorFlow Lite Micro" in data["incumbent"] and "Ethos-U55" in data["incumbent"]
-    # 2 inputs x 640 int8 outputs, equal byte for byte
-    assert data["numerics"]["values"] == 1280 and data["numerics"]["differing"] == 0
+    # 4 inputs x 12 int8 scores, equal byte for byte: our CMSIS-NN softmax and Vela's NPU one
+    assert data["numerics"]["values"] == 48 and data["numerics"]["differing"] == 0, data
     page = report.read_text()
     assert "<table>" in page and "cycles_npu" in page
 

@@ -436,7 +436,10 @@ class Machine:
         if wide and rng != (-32768, 32767):
             raise UnmodelledCommand(f"{where(op.name, op.offset)}: a table lookup over "
                                     f"{rng[0]}..{rng[1]} (uint16) is not modelled")
-        size = 2048 if wide else 256
+        # an int8-indexed table with a 32-bit OFM holds 256 int32 entries (regor's softmax
+        # exponent table, Softmax::GenerateExpTable), 1 KiB from the slot
+        word_table = ofm.element_size == 4 and not wide
+        size = 2048 if wide else 1024 if word_table else 256
         start = self.accel.lut_address + slot * LUT_SLOT_BYTES
         if start + size > self.accel.shram_bytes:
             raise MemoryFault(f"{where(op.name, op.offset)}: LUT slot {slot} ({size} bytes) lies "
@@ -448,7 +451,10 @@ class Machine:
         self.memory._record("read", -1, start, start + size - 1, "LUT")
         raw = bytes(self.memory.shram[start:start + size])
         index = np.clip(values, rng[0], rng[1]) - rng[0]
-        if not wide:
+        if word_table:
+            table = np.frombuffer(raw, dtype="<i4")
+            out = table.astype(np.int64)[index.astype(np.int64)]
+        elif not wide:
             table = np.frombuffer(raw, dtype=np.int8 if rng[0] < 0 else np.uint8)
             out = table.astype(np.int64)[index.astype(np.int64)]
         else:
@@ -747,17 +753,54 @@ class Machine:
             result = np.minimum(a, b) if mode == "min" else np.maximum(a, b)
         elif mode == "abs":
             result = np.abs(a)
+        elif mode in ("shr", "shl", "clz"):
+            # The shifts and CLZ that Vela's TFLite softmax is made of (regor
+            # compiler/softmax.cpp), on 32-bit values: they take no OFM scaling.
+            return self._bit_operation(mode, a, b, element_size, rounding, w)
         else:
             raise UnmodelledCommand(f"{w}: elementwise {mode.upper()} is not modelled")
         if self._global_scale(op):
             scale = self.payload(cmd1.NPU_SET_OFM_SCALE, op)
             shift = self.param(cmd1.NPU_SET_OFM_SCALE, op) & 0x3F
+            if ofm.element_size == 4 and mode == "mul" and element_size == 4:
+                # a 32-bit MUL: OFM_SCALE's scale "is not applied for 32-bit operations"
+                # (ethosu55_interface.h npu_set_ofm_scale_t), its shift is: regor writes 2**30
+                # with shift 31 for a Q31 product, which is round(a * b / 2**31)
+                return arith.scale_shift(result, 1, shift, rounding)
             self._check_32bit_scale(ofm, scale, shift, op)
             return arith.scale_shift(result, scale, shift, rounding)
         if mode in ("add", "sub", "mul", "abs"):
             raise UnmodelledCommand(f"{w}: elementwise {mode.upper()} with per-channel OFM "
                                     "scaling is not modelled")
         return np.asarray(result, dtype=np.int64)
+
+    @staticmethod
+    def _bit_operation(mode, a, b, element_size, rounding, w):
+        """SHR, SHL and CLZ on 32-bit operands (the zero points already taken off): SHR an
+        arithmetic shift right by IFM2 rounded as OFM_PRECISION says (NATURAL: half up), SHL a
+        shift left saturated to int32 at the output, CLZ the leading zeros of the 32-bit value
+        (32 for 0). Shift amounts outside 0..31 are refused, as is another operand width: what
+        the hardware does there is not documented here. Checked against TFLM's softmax, which
+        Vela builds from them, byte for byte (tests/test_compare.py)."""
+        if element_size != 4:
+            raise UnmodelledCommand(f"{w}: elementwise {mode.upper()} on {8 * element_size}-bit "
+                                    "operands (modelled on 32-bit ones)")
+        a = np.asarray(a, dtype=np.int64)
+        if mode == "clz":
+            unsigned = np.where(a < 0, a + (1 << 32), a).astype(np.uint64)
+            lengths = np.zeros(unsigned.shape, dtype=np.int64)
+            remaining = unsigned.copy()
+            while np.any(remaining):
+                lengths += remaining != 0
+                remaining >>= np.uint64(1)
+            return 32 - lengths
+        b = np.asarray(b, dtype=np.int64)
+        if b.size and (int(b.min()) < 0 or int(b.max()) > 31):
+            raise UnmodelledCommand(f"{w}: elementwise {mode.upper()} by {int(b.min())}.."
+                                    f"{int(b.max())} (modelled for 0..31)")
+        if mode == "shl":
+            return a << b
+        return arith.scale_shift(a, 1, b, rounding)
 
 
 def run_streams(machine: Machine, streams, regions, growable_regions: tuple[int, ...] = (),
