@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import multiprocessing
 import shutil
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -208,10 +210,9 @@ def vela_runs_recorded(work_dir: Path, failed: list[int] | None = None
             if "--verbose-performance" not in flags:
                 flags.append("--verbose-performance")
             try:
-                with contextlib.redirect_stdout(_Discard()):
-                    result = upstream_vela_compile(tosa_flatbuffer, flags, verbose=False,
-                                                   intermediate_path=str(out_dir),
-                                                   block_placements=block_placements)
+                result = run_isolated(upstream_vela_compile, tosa_flatbuffer, flags,
+                                      verbose=False, intermediate_path=str(out_dir),
+                                      block_placements=block_placements)
             except Exception:
                 if failed is not None:
                     failed.append(len(runs))
@@ -224,6 +225,56 @@ def vela_runs_recorded(work_dir: Path, failed: list[int] | None = None
 
     with upstream_ethos_u.vela_compile_wrapped(wrapper):
         yield runs
+
+
+class VelaCrashed(RuntimeError):
+    """Vela's native compiler ended the process it ran in (a signal, e.g. SIGSEGV in
+    `process_regor`): in its own process, that is a failure of one partition's compile, which
+    the planner handles as any Vela refusal (the partition's ops go to the CPU)."""
+
+
+def run_isolated(function, *args, **kwargs):
+    """`function(*args, **kwargs)` in a forked child process, its result (or its exception, as
+    text) sent back; stdout discarded (Vela prints its tables there). A child that dies, as
+    Vela 5.1's native compiler did on MobileViT-XXS for the U55 (SIGSEGV after about four
+    minutes), raises VelaCrashed here instead of taking the compile down. In a daemonic
+    process, which may not start children, the call runs in this process."""
+    if multiprocessing.current_process().daemon:
+        with contextlib.redirect_stdout(_Discard()):
+            return function(*args, **kwargs)
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            with contextlib.redirect_stdout(_Discard()):
+                outcome = ("result", function(*args, **kwargs))
+        except BaseException as error:  # noqa: BLE001 - every failure goes back as text
+            outcome = ("error", f"{type(error).__name__}: {error}")
+        try:
+            send.send(outcome)
+        except Exception as error:  # noqa: BLE001 - an unpicklable result is a failure too
+            send.send(("error", f"the result could not be sent back: {error}"))
+        send.close()
+
+    process = context.Process(target=child, name="orchestrate-vela")
+    process.start()
+    send.close()
+    try:
+        kind, value = receive.recv()
+    except EOFError:  # the child ended without a word
+        kind, value = None, None
+    finally:
+        receive.close()
+        process.join()
+    if kind == "result":
+        return value
+    if kind == "error":
+        raise RuntimeError(value)
+    code = process.exitcode
+    how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0
+           else f"exit code {code}")
+    raise VelaCrashed(f"Vela's compiler crashed ({how}) in the process it ran in")
 
 
 class _Discard:

@@ -566,3 +566,33 @@ def test_upstreams_extraction_check_refuses_a_partition_a_path_leaves_and_re_ent
     assert partition_extractable({nodes["relu"], nodes["sigmoid"]})
     # relu -> sigmoid (outside) -> add (inside): extracting {relu, add} would need a cycle
     assert not partition_extractable({nodes["relu"], nodes["add"]})
+
+
+def test_a_vela_crash_moves_its_partition_to_the_cpu_and_the_compile_goes_on(tmp_path,
+                                                                            monkeypatch):
+    """Vela 5.1's native compiler can end the process (SIGSEGV in `process_regor` on
+    MobileViT-XXS for the U55). Each Vela call runs in a child process: a crash there is a
+    failed compile of that partition, which the planner moves to the CPU, naming the signal."""
+    import json
+    import os
+    import signal
+
+    import executorch.backends.arm.ethosu.backend as ethosu_backend
+
+    from orchestrator.cli import main
+
+    upstream = ethosu_backend.vela_compile
+
+    def crashing(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGSEGV)  # runs in the child: only it ends
+        return upstream(*args, **kwargs)
+
+    monkeypatch.setattr(ethosu_backend, "vela_compile", crashing)
+    pte = tmp_path / "ae.pte"
+    code = main(["compile", "deep-autoencoder", "--npu", "ethos-u55-128", "-o", str(pte),
+                 "--quiet"])
+    assert code == 0 and pte.is_file()
+    plan = json.loads((tmp_path / "ae.artifacts" / "plan.json").read_text())
+    text = json.dumps(plan)
+    assert "Vela's compiler crashed (signal SIGSEGV)" in text
+    assert plan["summary"]["npu_partitions"] == 0

@@ -247,8 +247,11 @@ def compare(tflite: str | Path, compile_program, *, platform: str = "corstone300
             if ran.passed:
                 ours_instructions = ran.instructions
                 allocator = re.search(r"method_allocator_used : (\d+)", ran.log)
+                # EthosUBackend takes each invocation's NPU scratch from the temp allocator
+                # (TFLM's lies in its arena): the largest partition's, from its payload
+                scratch = max((p.payload.scratch_bytes for p in twin.partitions), default=0)
                 ours_arena = (sum(size for _, size, _, _ in ran.planned_buffers)
-                              + (int(allocator[1]) if allocator else 0)) or None
+                              + (int(allocator[1]) if allocator else 0) + scratch) or None
             else:
                 ours_error = "our program failed on QEMU: " + "; ".join(ran.errors)[:300]
             ours_method = ran.method
@@ -289,8 +292,10 @@ def compare(tflite: str | Path, compile_program, *, platform: str = "corstone300
         figures.append(Figure(
             "tensor arena bytes", ours_arena, theirs_arena,
             "measured on the device: ours, the planned buffers plus the method allocator's "
-            "use (the runtime's structures), as our runner logged them; TFLM's "
-            "arena_used_bytes() after AllocateTensors (tensors and interpreter structures)",
+            "use (the runtime's structures), as our runner logged them, plus the largest NPU "
+            "scratch the Ethos-U backend takes from the temp allocator (from the payload); "
+            "TFLM's arena_used_bytes() after AllocateTensors (tensors, NPU scratch and "
+            "interpreter structures)",
             " B",
             why_absent="; ".join(e for e in (ours_error, theirs_error) if e)))
         figures.append(Figure(
