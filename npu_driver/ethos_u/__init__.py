@@ -45,9 +45,10 @@ command and its word offset; nothing is skipped. Refused as not modelled (Unmode
 NPU_OP_IRQ; dual-core operation (PARALLEL_MODE != 0, non-zero WEIGHT1/SCALE1 lengths: U65-512);
 2-D/3-D and custom DMA, DMA from SHRAM, DMA channel/mode != 0; the FP_S5_10 accumulator and
 the 4x4 kernel decomposition; the built-in TANH/SIGMOID activation functions and uint16 tables;
-elementwise LRELU, CLZ, SHL, SHR, MUL with operand scaling, 32-bit operand scaling; IFM
-upscaling on elementwise operations; OFM scales other than 1 on 32-bit elementwise/pooling
-OFMs; clamps narrower than int16 on 32-bit OFMs; accumulator overflow beyond ACC_FORMAT's
+elementwise LRELU, MUL with operand scaling, 32-bit operand scaling, CLZ/SHL/SHR on operands
+other than 32-bit or by amounts outside 0..31; IFM upscaling on elementwise operations; OFM
+scales other than 1 on 32-bit elementwise/pooling OFMs, but a 32-bit MUL's (its shift alone
+applies, as the interface says); clamps narrower than int16 on 32-bit OFMs; accumulator overflow beyond ACC_FORMAT's
 width; reserved register values; and any register an operation reads but the stream never set.
 Verified byte-exact against the TOSA reference model (tests/test_npu_model.py,
 benchmarks/npu_model.py): int8 and int16 convolution, depthwise, max/average/reduce-sum pooling,

@@ -756,7 +756,7 @@ class Machine:
         elif mode in ("shr", "shl", "clz"):
             # The shifts and CLZ that Vela's TFLite softmax is made of (regor
             # compiler/softmax.cpp), on 32-bit values: they take no OFM scaling.
-            return self._bit_operation(mode, a, b, element_size, rounding, w)
+            return arith.bit_operation(mode, a, b, element_size, rounding, w)
         else:
             raise UnmodelledCommand(f"{w}: elementwise {mode.upper()} is not modelled")
         if self._global_scale(op):
@@ -774,33 +774,6 @@ class Machine:
                                     "scaling is not modelled")
         return np.asarray(result, dtype=np.int64)
 
-    @staticmethod
-    def _bit_operation(mode, a, b, element_size, rounding, w):
-        """SHR, SHL and CLZ on 32-bit operands (the zero points already taken off): SHR an
-        arithmetic shift right by IFM2 rounded as OFM_PRECISION says (NATURAL: half up), SHL a
-        shift left saturated to int32 at the output, CLZ the leading zeros of the 32-bit value
-        (32 for 0). Shift amounts outside 0..31 are refused, as is another operand width: what
-        the hardware does there is not documented here. Checked against TFLM's softmax, which
-        Vela builds from them, byte for byte (tests/test_compare.py)."""
-        if element_size != 4:
-            raise UnmodelledCommand(f"{w}: elementwise {mode.upper()} on {8 * element_size}-bit "
-                                    "operands (modelled on 32-bit ones)")
-        a = np.asarray(a, dtype=np.int64)
-        if mode == "clz":
-            unsigned = np.where(a < 0, a + (1 << 32), a).astype(np.uint64)
-            lengths = np.zeros(unsigned.shape, dtype=np.int64)
-            remaining = unsigned.copy()
-            while np.any(remaining):
-                lengths += remaining != 0
-                remaining >>= np.uint64(1)
-            return 32 - lengths
-        b = np.asarray(b, dtype=np.int64)
-        if b.size and (int(b.min()) < 0 or int(b.max()) > 31):
-            raise UnmodelledCommand(f"{w}: elementwise {mode.upper()} by {int(b.min())}.."
-                                    f"{int(b.max())} (modelled for 0..31)")
-        if mode == "shl":
-            return a << b
-        return arith.scale_shift(a, 1, b, rounding)
 
 
 def run_streams(machine: Machine, streams, regions, growable_regions: tuple[int, ...] = (),

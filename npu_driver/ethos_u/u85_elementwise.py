@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from npu_driver.ethos_u import arith
+from npu_driver.ethos_u.errors import where
 from npu_driver.ethos_u.stream import Command
 from npu_driver.ethos_u.u85_commands import enum_names, fields, table
 
@@ -125,13 +126,23 @@ class ResizeAndElementwise:
 
     def _op_elementwise(self, op: Command) -> None:
         mode = _ELEMENTWISE.get(fields(op)["elementwise_mode"], "reserved")
-        if mode not in ("ADD", "SUB", "MUL", "MIN", "MAX", "ABS", *_COMPARE, *_BITWISE):
+        if mode not in ("ADD", "SUB", "MUL", "MIN", "MAX", "ABS", "SHR", "SHL", "CLZ", *_COMPARE,
+                        *_BITWISE):
             raise self._refuse(op, f"elementwise mode {mode}")
         bits = self._accumulator(op)
         ofm = self._fm("OFM", op)
         shape = self._ofm_shape(op)
         a = self._operand("IFM", op, shape)
-        b = None if mode in ("ABS", "NOT") else self._operand("IFM2", op, shape)
+        b = None if mode in ("ABS", "NOT", "CLZ") else self._operand("IFM2", op, shape)
+        if mode in ("SHR", "SHL", "CLZ"):
+            # the shifts and CLZ of Vela's TFLite softmax (regor compiler/softmax.cpp), as on
+            # the Ethos-U55 (machine.Machine._bit_operation): no OFM scaling
+            rounding = self._rounding("NPU_SET_OFM_SCALE", op, _ROUND_OFM, 1)
+            result = arith.bit_operation(mode.lower(), a, b, self._operand_bytes("IFM", op),
+                                   rounding, where(op.name, op.offset))
+            self._write_ofm(ofm, self._output(result, ofm, op), op)
+            self.counters.operations[f"elementwise.{mode.lower()}"] += 1
+            return
         if mode in _BITWISE:
             result = self._bitwise(mode, a, b, op)
         elif mode in _COMPARE:
@@ -156,7 +167,11 @@ class ResizeAndElementwise:
             b = self._operand_scale("NPU_SET_IFM2_SCALE", b, op)
             result = {"ADD": np.add, "SUB": np.subtract, "MIN": np.minimum,
                       "MAX": np.maximum}[mode](a, b)
-            self._check_accumulator(result, bits, op)
+            if not (self._operand_bytes("IFM", op) == 4 and ofm.element_size == 4):
+                self._check_accumulator(result, bits, op)
+            # else: 32-bit operands into a 32-bit OFM (Vela's TFLite softmax) saturate at the
+            # output, as the Ethos-U55 model's do; its Newton-Raphson step reaches 2**31 and
+            # TFLM's result is the saturated one
         else:
             # MUL: regor writes unit operand scales (it asserts so); another scale would have
             # to be applied somewhere the model does not know
@@ -165,6 +180,18 @@ class ResizeAndElementwise:
                     raise self._refuse(op, f"elementwise {mode} with {name} "
                                            f"{self._scale_pair(name, op)} (not a unit scale)")
             result = np.asarray(a, dtype=np.int64) * np.asarray(b, dtype=np.int64)
+            if self._operand_bytes("IFM", op) == 4 and ofm.element_size == 4 and \
+                    self._global_scale(op):
+                # a 32-bit MUL (Vela's TFLite softmax: Q31 products): the 64-bit product takes
+                # OFM_SCALE's shift alone, as on the Ethos-U55 (whose interface says the scale
+                # is not applied for 32-bit operations); regor writes 2**30 with shift 31 for
+                # round(a x b / 2**31), which TFLM's softmax computes
+                shift = self._scale_pair("NPU_SET_OFM_SCALE", op)[1]
+                rounding = self._rounding("NPU_SET_OFM_SCALE", op, _ROUND_OFM, shift)
+                out = self._output(arith.scale_shift(result, 1, shift, rounding), ofm, op)
+                self._write_ofm(ofm, out, op)
+                self.counters.operations["elementwise.mul"] += 1
+                return
             self._check_accumulator(result, bits, op)
         if not self._global_scale(op):
             raise self._refuse(op, f"elementwise {mode} with per-channel OFM scales")
@@ -172,6 +199,12 @@ class ResizeAndElementwise:
                                               shape[2]), ofm, op)
         self._write_ofm(ofm, out, op)
         self.counters.operations[f"elementwise.{mode.lower()}"] += 1
+
+    def _operand_bytes(self, name: str, op: Command) -> int:
+        """The element size of IFM or IFM2 from its PRECISION register (also for an operand
+        that is the OP_SCALAR, which has no feature map): 1, 2 or 4 bytes."""
+        precision = fields(self.reg(f"NPU_SET_{name}_PRECISION", op))["activation_precision"]
+        return {0: 1, 1: 2, 2: 4}.get(precision, 8)
 
     def _bitwise(self, mode: str, a, b, op: Command) -> np.ndarray:
         """AND, OR, XOR, AND_NOT (IFM & ~IFM2: regor's SELECT takes its false choice as IFM

@@ -66,14 +66,21 @@ U85-128/256/512/2048 (34 of 34 on each since compile pads the mixed model's stri
 explicitly; docs/benchmarks.md). Implemented from the register definitions but exercised by no
 stream here: TRUNCATE_TO_ZERO rounding, LUT_U8_U8 (the A16W8 convolutions use I48 accumulators).
 
+Executed and equal to TFLM byte for byte on the incumbent's files (Vela's TFLite output run by
+TFLM's Ethos-U kernel over the QEMU bridge, orchestrator/comparison/compare.py): the softmax
+regor builds for a TFLite SOFTMAX (compiler/softmax.cpp), with LUT_S8_S32 (the ACTIVATION clamp
+bounds its index), IFM scales with double rounding (`dbl_rnd`, regor's reference `Scale`),
+elementwise CLZ, SHL and SHR on 32-bit values, 32-bit MULs (OFM_SCALE's shift alone) and 32-bit
+ADD/SUB saturating at the output; 32 of 32 random inputs of MLPerf Tiny's four files each.
+
 Refused as not modelled (each by command and word offset): resize mode REPLICATE, a resize whose
 block steps are not its scale's, with IFM padding, upscaling or per-channel scales;
 NPU_OP_BRANCH, NPU_OP_IRQ; DMA other than a 1-D copy (into a region or the LUT memory) or a
 2-D gather; accumulators kept by an operation other
 than a convolution, or kept and then not of the next OFM's shape; accumulators from IFM2 other
 than pooling NONE's, TILE3X1 storage, reversed OFMs; rounding modes other than NATURAL and
-TRUNCATE_TO_ZERO where a shift is not 0, and double rounding (`dbl_rnd` not 0); pooling MIN and
-ARGMAX; elementwise LRELU, CLZ, SHR, SHL, LSR, DIV; LUT_S8_S16, LUT_S8_S32, LUT_S16_S32 and the
+TRUNCATE_TO_ZERO where a shift is not 0, and double rounding with another mode; pooling MIN and
+ARGMAX; elementwise LRELU, LSR, DIV; LUT_S8_S16, LUT_S16_S32 and the
 U85's LUT_TANH and LUT_SIGMOID (regor writes the last two for TFLite graphs only, never for the
 TOSA graphs ExecuTorch gives it, so no stream here exercises them); comparisons or bitwise
 operations with other zero points or scales; IFM upscaling; an accumulator beyond its width.
@@ -363,7 +370,12 @@ class U85Machine(ResizeAndElementwise):
         scale = fields(self.reg(name, op))
         mode = table.get(scale["round_mode"], "reserved")
         if scale["dbl_rnd"]:
-            raise self._refuse(op, f"{name} double rounding shift {scale['dbl_rnd']}")
+            # regor writes 20 (8-bit operands) or 15 for the TFLite ops it scales the TFLite
+            # way (its softmax); its reference `Scale` rounds DOUBLE_SYMMETRIC so
+            if mode != "DOUBLE_SYMMETRIC" or not 0 < scale["dbl_rnd"] <= 30:
+                raise self._refuse(op, f"{name} double rounding shift {scale['dbl_rnd']} with "
+                                       f"round_mode {mode}")
+            return arith.ROUND_DBL_SHIFTED + scale["dbl_rnd"]
         if mode not in _ROUNDING:
             if mode != "reserved" and not np.any(np.asarray(shift)):
                 return arith.ROUND_NATURAL
@@ -396,14 +408,20 @@ class U85Machine(ResizeAndElementwise):
         to ACTIVATION_MIN/MAX (clip range B16) and the OFM type."""
         activation = fields(self.reg("NPU_SET_ACTIVATION", op))
         function = _ACTIVATION.get(activation["activation_function"], "reserved")
-        if function not in ("LUT_NONE", "LUT_S8_S8", "LUT_U8_U8", "LUT_S16_S16"):
+        if function not in ("LUT_NONE", "LUT_S8_S8", "LUT_U8_U8", "LUT_S16_S16", "LUT_S8_S32"):
             raise self._refuse(op, f"activation function {function}")
-        lo, hi = ofm.type_range
+        type_lo, type_hi = lo, hi = ofm.type_range
         if activation["activation_clip_range"] == 0:  # B16: ACTIVATION_MIN/MAX, 16 bits
             lo = max(lo, self._zero_point("NPU_SET_ACTIVATION_MIN", ofm, op))
             hi = min(hi, self._zero_point("NPU_SET_ACTIVATION_MAX", ofm, op))
         zp = self._zero_point("NPU_SET_OFM_ZERO_POINT", ofm, op)
         values = arith.saturate(np.asarray(values), -(1 << 48), 1 << 48) + zp
+        if function == "LUT_S8_S32":
+            # the clamp bounds the table's index (regor writes -128..127 for the int8-indexed
+            # exponent of its softmax), the int32 entries go out as they are
+            index = np.clip(values, lo, hi)
+            return np.clip(self._lut(index, function, activation["table"], ofm, op),
+                           type_lo, type_hi)
         if function != "LUT_NONE":
             values = self._lut(values, function, activation["table"], ofm, op)
         return np.clip(values, lo, hi)
@@ -420,12 +438,13 @@ class U85Machine(ResizeAndElementwise):
         int16 interpolation with the RESCALE by 1/128 regor fuses (QuantizedScale(1, 7),
         RoundMode::NATURAL), as on the Ethos-U55 (machine.Machine._lut)."""
         wide = function == "LUT_S16_S16"
+        words = function == "LUT_S8_S32"  # 256 int32 entries (regor's softmax exponent)
         signed = function != "LUT_U8_U8"
-        size, low = (2048, -32768) if wide else (256, -128 if signed else 0)
-        if ofm.element_size != (2 if wide else 1) or ofm.signed != signed:
+        size, low = (2048, -32768) if wide else (1024 if words else 256, -128 if signed else 0)
+        if ofm.element_size != (2 if wide else 4 if words else 1) or ofm.signed != signed:
             raise self._refuse(op, f"{function} into a {ofm.element_size * 8}-bit "
                                    f"{'signed' if ofm.signed else 'unsigned'} OFM")
-        if wide and table:
+        if (wide or words) and table % (size // 256):
             raise self._refuse(op, f"{function} table {table} (a 2048-byte table fills the LUT "
                                    "memory)")
         start = 256 * table
@@ -435,6 +454,8 @@ class U85Machine(ResizeAndElementwise):
         raw = bytes(self.memory.shram[start:start + size])
         index = np.clip(values, low, low + (1 << (16 if wide else 8)) - 1) - low
         self.counters.operations["lut"] += 1
+        if words:
+            return np.frombuffer(raw, dtype="<i4").astype(np.int64)[index]
         if not wide:
             return np.frombuffer(raw, dtype=np.int8 if signed else np.uint8).astype(
                 np.int64)[index]
