@@ -20,11 +20,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernels.native.errors import QemuUnavailable
 from kernels.native.runner import Firmware
 from kernels.native.tflm import build_tflm_runner
 from kernels.native.toolchains import find_qemu
-from platforms.firmware_recipe import NoEthosUInQemu, platform_title, runner_spec
+from platforms.firmware_recipe import NoEthosUInQemu, runner_spec
 from platforms.platform import Platform, load_platform
 from platforms.qemu import (DEFAULT_TIMEOUT_S, npu_method, program_address, qemu_loader,
                             run_qemu_process)
@@ -90,8 +89,8 @@ def run_tflite_on_qemu(
     on QEMU. A file with Vela's operators needs `npu` (the accelerator it was compiled for) and
     `npu_handler` (what computes each command stream on the host). With `profile`, TFLM's
     MicroProfiler times every operator (`TflmQemuResult.operators`); its own work is then in the
-    inference's figures, so a profiled run is not the one to read instructions from. Raises QemuUnavailable
-    ("not run: ...") when the run cannot happen here."""
+    inference's figures, so a profiled run is not the one to read instructions from. Raises
+    QemuUnavailable ("not run: ...") when the run cannot happen here."""
     tflite_path = Path(tflite_path)
     platform = load_platform(platform) if isinstance(platform, str) else platform
     platform, config = qemu_runner(platform, cpu)
@@ -164,13 +163,3 @@ def run_tflite_on_qemu(
         npu_invocations=bridge.log.invocations if bridge is not None else 0,
         npu_commands=bridge.log.commands if bridge is not None else 0,
         operators=tuple(tuple(inference) for inference in operators))
-
-
-def runner_title(platform: Platform | str, cpu: str | None = None) -> str:
-    """ "Corstone-300" or the QEMU machine that runs `cpu`'s build."""
-    platform = load_platform(platform) if isinstance(platform, str) else platform
-    runner_platform, config = qemu_runner(platform, cpu)
-    return platform_title(runner_platform.name) if not config.machine_map else config.qemu_machine
-
-
-__all__ = ["QemuUnavailable", "TflmQemuResult", "run_tflite_on_qemu", "runner_title"]

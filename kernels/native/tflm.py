@@ -311,7 +311,8 @@ class _TflmBuilder(RunnerBuilder):
             publish_folder(staging, out)
         return out / "include"
 
-    def tflm_units(self, schema: Path, generated: Path, kernels: Sequence[Path]) -> list[CompileUnit]:
+    def tflm_units(self, schema: Path, generated: Path,
+                   kernels: Sequence[Path]) -> list[CompileUnit]:
         tp, tflm = self.tp, self.tflm
         # The generated schema first, so it is the one `schema_generated.h` names.
         includes = (f"-I{schema}", f"-I{generated}", f"-I{tflm.root}",
@@ -429,8 +430,8 @@ def build_tflm_runner(
     last_error = None
     for kernels in attempts:
         units = builder.tflm_units(schema, generated, kernels)
-        units.append(CompileUnit(regions_c, (*builder._cmsis_common(), spec.optimization, "-std=gnu11",
-                                       f"-I{spec.sources_dir}")))
+        units.append(CompileUnit(regions_c, (*builder._cmsis_common(), spec.optimization,
+                                             "-std=gnu11", f"-I{spec.sources_dir}")))
         keys = [builder.object_key(unit, schema) for unit in units]
         firmware_key = digest("tflm", TFLM_RECIPE_VERSION, toolchain.version,
                               json.dumps(sorted(keys)), spec.recipe_text,

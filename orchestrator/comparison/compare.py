@@ -203,8 +203,8 @@ def compare(tflite: str | Path, compile_program, *, platform: str = "corstone300
             progress=None) -> Comparison:
     """Compile `tflite` both ways for the target, run both on QEMU on `samples` random inputs,
     and compare (see the module); `compile_program` is the API's `compile` (this room sits
-    below the API and does not import it); `per_op` adds each side's instructions per TFLite operator
-    kind, from a profiled run of each (our runner's trace build, TFLM's MicroProfiler)."""
+    below the API and does not import it); `per_op` adds each side's instructions per TFLite
+    operator kind, from a profiled run of each (our runner's trace build, TFLM's MicroProfiler)."""
     say = progress or (lambda _line: None)
     tflite = Path(tflite)
     if tflite.suffix != ".tflite" or not tflite.is_file():
@@ -313,7 +313,8 @@ def compare(tflite: str | Path, compile_program, *, platform: str = "corstone300
             notes.append(theirs_error)
     return Comparison(
         model=tflite.name,
-        target=f"{platform} + {target.npu or 'no NPU'} ({manifest_target.get('cpu') or target.cpu})",
+        target=(f"{platform} + {target.npu or 'no NPU'} "
+                f"({manifest_target.get('cpu') or target.cpu})"),
         machine=machine, ours_method=ours_method, incumbent_method=incumbent_method,
         figures=tuple(figures), numerics=numerics, notes=tuple(notes))
 
