@@ -234,8 +234,8 @@ class VelaCrashed(RuntimeError):
 
 
 def run_isolated(function, *args, **kwargs):
-    """`function(*args, **kwargs)` in a forked child process, its result (or its exception, as
-    text) sent back; stdout discarded (Vela prints its tables there). A child that dies, as
+    """`function(*args, **kwargs)` in a forked child process, its result (or its exception)
+    sent back; stdout discarded (Vela prints its tables there). A child that dies, as
     Vela 5.1's native compiler did on MobileViT-XXS for the U55 (SIGSEGV after about four
     minutes), raises VelaCrashed here instead of taking the compile down. In a daemonic
     process, which may not start children, the call runs in this process."""
@@ -249,12 +249,13 @@ def run_isolated(function, *args, **kwargs):
         try:
             with contextlib.redirect_stdout(_Discard()):
                 outcome = ("result", function(*args, **kwargs))
-        except BaseException as error:  # noqa: BLE001 - every failure goes back as text
-            outcome = ("error", f"{type(error).__name__}: {error}")
+        except BaseException as error:  # noqa: BLE001 - every failure goes back
+            outcome = ("error", error)
         try:
             send.send(outcome)
-        except Exception as error:  # noqa: BLE001 - an unpicklable result is a failure too
-            send.send(("error", f"the result could not be sent back: {error}"))
+        except Exception:  # noqa: BLE001 - an unpicklable exception goes back as its words
+            what = outcome[1] if outcome[0] == "error" else "the result could not be sent back"
+            send.send(("error", RuntimeError(str(what))))
         send.close()
 
     process = context.Process(target=child, name="orchestrate-vela")
@@ -270,7 +271,7 @@ def run_isolated(function, *args, **kwargs):
     if kind == "result":
         return value
     if kind == "error":
-        raise RuntimeError(value)
+        raise value  # the child's exception, its type and words (its traceback stays there)
     code = process.exitcode
     how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0
            else f"exit code {code}")

@@ -436,8 +436,7 @@ class Machine:
         if wide and rng != (-32768, 32767):
             raise UnmodelledCommand(f"{where(op.name, op.offset)}: a table lookup over "
                                     f"{rng[0]}..{rng[1]} (uint16) is not modelled")
-        # an int8-indexed table with a 32-bit OFM holds 256 int32 entries (regor's softmax
-        # exponent table, Softmax::GenerateExpTable), 1 KiB from the slot
+        # int8-indexed, 32-bit OFM: 256 int32 entries (regor Softmax::GenerateExpTable)
         word_table = ofm.element_size == 4 and not wide
         size = 2048 if wide else 1024 if word_table else 256
         start = self.accel.lut_address + slot * LUT_SLOT_BYTES
@@ -753,9 +752,7 @@ class Machine:
             result = np.minimum(a, b) if mode == "min" else np.maximum(a, b)
         elif mode == "abs":
             result = np.abs(a)
-        elif mode in ("shr", "shl", "clz"):
-            # The shifts and CLZ that Vela's TFLite softmax is made of (regor
-            # compiler/softmax.cpp), on 32-bit values: they take no OFM scaling.
+        elif mode in ("shr", "shl", "clz"):  # Vela's TFLite softmax: no OFM scaling
             return arith.bit_operation(mode, a, b, element_size, rounding, w)
         else:
             raise UnmodelledCommand(f"{w}: elementwise {mode.upper()} is not modelled")
@@ -763,9 +760,8 @@ class Machine:
             scale = self.payload(cmd1.NPU_SET_OFM_SCALE, op)
             shift = self.param(cmd1.NPU_SET_OFM_SCALE, op) & 0x3F
             if ofm.element_size == 4 and mode == "mul" and element_size == 4:
-                # a 32-bit MUL: OFM_SCALE's scale "is not applied for 32-bit operations"
-                # (ethosu55_interface.h npu_set_ofm_scale_t), its shift is: regor writes 2**30
-                # with shift 31 for a Q31 product, which is round(a * b / 2**31)
+                # a 32-bit MUL: the scale "is not applied for 32-bit operations" (the interface's
+                # npu_set_ofm_scale_t), the shift is (regor: 2**30, shift 31 = round(a*b/2**31))
                 return arith.scale_shift(result, 1, shift, rounding)
             self._check_32bit_scale(ofm, scale, shift, op)
             return arith.scale_shift(result, scale, shift, rounding)
