@@ -396,8 +396,8 @@ def build_runner(
     record_path = folder / "build.json"
     if record_path.is_file():
         record = json.loads(record_path.read_text())
-        return firmware_record(folder, record, firmware_key, operators, time.monotonic() - started, True, 0,
-                         len(units))
+        return firmware_record(folder, record, firmware_key, operators,
+                               time.monotonic() - started, True, 0, len(units))
 
     objects = builder.compile_all(units, schema)
     staging = Path(tempfile.mkdtemp(dir=builder._ensure(builder.cache / "firmware"), prefix=".tmp-"))
@@ -407,9 +407,22 @@ def build_runner(
     except FirmwareBuildError:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    return publish_build(builder, toolchain, spec, operators, staging, folder, firmware_key,
+                         code_region, len(objects), started, len(units))
+
+
+def publish_build(builder: RunnerBuilder, toolchain: Toolchain, spec: RunnerSpec,
+                  operators: tuple[str, ...], staging: Path, folder: Path, key: str,
+                  code_region: str, objects: int, started: float, total: int,
+                  extra: Mapping[str, object] | None = None) -> Firmware:
+    """Record a linked `staging/runner.elf` (where its mailbox and free memory start, its
+    sizes, what the build cost; `extra` fields first) in build.json and publish the folder
+    as `folder` (another process may have built the same firmware meanwhile): the Firmware."""
+    elf = staging / "runner.elf"
     symbols = elf_symbols(toolchain, elf)
     text_bytes, data_bytes, bss_bytes = elf_sizes(toolchain, elf)
     record = {
+        **(extra or {}),
         "operators": list(operators),
         "platform": spec.platform,
         "code_region": code_region,
@@ -419,7 +432,7 @@ def build_runner(
         "data_bytes": data_bytes,
         "bss_bytes": bss_bytes,
         "toolchain": toolchain.version,
-        "objects": len(objects),
+        "objects": objects,
         "compiled_objects": builder.compiled,
         "build_seconds": round(time.monotonic() - started, 3),
     }
@@ -429,12 +442,12 @@ def build_runner(
     else:
         publish_folder(staging, folder)
     record = json.loads((folder / "build.json").read_text())
-    return firmware_record(folder, record, firmware_key, operators, time.monotonic() - started, False,
-                     builder.compiled, len(units))
+    return firmware_record(folder, record, key, operators, time.monotonic() - started, False,
+                           builder.compiled, total)
 
 
-def firmware_record(folder: Path, record: dict, key: str, operators: tuple[str, ...], seconds: float,
-              cached: bool, compiled: int, total: int) -> Firmware:
+def firmware_record(folder: Path, record: dict, key: str, operators: tuple[str, ...],
+                    seconds: float, cached: bool, compiled: int, total: int) -> Firmware:
     return Firmware(
         elf=folder / "runner.elf",
         key=key,

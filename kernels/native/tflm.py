@@ -51,10 +51,9 @@ from pathlib import Path
 from kernels.cache_root import cache_root
 from kernels.native.cache import atomic_write, digest, publish_folder, tree_digest
 from kernels.native.errors import FirmwareBuildError, ThirdPartySourcesNotFound
-from kernels.native.linker import elf_sizes, elf_symbols, symbol
 from kernels.native.operators import RECIPE_VERSION, cmsis_nn_sources
 from kernels.native.runner import (NPU_DIR, CompileUnit, Firmware, RunnerBuilder, RunnerSpec,
-                                   firmware_record)
+                                   firmware_record, publish_build)
 from kernels.native.sources import ThirdParty, find_third_party, sources_hint
 from kernels.native.toolchains import build_jobs, find_flatc, find_toolchain, run_text
 
@@ -440,7 +439,7 @@ def build_tflm_runner(
         if (folder / "build.json").is_file():
             record = json.loads((folder / "build.json").read_text())
             return firmware_record(folder, record, firmware_key, operators,
-                             time.monotonic() - started, True, 0, len(units))
+                                   time.monotonic() - started, True, 0, len(units))
         objects = builder.compile_all(units, schema)
         staging = Path(tempfile.mkdtemp(dir=builder._ensure(builder.cache / "firmware"),
                                         prefix=".tmp-"))
@@ -453,30 +452,7 @@ def build_tflm_runner(
                 raise
             last_error = error
             continue
-        symbols = elf_symbols(toolchain, elf)
-        text_bytes, data_bytes, bss_bytes = elf_sizes(toolchain, elf)
-        record = {
-            "runtime": "tflite-micro",
-            "operators": list(operators),
-            "platform": spec.platform,
-            "code_region": code_region,
-            "mailbox_address": symbols["__runner_mailbox"],
-            "free_start": {r.name: symbols[f"__free_{symbol(r.name)}_start"]
-                           for r in spec.regions},
-            "text_bytes": text_bytes,
-            "data_bytes": data_bytes,
-            "bss_bytes": bss_bytes,
-            "toolchain": toolchain.version,
-            "objects": len(objects),
-            "compiled_objects": builder.compiled,
-            "build_seconds": round(time.monotonic() - started, 3),
-        }
-        (staging / "build.json").write_text(json.dumps(record, indent=1))
-        if folder.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-        else:
-            publish_folder(staging, folder)
-        record = json.loads((folder / "build.json").read_text())
-        return firmware_record(folder, record, firmware_key, operators, time.monotonic() - started,
-                         False, builder.compiled, len(units))
+        return publish_build(builder, toolchain, spec, operators, staging, folder,
+                             firmware_key, code_region, len(objects), started, len(units),
+                             {"runtime": "tflite-micro"})
     raise FirmwareBuildError(f"linking TFLM's runner failed with every kernel:\n{last_error}")

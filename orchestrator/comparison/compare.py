@@ -222,7 +222,7 @@ def compare(tflite: str | Path, compile_program, *, platform: str = "corstone300
         options = {"platform": platform, "npu": npu or ("none" if not on_npu else None),
                    "cpu": cpu}
         result = compile_program(str(tflite), work / "ours.pte",
-                                      **{k: v for k, v in options.items() if v is not None})
+                                 **{k: v for k, v in options.items() if v is not None})
         twin = load_program(result.pte)
         manifest_target = twin.require_manifest().target
         device_platform = installed_platform(manifest_target)
