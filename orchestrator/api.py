@@ -532,14 +532,15 @@ def firmware_size(folder, run: bool = False, pte_bytes: bytes | None = None) -> 
 
 def compare(tflite, platform: str = "corstone300", npu: str | None = None,
             cpu: str | None = None, samples: int = 4, work_dir=None, per_op: bool = False,
-            progress=None) -> "Comparison":
+            firmware: bool = False, progress=None) -> "Comparison":
     """`orchestrate compare`: the .tflite compiled by orchestrate and by the incumbent (vela +
     TensorFlow Lite Micro), both run on the same QEMU machine: a Comparison (figures with their
-    sources, the outputs compared; .text(), .to_json(), .html())."""
+    sources, the outputs compared; .text(), .to_json(), .html()); `firmware` adds both release
+    images' flash and RAM from their linker maps."""
     from orchestrator.comparison.compare import compare as compare_both  # lazy: heavy (torch)
 
     return compare_both(tflite, compile, platform=platform, npu=npu, cpu=cpu, samples=samples,
-                        work_dir=work_dir, per_op=per_op, progress=progress)
+                        work_dir=work_dir, per_op=per_op, firmware=firmware, progress=progress)
 
 
 def source_trees() -> Sources:

@@ -609,7 +609,7 @@ def cmd_compare(args) -> int:
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     comparison = api.compare(args.model, platform=args.platform, npu=args.npu, cpu=args.cpu,
                              samples=args.samples, work_dir=args.work, per_op=args.per_op,
-                             progress=progress)
+                             firmware=args.firmware, progress=progress)
     if output is not None:
         atomic_write_bytes(output, (json.dumps(comparison.to_json(), indent=2) + "\n"
                                     if output.suffix == ".json" else comparison.html()).encode())

@@ -433,6 +433,11 @@ COMPARE = Verb(
         option("--per-op", action="store_true", help="also each side's instructions per "
                "TFLite operator kind, from a profiled run of each (our runner's trace build, "
                "TFLM's MicroProfiler; default: off)"),
+        option("--firmware", action="store_true", help="also build both release images (our "
+               "`firmware --profile release` project; TFLM and the file linked with the same "
+               "core flags, LTO and newlib-nano) and compare their flash and RAM from the "
+               "linker maps; without an NPU both also run on QEMU for the stack's high-water "
+               "mark (default: off)"),
         TABLE_OR_JSON,
     ) + OUTPUT)
 

@@ -22,11 +22,12 @@ from pathlib import Path
 
 from kernels.native.runner import Firmware
 from kernels.native.tflm import build_tflm_runner
+from kernels.native.tflm_release import TflmRelease, build_tflm_release
 from kernels.native.toolchains import find_qemu
 from platforms.firmware_recipe import NoEthosUInQemu, runner_spec
 from platforms.platform import Platform, load_platform
-from platforms.qemu import (DEFAULT_TIMEOUT_S, npu_method, program_address, qemu_loader,
-                            run_qemu_process)
+from platforms.qemu import (DEFAULT_TIMEOUT_S, ElfRun, npu_method, program_address,
+                            qemu_loader, run_elf, run_qemu_process)
 from platforms.qemu_machines import qemu_runner
 from platforms.runner_protocol import (CALIBRATION, CASE_TICKS, EXIT_MEANING, TFLM_ARENA,
                                        TFLM_ERROR, TFLM_INPUT_FILE, TFLM_MAILBOX,
@@ -79,6 +80,7 @@ def run_tflite_on_qemu(
     npu_fast_scratch_bytes: int = 0,
     repeats: int = 1,
     profile: bool = False,
+    arena_bytes: int = 0,
     timeout_s: int = DEFAULT_TIMEOUT_S,
     third_party: str | Path | None = None,
     cache_dir: str | Path | None = None,
@@ -89,7 +91,8 @@ def run_tflite_on_qemu(
     on QEMU. A file with Vela's operators needs `npu` (the accelerator it was compiled for) and
     `npu_handler` (what computes each command stream on the host). With `profile`, TFLM's
     MicroProfiler times every operator (`TflmQemuResult.operators`); its own work is then in the
-    inference's figures, so a profiled run is not the one to read instructions from. Raises
+    inference's figures, so a profiled run is not the one to read instructions from.
+    `arena_bytes` bounds TFLM's arena (0: all the region leaves free). Raises
     QemuUnavailable ("not run: ...") when the run cannot happen here."""
     tflite_path = Path(tflite_path)
     platform = load_platform(platform) if isinstance(platform, str) else platform
@@ -111,7 +114,7 @@ def run_tflite_on_qemu(
     model_address = program_address(platform, config, firmware, image_region, size)
     arena_region = config.default_planned_region
     mailbox = TFLM_MAILBOX.pack(TFLM_MAILBOX_MAGIC, TFLM_MAILBOX_VERSION, model_address, size,
-                                arena_region.encode(), 0, len(cases), max(1, repeats),
+                                arena_region.encode(), arena_bytes, len(cases), max(1, repeats),
                                 npu_fast_scratch_bytes if npu_product else 0, int(profile))
     with tempfile.TemporaryDirectory(prefix="orchestrate-tflm-") as folder:
         mailbox_path = Path(folder) / "mailbox.bin"
@@ -163,3 +166,71 @@ def run_tflite_on_qemu(
         npu_invocations=bridge.log.invocations if bridge is not None else 0,
         npu_commands=bridge.log.commands if bridge is not None else 0,
         operators=tuple(tuple(inference) for inference in operators))
+
+
+def smallest_tflm_arena(tflite_path: str | Path, operators: Iterable[str],
+                        platform: Platform | str = "corstone300", *, used_bytes: int,
+                        cpu: str | None = None, npu: str | None = None, npu_handler=None,
+                        npu_fast_scratch_bytes: int = 0,
+                        timeout_s: int = DEFAULT_TIMEOUT_S) -> int | None:
+    """The smallest arena (16-byte steps) in which TFLM's AllocateTensors succeeds for the file,
+    found by running it on QEMU with no input: more than the `arena_used_bytes()` it reports
+    (`used_bytes`), because its memory planner's scratch lives in the arena while it plans. None
+    when even a 64-times larger arena fails."""
+    def allocates(size: int) -> bool:
+        return run_tflite_on_qemu(tflite_path, operators, [], platform, cpu=cpu, npu=npu,
+                                  npu_handler=npu_handler,
+                                  npu_fast_scratch_bytes=npu_fast_scratch_bytes,
+                                  arena_bytes=size, timeout_s=min(timeout_s, 60)).ok
+
+    failing, fitting, step = 0, (used_bytes + 15) // 16 * 16, 64
+    while not allocates(fitting):
+        failing, fitting, step = fitting, fitting + step, step * 2
+        if fitting > 64 * max(used_bytes, 1024):
+            return None
+    while fitting - failing > 16:
+        middle = (failing + fitting) // 32 * 16
+        if middle <= failing:
+            break
+        if allocates(middle):
+            fitting = middle
+        else:
+            failing = middle
+    return fitting
+
+
+def tflm_release_image(
+    tflite_path: str | Path,
+    operators: Iterable[str],
+    platform: Platform | str = "corstone300",
+    *,
+    arena_bytes: int,
+    cpu: str | None = None,
+    npu: str | None = None,
+    npu_fast_scratch_bytes: int = 0,
+    run: bool = False,
+    timeout_s: int = DEFAULT_TIMEOUT_S,
+    third_party: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    jobs: int | None = None,
+) -> tuple[TflmRelease, ElfRun | None]:
+    """TFLM's release image of `tflite_path` for the QEMU machine run_tflite_on_qemu uses
+    (kernels/native/tflm_release.py), with a tensor arena of `arena_bytes` (what TFLM reported
+    using); `run` also runs it there when it needs no NPU (an NPU build drives the NPU's
+    registers, which QEMU does not model). Raises what the build raises."""
+    platform = load_platform(platform) if isinstance(platform, str) else platform
+    platform, config = qemu_runner(platform, cpu)
+    operators = tuple(sorted(set(operators)))
+    npu_product = config.npu_product(npu) if ETHOS_U_OPERATOR in operators else None
+    if ETHOS_U_OPERATOR in operators and npu_product is None:
+        raise NoEthosUInQemu(f"the {platform.name} runner's recipe has no {npu or 'Ethos-U'}; "
+                             "no release image was built")
+    release = build_tflm_release(
+        tflite_path, operators, runner_spec(platform, config, npu_product),
+        arena_bytes=arena_bytes, npu_irq=config.npu_irq,
+        npu_accelerator=npu if npu_product else None,
+        fast_scratch_bytes=npu_fast_scratch_bytes if npu_product else 0,
+        third_party=third_party, cache_dir=cache_dir, jobs=jobs)
+    ran = (run_elf(release.elf, platform, config=config, timeout_s=timeout_s)
+           if run and npu_product is None else None)
+    return release, ran

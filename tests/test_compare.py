@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,35 @@ def test_a_report_name_without_json_or_html_is_refused_before_any_work(capsys, t
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and ".json or .html" in err[0], err
     assert not (tmp_path / "r.txt").exists()
+
+
+def test_release_images_weighed_from_their_linker_maps(tmp_path):
+    """compare --firmware: both sides' release images (ours `firmware --profile release`, TFLM
+    and the file linked the same way), weighed from their maps and run on QEMU (CPU-only)."""
+    qemu_or_missing()
+    tflite = _file("ad01_int8.tflite")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["compare", str(tflite), "--npu", "none", "--cpu", "cortex-m55",
+                     "--samples", "1", "--firmware", "--format", "json", "--quiet",
+                     "--work", str(tmp_path)])
+    assert code == 0, printed.getvalue()
+    data = json.loads(printed.getvalue())
+    figures = {f["figure"]: f for f in data["figures"]}
+    flash, code_bytes = figures["release flash bytes"], figures["release code bytes (flash less the model)"]
+    files = figures["model file bytes"]
+    for side in ("ours", "incumbent"):
+        # the map holds the whole model: the .pte and the .tflite, byte for byte of the files
+        assert flash[side] - code_bytes[side] == files[side], (side, flash, code_bytes, files)
+        assert code_bytes[side] > 10_000, code_bytes  # a runtime, kernels, libc: not nothing
+    # TFLM's arena is a static buffer, the smallest TFLM allocates the model in: on this file
+    # more than the arena_used_bytes() it reports (its planner's scratch), and in the RAM figure
+    ram, arena = figures["release RAM bytes (without the stack)"], figures["tensor arena bytes"]
+    static = int(re.search(r"the tensor arena ([\d,]+) B", ram["source"])[1].replace(",", ""))
+    assert static > arena["incumbent"] and ram["incumbent"] >= static, (ram, arena)
+    # both images ran on QEMU: exit code 0 and a painted stack's high-water mark
+    stack = figures["release stack high-water bytes"]
+    assert 0 < stack["ours"] < 65_536 and 0 < stack["incumbent"] < 65_536, stack
+    assert stack["source"].count("exit code 0") == 2, stack
+    notes = " ".join(data["notes"])
+    assert "model (.tflite)" in notes and "TFLM interpreter" in notes and "runtime core" in notes

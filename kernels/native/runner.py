@@ -153,7 +153,9 @@ class RunnerBuilder:
         lines += ["};", f"const unsigned runner_region_count = {len(regions)}u;", ""]
         return "\n".join(lines)
 
-    def linker_script(self, code_region: str) -> str:
+    def linker_script(self, code_region: str, irq_vectors: bool = False) -> str:
+        """The linker script with code in `code_region`; `irq_vectors` keeps a `.vectors.irq`
+        table (external interrupts) right behind the system vectors, as a firmware project's."""
         config = self.spec  # the recipe
         regions = config.regions
         code, data, heap = symbol(code_region), symbol(config.data_region), symbol(config.heap_region)
@@ -162,9 +164,10 @@ class RunnerBuilder:
         # (too large for it), the table gets a section and a segment of its own there.
         vectors_apart = boot != code
         boot_phdr = "  boot PT_LOAD;\n" if vectors_apart else ""
-        boot_section = (f"  .vectors : {{ KEEP(*(.vectors)) }} > {boot} :boot\n"
+        keep = " KEEP(*(.vectors.irq))" if irq_vectors else ""
+        boot_section = (f"  .vectors : {{ KEEP(*(.vectors)){keep} }} > {boot} :boot\n"
                         if vectors_apart else "")
-        vectors_in_text = "" if vectors_apart else "    KEEP(*(.vectors))\n"
+        vectors_in_text = "" if vectors_apart else f"    KEEP(*(.vectors)){keep}\n"
         memory = memory_block(regions)
         free = "\n".join(
             f"  .free_{n} (NOLOAD) : ALIGN(16) {{ __free_{n}_start = .; }} > {n} :none\n"
@@ -324,17 +327,20 @@ SECTIONS
         os.replace(temporary, obj)
         return None
 
-    def link(self, objects: Sequence[Path], out: Path) -> str:
-        """Link into `out`, code in the first of the recipe's code regions it fits; the region."""
+    def link(self, objects: Sequence[Path], out: Path,
+             release_flags: Sequence[str] | None = None) -> str:
+        """Link into `out`, code in the first of the recipe's code regions it fits; the region.
+        `release_flags` (a release build's: link-time optimization, newlib-nano) replace the
+        runner's printf wrap, and the script keeps the external interrupt vectors."""
         problems = []
         for code_region in self.spec.code_regions:
             script = out.parent / "runner.ld"
-            script.write_text(self.linker_script(code_region))
+            script.write_text(self.linker_script(code_region, release_flags is not None))
+            # ExecuTorch logs with %zu, which Debian's newlib lacks (runner/printf_c99.c).
+            flags = ["-Wl,--wrap=vsnprintf"] if release_flags is None else list(release_flags)
             argv = [*nice(), str(self.toolchain.gxx), *self.spec.core.flags, "-nostartfiles",
-                    f"-T{script}", "-Wl,--gc-sections", f"-Wl,-Map={out.parent / 'runner.map'}",
-                    # ExecuTorch logs with %zu, which Debian's newlib lacks (runner/printf_c99.c).
-                    "-Wl,--wrap=vsnprintf",
-                    "-o", str(out), *map(str, objects),
+                    f"-T{script}", "-Wl,--gc-sections", f"-Wl,-Map={out.with_suffix('.map')}",
+                    *flags, "-o", str(out), *map(str, objects),
                     "-Wl,--start-group", "-lstdc++", "-lm", "-lc", "-lgcc", "-Wl,--end-group"]
             result = subprocess.run(argv, capture_output=True, text=True)
             if result.returncode == 0:

@@ -76,6 +76,26 @@ _ADD_METHOD = re.compile(
 _REGISTER_DEFINITION = re.compile(r"TFLMRegistration\*?\s+Register_(\w+)\(\)\s*\{")
 
 
+# TFLM's make build with BUILD_TYPE=release: no error strings.
+_TFLM_RELEASE_DEFINES = ("-DNDEBUG", "-DTF_LITE_STRIP_ERROR_STRINGS")
+# The board support a release build links (the firmware project's: no runner printf).
+RELEASE_BOARD_FILES = ("startup.c", "semihosting.c", "counters.c")
+# The core driver's device layer for silicon, by architecture.
+_DEVICE_LAYER = {"u55": "ethosu_device_u55_u65.c", "u65": "ethosu_device_u55_u65.c",
+                 "u85": "ethosu_device_u85.c"}
+
+
+@dataclass(frozen=True)
+class ReleaseBuild:
+    """What a release build of TFLM differs in (kernels/native/tflm_release.py)."""
+
+    model: Path  # the .tflite linked into flash
+    board_optimization: str  # the firmware project's runtime level (-Os)
+    kernel_optimization: str  # its kernels' level (-O3), for CMSIS-NN on both sides
+    npu_arch: str = ""  # "u55"
+    npu_macs: int = 0
+
+
 class UnsupportedTflmOperator(ThirdPartySourcesNotFound):
     """The model has an operator TFLM's resolver does not offer (or a custom one other than
     Vela's `ethos-u`): the incumbent cannot run it."""
@@ -121,7 +141,7 @@ def _registration_files(tflm: TflmSources, npu: bool) -> dict[str, Path]:
     return found
 
 
-def _kernel_files(tflm: TflmSources, npu: bool) -> list[Path]:
+def all_kernels(tflm: TflmSources, npu: bool) -> list[Path]:
     """Every kernel source, cmsis_nn/ replacing the reference file of the same name."""
     kernels = tflm.micro / "kernels"
     optimized = {p.name: p for p in (kernels / "cmsis_nn").glob("*.cc")}
@@ -184,6 +204,25 @@ def operator_registration(operators: Iterable[str], tflm: TflmSources,
             f"#define TFLM_OPERATOR_COUNT {max(1, len(calls))}\n"
             f"#define TFLM_REGISTER_OPERATORS(resolver) ( \\\n    {body})\n#endif\n")
     return text, registers
+
+
+def model_kernels(tflm: TflmSources, registers: Sequence[str], npu: bool) -> list[Path]:
+    """The kernel sources of the Register_ functions `registers` (cmsis_nn/ over reference, each
+    with its `_common` half) and the helpers every kernel calls."""
+    defined = _registration_files(tflm, npu)
+    missing = [r for r in registers if r not in defined]
+    if missing:
+        raise UnsupportedTflmOperator(f"no TFLM kernel defines Register_{missing[0]}()")
+    kernels_dir = tflm.micro / "kernels"
+    chosen: list[Path] = [kernels_dir / name for name in _SHARED_KERNEL_FILES]
+    for register in registers:
+        path = defined[register]
+        common = path.parent.parent / f"{path.stem}_common.cc" if path.parent.name == "cmsis_nn" \
+            else path.with_name(f"{path.stem}_common.cc")
+        for candidate in (path, common):
+            if candidate.is_file() and candidate not in chosen:
+                chosen.append(candidate)
+    return chosen
 
 
 # The two signal-library declarations the resolver's header names (see the module).
@@ -277,12 +316,13 @@ def find_gemmlowp(third_party: ThirdParty, cache: Path) -> Path:
     return found
 
 
-class _TflmBuilder(RunnerBuilder):
+class TflmBuilder(RunnerBuilder):
     """The runner build's compile, cache and link, with TFLM's sources in place of ExecuTorch's."""
 
     def __init__(self, spec: RunnerSpec, third_party: ThirdParty, toolchain, cache: Path,
-                 jobs: int):
+                 jobs: int, release: "ReleaseBuild | None" = None):
         super().__init__(spec, third_party, toolchain, cache, jobs, trace=False)
+        self.release = release
         self.tflm = tflm_sources(third_party)
         self.gemmlowp = find_gemmlowp(third_party, self.cache)
         self.signal = signal_declarations(self.cache)
@@ -312,18 +352,23 @@ class _TflmBuilder(RunnerBuilder):
 
     def tflm_units(self, schema: Path, generated: Path,
                    kernels: Sequence[Path]) -> list[CompileUnit]:
-        tp, tflm = self.tp, self.tflm
+        """The runner's compile units; a release build's (`self.release`) take link-time
+        optimization and TFLM's release defines, main in tflm/release.cc, CMSIS-NN at the
+        firmware project's kernel level and the driver's device layer for silicon."""
+        tp, tflm, release = self.tp, self.tflm, self.release
         # The generated schema first, so it is the one `schema_generated.h` names.
         includes = (f"-I{schema}", f"-I{generated}", f"-I{tflm.root}",
                     f"-I{tp.flatbuffers / 'include'}", f"-I{self.gemmlowp}", f"-I{tflm.ruy}",
                     f"-I{self.signal}",
                     f"-I{tp.cmsis_nn}", f"-I{tp.cmsis_nn / 'Include'}",
                     f"-I{self.spec.sources_dir}")
-        common = (*self.spec.core.flags, "-ffunction-sections", "-fdata-sections",
+        lto = ("-flto",) if release else ()
+        common = (*self.spec.core.flags, *lto, "-ffunction-sections", "-fdata-sections",
                   f"-ffile-prefix-map={tp.root}=third_party",
                   f"-ffile-prefix-map={self.spec.sources_dir}=runner",
                   f"-ffile-prefix-map={self.cache}=cache",
-                  "-DARM_NN_ENABLE_F32=0", "-DARM_NN_ENABLE_F16=0", *_TFLM_DEFINES)
+                  "-DARM_NN_ENABLE_F32=0", "-DARM_NN_ENABLE_F16=0", *_TFLM_DEFINES,
+                  *(_TFLM_RELEASE_DEFINES if release else ()))
         npu = bool(self.spec.npu_define)
         driver = tp.ethos_u_driver
         npu_includes = (f"-I{driver / 'include'}",) if npu else ()
@@ -331,14 +376,27 @@ class _TflmBuilder(RunnerBuilder):
         kernel = (*common, _KERNEL_OPTIMIZATION, *_TFLM_CXX, *includes, *npu_includes)
         units = [CompileUnit(p, core) for p in _core_files(tflm)]
         units += [CompileUnit(p, kernel) for p in kernels]
-        board_c = (*common, self.spec.optimization, "-std=gnu11",
-                   f"-I{self.spec.sources_dir}")
-        units += [CompileUnit(p, board_c) for p in sorted(self.spec.sources_dir.glob("*.c"))]
-        units += [CompileUnit(self.spec.sources_dir / TFLM_DIR / "runner.cc",
-                        (*core, f"-DRUNNER_CPU_HZ={self.spec.cpu_hz}"),
-                        tuple(sorted(generated.glob("*.h"))))]
-        cmsis = (*self._cmsis_common(), self.spec.cmsis_nn_optimization, "-std=gnu11",
-                 f"-I{tp.cmsis_nn / 'Include'}")
+        board_c = (*common, release.board_optimization if release else self.spec.optimization,
+                   "-std=gnu11", f"-I{self.spec.sources_dir}")
+        if release:
+            units += [CompileUnit(self.spec.sources_dir / name,
+                                  # newlib's system calls stay out of the optimizer (as in the
+                                  # firmware project)
+                                  (*board_c, "-fno-lto") if name == "semihosting.c" else board_c)
+                      for name in RELEASE_BOARD_FILES]
+            units += [CompileUnit(self.spec.sources_dir / TFLM_DIR / "release.cc",
+                                  (*core, f"-DRUNNER_CPU_HZ={self.spec.cpu_hz}", *npu_includes),
+                                  tuple(sorted(generated.glob("*.h")))),
+                      CompileUnit(generated / "tflm_model.S", (*self.spec.core.flags,),
+                                  (release.model,))]
+        else:
+            units += [CompileUnit(p, board_c) for p in sorted(self.spec.sources_dir.glob("*.c"))]
+            units += [CompileUnit(self.spec.sources_dir / TFLM_DIR / "runner.cc",
+                                  (*core, f"-DRUNNER_CPU_HZ={self.spec.cpu_hz}"),
+                                  tuple(sorted(generated.glob("*.h"))))]
+        cmsis = (*self._cmsis_common(), *lto,
+                 release.kernel_optimization if release else self.spec.cmsis_nn_optimization,
+                 "-std=gnu11", f"-I{tp.cmsis_nn / 'Include'}")
         units += [CompileUnit(p, cmsis) for p in cmsis_nn_sources(tp)]
         if npu:
             units += self.driver_units(board_c)
@@ -354,7 +412,8 @@ class _TflmBuilder(RunnerBuilder):
                 "-DARM_NN_ENABLE_F32=0", "-DARM_NN_ENABLE_F16=0")
 
     def driver_units(self, c: tuple[str, ...]) -> list[CompileUnit]:
-        """The Ethos-U core driver with the runner's semihosting device layer (../npu/)."""
+        """The Ethos-U core driver with the runner's semihosting device layer (../npu/), or a
+        release build's with the driver's own device layer for the NPU's registers."""
         driver = self.tp.ethos_u_driver
         if not (driver / "src" / "ethosu_driver.c").is_file():
             raise ThirdPartySourcesNotFound(f"no Ethos-U core driver in {driver}; {sources_hint()}")
@@ -363,6 +422,12 @@ class _TflmBuilder(RunnerBuilder):
                  f"-D{self.spec.npu_define}", "-DETHOSU_LOG_SEVERITY=0",
                  f"-DRUNNER_NPU_BASE_ADDRESS={self.spec.npu_base_address:#x}u",
                  f"-ffile-prefix-map={npu_dir}=runner/npu")
+        if self.release:
+            arch = self.release.npu_arch  # "u55": the driver includes ethos<arch>_interface.h
+            flags = (*flags, f"-DETHOSU_ARCH={arch}", f"-DETHOSU_MACS={self.release.npu_macs}")
+            device = driver / "src" / _DEVICE_LAYER[arch]
+            return [CompileUnit(driver / "src" / "ethosu_driver.c", flags, npu=True),
+                    CompileUnit(device, flags, npu=True)]
         return [CompileUnit(driver / "src" / "ethosu_driver.c", flags, npu=True),
                 *(CompileUnit(p, flags, npu=True) for p in sorted(npu_dir.glob("*.c")))]
 
@@ -400,7 +465,7 @@ def build_tflm_runner(
     sources = find_third_party(third_party)
     operators = tuple(sorted(set(operators)))
     cache = Path(cache_dir).expanduser() if cache_dir else cache_root()
-    builder = _TflmBuilder(spec, sources, toolchain, cache, jobs or build_jobs())
+    builder = TflmBuilder(spec, sources, toolchain, cache, jobs or build_jobs())
     npu = bool(spec.npu_define)
     header, registers = operator_registration(operators, builder.tflm, npu)
     schema = builder.tflm_schema()
@@ -412,20 +477,8 @@ def build_tflm_runner(
     if not regions_c.is_file():
         atomic_write(regions_c, regions_text)
 
-    defined = _registration_files(builder.tflm, npu)
-    missing = [r for r in registers if r not in defined]
-    if missing:
-        raise UnsupportedTflmOperator(f"no TFLM kernel defines Register_{missing[0]}()")
-    kernels_dir = builder.tflm.micro / "kernels"
-    chosen: list[Path] = [kernels_dir / name for name in _SHARED_KERNEL_FILES]
-    for register in registers:
-        path = defined[register]
-        common = path.parent.parent / f"{path.stem}_common.cc" if path.parent.name == "cmsis_nn" \
-            else path.with_name(f"{path.stem}_common.cc")
-        for candidate in (path, common):
-            if candidate.is_file() and candidate not in chosen:
-                chosen.append(candidate)
-    attempts = [chosen, _kernel_files(builder.tflm, npu)]
+    chosen = model_kernels(builder.tflm, registers, npu)
+    attempts = [chosen, all_kernels(builder.tflm, npu)]
     last_error = None
     for kernels in attempts:
         units = builder.tflm_units(schema, generated, kernels)

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 
 from kernels.native.errors import QemuUnavailable
+from orchestrator.comparison.firmware import (INCUMBENT_SOURCE, OURS_SOURCE, ReleaseImage,
+                                              component_lines, release_images)
 from orchestrator.comparison.npu import NpuFigures, incumbent_npu, ours_npu
 from orchestrator.device_runs.combined import load_program
 from orchestrator.device_runs.qemu import (fast_scratch_bytes, installed_platform,
@@ -200,11 +202,13 @@ PER_OP_SOURCE = ("measured: QEMU -icount per operator, first inference (ours: th
 def compare(tflite: str | Path, compile_program, *, platform: str = "corstone300",
             npu: str | None = None, cpu: str | None = None, samples: int = 4,
             work_dir: str | Path | None = None, timeout_s: int = 900, per_op: bool = False,
-            progress=None) -> Comparison:
+            firmware: bool = False, progress=None) -> Comparison:
     """Compile `tflite` both ways for the target, run both on QEMU on `samples` random inputs,
     and compare (see the module); `compile_program` is the API's `compile` (this room sits
     below the API and does not import it); `per_op` adds each side's instructions per TFLite
-    operator kind, from a profiled run of each (our runner's trace build, TFLM's MicroProfiler)."""
+    operator kind, from a profiled run of each (our runner's trace build, TFLM's MicroProfiler);
+    `firmware` adds both release images' flash and RAM from their linker maps
+    (orchestrator/comparison/firmware.py)."""
     say = progress or (lambda _line: None)
     tflite = Path(tflite)
     if tflite.suffix != ".tflite" or not tflite.is_file():
@@ -306,6 +310,17 @@ def compare(tflite: str | Path, compile_program, *, platform: str = "corstone300
             say("profiling both programs per operator on QEMU")
             figures += _per_operator(twin, device_platform, manifest_target, incumbent_file,
                                      operators, cases[:1], timeout_s, on_npu, target.npu)
+        if firmware:
+            say("building both release images (and running them on QEMU without an NPU)")
+            ours_image, theirs_image, why = release_images(
+                Path(result.pte), incumbent_file, operators, device_platform, work,
+                cpu=manifest_target.get("cpu") or None, npu=target.npu if on_npu else None,
+                arena_used_bytes=theirs_arena,
+                npu_handler=StreamNpuHandler(target.npu) if on_npu else None,
+                fast_scratch_bytes=fast_scratch_bytes(device_platform, manifest_target)
+                if on_npu else 0, timeout_s=timeout_s)
+            figures += _release_figures(ours_image, theirs_image, "; ".join(why))
+            notes += component_lines(ours_image, theirs_image)
         numerics = _numerics(ours_outputs, theirs_outputs)
         if ours_error and not ours_outputs:
             notes.append(ours_error)
@@ -348,6 +363,37 @@ def _per_operator(twin, device_platform, manifest_target, incumbent_file, operat
                    ("the incumbent has no such operator" if name in ours else
                     "our program has no such operator"))
             for name in names]
+
+
+def _release_figures(ours: ReleaseImage | None, theirs: ReleaseImage | None,
+                     why: str) -> list[Figure]:
+    maps = f"linker maps of release images: ours {OURS_SOURCE}; the incumbent's {INCUMBENT_SOURCE}"
+
+    def value(image, name):
+        return getattr(image, name) if image is not None else None
+
+    ran = "; ".join(f"{side} {image.ran}" for side, image in (("ours", ours),
+                                                              ("the incumbent's", theirs))
+                    if image is not None and image.ran)
+    stack_absent = why or ("" if ran else "an NPU image drives the NPU's registers, which QEMU "
+                           "does not model: neither image ran")
+    return [
+        Figure("release flash bytes", value(ours, "flash_bytes"), value(theirs, "flash_bytes"),
+               f"{maps}: code, read-only data, .data's initial values and the model", " B",
+               why_absent=why),
+        Figure("release code bytes (flash less the model)", value(ours, "code_bytes"),
+               value(theirs, "code_bytes"), "the same linker maps", " B", why_absent=why),
+        Figure("release RAM bytes (without the stack)", value(ours, "ram_bytes"),
+               value(theirs, "ram_bytes"),
+               "the same linker maps: .data, .bss and placed buffers; ours "
+               f"{ours.ram_detail if ours else '-'}; the incumbent's "
+               f"{theirs.ram_detail if theirs else '-'}", " B", why_absent=why),
+        Figure("release stack high-water bytes", value(ours, "stack_used_bytes"),
+               value(theirs, "stack_used_bytes"),
+               f"measured on QEMU (stack painting) running each release image once ({ran})"
+               if ran else "measured on QEMU (stack painting)", " B",
+               why_absent=stack_absent),
+    ]
 
 
 def _npu_figures(ours: NpuFigures, theirs: NpuFigures) -> list[Figure]:

@@ -53,6 +53,8 @@ _LTRANS = re.compile(r"ltrans\d*\.ltrans\.o|\.ltrans\d+\.o")
 # What the optimizer appends to a function it clones or localizes.
 _CLONE_SUFFIX = re.compile(r"\.(constprop|isra|part|lto_priv|cold|localalias)\b.*$")
 LTO_UNATTRIBUTED = "other (link-time optimized)"
+# A link-time-optimization object's section per symbol it defines.
+_LTO_SECTION = re.compile(r"\s\.gnu\.lto_(?!\.)(\S+?)\.\d+\.[0-9a-f]+\s")
 # Functions the optimizer made local (lambdas, anonymous namespaces) are named after what
 # encloses them: the namespace in their mangled name says whose they are.
 _NAME_HINTS = (("kernel registration", "kernels_to_register"),
@@ -108,23 +110,35 @@ def component_of(origin: str) -> str:
 def symbol_owners(build_dir: Path) -> dict[str, str]:
     """The component defining each symbol of the project's libraries and objects, read with the
     toolchain's gcc-nm (which reads link-time-optimization objects too)."""
+    inputs = sorted(build_dir.glob("*.a")) + sorted(build_dir.glob("CMakeFiles/*/**/*.obj"))
+    return nm_owners((path, component_of(str(path.relative_to(build_dir)))) for path in inputs)
+
+
+def nm_owners(inputs) -> dict[str, str]:
+    """Symbol -> component for each (object or archive, its component) of `inputs`, the first
+    definition winning: the symbols gcc-nm lists (link-time-optimization objects' global ones)
+    and every function and variable a link-time-optimization object holds, local ones included
+    (its `.gnu.lto_NAME.N.HASH` sections, listed by objdump). Empty without the toolchain."""
     try:
-        nm = find_toolchain().gcc.parent / "arm-none-eabi-gcc-nm"
+        bin_dir = find_toolchain().gcc.parent
     except QemuUnavailable:
         return {}
+    nm, objdump = bin_dir / "arm-none-eabi-gcc-nm", bin_dir / "arm-none-eabi-objdump"
     if not nm.is_file():
         return {}
     owners: dict[str, str] = {}
-    inputs = sorted(build_dir.glob("*.a")) + sorted(build_dir.glob("CMakeFiles/*/**/*.obj"))
-    for path in inputs:
+    for path, component in inputs:
         result = subprocess.run([str(nm), "--defined-only", str(path)], capture_output=True,
                                 text=True)
-        origin = str(path.relative_to(build_dir))
-        component = component_of(origin if path.suffix == ".a" else f"{origin}")
         for line in result.stdout.splitlines():
             parts = line.split()
             if len(parts) == 3 and parts[1] in "TtDdBbRrWwVv":
                 owners.setdefault(parts[2], component)
+        if objdump.is_file():
+            listed = subprocess.run([str(objdump), "-h", str(path)], capture_output=True,
+                                    text=True)
+            for name in _LTO_SECTION.findall(listed.stdout):
+                owners.setdefault(name, component)
     return owners
 
 
@@ -140,9 +154,13 @@ def _owner(section: str, owners: dict[str, str]) -> str:
     return LTO_UNATTRIBUTED
 
 
-def read_map(map_path: Path, owners: dict[str, str] | None = None) -> tuple[
+def read_map(map_path: Path, owners: dict[str, str] | None = None,
+             origin_component=component_of, image_section: str | None = None) -> tuple[
         dict[str, dict[str, int]], dict[str, int], int]:
-    """Bytes per component and kind, the NOLOAD buffers per output section, the stack."""
+    """Bytes per component and kind, the NOLOAD buffers per output section, the stack.
+    `origin_component` names the component of an input file the optimizer did not rewrite;
+    an input section called `image_section` is the model's image (kind ".pte") wherever the
+    script placed it."""
     components: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     buffers: dict[str, int] = {}
     stack = 0
@@ -181,7 +199,7 @@ def read_map(map_path: Path, owners: dict[str, str] | None = None) -> tuple[
         origin = entry.group(4).strip()
         if size == 0 or name is None or not name.startswith("."):
             continue
-        if output == _IMAGE:
+        if output == _IMAGE or (image_section is not None and name == image_section):
             kind = ".pte"
         elif output in _FLASH_CODE or output.startswith(".text"):
             kind = "code"
@@ -196,7 +214,7 @@ def read_map(map_path: Path, owners: dict[str, str] | None = None) -> tuple[
         elif _LTRANS.search(origin):
             component = _owner(name, owners or {})
         else:
-            component = component_of(origin)
+            component = origin_component(origin)
         components[component][kind] += size
     return ({name: dict(kinds) for name, kinds in components.items()}, buffers, stack)
 
