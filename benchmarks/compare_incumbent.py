@@ -3,11 +3,14 @@ incumbent's (vela + TensorFlow Lite Micro), both run on the same QEMU machine.
 
 One row per (model, target): Vela's cycles_npu on both sides (estimates), QEMU's instructions per
 inference on both sides (measured, -icount), the tensor arenas (measured on the device), the model
-files, and whether the two programs' outputs are equal on the same inputs. A figure that could
-not be produced is '-' and the reason follows the table.
+files, and whether the two programs' outputs are equal on the same inputs. With --firmware, a
+second table: both release images' flash and RAM (without the stack) from their linker maps, and
+each stack's high-water mark measured on QEMU where the images run (CPU-only targets; `compare
+--firmware`). A figure that could not be produced is '-' and the reason follows the table.
 
     python benchmarks/compare_incumbent.py [--models kws_ref_model,...] [--targets u55-128,...]
         [--samples 4] [--work DIR] [--json FILE] [--folder ../shared/models/mlperf-tiny]
+        [--firmware]
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--work", default="/tmp/orchestrate-compare-incumbent")
     parser.add_argument("--json", help="write every comparison's JSON here")
+    parser.add_argument("--firmware", action="store_true",
+                        help="also both release images' flash and RAM (compare --firmware)")
     parser.add_argument("--folder", default=str(ROOT.parent / "shared" / "models" /
                                                  "mlperf-tiny"))
     args = parser.parse_args(argv)
@@ -62,7 +67,7 @@ def main(argv=None) -> int:
         for name in args.targets.split(","):
             began = time.perf_counter()
             try:
-                result = compare(path, samples=args.samples,
+                result = compare(path, samples=args.samples, firmware=args.firmware,
                                  work_dir=Path(args.work) / f"{model}_{name}", **TARGETS[name])
             except Exception as error:  # noqa: BLE001 - one cell's failure is a row, not the end
                 print(f"{model:24} {name:8} FAILED: {type(error).__name__}: "
@@ -70,6 +75,7 @@ def main(argv=None) -> int:
                 continue
             data = result.to_json()
             data["seconds"] = round(time.perf_counter() - began, 1)
+            data["cell"] = (model, name)
             everything.append(data)
             figures = {f["figure"]: f for f in data["figures"]}
             npu = figures.get("cycles_npu")
@@ -85,6 +91,24 @@ def main(argv=None) -> int:
                   f"{cell(size, 'ours') + ' / ' + cell(size, 'incumbent'):>20}  {outputs}",
                   flush=True)
             reasons += [f"{model} {name}: {note}" for note in data["notes"]]
+    if args.firmware:
+        print("\nrelease images (compare --firmware): flash and RAM without the stack from the "
+              "linker maps; stack high-water measured on QEMU (CPU-only targets)")
+        print(f"{'model':24} {'target':8} {'flash B ours/inc':>22} {'ratio':>6} "
+              f"{'code B ours/inc':>20} {'ratio':>6} {'RAM B ours/inc':>20} {'ratio':>6} "
+              f"{'stack B ours/inc':>18}")
+        for data in everything:
+            figures = {f["figure"]: f for f in data["figures"]}
+            flash = figures.get("release flash bytes")
+            code = figures.get("release code bytes (flash less the model)")
+            ram = figures.get("release RAM bytes (without the stack)")
+            stack = figures.get("release stack high-water bytes")
+            model, name = data["cell"]
+            print(f"{model:24} {name:8} "
+                  f"{cell(flash, 'ours') + ' / ' + cell(flash, 'incumbent'):>22} "
+                  f"{ratio(flash):>6} {cell(code, 'ours') + ' / ' + cell(code, 'incumbent'):>20} "
+                  f"{ratio(code):>6} {cell(ram, 'ours') + ' / ' + cell(ram, 'incumbent'):>20} "
+                  f"{ratio(ram):>6} {cell(stack, 'ours') + ' / ' + cell(stack, 'incumbent'):>18}")
     for reason in reasons:
         print(f"  {reason}")
     if args.json:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import sysconfig
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 DESCRIPTION = ("`orchestrate`: a thin shell over the Python API (plan, compile, sweep, verify, "
@@ -485,9 +487,21 @@ def version() -> str:
     return f"orchestrate {own} ({', '.join(upstream)})"
 
 
+def docs_folder() -> Path:
+    """Where the README and docs/ are: the checkout's, else the installed wheel's copy
+    (pyproject's data-files: share/doc/orchestrate under the environment's data path)."""
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "docs" / "plan.md").is_file():
+        return checkout
+    return Path(sysconfig.get_paths()["data"]) / "share" / "doc" / "orchestrate"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `orchestrate` parser: one subparser per verb of VERBS, its options added in order."""
-    parser = Parser(prog="orchestrate", description=DESCRIPTION)
+    parser = Parser(prog="orchestrate", description=DESCRIPTION,
+                    epilog=f"Documentation: {docs_folder() / 'README.md'} and the pages in "
+                           f"{docs_folder() / 'docs'} (docs/plan.md, docs/verify.md, ... as "
+                           "the help texts name them).")
     parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for verb in VERBS:

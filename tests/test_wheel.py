@@ -8,6 +8,7 @@ forgot (13 C and header files once: the runner's `npu/` folder and the firmware 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,7 @@ def wheel(tmp_path_factory) -> Path:
     clone has them: setuptools reuses a `build/` folder left in the checkout, which can hold
     files the declared package data no longer reaches), with the build backend installed here."""
     source = tmp_path_factory.mktemp("source")
-    for name in _tracked(["pyproject.toml", "README.md", *PACKAGES]):
+    for name in _tracked(["pyproject.toml", "README.md", "docs", *PACKAGES]):
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, source / name)
     out = tmp_path_factory.mktemp("wheel")
@@ -59,6 +60,11 @@ def test_wheel_holds_every_file_git_knows_under_the_packages(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [name for name in _tracked_package_files() if name not in names]
     assert not missing, f"the wheel lacks {len(missing)} file(s): {missing}"
+    # The README and every page of docs/ ship, with the README's relative links intact.
+    data = "orchestrate-0.1.0.data/data/share/doc/orchestrate/"
+    documents = [name for name in _tracked(["README.md", "docs"]) if name.endswith(".md")]
+    assert len(documents) > 5 and not [name for name in documents if data + name not in names], \
+        sorted(name for name in names if name.startswith(data))
     # Nothing the build left behind rides along.
     stray = [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
     assert not stray, stray
@@ -101,6 +107,11 @@ def test_installed_wheel_runs_a_hybrid_program_on_qemu_and_its_firmware(wheel, t
     located = _run([str(orchestrate.parent / "python"), "-c",
                     "import platforms, orchestrator; print(platforms.__file__)"], work)
     assert located.stdout.startswith(str(tmp_path / "venv")), located.stdout + located.stderr
+    # --help names where the documentation is, and it is there: the wheel's copy
+    helped = _run([str(orchestrate), "--help"], work)
+    readme = Path(re.search(r"Documentation: (\S+README\.md)", " ".join(helped.stdout.split()))[1])
+    assert readme.is_relative_to(tmp_path / "venv") and readme.is_file(), helped.stdout
+    assert (readme.parent / "docs" / "plan.md").is_file() and "docs/plan.md" in readme.read_text()
 
     compiled = _run([str(orchestrate), "compile", "ds-cnn", "--platform", "corstone300",
                      "--npu", "ethos-u55-128", "-o", "ds.pte", "--quiet"], work)
