@@ -293,14 +293,16 @@ def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
                per_op: bool = False, max_steps: float = 1, npu_model: str = "auto",
                platform=None, timeout_s: int = 600, executorch_src=None, cmsis_nn_src=None,
                runner_elf=None, atol: float = 0.0, profile: bool = False, profile_out=None,
-               on_result: Callable[[MethodResult], None] | None = None) -> Verification:
+               on_result: Callable[[MethodResult], None] | None = None,
+               progress=None) -> Verification:
     """Verify a `.pte` as `orchestrate verify` does: by every method this machine has, or the
     ones `method` names; a Verification (`.passed`, `.verdict`, `.error()`).
 
     `method`: auto (every method, one combined verdict; orchestrator/device_runs/combined.py),
     twin, executorch (the host runtime), both (twin, then runtime), qemu or fvp (the runner on
     the installed platform). Named methods run in order and stop at the first that cannot run
-    or cannot check in full; `on_result(result)` hears each one that ran as it finishes.
+    or cannot check in full; `on_result(result)` hears each one that ran as it finishes;
+    `progress(stage, event, seconds)` hears the twin's samples as it checks them.
     `profile` (qemu only): also run the runner's trace build and write its ETDump to
     `profile_out` (default: PROGRAM.etdp). A missing program, a platform that is not installed
     (qemu, fvp) or a profile that cannot be written is a UserError before anything runs."""
@@ -322,7 +324,7 @@ def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
                                    max_steps=max_steps, executorch_src=executorch_src,
                                    cmsis_nn_src=cmsis_nn_src, platform=platform,
                                    timeout_s=timeout_s, npu_model=npu_model,
-                                   runner_elf=runner_elf)
+                                   runner_elf=runner_elf, progress=progress)
         return Verification(pte, method, verdict.results, verdict)
     program = load_program(pte)  # the one read of the program and its artifacts
     profile_path = Path(profile_out) if profile_out else pte.with_suffix(".etdp")
@@ -337,7 +339,8 @@ def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
     inputs = VerifyInputs(samples=samples, calibration=calibration, per_op=per_op,
                           max_steps=max_steps, npu_model=npu_model, platform=platform,
                           timeout_s=timeout_s, executorch_src=executorch_src,
-                          cmsis_nn_src=cmsis_nn_src, runner_elf=runner_elf, atol=atol)
+                          cmsis_nn_src=cmsis_nn_src, runner_elf=runner_elf, atol=atol,
+                          progress=progress)
     names = {"twin": (TWIN,), "executorch": (RUNTIME,), "both": (TWIN, RUNTIME),
              "qemu": (QEMU,), "fvp": (FVP,)}[method]
     if TflmMethod.applies(program):  # a program from a .tflite is also held against the file

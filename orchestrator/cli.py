@@ -502,13 +502,17 @@ def cmd_verify(args) -> int:
     if args.min_accuracy is not None or args.max_accuracy_drop is not None:
         raise UserError("--min-accuracy and --max-accuracy-drop judge a labelled set: add "
                         "--dataset FILE")
+    progress = _progress(args)
     verification = api.verify_all(
         args.pte, method, samples=args.samples or 16, calibration=args.calibration,
         per_op=args.per_op, max_steps=args.max_steps, npu_model=args.npu_model,
         platform=args.platform, timeout_s=args.timeout, executorch_src=args.executorch_src,
         cmsis_nn_src=args.cmsis_nn_src, runner_elf=args.runner_elf, atol=args.atol,
         profile=args.profile, profile_out=args.profile_out,
-        on_result=lambda result: _print_report(args, method_report(result), result.text))
+        on_result=lambda result: (progress.finish(),
+                                  _print_report(args, method_report(result), result.text)),
+        progress=progress)
+    progress.finish()
     if verification.combined is not None:
         _print_report(args, verification.combined.to_json(), verification.combined.render_text())
     error = verification.error(require_device=args.require_device)

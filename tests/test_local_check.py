@@ -345,3 +345,55 @@ def test_a_multiply_with_a_gain_below_one_keeps_one_step_per_stage():
     check = _partition_output_check(0.5, 0.03, error=3)
     assert check.allowed_steps == 2 and check.rounding_stages == 2
     assert not check.passed
+
+
+class _Chain(nn.Module):
+    """A recurrence's shape: each step a multiply of the last and a requantize, with a side
+    branch joining two steps later."""
+
+    def forward(self, x):
+        value = _q(x, S_IN)
+        history = [value]
+        for step in range(12):
+            scale = S_IN * (1.0 + 0.05 * step)
+            mixed = _dq(value, S_IN if step == 0 else S_IN * (1.0 + 0.05 * (step - 1))) * 1.1
+            if step >= 2:
+                mixed = mixed + _dq(history[-2], S_IN * (1.0 + 0.05 * (step - 3))
+                                    if step >= 3 else S_IN) * 0.5
+            value = _q(mixed, scale)
+            history.append(value)
+        return value
+
+
+def test_bounds_after_each_forced_value_equal_a_fresh_count():
+    """The rounding stages and allowed steps are worked out again only after a forced value
+    (a 49-step GRU's check recounted the whole graph at every value: minutes a sample); what
+    is kept must equal counting everything afresh with the same values forced."""
+    from orchestrator.verification.local_check import ForcedReference
+
+    sample = (torch.linspace(-0.5, 0.5, 16).reshape(1, 16),)
+    module = torch.export.export(_Chain(), sample, strict=True).module(check_guards=False)
+    quantizes = [n for n in module.graph.nodes if n.op == "call_function"
+                 and "quantize_per_tensor" in str(n.target) and "dequantize" not in str(n.target)]
+    assert len(quantizes) == 13
+    kept = ForcedReference(module, sample)
+    forced = []
+    for index in (1, 4, 5, 9):
+        for node in quantizes:  # everything counted before the next value is forced
+            kept.rounding_stages(node), kept.allowed_steps(node, 1.0)
+        node = quantizes[index]
+        value = kept.value(node).to(torch.int32) + 1  # one step off: the program's own rounding
+        value = value.clamp(-128, 127).to(torch.int8)
+        kept.force(node, value)
+        forced.append((node, value))
+        fresh = ForcedReference(module, sample)
+        for earlier, earlier_value in forced:
+            fresh.force(earlier, earlier_value)
+        for later in quantizes:
+            assert kept.rounding_stages(later) == fresh.rounding_stages(later), later.name
+            assert kept.allowed_steps(later, 1.0) == pytest.approx(
+                fresh.allowed_steps(later, 1.0)), later.name
+    # the count restarts at forced values: a step reading two of them is one stage from them,
+    # one whose side branch reaches back past them counts that branch's stages
+    assert kept.rounding_stages(quantizes[9]) == 0 and kept.rounding_stages(quantizes[6]) == 1
+    assert kept.rounding_stages(quantizes[8]) == 3 and kept.rounding_stages(quantizes[10]) == 4

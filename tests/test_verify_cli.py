@@ -86,6 +86,17 @@ def test_verify_fvp_runs_the_platforms_fvp_command_and_reads_the_runner_log(bund
     assert str(elf) in argv
 
 
+def test_verify_says_on_stderr_which_sample_the_twin_checks(bundled, capsys):
+    """A recurrence's twin check takes seconds a sample: verify shows where it is (one line a
+    sample when stderr is not a terminal), and --quiet keeps stderr clean."""
+    assert main(["verify", str(bundled), "--runtime", "twin", "--samples", "2"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "twin: sample" in line]
+    assert [line.split("] ", 1)[1].split(" done")[0] for line in lines] == [
+        "twin: sample 1 of 2, every value checked", "twin: sample 2 of 2, every value checked"]
+    assert main(["verify", str(bundled), "--runtime", "twin", "--samples", "1", "--quiet"]) == 0
+    assert "twin: sample" not in capsys.readouterr().err
+
+
 def test_verify_with_zero_samples_is_refused_not_passed(bundled, capsys):
     with pytest.raises(SystemExit) as refused:  # argparse refuses it before anything runs
         main(["verify", str(bundled), "--samples", "0"])

@@ -104,7 +104,7 @@ class TwinMethod:
         try:
             report = verify(program, samples=inputs.samples, calibration=inputs.calibration,
                             per_op=inputs.per_op, max_steps=inputs.max_steps,
-                            npu_model=inputs.npu_model)
+                            npu_model=inputs.npu_model, progress=inputs.progress)
         except (TwinCannotRun, NpuModelCannotRun) as error:
             return MethodResult(TWIN, "not-run", str(error).removeprefix("not run: "), False)
         except NpuModelFault as error:
@@ -328,14 +328,16 @@ def load_program(pte) -> TwinProgram:
 def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
                max_steps: int = 1, executorch_src=None, cmsis_nn_src=None,
                platform=None, timeout_s: int = 600, methods=(TWIN, RUNTIME, QEMU, FVP, TFLM),
-               npu_model: str = "auto", runner_elf=None) -> CombinedVerdict:
+               npu_model: str = "auto", runner_elf=None, progress=None) -> CombinedVerdict:
     """Every method in `methods` that this machine has, and their verdict together; the NPU
-    partitions computed as `npu_model` chooses (orchestrator/verification/npu.py)."""
+    partitions computed as `npu_model` chooses (orchestrator/verification/npu.py);
+    `progress(stage, event, seconds)` hears the twin's samples."""
     pte = Path(pte)
     twin = load_program(pte)  # the one read of the program and its artifacts
     choice = twin.npu_executor(npu_model).choice  # a choice that cannot apply is refused first
     inputs = VerifyInputs(samples, calibration, per_op, max_steps, npu_model, platform,
-                          timeout_s, executorch_src, cmsis_nn_src, runner_elf)
+                          timeout_s, executorch_src, cmsis_nn_src, runner_elf,
+                          progress=progress)
     results = tuple(method.run(twin, inputs) for method in VERIFIERS if method.name in methods
                     and (method.name != TFLM or TflmMethod.applies(twin)))
     results += tuple(r for r in [does_not_fit(twin)] if r is not None)

@@ -172,8 +172,35 @@ class ForcedReference:
                 pending.extend(user.users)
         env[node] = tensor
         self._forced.add(node)
-        self._stages.clear()
-        self._bounds.clear()
+        # what the stages and bounds of `node` and everything after it counted from has moved;
+        # a value that is not cached has no cached value after it (each is worked out from its
+        # inputs' first), and a forced value counts from itself
+        for cache in (self._stages, self._bounds):
+            cache.pop(node, None)
+            pending = list(node.users)
+            while pending:
+                user = pending.pop()
+                if user in cache and user not in self._forced:
+                    del cache[user]
+                    pending.extend(user.users)
+
+    def _worked_out(self, node, cache: dict, compute):
+        """`cache[node]`, working out first (inputs before users) every value it depends on that
+        is not cached: a forced value, an input or a constant is `compute`d as a start."""
+        pending = [node]
+        while pending:
+            current = pending[-1]
+            if current in cache:
+                pending.pop()
+                continue
+            start = current in self._forced or current.op in ("placeholder", "get_attr")
+            missing = [] if start else [i for i in current.all_input_nodes if i not in cache]
+            if missing:
+                pending.extend(missing)
+                continue
+            cache[current] = compute(current, start)
+            pending.pop()
+        return cache[node]
 
     def allowed_steps(self, node, steps_per_stage: float) -> float:
         """The bound on |program - reference| at `node`, in its steps: `steps_per_stage` per
@@ -183,20 +210,16 @@ class ForcedReference:
         pool's one step into two steps of the pool's scale, 2.36 of a 1.18x finer output scale:
         counting stages alone allowed 2 where the lowering legitimately reaches 3. Without such a
         multiply, or one with a gain at most 1, this is `steps_per_stage` x rounding_stages."""
-        if node in self._bounds:
-            return self._bounds[node]
-        for current in self.nodes[: self.order[node] + 1]:
-            if current in self._bounds:
-                continue
-            if current in self._forced or current.op in ("placeholder", "get_attr"):
-                self._bounds[current] = 0.0
-                continue
-            base = max((self._bounds.get(i, 0.0) for i in current.all_input_nodes), default=0.0)
+        def bound(current, start: bool) -> float:
+            if start:
+                return 0.0
+            base = max((self._bounds[i] for i in current.all_input_nodes), default=0.0)
             if _is_quantize(current) and not self._exact_requantize(current):
                 base = (max(base, self._multiplied(current)) + steps_per_stage
                         + self._hardswish_offset(current))
-            self._bounds[current] = base
-        return self._bounds[node]
+            return base
+
+        return self._worked_out(node, self._bounds, bound)
 
     def _multiplied(self, quantize) -> float:
         """The bound (in `quantize`'s steps) a multiply feeding `quantize` carries from its
@@ -250,19 +273,14 @@ class ForcedReference:
 
     def rounding_stages(self, node) -> int:
         """Requantizations on the longest path from a forced value (or an input) to `node`."""
-        if node in self._stages:
-            return self._stages[node]
-        for current in self.nodes[: self.order[node] + 1]:
-            if current in self._stages:
-                continue
-            if current in self._forced or current.op in ("placeholder", "get_attr"):
-                self._stages[current] = 0
-                continue
-            base = max((self._stages.get(i, 0) for i in current.all_input_nodes), default=0)
-            if _is_quantize(current) and not self._exact_requantize(current):
-                base += 1
-            self._stages[current] = base
-        return self._stages[node]
+        def stages(current, start: bool) -> int:
+            if start:
+                return 0
+            base = max((self._stages[i] for i in current.all_input_nodes), default=0)
+            return base + 1 if _is_quantize(current) and not self._exact_requantize(current) \
+                else base
+
+        return self._worked_out(node, self._stages, stages)
 
     def _exact_requantize(self, node) -> bool:
         """A quantize fed, through data movement only, by a dequantize with the same parameters."""
@@ -288,10 +306,12 @@ _SHAPE_ONLY = ("zeros_like", "ones_like", "full_like", "empty_like")
 
 
 def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[float, int]],
-                  steps_per_stage: float) -> tuple[LocalCheck, ...]:
+                  steps_per_stage: float, exhaustive: bool = False) -> tuple[LocalCheck, ...]:
     """Match each (instruction, op, EValue, tensor) the program wrote, in execution order, to a
     reference node and compare it with the forced reference there; a value within its bound is
-    then forced into the reference (see the module docstring for one that is not)."""
+    then forced into the reference (see the module docstring for one that is not).
+    `exhaustive` scores every candidate node even after an exact match (the same choice, slower:
+    benchmarks/local_check_speed.py's baseline)."""
     checkpoints = forced.checkpoints()
     checks: list[LocalCheck] = []
     missed: dict = {}  # reference node -> indices of checks that failed against it
@@ -358,7 +378,8 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
                                          None, None))
             continue
         undefined = entry[6] if len(entry) > 6 else None
-        scored = _scored(forced, tensor, kind, candidates, steps_per_stage, undefined)
+        scored = _scored(forced, tensor, kind, candidates, steps_per_stage, undefined,
+                         exhaustive)
         close = [s for s in scored if s[0]]
         moved_from = None if close else _moved_from(op, tensor, sources, known)
         if moved_from is not None:
@@ -370,12 +391,14 @@ def check_locally(forced: ForcedReference, written, qparams: dict[int, tuple[flo
             # the program pooled the 8x8 one first), so a node before the floor may be the one.
             earlier = _scored(forced, tensor, kind,
                               [c for c in everywhere if c not in candidates], steps_per_stage,
-                              undefined)
+                              undefined, exhaustive)
             if any(s[0] for s in earlier):
                 scored, close = earlier, [s for s in earlier if s[0]]
         best = (min(close, key=lambda s: (s[1], s[2], s[3])) if close
                 else min(scored, key=lambda s: s[3]))
         within, steps, mismatched, order, stages, allowed, node = best
+        if stages is None:  # reported with the check; the reference is not forced yet
+            stages, allowed = _bound(forced, node, kind, steps_per_stage)
         if within:
             if forced.reads_an_input(node):
                 last_order = max(last_order, order)
@@ -408,25 +431,45 @@ _BLOCK_SEARCH_MAX = 1 << 20  # elements; a larger source is not searched
 
 
 def _scored(forced: ForcedReference, tensor: torch.Tensor, kind: str, candidates,
-            steps_per_stage: float, undefined: torch.Tensor | None = None) -> list[tuple]:
+            steps_per_stage: float, undefined: torch.Tensor | None = None,
+            exhaustive: bool = False) -> list[tuple]:
     """(within its bound, steps, elements that differ, reference order, rounding stages,
-    allowed steps, node) of `tensor` against each candidate reference node; elements
-    `undefined` marks (the reference has no number there) are not compared."""
+    allowed steps, node) of `tensor` against each candidate reference node, in reference order;
+    elements `undefined` marks (the reference has no number there) are not compared.
+
+    The scan stops at the first exact match: no later candidate can beat it (the choice is the
+    smallest (steps, elements that differ, order)), and a later candidate's reference value may
+    cost the recomputation of everything after the last forced value (a 49-step GRU's check
+    took minutes a sample, each value scoring every later step's node)."""
     scored = []
     for candidate in candidates:
         expected = forced.value(candidate)
         diff = (tensor.to(torch.int32) - expected.to(torch.int32).reshape(tensor.shape)).abs()
         if undefined is not None:
             diff = diff.masked_fill(undefined.reshape(diff.shape), 0)
-        stages = max(forced.rounding_stages(candidate), 1)
-        allowed = max(forced.allowed_steps(candidate, steps_per_stage),
-                      steps_per_stage) if kind != "bool" else 0
         steps = float(diff.max()) if diff.numel() else 0.0
         mismatched = int((diff > 0).sum())
-        within = steps <= allowed if kind != "bool" else mismatched == 0
+        stages = allowed = None  # the bound is at least one stage's: worked out when needed
+        if kind == "bool":
+            within = mismatched == 0
+        elif steps <= steps_per_stage:
+            within = True
+        else:
+            stages, allowed = _bound(forced, candidate, kind, steps_per_stage)
+            within = steps <= allowed
         scored.append((within, steps, mismatched, forced.order[candidate], stages, allowed,
                        candidate))
+        if within and steps == 0 and mismatched == 0 and not exhaustive:
+            break
     return scored
+
+
+def _bound(forced: ForcedReference, node, kind: str, steps_per_stage: float) -> tuple[int, float]:
+    """The rounding stages from the forced values to `node`, and the steps they allow there."""
+    stages = max(forced.rounding_stages(node), 1)
+    allowed = max(forced.allowed_steps(node, steps_per_stage),
+                  steps_per_stage) if kind != "bool" else 0
+    return stages, allowed
 
 
 def _as_moved(instruction: int, op: str, value: int, kind: str, moved: str) -> LocalCheck:

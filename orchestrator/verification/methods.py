@@ -11,8 +11,9 @@ with the others and lets the verdict rule (`combine`) weigh it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # the twin imports torch (seconds)
@@ -69,6 +70,9 @@ class VerifyInputs:
     cmsis_nn_src: str | Path | None = None
     runner_elf: str | Path | None = None  # FVP: the arm_executor_runner to run
     atol: float = 0.0  # QEMU: BundleIO absolute tolerance (0: byte-exact)
+    # progress(stage, "start" | "done", seconds): the twin's samples as it checks them (a
+    # recurrence's local check takes seconds a sample); None: silent
+    progress: Callable[[str, str, float], None] | None = field(default=None, compare=False)
 
 
 class Verifier(Protocol):

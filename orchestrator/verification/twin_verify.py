@@ -15,6 +15,7 @@ them, and order), and any CPU/NPU boundary whose bytes were reinterpreted in ano
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -298,7 +299,7 @@ def _compare_outputs(twin, runs, quantized_outs, float_outs) -> tuple[OutputComp
     return tuple(comparisons)
 
 
-def _program_qparams(twin: TwinProgram) -> dict[int, tuple[float, int]]:
+def program_qparams(twin: TwinProgram) -> dict[int, tuple[float, int]]:
     """EValue -> (scale, zero point) for every tensor a quantize writes or a dequantize reads."""
     known = {}
     for call in twin.view.kernel_calls():
@@ -332,7 +333,7 @@ def _undefined_quotients(twin: TwinProgram | None, run: TwinRun, instruction: in
     return mask if bool(mask.any()) else None
 
 
-def _written(run: TwinRun, view=None, twin: TwinProgram | None = None):
+def written_values(run: TwinRun, view=None, twin: TwinProgram | None = None):
     """(instruction, op, EValue, tensor, input EValues, input tensors, undefined elements) for
     every int8 or bool tensor the program wrote; the input tensors are those of its inputs that
     are not its own outputs, a view the memory plan aliases to another value (written by no
@@ -382,7 +383,7 @@ def _written(run: TwinRun, view=None, twin: TwinProgram | None = None):
 
 def _local_checks(twin, run, quantized_module, sample, qparams, steps_per_stage):
     forced = ForcedReference(quantized_module, sample)
-    return check_locally(forced, _written(run, twin.view, twin), qparams, steps_per_stage)
+    return check_locally(forced, written_values(run, twin.view, twin), qparams, steps_per_stage)
 
 
 def _boundary_names(twin: TwinProgram) -> dict[tuple[str, str, int], str]:
@@ -484,11 +485,11 @@ def _verdict(passed, numerics_passed, checked, unmatched, faults, divergence,
 
 
 def verify(program, samples: int = 16, calibration: str | None = None, per_op: bool = False,
-           max_steps: float = 1, npu_model: str = "auto") -> VerifyReport:
+           max_steps: float = 1, npu_model: str = "auto", progress=None) -> VerifyReport:
     """Run the program (a loaded TwinProgram, or a `.pte` path) in the twin on `samples` inputs;
     check every value it writes locally (`orchestrator.verification.local_check`, `max_steps`
     int8 steps per rounding stage) and report the end-to-end error against both references as
-    figures."""
+    figures. `progress(stage, event, seconds)` hears each sample start and finish."""
     if samples < 1 or not (max_steps >= 0):
         # Zero samples would make every comparison vacuously true: never a pass.
         raise UserError(f"--samples must be at least 1 and --max-steps at least 0 (got "
@@ -502,15 +503,20 @@ def verify(program, samples: int = 16, calibration: str | None = None, per_op: b
     float_program, float_module = twin.reference("float.pt2")
     _, quantized_module = twin.reference("quantized.pt2")
     inputs, source = sample_inputs(float_program, samples, calibration)
-    qparams = _program_qparams(twin)
+    qparams = program_qparams(twin)
     runs, quantized_outs, float_outs, local = [], [], [], []
-    for sample in inputs:
+    say = progress or (lambda _stage, _event, _seconds: None)
+    for index, sample in enumerate(inputs):
+        stage = f"twin: sample {index + 1} of {len(inputs)}, every value checked"
+        began = time.perf_counter()
+        say(stage, "start", 0.0)
         run = twin.run(device_inputs(twin, sample), keep_intermediates=True, npu=npu)
         with torch.no_grad(), numerics.single_threaded():
             quantized_outs.append(as_tuple(quantized_module(*sample)))
             float_outs.append(as_tuple(float_module(*sample)))
             local.append(_local_checks(twin, run, quantized_module, sample, qparams, max_steps))
         runs.append(run)
+        say(stage, "done", time.perf_counter() - began)
     outputs = _compare_outputs(twin, runs, quantized_outs, float_outs)
     faults = tuple({(f.instruction, f.check): f for r in runs for f in r.faults}.values())
     checked = sum(1 for checks in local for c in checks if c.passed is not None)
