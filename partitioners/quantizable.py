@@ -344,31 +344,55 @@ def _pair(value, default: int) -> tuple[int, int]:
 _HARDSWISH_PRODUCERS = ("conv", "linear", "batch_norm")  # DecomposeHardswishPass's fused inputs
 
 
-def linear_batchnorm_folded(module: torch.fx.GraphModule) -> list[Workaround]:
-    """A BatchNorm1d (eval) over a linear's 2-D output folded into the linear's weight and bias
-    (in place); the rewrite's report.
+def _batchnorm_producer(node) -> tuple[torch.fx.Node, torch.fx.Node | None] | None:
+    """The layer a BatchNorm `node` (eval) can fold into, and the squeeze between them: a
+    linear with a 2-D output, or a 2-D convolution squeezed back to 3-D (a Conv1d as
+    module_forms.conv1d_as_conv2d computes it); each read by nothing else."""
+    source = node.args[0]
+    if not (isinstance(source, torch.fx.Node) and source.op == "call_function"
+            and len(source.users) == 1) or bool(node.args[5]):
+        return None
+    if source.target == torch.ops.aten.linear.default:
+        value = source.meta.get("val")
+        return (source, None) if isinstance(value, torch.Tensor) and value.dim() == 2 else None
+    if source.target in (torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims):
+        conv = source.args[0]
+        value = source.meta.get("val")
+        if (isinstance(conv, torch.fx.Node) and conv.op == "call_function"
+                and conv.target == torch.ops.aten.conv2d.default and len(conv.users) == 1
+                and isinstance(value, torch.Tensor) and value.dim() == 3):
+            return conv, source
+    return None
 
-    The quantizers fold a BatchNorm into the convolution before it, not into a linear: under
-    EthosUQuantizer the Arm backend's lowering then met the float constant its own fold left
-    (`TOSA-1.0+INT ... doesn't support tensor ... fused_const, dtype=FP32`: the partition left
-    the NPU) and on the CPU the linear ran as a float addmm on int8 activations, which the
-    runtime refuses. Folded, it is one linear with the same values (eval statistics are
-    constants): W' = W * g / sqrt(var + eps) per output, b' = (b - mean) * g / sqrt(var + eps)
-    + beta."""
+
+def linear_batchnorm_folded(module: torch.fx.GraphModule) -> list[Workaround]:
+    """A BatchNorm1d (eval) over a linear's 2-D output, or over a Conv1d's output that is not
+    in the same Sequential (a BatchNorm called in `forward`), folded into the layer's weight and
+    bias (in place); the rewrite's report.
+
+    The quantizers fold a BatchNorm into the convolution right before it, not into a linear:
+    under EthosUQuantizer the Arm backend's lowering then met the float constant its own fold
+    left (`TOSA-1.0+INT ... doesn't support tensor ... fused_const, dtype=FP32`: the partition
+    left the NPU) and on the CPU the linear ran as a float addmm on int8 activations, which the
+    runtime refuses. A Conv1d compiled CPU-only is a 1xK Conv2d whose output is squeezed back
+    (module_forms.conv1d_as_conv2d, which keeps a BatchNorm1d of the same Sequential in the 2-D
+    form): the squeeze between them hid the pair from the fold, so the norm stayed a float
+    portable op between a dequantize and a quantize, and a 1-D ResNet's quantization failed in
+    upstream code (`_native_batch_norm_legit_no_training is not differentiable with respect to
+    argument 'running_mean'`). Folded, it is one layer with the same values (eval statistics
+    are constants): W' = W * g / sqrt(var + eps) per output channel, b' = (b - mean) * g /
+    sqrt(var + eps) + beta."""
     fixes = []
     for node in list(module.graph.nodes):
         if node.op != "call_function" or node.target != torch.ops.aten.batch_norm.default:
             continue
-        linear = node.args[0]
-        if not (isinstance(linear, torch.fx.Node) and linear.op == "call_function"
-                and linear.target == torch.ops.aten.linear.default and len(linear.users) == 1):
+        found = _batchnorm_producer(node)
+        if found is None:
             continue
-        value = linear.meta.get("val")
-        if not isinstance(value, torch.Tensor) or value.dim() != 2 or bool(node.args[5]):
-            continue
+        layer, squeeze = found
         params = [_attribute(module, a.target) if isinstance(a, torch.fx.Node) and
-                  a.op == "get_attr" else None for a in (linear.args[1], *node.args[1:5])]
-        bias_node = linear.args[2] if len(linear.args) > 2 else None
+                  a.op == "get_attr" else None for a in (layer.args[1], *node.args[1:5])]
+        bias_node = layer.args[2] if len(layer.args) > 2 else None
         bias = (_attribute(module, bias_node.target) if isinstance(bias_node, torch.fx.Node)
                 and bias_node.op == "get_attr" else None)
         weight, gamma, beta, mean, var = params
@@ -378,27 +402,28 @@ def linear_batchnorm_folded(module: torch.fx.GraphModule) -> list[Workaround]:
         with torch.no_grad():
             scale = (gamma if gamma is not None else torch.ones_like(mean)) / torch.sqrt(
                 var + float(node.args[7]))
-            folded_weight = weight.detach() * scale[:, None]
+            folded_weight = weight.detach() * scale.reshape(-1, *[1] * (weight.dim() - 1))
             folded_bias = ((bias.detach() if bias is not None else torch.zeros_like(mean))
                            - mean) * scale + (beta if beta is not None else 0)
-        weight_name = _new_attribute(module, f"{linear.args[1].target}_bn_folded", folded_weight)
-        bias_name = _new_attribute(module, f"{linear.args[1].target}_bn_folded_bias",
+        weight_name = _new_attribute(module, f"{layer.args[1].target}_bn_folded", folded_weight)
+        bias_name = _new_attribute(module, f"{layer.args[1].target}_bn_folded_bias",
                                    folded_bias.detach().clone())
-        with module.graph.inserting_before(linear):
+        with module.graph.inserting_before(layer):
             new_weight = module.graph.get_attr(weight_name)
             new_bias = module.graph.get_attr(bias_name)
         for made, tensor in ((new_weight, folded_weight), (new_bias, folded_bias)):
-            old = linear.args[1].meta.get("val")
+            old = layer.args[1].meta.get("val")
             if isinstance(old, torch.Tensor):  # the quantizer reads the weight's value there
                 made.meta["val"] = old.new_empty(tensor.shape)
-        linear.args = (linear.args[0], new_weight, new_bias)
-        node.replace_all_uses_with(linear)
+        layer.args = (layer.args[0], new_weight, new_bias, *layer.args[3:])
+        node.replace_all_uses_with(squeeze if squeeze is not None else layer)
         module.graph.erase_node(node)
         fixes.append(Workaround(
-            _module_path(linear), "ExecuTorch 1.5.1 quantizers (a BatchNorm folds into the "
-            "convolution before it, not into a linear)",
-            "a BatchNorm1d after a linear folded into the linear's weight and bias (eval "
-            "statistics): one linear with the same values"))
+            _module_path(layer), "ExecuTorch 1.5.1 quantizers (a BatchNorm folds into the "
+            "convolution right before it, not into a linear, nor through the squeeze of a "
+            "Conv1d computed as a 1xK Conv2d)",
+            f"a BatchNorm1d after a {'Conv1d' if squeeze is not None else 'linear'} folded into "
+            "its weight and bias (eval statistics): one layer with the same values"))
     if fixes:
         module.graph.eliminate_dead_code()
         module.recompile()
@@ -642,6 +667,8 @@ def legalized(module: torch.fx.GraphModule, npu: str | None, raised) -> list[Wor
     """Every rewrite above the quantizer of `npu` (None: CPU-only) needs, in the order they
     apply; `raised` holds the modules given int16 activations."""
     fixes: list[Workaround] = []
+    # first: an activation after a folded norm then follows the squeezed convolution itself
+    fixes += linear_batchnorm_folded(module)
     if not npu:
         fixes += fold_constant_state(module)
         fixes += explicit_rank_broadcast(module)
@@ -649,7 +676,6 @@ def legalized(module: torch.fx.GraphModule, npu: str | None, raised) -> list[Wor
         fixes += int16_hardsigmoid_as_elementwise(module, raised)
         fixes += activations_before_squeeze(module)
         fixes += transpose_conv_padding_cropped(module)
-    fixes += linear_batchnorm_folded(module)
     fixes += (grouped_transpose_conv_block_diagonal(module) if npu
               else grouped_transpose_conv_split(module))
     if npu and npu.startswith("ethos-u85"):

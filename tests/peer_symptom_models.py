@@ -188,3 +188,26 @@ def embedding():
     """backends/arm/test's Embedding(10, 10) of 2x4 int64 indices."""
     torch.manual_seed(0)
     return nn.Embedding(10, 10).eval(), (torch.tensor([[1, 2, 4, 5], [4, 3, 2, 9]]),)
+
+
+class Conv1dBnInForward(nn.Module):
+    """A newcomer's 1-D block: Conv1d then BatchNorm1d called in `forward` (not one
+    Sequential), twice, then a mean and a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(8, 16, 3, padding=1)
+        self.bn = nn.BatchNorm1d(16)
+        self.conv2 = nn.Conv1d(16, 16, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm1d(16)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = torch.relu(self.bn(self.conv(x)))
+        x = torch.relu(self.bn2(self.conv2(x)))
+        return self.fc(x.mean(-1))
+
+
+def conv1d_bn_in_forward():
+    torch.manual_seed(0)
+    return _seeded(Conv1dBnInForward()), (torch.linspace(-1, 1, 256).reshape(1, 8, 32),)

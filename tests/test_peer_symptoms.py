@@ -270,3 +270,22 @@ def test_an_embedding_is_verified_on_indices_inside_its_table(tmp_path, capsys):
     and all three pass."""
     out = _verified("embedding", tmp_path, capsys, "--npu", "none")
     assert "every output is the same" not in out
+
+
+def test_a_batchnorm_after_a_conv1d_called_in_forward_is_folded_not_left_float(tmp_path, capsys):
+    """CPU-only, a Conv1d is a 1xK Conv2d squeezed back to 3-D: a BatchNorm1d called after it
+    in `forward` sat behind the squeeze, where the quantizer's fold does not look, and stayed a
+    float portable op between a dequantize and a quantize. Folded into the convolution, each
+    block is one CMSIS-NN convolution, and every method agrees."""
+    plan = tmp_path / "plan.json"
+    assert main(["plan", f"{MODELS}:conv1d_bn_in_forward", "--npu", "none", "--format", "json",
+                 "-o", str(plan), "--quiet"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    data = json.loads(plan.read_text())
+    ops = [(r["op"], r["placement"]) for r in data["ops"]]
+    assert not [op for op, _ in ops if "batch_norm" in op], ops
+    assert [where for op, where in ops if op.startswith("aten.convolution")] == ["cmsis-nn"] * 2
+    workarounds = data["summary"]["workarounds"]
+    folded = [w for w in workarounds if "BatchNorm1d after a Conv1d folded" in w["message"]]
+    assert len(folded) == 2, workarounds
+    _verified("conv1d_bn_in_forward", tmp_path, capsys, "--npu", "none")
