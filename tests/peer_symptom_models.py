@@ -211,3 +211,38 @@ class Conv1dBnInForward(nn.Module):
 def conv1d_bn_in_forward():
     torch.manual_seed(0)
     return _seeded(Conv1dBnInForward()), (torch.linspace(-1, 1, 256).reshape(1, 8, 32),)
+
+
+class _Block1d(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.c1 = nn.Conv1d(channels, channels, 3, padding=1, bias=False)
+        self.b1 = nn.BatchNorm1d(channels)
+        self.c2 = nn.Conv1d(channels, channels, 3, padding=1, bias=False)
+        self.b2 = nn.BatchNorm1d(channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = torch.relu(self.b1(self.c1(x)))
+        return torch.relu(self.b2(self.c2(y)) + x)
+
+
+class ResNet1d(nn.Module):
+    """A newcomer's 1-D ResNet over a 256-sample signal: a stride-2 kernel-7 stem, two residual
+    blocks (BatchNorm1d called in `forward`), an average pool and a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv1d(1, 16, 7, stride=2, padding=3, bias=False)
+        self.bn = nn.BatchNorm1d(16)
+        self.blocks = nn.Sequential(_Block1d(16), _Block1d(16))
+        self.pool = nn.AdaptiveAvgPool1d(1)
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = torch.relu(self.bn(self.stem(x)))
+        return self.fc(torch.flatten(self.pool(self.blocks(x)), 1))
+
+
+def resnet1d():
+    torch.manual_seed(0)
+    return _seeded(ResNet1d()), (torch.linspace(-1, 1, 256).reshape(1, 1, 256),)

@@ -38,6 +38,7 @@ import torch
 from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, KernelRefusal,
                              RuntimeFailure, RuntimeUnavailable, missing_operators)
 from kernels.device_ops import device_operator_names
+from kernels.host_scratch import scratch_shortfalls
 from kernels.program_view import ProgramView
 from npu_driver.ethos_u import NpuModelError, UnmodelledCommand, execute_backend_invocation
 from npu_driver.payload import PayloadError, parse_payload
@@ -119,6 +120,35 @@ class DeviceRun:
     def to_json(self) -> dict:
         return {"ran": self.ran, "method": self.method, "detail": self.detail,
                 "legalized": list(self.legalized), "refusal": self.refusal}
+
+
+# The layout kernels, whose output's dim order differs from their input's by design.
+_LAYOUT_KERNELS = ("_to_dim_order_copy", "_clone_dim_order")
+
+
+def _dim_orders_settled(program) -> list[Workaround]:
+    """Every portable kernel whose tensors are neither all contiguous nor all channels-last (the
+    dim-order check most portable kernels make, `tensors_have_same_dim_order`) given contiguous
+    operands, as the run would have asked one refusal at a time."""
+    fixes = []
+    for node in list(program.graph_module.graph.nodes):
+        # an edge op prints as "<EdgeOpOverload: aten.squeeze_copy.dims>: schema = ..."
+        target = str(node.target)
+        if node.op != "call_function" or not re.search(r"(^|\W)aten\.", target) \
+                or any(name in target for name in _LAYOUT_KERNELS):
+            continue
+        tensors = [v for v in (*(i.meta.get("val") for i in node.all_input_nodes),
+                               node.meta.get("val"))
+                   if isinstance(v, torch.Tensor) and v.dim() >= 2]
+        orders = {tuple(int(d) for d in v.dim_order()) for v in tensors}
+        if all(o == tuple(range(len(o))) for o in orders) or orders == {(0, 2, 3, 1)}:
+            continue
+        fix = contiguous_operands(program, node, f"{node.target}'s dim-order check (its tensors "
+                                  "neither all contiguous nor all channels-last), settled "
+                                  "without the host run")
+        if fix is not None:
+            fixes.append(fix)
+    return fixes
 
 
 class DeviceRefusal(UserError):
@@ -238,13 +268,31 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
                                   "the host runtime build lacks " + ", ".join(missing)),
                         None, program, tuple(workarounds))
             refusal = failure.refusal
+            node = (runtime_node(program, refusal.operator, _ordinal(view, refusal))
+                    if refusal is not None else None)
+            fix = (contiguous_operands(program, node, refusal.text())
+                   if legalize and node is not None and refusal.on_dim_order else None)
+            short = scratch_shortfalls(view)
+            if fix is None and short:
+                # a host kernel writes past its planned scratch (kernels/host_scratch.py), which
+                # may corrupt anything in the host process: what the host runtime refused or
+                # where it crashed says nothing about the program on its device. The dim-order
+                # checks the run can no longer be trusted with are satisfied without it.
+                what = (refusal.text() if refusal is not None
+                        else _first_line(str(failure)))
+                for settled in _dim_orders_settled(program):
+                    workarounds.append(settled)
+                    workarounds.extend(size1_copy_orders(program))
+                    legalized.append(settled.message)
+                return (DeviceRun(False, RUNTIME_METHOD,
+                                  f"the host build cannot judge it: at instruction "
+                                  f"{short[0].instruction} {short[0].operator} "
+                                  f"{short[0].reason()} (then: {what}); `verify --qemu` runs "
+                                  "it on its own core's CMSIS-NN path", tuple(legalized)),
+                        None, program, tuple(workarounds))
             if refusal is None:
                 text, moved = _delegate_refusal(str(failure), trial, view)
                 return refused(text or _first_line(str(failure)), moved)
-            node = runtime_node(program, refusal.operator,
-                                _ordinal(view, refusal))
-            fix = (contiguous_operands(program, node, refusal.text())
-                   if legalize and node is not None and refusal.on_dim_order else None)
             if fix is None:
                 origin = node.meta.get(ORIGIN_KEY, node.name) if node is not None else None
                 where = "" if origin is None else f" (node {origin}" + (
@@ -253,6 +301,13 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
             workarounds.append(fix)
             workarounds.extend(size1_copy_orders(program))  # the copies it inserted
             legalized.append(refusal.text())
+            # the same check fails the same way wherever a kernel's tensors mix dim orders (a
+            # 1-D ResNet's every squeeze after a channels-last convolution): one run, not one
+            # per kernel
+            for settled in _dim_orders_settled(program):
+                workarounds.append(settled)
+                workarounds.extend(size1_copy_orders(program))
+                legalized.append(settled.message)
             continue
         return (DeviceRun(True, method, "every kernel accepted its arguments" +
                           (" and the NPU ran every command stream" if npu.modelled else ""),

@@ -38,6 +38,7 @@ from kernels.runtime import (METHOD as RUNTIME_METHOD, HostRuntime, NpuInvocatio
 from orchestrator import numerics
 from orchestrator.errors import NotRun, UserError
 from kernels.program_view import KernelCall
+from kernels.host_scratch import scratch_shortfalls
 from kernels.reference import HOST_TIER, MVE_ONLY_SEMANTICS
 from orchestrator.verification.npu import NpuExecutor
 from orchestrator.verification.program import ETHOS_U_BACKEND
@@ -161,17 +162,8 @@ def host_limits(twin: TwinProgram) -> tuple[HostLimit, ...]:
     host kernel writes past the planned scratch (upstream checks the size only under
     CORTEX_M_ENABLE_RUNTIME_CHECKS, off by default as on the device).
     """
-    limits = []
-    for call in twin.view.kernel_calls():
-        op = call.operator
-        name = f"{op.name}.{op.overload}"
-        needed = _scalar_scratch_bytes(twin, op.name, call.args)
-        if needed is not None and needed[0] > needed[1]:
-            limits.append(HostLimit(
-                call.index, name,
-                f"the host's CMSIS-NN C path needs {needed[0]} B of scratch; the program planned "
-                f"{needed[1]} B for its tier, so the host kernel writes past it"))
-    return tuple(limits)
+    return tuple(HostLimit(short.instruction, short.operator, short.reason())
+                 for short in scratch_shortfalls(twin.view))
 
 
 PROGRAM_FORM, C_PATH_FORM = "program", "c-path"
@@ -189,59 +181,6 @@ def c_path_only(twin: TwinProgram) -> tuple[str, ...]:
                  for call in twin.view.kernel_calls()
                  if call.operator.name.startswith("cortex_m::")
                  and call.operator.name.split("::")[-1] in MVE_ONLY_SEMANTICS)
-
-
-def _scalar_scratch_bytes(twin: TwinProgram, op: str, args) -> tuple[int, int] | None:
-    """(bytes the C path needs, bytes the program planned) for a kernel with a scratch tensor,
-    by the same CMSIS-NN size functions the AOT pass calls (executorch's cmsis_nn bindings)."""
-    kinds = {"cortex_m::quantized_conv2d": ("conv", 12), "cortex_m::quantized_conv2d_nhwc": ("conv", 12),
-             "cortex_m::quantized_depthwise_conv2d": ("dw", 13),
-             "cortex_m::quantized_depthwise_conv2d_nhwc": ("dw", 13),
-             "cortex_m::quantized_avg_pool2d": ("pool", 8),
-             "cortex_m::quantized_avg_pool2d_nhwc": ("pool", 8)}
-    if op not in kinds:
-        return None
-    try:
-        from executorch.backends.cortex_m.library import (  # lazy: optional (cortex_m library: None without it)
-            cmsis_nn)
-    except ImportError:
-        return None
-    kind, scratch_at = kinds[op]
-    values = twin.view.values
-
-    def sizes(at):
-        return list(values[args[at]].sizes)
-
-    def ints(at):
-        value = values[args[at]]
-        if value.kind == "IntList":
-            return [int(values[i].scalar) for i in value.items]
-        return int(value.scalar)
-
-    nhwc = op.endswith("_nhwc")
-    planned = math.prod(sizes(scratch_at))
-    source, out = sizes(0), sizes(len(args) - 1)
-    if not nhwc:
-        source = [source[0], source[2], source[3], source[1]]
-        out = [out[0], out[2], out[3], out[1]]
-    scalar, a8w8 = cmsis_nn.Backend.SCALAR, cmsis_nn.DataType.A8W8
-    if kind == "pool":
-        needed = cmsis_nn.avgpool_buffer_size(scalar, a8w8, dim_dst_width=out[2], ch_src=source[3])
-        return int(needed), planned
-    weight = sizes(1)
-    common = dict(input_nhwc=source, output_nhwc=out, stride_hw=ints(3), padding_hw=ints(4),
-                  dilation_hw=ints(5))
-    if kind == "conv":
-        needed = cmsis_nn.convolve_wrapper_buffer_size(
-            scalar, a8w8, filter_nhwc=weight, input_offset=ints(6), output_offset=ints(7),
-            activation_min=ints(10), activation_max=ints(11), **common)
-    else:
-        _, kernel_h, kernel_w, c_out = weight
-        needed = cmsis_nn.depthwise_conv_wrapper_buffer_size(
-            scalar, a8w8, filter_nhwc=[c_out, kernel_h, kernel_w, 1], ch_mult=ints(6),
-            input_offset=ints(7), output_offset=ints(8), activation_min=ints(11),
-            activation_max=ints(12), **common)
-    return int(needed), planned
 
 
 def _dim_order_bytes(tensor: torch.Tensor, dim_order) -> bytes:
@@ -456,7 +395,9 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
 
 def _outcome(error, bytes_equal, rows, divergence, limits) -> str:
     if error is not None:
-        return "error"
+        # a host kernel overran its planned scratch (kernels/host_scratch.py): what the runtime
+        # did after that (a refused check, a crash) is the host's, not the program's
+        return "partial" if limits else "error"
     if bytes_equal:
         return "passed"
     if divergence is not None and any(h.instruction == divergence.instruction for h in limits) \
@@ -498,6 +439,11 @@ def _verdict(report: RuntimeReport) -> str:
         return (f"PASSED by {SHORT_METHOD}: every output agrees with the twin's{floats} on "
                 f"{report.samples} sample(s){c_path}")
     d = report.first_divergence
+    if report.outcome == "partial" and report.runtime_error:
+        limit = report.host_limits[0]
+        return (f"PARTIAL by {SHORT_METHOD}: the host cannot run this program as the device "
+                f"does: at instruction {limit.instruction} {limit.op} {limit.reason}, and the "
+                f"run ended: {report.runtime_error.splitlines()[0]}; nothing was compared")
     if report.outcome == "partial":
         limit = next(h for h in report.host_limits if h.instruction == d.instruction)
         return (f"PARTIAL by {SHORT_METHOD}: runtime and twin agree on every instruction before "
