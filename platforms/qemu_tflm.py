@@ -225,6 +225,12 @@ def tflm_release_image(
     if ETHOS_U_OPERATOR in operators and npu_product is None:
         raise NoEthosUInQemu(f"the {platform.name} runner's recipe has no {npu or 'Ethos-U'}; "
                              "no release image was built")
+    if npu_product is not None and (config.npu_irq is None or not config.npu_base_address):
+        # as `orchestrate firmware` refuses a hardware build there: a driver at address 0
+        # is no image of anything
+        raise NoEthosUInQemu(f"the {platform.name} recipe (runner/firmware.yaml) names no NPU "
+                             "register address and interrupt (npu: base_address, irq): no "
+                             "release image with the NPU's driver was built")
     release = build_tflm_release(
         tflite_path, operators, runner_spec(platform, config, npu_product),
         arena_bytes=arena_bytes, npu_irq=config.npu_irq,

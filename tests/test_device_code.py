@@ -312,8 +312,10 @@ def test_index_ops_legalize_what_the_device_kernels_check_or_miscompute(compiles
     fills zeros_like of an int8 tensor with a raw 0."""
     compiled, _ = _index_ops(compiles)
     refused = " ".join(compiled.device_run.legalized)
-    for kernel in ("op_argmin.cpp", "op_index_select.cpp", "op_full_like.cpp"):
+    for kernel in ("op_argmin.cpp", "op_full_like.cpp"):
         assert kernel in refused, refused
+    # index_select mixes the same dim orders as argmin: settled with it, or refused by its own run
+    assert "op_index_select.cpp" in refused or "aten.index_select" in refused, refused
     upstreams = " | ".join(f"{w.upstream}: {w.message}" for w in compiled.workarounds)
     assert "ActivationFusionPass" in upstreams and "aten_relu_default fused" in upstreams
     assert "full_like fills an int8 tensor" in upstreams

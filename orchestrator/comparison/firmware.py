@@ -110,6 +110,15 @@ def incumbent_release(tflite: Path, operators, platform, *, cpu: str | None, npu
         MODEL_SECTION)
     fp = Footprint(release.map_path, components, buffers, stack)
     flash, model, ram = _weigh(fp, ())
+    # an image the optimizer emptied (a driver at a null address is a trap it reasons from)
+    # holds neither the model nor the interpreter: no figure of it means anything
+    kept = {name for name, kinds in components.items() if sum(kinds.values())}
+    needed = {"TFLM interpreter", "TFLM kernels"} | ({"Ethos-U driver"} if npu else set())
+    if model != tflite.stat().st_size or not needed <= kept:
+        raise NotRun(f"TFLM's release image of {tflite.name} ({release.map_path}) holds "
+                     f"{model:,} B of the {tflite.stat().st_size:,} B model and "
+                     f"{', '.join(sorted(needed & kept)) or 'none'} of "
+                     f"{', '.join(sorted(needed))}; its figures are not reported")
     used, ran_text = None, ""
     if ran is not None:
         stack = _STACK_USED.search(ran.log)
