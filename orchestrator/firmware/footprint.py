@@ -40,6 +40,7 @@ _COMPONENTS = (
     ("portable kernels", re.compile(r"libportable_(kernels|util)\.a")),
     ("cortex_m kernels", re.compile(r"libcortex_m_kernels\.a")),
     ("CMSIS-NN", re.compile(r"libcmsis_nn\.a")),
+    ("Ethos-U backend + driver", re.compile(r"ethos_u\.dir/")),
     ("board + main", re.compile(r"firmware\.elf\.dir/")),
     ("libc (newlib)", re.compile(r"lib(c|c_nano|m|nosys|g|g_nano)\.a")),
     ("libgcc", re.compile(r"libgcc\.a")),
@@ -63,7 +64,11 @@ _NAME_HINTS = (("kernel registration", "kernels_to_register"),
                ("cortex_m kernels", "cortex_m6native"),
                ("runtime core", "executorch7runtime"),
                ("runtime core", "21executorch_flatbuffer"),
-               ("model API", "ImageLoader"))
+               ("model API", "ImageLoader"),
+               ("Ethos-U backend + driver", "EthosUBackend"),
+               ("Ethos-U backend + driver", "ethosu_"),
+               ("Ethos-U backend + driver", "ethos_u"),
+               ("Ethos-U backend + driver", "arm_ethos"))
 
 _SECTION = re.compile(r"^(\.\S+)\s+0x([0-9a-f]+)\s+0x([0-9a-f]+)")
 _INPUT = re.compile(r"^ (?:\*fill\*|(\S+))?\s+0x([0-9a-f]+)\s+0x([0-9a-f]+)\s*(\S.*)?$")
