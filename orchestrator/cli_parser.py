@@ -498,10 +498,12 @@ def docs_folder() -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `orchestrate` parser: one subparser per verb of VERBS, its options added in order."""
+    # raw: argparse's wrapping breaks a long path in two
     parser = Parser(prog="orchestrate", description=DESCRIPTION,
-                    epilog=f"Documentation: {docs_folder() / 'README.md'} and the pages in "
-                           f"{docs_folder() / 'docs'} (docs/plan.md, docs/verify.md, ... as "
-                           "the help texts name them).")
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    epilog=f"Documentation: {docs_folder() / 'README.md'}\n"
+                           f"and the pages in {docs_folder() / 'docs'}\n"
+                           "(docs/plan.md, docs/verify.md, ... as the help texts name them).")
     parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for verb in VERBS:
