@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 from orchestrator import api
@@ -22,6 +21,7 @@ from orchestrator.artifacts.files import (atomic_write_bytes, check_output_file,
 from orchestrator.artifacts.manifest import artifacts_dir_for
 from orchestrator.artifacts.profile import read_profile
 from orchestrator.cli_parser import build_parser
+from orchestrator.cli_progress import SweepProgress, progress_of
 from orchestrator.errors import (GateFailure, NotRun, OrchestrateError, UserError,
                                  VerificationFailure, as_orchestrate_error)
 from orchestrator.logs import quiet_upstream
@@ -34,41 +34,6 @@ from platforms.memory_placement import arena_bound_bytes
 from platforms.platform import PlatformError, load_platform
 
 __all__ = ["build_parser", "main"]
-
-
-class _Progress:
-    """Which stage a long command is in and for how long, on stderr: on a terminal one line
-    rewritten in place; otherwise (a CI log, a redirect) one line per finished stage with the
-    elapsed time, so a compile of minutes shows where it is."""
-
-    def __init__(self, enabled: bool, terminal: bool = True):
-        self.enabled, self.terminal = enabled, terminal
-        self._clock = time.perf_counter
-        self._start = self._clock()
-
-    def __call__(self, stage: str, event: str, seconds: float) -> None:
-        if not self.enabled:
-            return
-        elapsed = self._clock() - self._start
-        if not self.terminal:
-            if event != "start":
-                sys.stderr.write(f"[{elapsed:6.1f}s] {stage} done ({seconds:.1f}s)\n")
-                sys.stderr.flush()
-            return
-        if event == "start":
-            sys.stderr.write(f"\r\x1b[K[{elapsed:6.1f}s] {stage} ...")
-        else:
-            sys.stderr.write(f"\r\x1b[K[{elapsed:6.1f}s] {stage} done ({seconds:.1f}s)")
-        sys.stderr.flush()
-
-    def finish(self) -> None:
-        if self.enabled and self.terminal:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-
-
-def _progress(args) -> _Progress:
-    return _Progress(not getattr(args, "quiet", False), sys.stderr.isatty())
 
 
 def _request(args, npu: str | None = None, model: str | None = None,
@@ -109,7 +74,7 @@ def _plan(args, runner_ops=None):
 
 def _planned(args, runner_ops=None):
     """(the Plan, the PrecisionSearch that chose it under --precision auto, else None)."""
-    progress = _progress(args)
+    progress = progress_of(args)
     auto = (getattr(args, "precision", None) or "").strip().lower() == "auto"
     if not auto and any(getattr(args, name, None) is not None
                         for name in ("dataset", "min_snr", "max_accuracy_drop")):
@@ -457,7 +422,7 @@ def cmd_sweep(args) -> int:
     warning = None if args.calibration else (
         "warning: calibration: no --calibration given; generated samples calibrate the "
         "quantizer, so accuracy figures are not representative")
-    progress = _SweepProgress(len(jobs), not args.quiet, warning)
+    progress = SweepProgress(len(jobs), not args.quiet, warning)
     rows = api.sweep(jobs, args.jobs, progress, executor=args.executor)
     progress.finish()
     if args.format == "html":
@@ -473,23 +438,6 @@ def cmd_sweep(args) -> int:
     return 0
 
 
-class _SweepProgress(_Progress):
-    """A line per finished configuration: "[  12.3s] 3/6 ds-cnn on ethos-u55-128"."""
-
-    def __init__(self, total: int, enabled: bool, warning: str | None = None):
-        super().__init__(enabled, sys.stderr.isatty())
-        self.total, self.done, self.warning = total, 0, warning
-
-    def __call__(self, label: str, event: str, seconds: float) -> None:
-        if event == "checked" and self.warning:  # after the checks: a refusal prints alone
-            print(self.warning, file=sys.stderr)
-        if self.enabled and event == "done":
-            self.done += 1
-            sys.stderr.write(f"[{self._clock() - self._start:6.1f}s] {self.done}/{self.total} "
-                             f"{label}\n")
-            sys.stderr.flush()
-
-
 def cmd_verify(args) -> int:
     method = "fvp" if args.fvp else "qemu" if args.qemu else args.runtime
     if args.per_layer_error:
@@ -502,7 +450,7 @@ def cmd_verify(args) -> int:
     if args.min_accuracy is not None or args.max_accuracy_drop is not None:
         raise UserError("--min-accuracy and --max-accuracy-drop judge a labelled set: add "
                         "--dataset FILE")
-    progress = _progress(args)
+    progress = progress_of(args)
     verification = api.verify_all(
         args.pte, method, samples=args.samples or 16, calibration=args.calibration,
         per_op=args.per_op, max_steps=args.max_steps, npu_model=args.npu_model,
@@ -610,17 +558,28 @@ def cmd_compare(args) -> int:
         if output.suffix not in (".json", ".html"):
             raise UserError(f"-o '{output}' must end in .json or .html")
         check_output_file(output, "-o")
+    if args.npus and args.npu:
+        raise UserError("--npu and --npus both name the target: give one")
+    npus = [n.strip() for n in args.npus.split(",") if n.strip()] if args.npus else [args.npu]
+    if not npus:
+        raise UserError("--npus names no NPU; give e.g. ethos-u55-128,none")
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    comparison = api.compare(args.model, platform=args.platform, npu=args.npu, cpu=args.cpu,
-                             samples=args.samples, work_dir=args.work, per_op=args.per_op,
-                             firmware=args.firmware, progress=progress)
+    comparisons = [api.compare(args.model, platform=args.platform, npu=npu, cpu=args.cpu,
+                               samples=args.samples, per_op=args.per_op, firmware=args.firmware,
+                               work_dir=Path(args.work) / npu if args.work and args.npus
+                               else args.work, progress=progress) for npu in npus]
+    data = [c.to_json() for c in comparisons] if args.npus else comparisons[0].to_json()
     if output is not None:
-        atomic_write_bytes(output, (json.dumps(comparison.to_json(), indent=2) + "\n"
-                                    if output.suffix == ".json" else comparison.html()).encode())
+        atomic_write_bytes(output, (json.dumps(data, indent=2) + "\n" if output.suffix == ".json"
+                                    else "".join(c.html() for c in comparisons)).encode())
     if args.format == "json":
-        print(json.dumps(comparison.to_json(), indent=2))
+        print(json.dumps(data, indent=2))
+    elif args.npus:
+        from orchestrator.comparison.compare import comparison_table  # lazy: heavy (torch)
+
+        print(comparison_table(comparisons, colour=sys.stdout.isatty()))
     else:
-        print(comparison.text(colour=sys.stdout.isatty()))
+        print(comparisons[0].text(colour=sys.stdout.isatty()))
     return 0
 
 

@@ -426,6 +426,9 @@ COMPARE = Verb(
         option("--npu", help="e.g. ethos-u55-128, ethos-u85-256; 'none' for CPU only "
                "(default: the platform's)"),
         option("--cpu", help="e.g. cortex-m55, cortex-m4 (default: the platform's)"),
+        option("--npus", metavar="NAME,...", help="compare on each of these NPUs of the "
+               "platform ('none': CPU only) and print one table, a row per target (with "
+               "-o .json, every comparison; default: the one --npu)"),
         option("--samples", type=positive, default=4, metavar="N",
                help="random inputs in the file's types both programs run (default: 4)"),
         option("-o", "--output", help="also write the comparison as .json or .html "

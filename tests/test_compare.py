@@ -104,3 +104,31 @@ def test_release_images_weighed_from_their_linker_maps(tmp_path):
     assert stack["source"].count("exit code 0") == 2, stack
     notes = " ".join(data["notes"])
     assert "model (.tflite)" in notes and "TFLM interpreter" in notes and "runtime core" in notes
+
+
+def test_a_table_across_targets_marks_where_we_lose():
+    """compare --npus: one row per target, each figure ours / incumbent with its ratio, a
+    figure where we lose marked; a figure no target has is left out."""
+    from orchestrator.comparison.compare import Comparison, Figure, Numerics, comparison_table
+
+    def made(target, ours, incumbent, differing):
+        figures = (Figure("CPU instructions per inference", ours, incumbent, "QEMU"),
+                   Figure("model file bytes", 900, 1000, "file sizes", " B"))
+        return Comparison("kws.tflite", target, "QEMU", "ours", "TFLM", figures,
+                          Numerics(2, 24, differing, 0, None))
+
+    table = comparison_table([made("corstone300 + no NPU (cortex-m4)", 110, 100, 0),
+                              made("corstone300 + no NPU (cortex-m55)", 90, 100, 3)])
+    rows = table.splitlines()
+    assert "instructions ours/inc" in rows[1] and "cycles_npu" not in rows[1]
+    m4 = next(r for r in rows if "cortex-m4" in r)
+    m55 = next(r for r in rows if "cortex-m55" in r)
+    assert "110 / 100" in m4 and "1.100!" in m4 and m4.endswith("equal")
+    assert "0.900" in m55 and "0.900!" not in m55 and m55.endswith("3 differ")
+
+
+def test_npu_and_npus_together_are_refused_in_one_line(capsys):
+    code = main(["compare", str(_file("kws_ref_model.tflite")), "--npu", "ethos-u55-128",
+                 "--npus", "ethos-u55-128,none"])
+    assert code == 2
+    assert "--npu and --npus" in capsys.readouterr().err

@@ -161,6 +161,45 @@ class Comparison:
             "</body></html>\n")
 
 
+# The figures a table across targets shows, one column pair each (compare --npus).
+TABLE_FIGURES = (("cycles_npu", "cycles_npu"), ("CPU instructions per inference", "instructions"),
+                 ("tensor arena bytes", "arena B"), ("model file bytes", "file B"),
+                 ("release flash bytes", "release flash B"),
+                 ("release RAM bytes (without the stack)", "release RAM B"))
+
+
+def comparison_table(comparisons, colour: bool = False) -> str:
+    """One row per comparison (a target): each figure ours / incumbent and its ratio, and the
+    outputs; a figure no comparison has is left out. Sources: each comparison's own report."""
+    shown = [(name, label) for name, label in TABLE_FIGURES
+             if any(f.name == name for c in comparisons for f in c.figures)]
+    header = f"{'target':44}" + "".join(f" {label + ' ours/inc':>26} {'ratio':>7}"
+                                         for _, label in shown) + "  outputs"
+    lines = [f"compare {comparisons[0].model if comparisons else ''}: ratio = ours / incumbent"
+             ", 'worse' marks where we lose; cycles: Vela estimates; instructions: QEMU -icount "
+             "(measured); arena: as each runtime allocated it; release figures: linker maps",
+             header]
+    for comparison in comparisons:
+        figures = {f.name: f for f in comparison.figures}
+        row = f"{comparison.target[:44]:44}"
+        for name, _ in shown:
+            figure = figures.get(name)
+            pair = "-" if figure is None else (
+                f"{'-' if figure.ours is None else f'{figure.ours:,}'} / "
+                f"{'-' if figure.incumbent is None else f'{figure.incumbent:,}'}")
+            ratio = "-" if figure is None or figure.ratio is None else f"{figure.ratio:.3f}"
+            if figure is not None and figure.we_lose:
+                ratio = f"\x1b[31m{ratio}\x1b[0m" if colour else f"{ratio}!"
+            row += f" {pair:>26} {ratio:>7}"
+        numerics = comparison.numerics
+        row += ("  equal" if numerics.values and not numerics.differing else
+                f"  {numerics.differing} differ" if numerics.values else "  -")
+        lines.append(row)
+    lines.append("'!' marks a figure where we lose; `compare FILE --npu NAME` gives one target's "
+                 "every figure with its source")
+    return "\n".join(lines)
+
+
 def _html_value(value) -> str:
     if value is None:
         return "-"
