@@ -360,6 +360,9 @@ def compare(tflite: str | Path, compile_program, *, platform: str = "corstone300
                 if on_npu else 0, timeout_s=timeout_s)
             figures += _release_figures(ours_image, theirs_image, "; ".join(why))
             notes += component_lines(ours_image, theirs_image)
+            if work_dir is None:
+                notes.append("our release project was built in a temporary folder, removed "
+                             "now: --work DIR keeps it (and its map)")
         numerics = _numerics(ours_outputs, theirs_outputs)
         if ours_error and not ours_outputs:
             notes.append(ours_error)
