@@ -28,9 +28,40 @@ parses, calls one and prints what it returns:
 Errors are orchestrator.errors.OrchestrateError subclasses, each with the CLI's exit code.
 """
 
+import importlib.util as _importlib_util
 import os as _os
+import sys as _sys
+from pathlib import Path as _Path
 
-from kernels.cache_root import cache_root as _cache_root
+# The packages installed beside this one (the project's top-level layout). Another
+# distribution's package of the same name earlier on the path would be imported in its place:
+# say which, once, before any of them is imported.
+_SIBLINGS = ("kernels", "platforms", "partitioners", "cost_models", "npu_driver", "examples")
+
+
+def _shadowing_package() -> str | None:
+    home = _Path(__file__).resolve().parent.parent
+    for name in _SIBLINGS:
+        spec = _importlib_util.find_spec(name)
+        places = ([_Path(spec.origin).parent] if spec is not None and spec.origin else
+                  [_Path(p) for p in (spec.submodule_search_locations or ())] if spec else [])
+        if not any(place.resolve().parent == home for place in places):
+            found = ", ".join(str(place) for place in places) or "nowhere"
+            return (f"orchestrate's package '{name}' is not the one Python imports ({found}, "
+                    f"not beside {home / 'orchestrator'}): another distribution or folder "
+                    f"named '{name}' comes first on the path; install orchestrate in a virtual "
+                    "environment of its own or remove that folder from PYTHONPATH")
+    return None
+
+
+_shadowed = _shadowing_package()
+if _shadowed is not None:
+    if _Path(_sys.argv[0]).name == "orchestrate":  # the command: one line, exit 2
+        print(f"orchestrate: error: {_shadowed}", file=_sys.stderr)
+        raise SystemExit(2)
+    raise ImportError(_shadowed)
+
+from kernels.cache_root import cache_root as _cache_root  # noqa: E402 - after the check above
 from orchestrator import numerics as _numerics
 
 # Before anything imports torch: the float kernels it picks decide calibration results.

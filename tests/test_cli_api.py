@@ -4,7 +4,10 @@ the rooms that compile, verify, run device code or build firmware only through i
 from __future__ import annotations
 
 import ast
+import os
 import pydoc
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,3 +97,24 @@ def test_a_method_asked_for_by_name_that_cannot_run_says_nothing_ran():
 
     found = Verification(Path("x.pte"), "qemu", (_result("QEMU Cortex-M55", "not-run"),)).error()
     assert isinstance(found, NotRun) and "nothing was run" in str(found)
+
+
+def test_a_package_of_another_distribution_shadowing_ours_is_named_in_one_line(tmp_path):
+    """The wheel installs top-level packages with common names (`platforms`, `kernels`, ...):
+    one of another distribution earlier on the path is named, before anything imports it (it
+    was `No module named 'kernels.cache_root'`, or worse, the wrong code)."""
+    (tmp_path / "platforms").mkdir()
+    (tmp_path / "platforms" / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    script = Path(sys.executable).parent / "orchestrate"
+    if not script.is_file():
+        pytest.skip("not run: no `orchestrate` script beside this interpreter")
+    done = subprocess.run([str(script), "--help"], env=env, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "package 'platforms'" in lines[0] and str(tmp_path / "platforms") in lines[0]
+    imported = subprocess.run([sys.executable, "-c", "import orchestrator"], env=env,
+                              capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert imported.returncode != 0 and "ImportError: orchestrate's package 'platforms'" \
+        in imported.stderr
