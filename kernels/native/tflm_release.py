@@ -109,10 +109,10 @@ def build_tflm_release(
     if npu and (not npu_accelerator or npu_irq is None or not spec.npu_base_address):
         raise FirmwareBuildError("a release image with an NPU needs its accelerator "
                                  "(ethos-u55-128), the NPU's register address and its interrupt")
-    arch, macs = ("", 0)
-    if npu:
+    arch, macs = "", 0
+    if npu:  # "ethos-u55-128": the driver's ETHOSU_ARCH and ETHOSU_MACS
         _, arch, mac_text = npu_accelerator.split("-")
-        arch, macs = arch, int(mac_text)
+        macs = int(mac_text)
     release = ReleaseBuild(tflite, RELEASE_BOARD_OPTIMIZATION, RELEASE_KERNEL_OPTIMIZATION,
                            arch, macs)
     cache = Path(cache_dir).expanduser() if cache_dir else cache_root()
