@@ -280,7 +280,7 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
                 # checks the run can no longer be trusted with are satisfied without it.
                 what = (refusal.text() if refusal is not None
                         else _first_line(str(failure)))
-                for settled in _dim_orders_settled(program):
+                for settled in _dim_orders_settled(program) if legalize else ():
                     workarounds.append(settled)
                     workarounds.extend(size1_copy_orders(program))
                     legalized.append(settled.message)
