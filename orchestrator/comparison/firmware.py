@@ -21,7 +21,7 @@ registers, which QEMU does not model), which also measures each stack's high-wat
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernels.native.errors import QemuUnavailable
@@ -52,7 +52,6 @@ class ReleaseImage:
     stack_used_bytes: int | None = None  # measured on QEMU (stack painting)
     ran: str = ""  # what the QEMU run of the image showed
     ram_detail: str = ""
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def code_bytes(self) -> int:
@@ -121,8 +120,8 @@ def incumbent_release(tflite: Path, operators, platform, *, cpu: str | None, npu
                      f"{', '.join(sorted(needed))}; its figures are not reported")
     used, ran_text = None, ""
     if ran is not None:
-        stack = _STACK_USED.search(ran.log)
-        used = int(stack[1]) if stack and ran.exit_code == 0 else None
+        painted = _STACK_USED.search(ran.log)
+        used = int(painted[1]) if painted and ran.exit_code == 0 else None
         ran_text = f"ran on QEMU: exit code {ran.exit_code}"
     return ReleaseImage(flash, model, ram, fp.stack_bytes, components, release.map_path, used,
                         ran_text, f"of which the tensor arena {release.arena_bytes:,} B, the "
