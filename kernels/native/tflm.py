@@ -225,6 +225,22 @@ def model_kernels(tflm: TflmSources, registers: Sequence[str], npu: bool) -> lis
     return chosen
 
 
+def with_kernel_sets(tflm: TflmSources, registers: Sequence[str], npu: bool, what: str,
+                     attempt):
+    """`attempt(kernels)` with the model's kernels (model_kernels), then, when its link misses
+    a symbol (a kernel calling another's helpers), with every kernel; what the first that links
+    returns. `what` names the build in the error when neither links."""
+    last_error = None
+    for kernels in (model_kernels(tflm, registers, npu), all_kernels(tflm, npu)):
+        try:
+            return attempt(kernels)
+        except FirmwareBuildError as error:
+            if "undefined reference" not in str(error):
+                raise
+            last_error = error
+    raise FirmwareBuildError(f"linking {what} failed with every kernel:\n{last_error}")
+
+
 # The two signal-library declarations the resolver's header names (see the module).
 _SIGNAL_DECLARATIONS = {
     "irfft.h": "Register_IRFFT",
@@ -477,10 +493,7 @@ def build_tflm_runner(
     if not regions_c.is_file():
         atomic_write(regions_c, regions_text)
 
-    chosen = model_kernels(builder.tflm, registers, npu)
-    attempts = [chosen, all_kernels(builder.tflm, npu)]
-    last_error = None
-    for kernels in attempts:
+    def attempt(kernels: Sequence[Path]) -> Firmware:
         units = builder.tflm_units(schema, generated, kernels)
         units.append(CompileUnit(regions_c, (*builder._cmsis_common(), spec.optimization,
                                              "-std=gnu11", f"-I{spec.sources_dir}")))
@@ -496,16 +509,13 @@ def build_tflm_runner(
         objects = builder.compile_all(units, schema)
         staging = Path(tempfile.mkdtemp(dir=builder._ensure(builder.cache / "firmware"),
                                         prefix=".tmp-"))
-        elf = staging / "runner.elf"
         try:
-            code_region = builder.link(objects, elf)
-        except FirmwareBuildError as error:
+            code_region = builder.link(objects, staging / "runner.elf")
+        except FirmwareBuildError:
             shutil.rmtree(staging, ignore_errors=True)
-            if "undefined reference" not in str(error):
-                raise
-            last_error = error
-            continue
+            raise
         return publish_build(builder, toolchain, spec, operators, staging, folder,
                              firmware_key, code_region, len(objects), started, len(units),
                              {"runtime": "tflite-micro"})
-    raise FirmwareBuildError(f"linking TFLM's runner failed with every kernel:\n{last_error}")
+
+    return with_kernel_sets(builder.tflm, registers, npu, "TFLM's runner", attempt)

@@ -36,8 +36,8 @@ from kernels.native.cache import atomic_write, digest, publish_folder
 from kernels.native.errors import FirmwareBuildError
 from kernels.native.runner import RunnerSpec
 from kernels.native.sources import find_third_party
-from kernels.native.tflm import (TFLM_RECIPE_VERSION, ReleaseBuild, TflmBuilder, all_kernels,
-                                 model_kernels, operator_registration)
+from kernels.native.tflm import (TFLM_RECIPE_VERSION, ReleaseBuild, TflmBuilder,
+                                 operator_registration, with_kernel_sets)
 from kernels.native.toolchains import build_jobs, find_toolchain
 
 RELEASE_RECIPE_VERSION = "1"
@@ -136,8 +136,7 @@ def build_tflm_release(
         if not (generated / name).is_file():
             atomic_write(generated / name, text)
 
-    last_error = None
-    for kernels in (model_kernels(builder.tflm, registers, npu), all_kernels(builder.tflm, npu)):
+    def attempt(kernels) -> TflmRelease:
         units = builder.tflm_units(schema, generated, kernels)
         keys = [builder.object_key(unit, schema) for unit in units]
         key = digest("tflm-release", RELEASE_RECIPE_VERSION, TFLM_RECIPE_VERSION,
@@ -151,20 +150,17 @@ def build_tflm_release(
         staging = Path(tempfile.mkdtemp(dir=builder.cache / "tflm-release", prefix=".tmp-"))
         try:
             builder.link(objects, staging / "firmware.elf", _LINK_FLAGS)
-        except FirmwareBuildError as error:
+        except FirmwareBuildError:
             shutil.rmtree(staging, ignore_errors=True)
-            if "undefined reference" not in str(error):
-                raise
-            last_error = error
-            continue
+            raise
         # The map names each object by its cache path: keep what each was compiled from.
         atomic_write(staging / "objects.json", json.dumps(
             {str(obj): source_component(str(unit.source)) for obj, unit in zip(objects, units)},
             indent=0))
         publish_folder(staging, folder)
         return _release(folder, arena_bytes, fast_scratch_bytes, False, started)
-    raise FirmwareBuildError(f"linking TFLM's release image failed with every kernel:\n"
-                             f"{last_error}")
+
+    return with_kernel_sets(builder.tflm, registers, npu, "TFLM's release image", attempt)
 
 
 def _release(folder: Path, arena_bytes: int, fast_scratch_bytes: int, cached: bool,
