@@ -11,11 +11,10 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
-from orchestrator import api
+from orchestrator import api, termination
 from orchestrator.artifacts.files import (atomic_write_bytes, check_output_file, check_outputs,
                                           same_path)
 from orchestrator.artifacts.manifest import artifacts_dir_for
@@ -652,15 +651,6 @@ def cmd_list(args) -> int:
     return 0
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised where the process is, so `finally` blocks and context managers remove
-    temporary and staging folders as they do for Ctrl-C."""
-
-
-def _on_sigterm(signum, frame):
-    raise Terminated()
-
-
 def _silence_stdout() -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -673,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if argv is None:  # the command line, not a test calling main()
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        termination.install(args.command)
     if not args.verbose:
         quiet_upstream()
     else:
@@ -716,10 +706,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"orchestrate: interrupted; `{args.command}` stopped, its temporary files removed "
               "and earlier outputs left as they were", file=sys.stderr)
         return 130
-    except Terminated:
-        print(f"orchestrate: terminated (SIGTERM); `{args.command}` stopped, its temporary "
-              "files removed and earlier outputs left as they were", file=sys.stderr)
-        return 143
     except BrokenPipeError:
         # The reader went away (`orchestrate size x | head -1`): nothing more to say.
         _silence_stdout()

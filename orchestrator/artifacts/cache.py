@@ -46,6 +46,7 @@ from orchestrator.artifacts.pt2_bytes import pt2_bytes, remember
 from orchestrator.errors import UserError
 from orchestrator.sources.pt2 import read_exported_program
 from orchestrator.target import compile_spec
+from orchestrator.termination import removed_on_stop
 from orchestrator.compilation import recurrent_steps, shared_constants
 from partitioners import module_forms, quantizable, repeated_steps
 from partitioners.records import Workaround
@@ -254,14 +255,13 @@ def store(key: str, float_program, quantized_program, workarounds=()) -> None:
         return
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".entry-", dir=final.parent))
-        (tmp / "float.pt2").write_bytes(pt2_bytes(float_program))
-        (tmp / "quantized.pt2").write_bytes(pt2_bytes(quantized_program))
-
-        (tmp / "workarounds.json").write_text(json.dumps(
-            [[fix.node, fix.upstream, fix.message] for fix in workarounds]))
-
-        (tmp / _DIGESTS).write_text(json.dumps(_digests(tmp)))
-        os.replace(tmp, final)
+        with removed_on_stop(lambda: tempfile.mkdtemp(prefix=".entry-", dir=final.parent)) \
+                as tmp:
+            (tmp / "float.pt2").write_bytes(pt2_bytes(float_program))
+            (tmp / "quantized.pt2").write_bytes(pt2_bytes(quantized_program))
+            (tmp / "workarounds.json").write_text(json.dumps(
+                [[fix.node, fix.upstream, fix.message] for fix in workarounds]))
+            (tmp / _DIGESTS).write_text(json.dumps(_digests(tmp)))
+            os.replace(tmp, final)
     except OSError:
         shutil.rmtree(locals().get("tmp", final.parent / ".none"), ignore_errors=True)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterable
+from contextlib import ExitStack
 from pathlib import Path
 
 from orchestrator.artifacts.manifest import artifacts_dir_for, is_manifest_folder
 from orchestrator.errors import UserError
+from orchestrator.termination import deferred, removed_on_stop
 
 _TEMP_PREFIX = ".orchestrate-"
 # Room for what is written inside an artifacts folder (partitions/p<k>/vela/<Vela's file names>).
@@ -53,18 +55,20 @@ def staged_write(path: Path, data: bytes) -> Path:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temporary sibling, then rename over `path`; a full disk or a failed write is
     one UserError naming the file (nothing is left behind)."""
-    try:
-        tmp = staged_write(path, data)
-    except OSError as error:
-        raise write_failed(path, error) from None
-    try:
-        os.replace(tmp, path)
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        raise write_failed(path, error) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with ExitStack() as stack:
+        try:
+            tmp = stack.enter_context(removed_on_stop(lambda: staged_write(path, data)))
+        except OSError as error:
+            raise write_failed(path, error) from None
+        try:
+            with deferred():
+                os.replace(tmp, path)
+        except OSError as error:
+            tmp.unlink(missing_ok=True)
+            raise write_failed(path, error) from None
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def write_failed(path: Path, error: OSError) -> UserError:

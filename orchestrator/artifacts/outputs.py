@@ -28,6 +28,7 @@ from pathlib import Path
 from orchestrator.artifacts.files import (check_outputs, folder_of, publish_mode, require_ours,
                                           staged_write, write_failed)
 from orchestrator.artifacts.pt2_bytes import pt2_bytes
+from orchestrator.termination import deferred, removed_on_stop
 from orchestrator.artifacts.manifest import MANIFEST_NAME, artifacts_dir_for, manifest_json
 from partitioners.npu import npu_delegates
 
@@ -68,36 +69,43 @@ def write_outputs(compiled, pte_path: Path, extra_files: dict[str, bytes] | None
     parent = folder_of(pte_path)
     partitions = delegate_partitions(compiled)
     art_final = artifacts_dir_for(pte_path)
-    art_tmp = Path(tempfile.mkdtemp(prefix=".orchestrate-", dir=parent))
     pte_tmp = None
-    try:
-        for p in partitions:
-            pdir = art_tmp / "partitions" / f"p{p.index}"
-            (pdir / "vela").mkdir(parents=True)
-            (pdir / "model.tosa").write_bytes(p.tosa_bytes)
-            vela_out = p.vela_dir / "output"
-            for item in sorted(vela_out.iterdir()):
-                shutil.copy2(item, pdir / "vela" / item.name)
-        (art_tmp / "float.pt2").write_bytes(pt2_bytes(compiled.captured.program))
-        (art_tmp / "quantized.pt2").write_bytes(pt2_bytes(compiled.quantized.program))
-        for name, data in (extra_files or {}).items():
-            (art_tmp / name).write_bytes(data)
-        written = manifest_json(compiled, partitions)
-        # Every file verify may read, with its SHA-256 (checked before use: check_artifacts).
-        written["files"] = {str(f.relative_to(art_tmp)): hashlib.sha256(f.read_bytes()).hexdigest()
-                            for f in sorted(art_tmp.rglob("*")) if f.is_file()}
-        (art_tmp / MANIFEST_NAME).write_text(json.dumps(written, indent=2))
-        publish_mode(art_tmp)
-        # Both are complete before either is renamed into place, so a failure leaves the old
-        # pair (or nothing); a .pte and artifacts from different runs fail verify's hash check.
-        pte_tmp = staged_write(pte_path, compiled.pte_bytes)
-        _atomic_replace_dir(art_tmp, art_final)
-        os.replace(pte_tmp, pte_path)
-    except BaseException as error:
-        shutil.rmtree(art_tmp, ignore_errors=True)
-        if pte_tmp is not None:
-            pte_tmp.unlink(missing_ok=True)
-        if isinstance(error, OSError) and error.errno is not None:
-            raise write_failed(pte_path, error) from None
-        raise
+    with removed_on_stop(lambda: tempfile.mkdtemp(prefix=".orchestrate-", dir=parent)) as art_tmp:
+        try:
+            _fill_artifacts(compiled, art_tmp, partitions, extra_files)
+            # Both are complete before either is renamed into place, so a failure leaves the
+            # old pair (or nothing); a .pte and artifacts from different runs fail verify's
+            # hash check. A stop during the renames waits for them.
+            with removed_on_stop(lambda: staged_write(pte_path, compiled.pte_bytes)) as pte_tmp:
+                with deferred():
+                    _atomic_replace_dir(art_tmp, art_final)
+                    os.replace(pte_tmp, pte_path)
+        except BaseException as error:
+            shutil.rmtree(art_tmp, ignore_errors=True)
+            if pte_tmp is not None:
+                pte_tmp.unlink(missing_ok=True)
+            if isinstance(error, OSError) and error.errno is not None:
+                raise write_failed(pte_path, error) from None
+            raise
     return art_final
+
+
+def _fill_artifacts(compiled, art_tmp: Path, partitions, extra_files: dict[str, bytes]) -> None:
+    """The artifacts folder's files, into `art_tmp`."""
+    for p in partitions:
+        pdir = art_tmp / "partitions" / f"p{p.index}"
+        (pdir / "vela").mkdir(parents=True)
+        (pdir / "model.tosa").write_bytes(p.tosa_bytes)
+        vela_out = p.vela_dir / "output"
+        for item in sorted(vela_out.iterdir()):
+            shutil.copy2(item, pdir / "vela" / item.name)
+    (art_tmp / "float.pt2").write_bytes(pt2_bytes(compiled.captured.program))
+    (art_tmp / "quantized.pt2").write_bytes(pt2_bytes(compiled.quantized.program))
+    for name, data in (extra_files or {}).items():
+        (art_tmp / name).write_bytes(data)
+    written = manifest_json(compiled, partitions)
+    # Every file verify may read, with its SHA-256 (checked before use: check_artifacts).
+    written["files"] = {str(f.relative_to(art_tmp)): hashlib.sha256(f.read_bytes()).hexdigest()
+                        for f in sorted(art_tmp.rglob("*")) if f.is_file()}
+    (art_tmp / MANIFEST_NAME).write_text(json.dumps(written, indent=2))
+    publish_mode(art_tmp)

@@ -35,6 +35,7 @@ from orchestrator.device_runs.qemu import fast_scratch_bytes, installed_platform
 from orchestrator.device_runs.qemu_npu import QemuNpuHandler
 from orchestrator.errors import NotRun, UserError
 from orchestrator.firmware.project import build_project, write_project
+from orchestrator.termination import deferred, removed_on_stop
 from orchestrator.firmware.spec import (BUILD_DIR, ELF_NAME, NPU_DEVICES, PROFILES, RECORD_NAME,
                                         FirmwareSpec, IoTensor, PlannedBuffer)
 from orchestrator.verification.twin import load_twin, run_twin
@@ -245,29 +246,32 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
             raise NotRun(f"not run: firmware for {target_platform.name}: {detail}; or write "
                          "the project alone with --no-build") from None
         toolchain = None
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
-        record = write_project(spec, target_platform, staging, sources, toolchain, cache_root())
-        elf = None
-        if build:
-            build_project(staging, spec, target_platform)
-            record = load_record(staging)
-            elf = staging / BUILD_DIR / ELF_NAME
-            if check_machine is not None:
-                record = _write_check_copy(staging, spec, check_machine, recipe.cpu, sources,
-                                           toolchain)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    except QemuUnavailable as error:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise NotRun(f"firmware for {target_platform.name}: {error}") from None
-    except FirmwareBuildError as error:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise UserError(f"the firmware project did not build: {error}") from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with removed_on_stop(lambda: tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-")) \
+            as staging:
+        try:
+            record = write_project(spec, target_platform, staging, sources, toolchain,
+                                   cache_root())
+            elf = None
+            if build:
+                build_project(staging, spec, target_platform)
+                record = load_record(staging)
+                elf = staging / BUILD_DIR / ELF_NAME
+                if check_machine is not None:
+                    record = _write_check_copy(staging, spec, check_machine, recipe.cpu, sources,
+                                               toolchain)
+            with deferred():
+                if out.exists():
+                    shutil.rmtree(out)
+                os.replace(staging, out)
+        except QemuUnavailable as error:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise NotRun(f"firmware for {target_platform.name}: {error}") from None
+        except FirmwareBuildError as error:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise UserError(f"the firmware project did not build: {error}") from None
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     _fix_build_paths(out, staging)
     if record.get("qemu_check"):
         _fix_build_paths(out / record["qemu_check"], staging / record["qemu_check"])
