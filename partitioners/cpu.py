@@ -127,6 +127,27 @@ def per_channel_weights_legalized() -> Iterator[list[Workaround]]:
         yield fixes
 
 
+@contextlib.contextmanager
+def single_channel_convolutions_as_conv2d() -> Iterator[list[Workaround]]:
+    """A convolution with one input channel (groups 1) on CMSIS-NN's convolution kernel, not
+    the depthwise kernel upstream takes it for (upstream_cortex_m's docstring): one Workaround
+    per convolution. Enter it before `cmsis_decisions_recorded`."""
+    fixes: list[Workaround] = []
+
+    def record(node) -> None:
+        out_channels = getattr(node.meta.get("val"), "shape", (0, 0))[1]
+        fixes.append(Workaround(
+            node.meta.get(ORIGIN_KEY, node.name),
+            "ExecuTorch 1.5.1 AtenToCortexMPass (`in_channels == groups` taken as depthwise)",
+            f"{_op_name(node.target)} with one input channel and groups 1 (not depthwise) on "
+            f"cortex_m::quantized_conv2d (CMSIS-NN's convolution, as TFLM runs it) in place of "
+            f"the depthwise kernel with a depth multiplier of {out_channels}: the same values, "
+            "its weight in OHWI order"))
+
+    with upstream_cortex_m.single_channel_convolutions_as_conv2d(record):
+        yield fixes
+
+
 def has_cmsis_substitution(target) -> bool:
     return upstream_cortex_m.has_substitution(target)
 
@@ -378,7 +399,8 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
         split = split_fused_activations(candidate, forced)
         as_conv = per_channel_linear_as_conv2d(candidate, skip=set(kept_float))
         try:
-            with cmsis_decisions_recorded() as decisions, \
+            with single_channel_convolutions_as_conv2d() as as_conv2d, \
+                    cmsis_decisions_recorded() as decisions, \
                     per_channel_weights_legalized() as legalized:
                 transformed = CortexMPassManager(
                     candidate, passes=with_early_batch_matmul(
@@ -478,8 +500,8 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
                 "quantization range)",
                 f"{activation} fused into {_op_name(node.target)} with output bounds [{qmin}, "
                 f"{qmax}]; upstream left the op computing on raw int8 values in float"))
-    workarounds = (split + fallbacks + as_conv + legalized + requantize_comparison_scalars(transformed)
-                   + requantize_fill_values(transformed))
+    workarounds = (split + fallbacks + as_conv + legalized + as_conv2d
+                   + requantize_comparison_scalars(transformed) + requantize_fill_values(transformed))
     if legalize:
         workarounds += legalize_for_device(transformed)
     return transformed, decisions, tuple(workarounds)

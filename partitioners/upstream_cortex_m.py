@@ -24,6 +24,15 @@ a version guard.
   points all 0 and one scale for every channel) and otherwise refuses with the real reason (one
   multiplier cannot honour several scales); a non-zero zero point reaches upstream's refusal.
   The convolution substitutions read per-channel scales as a list and no weight zero point.
+- `_get_convolution_replacement` takes `in_channels == groups` as depthwise (ExecuTorch 1.5.1,
+  aten_to_cortex_m_pass.py:528), so an ordinary convolution with one input channel (groups 1,
+  the first layer of an audio or greyscale model) runs as CMSIS-NN's depthwise kernel with a
+  depth multiplier of its output channels, where TFLM runs CMSIS-NN's convolution (keyword
+  spotting's first layer on the M4: 1,917,760 instructions against 1,111,480; upstream's TODO
+  #16347 there expects it). `single_channel_convolutions_as_conv2d` gives such a node the
+  convolution kernel upstream's own other branch builds: the same arguments but the depth
+  multiplier, and the weight in OHWI order in place of IHWO (for one input channel, the same
+  values transposed).
 
 This leans on upstream's source layout: every `return None` of a substitution sits under an
 `if` a few lines above it, and the checker sets its flag under an `if`. `contract()` reports
@@ -55,6 +64,11 @@ FLAG_SETTERS = {
 }
 # Substitutions that read a weight's scale and zero point as one number each.
 SCALAR_WEIGHT_QPARAMS = ("_get_linear_replacement",)
+# The substitution that sends a one-input-channel convolution to the depthwise kernel, and the
+# kernels of its two branches: (plain, explicit NHWC).
+CONVOLUTION_SUBSTITUTION = "_get_convolution_replacement"
+_DEPTHWISE_TO_CONV = {"quantized_depthwise_conv2d": "quantized_conv2d",
+                      "quantized_depthwise_conv2d_nhwc": "quantized_conv2d_nhwc"}
 # How far above a `return None` its guarding `if` may start (the longest upstream condition
 # spans a few lines).
 _GUARD_SEARCH_LINES = 12
@@ -191,6 +205,63 @@ def _legalizing(record):
 
 
 @contextlib.contextmanager
+def single_channel_convolutions_as_conv2d(record: Callable[[object], None]) -> Iterator[None]:
+    """Meanwhile, a convolution with groups 1 and one input channel that upstream's substitution
+    returns as `quantized_depthwise_conv2d[_nhwc]` becomes `quantized_conv2d[_nhwc]` (module
+    docstring), and `record(node)` is called. Enter it before `substitutions_observed`, so the
+    observer records the kernel the node gets."""
+    with substitutions_wrapped(_as_conv2d(record)):
+        yield
+
+
+def _as_conv2d(record):
+    def wrap(substitution):
+        if inspect.unwrap(substitution).__name__ != CONVOLUTION_SUBSTITUTION:
+            return substitution
+
+        @functools.wraps(substitution)
+        def conv2d_substitution(node, dialect_pass):
+            spec = substitution(node, dialect_pass)
+            kernel = _name(getattr(spec, "op", "")).split(".")
+            if (spec is None or len(kernel) < 2 or kernel[1] not in _DEPTHWISE_TO_CONV
+                    or node.args[8] != 1):
+                return spec
+            return _conv2d_spec(node, spec, dialect_pass.exported_program,
+                                _DEPTHWISE_TO_CONV[kernel[1]], record)
+
+        return conv2d_substitution
+
+    return wrap
+
+
+def _conv2d_spec(node, spec, exported_program, kernel: str, record):
+    """The convolution kernel's spec for a depthwise `spec` of one input channel. The weight
+    placeholder upstream made for this node (IHWO, [1, H, W, O]) takes the OHWI values in place:
+    upstream's pass manager works on a copy of the program that shares the signature's input
+    list, so adding and deleting placeholders here would leave the two out of step."""
+    from executorch.backends.transforms.aten_to_dialect_pass import DialectNodeSpec  # lazy: heavy (executorch)
+    from executorch.exir.dialects._ops import ops as exir_ops  # lazy: heavy (executorch)
+    import torch  # lazy: heavy (torch)
+
+    args = list(spec.args)
+    placeholder = args[1]
+    target = exported_program.graph_signature.inputs_to_parameters.get(placeholder.name)
+    weight = exported_program.state_dict.get(target) if target is not None else None
+    fake = placeholder.meta.get("val")
+    if (weight is None or weight.dim() != 4 or int(weight.shape[0]) != 1
+            or getattr(fake, "fake_mode", None) is None):
+        return spec
+    ohwi = weight.detach().permute(3, 1, 2, 0).contiguous()
+    exported_program.state_dict[target] = (torch.nn.Parameter(ohwi, requires_grad=False)
+                                           if isinstance(weight, torch.nn.Parameter) else ohwi)
+    placeholder.meta["val"] = fake.fake_mode.from_tensor(ohwi, static_shapes=True)
+    del args[6]  # the depth multiplier: the convolution kernel's arguments are the rest
+    record(node)
+    return DialectNodeSpec(getattr(exir_ops.edge.cortex_m, kernel).default, tuple(args),
+                           spec.kwargs)
+
+
+@contextlib.contextmanager
 def substitutions_observed(observe: Callable[[object, Lowered | Declined], None]) -> Iterator[None]:
     """Call `observe(node, outcome)` after every substitution AtenToCortexMPass runs meanwhile.
 
@@ -201,8 +272,9 @@ def substitutions_observed(observe: Callable[[object, Lowered | Declined], None]
 
 def _observing(observe):
     def wrap(substitution):
-        code = substitution.__code__
-        filename = inspect.getsourcefile(substitution) or code.co_filename
+        upstream = inspect.unwrap(substitution)  # its source, under any of our wrappers
+        code = upstream.__code__
+        filename = inspect.getsourcefile(upstream) or code.co_filename
         short_file = filename.rsplit("/", 1)[-1]
 
         @functools.wraps(substitution)  # keeps the upstream name for per_channel_weights_legalized
@@ -411,4 +483,8 @@ def contract() -> dict[str, object]:
         "scalar weight qparams": {
             name: "if weight_zp != 0:" in inspect.getsource(functions[name])
             if name in functions else None for name in SCALAR_WEIGHT_QPARAMS},
+        # single_channel_convolutions_as_conv2d: upstream's depthwise test
+        "depthwise test": ("is_depthwise = (in_channels == groups)" in inspect.getsource(
+            functions[CONVOLUTION_SUBSTITUTION]) if CONVOLUTION_SUBSTITUTION in functions
+            else None),
     }
