@@ -46,8 +46,21 @@ sys.path.insert(0, str(ROOT))
 import orchestrator  # noqa: E402,F401 - pins host numerics before torch
 
 ZOO = ("ds-cnn", "mobilenet-v1-025", "resnet8", "deep-autoencoder", "person-detector", "mixed")
-ROWS = ROOT / "tests" / "data" / "calibration_m55_rows.json"
-CALIBRATION = "cortex-m55-qemu.yaml"
+CPU = "cortex-m55"
+
+
+def rows_file(cpu: str) -> Path:
+    """The saved rows of `cpu`'s profiles (tests/data/calibration_m55_rows.json, ...)."""
+    return ROOT / "tests" / "data" / f"calibration_{cpu.removeprefix('cortex-')}_rows.json"
+
+
+def calibration_name(cpu: str) -> str:
+    """The shipped QEMU calibration of `cpu` (cost_models/data/cortex-m55-qemu.yaml, ...)."""
+    return f"{cpu}-qemu.yaml"
+
+
+ROWS = rows_file(CPU)
+CALIBRATION = calibration_name(CPU)
 
 
 def _variants() -> dict:
@@ -88,8 +101,9 @@ def split() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(fit), tuple(validate)
 
 
-def make(folder: Path, names) -> list[str]:
-    """Compile and profile the programs of `names` missing from `folder`; the names that fail."""
+def make(folder: Path, names, cpu: str = CPU) -> list[str]:
+    """Compile (CPU-only for `cpu` on Corstone-300) and profile (on `cpu`'s QEMU machine) the
+    programs of `names` missing from `folder`; the names that fail."""
     from examples.user_models import USER_MODELS
 
     failed = []
@@ -97,7 +111,8 @@ def make(folder: Path, names) -> list[str]:
         pte, etdp = folder / f"{name}.pte", folder / f"{name}.etdp"
         spec = (f"examples/user_models.py:{name}" if name in USER_MODELS else
                 f"benchmarks/calibration.py:{name}" if name in VARIANTS else name)
-        steps = [] if pte.is_file() else [["compile", spec, "--npu", "none", "-o", str(pte)]]
+        steps = [] if pte.is_file() else [["compile", spec, "--npu", "none", "--cpu", cpu,
+                                                   "-o", str(pte)]]
         if not etdp.is_file():
             steps.append(["verify", str(pte), "--qemu", "--profile"])
         made = True
@@ -186,26 +201,31 @@ def table(rows, factors, ratio, bound: float) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu", default=CPU, help=f"the core (default {CPU}): its programs, "
+                        "its saved rows (tests/data/calibration_<core>_rows.json) and its "
+                        "shipped calibration (<cpu>-qemu.yaml)")
     parser.add_argument("--profiles", type=Path, help="folder of NAME.pte + NAME.etdp (default: "
-                        f"the saved rows, {ROWS.relative_to(ROOT)})")
+                        "the saved rows of --cpu)")
     parser.add_argument("--make", action="store_true", help="compile and profile the programs "
                         "missing from --profiles first")
     parser.add_argument("--save-rows", type=Path, help="write the rows read from --profiles")
-    parser.add_argument("--calibration", default=CALIBRATION, help="the calibration to check "
-                        f"(default: the shipped {CALIBRATION})")
+    parser.add_argument("--calibration", help="the calibration to check (default: the shipped "
+                        "<cpu>-qemu.yaml)")
     parser.add_argument("--bound", type=float, default=0.15)
     args = parser.parse_args()
     from cost_models.profile_calibration import load_calibration
 
     fit, validate = split()
+    args.calibration = args.calibration or calibration_name(args.cpu)
     if args.profiles:
         if args.make:
-            for line in make(args.profiles, (*fit, *validate)):
+            args.profiles.mkdir(parents=True, exist_ok=True)
+            for line in make(args.profiles, (*fit, *validate), args.cpu):
                 print(f"not made: {line}")
         saved = rows_from_profiles(args.profiles, (*fit, *validate))
         if args.save_rows:
             args.save_rows.write_text(json.dumps(
-                {"note": "CPU-only Cortex-M55 (Corstone-300) programs profiled with `orchestrate "
+                {"note": f"CPU-only {args.cpu} (Corstone-300) programs profiled with `orchestrate "
                          "verify --qemu --profile`: per program, the calls of one kernel with "
                          "the same figures per call summed (calls, model cycles, macs, outputs, "
                          "elements, measured); measured = instructions retired, QEMU -icount "
@@ -214,7 +234,7 @@ def main() -> int:
                 indent=1) + "\n")
             print(f"wrote {args.save_rows}")
     else:
-        saved = json.loads(ROWS.read_text())["programs"]
+        saved = json.loads(rows_file(args.cpu).read_text())["programs"]
     calibration = load_calibration(args.calibration)
     factors = calibration.factors["instructions"]
     ratio = ratio_factors(measured_rows(saved, fit))

@@ -106,6 +106,17 @@ class PortableRates:
 
 
 @dataclass(frozen=True)
+class IndexWalk:
+    """Per tensor operand and output element, in units of the core's portable element_cycles:
+    the generic path of ExecuTorch's portable elementwise kernels, which walks every tensor by
+    index (BroadcastIndexesRange) and loads and stores through dtype-converting function
+    pointers; `broadcast` when an input is broadcast."""
+
+    generic_operand_elements: float
+    broadcast_operand_elements: float
+
+
+@dataclass(frozen=True)
 class Transitions:
     npu_invocation_cycles: float
     cache_maintenance_cycles_per_line: float
@@ -134,6 +145,7 @@ class CpuCostData:
     cmsis_nn: Mapping[str, CmsisNNRates]
     tiers: Mapping[str, TierKernels]
     portable: Mapping[str, PortableRates]
+    index_walk: IndexWalk
     transitions: Transitions
     calibration: tuple[CalibrationPoint, ...]
     calibration_split: str
@@ -174,6 +186,8 @@ def _load(raw: dict) -> CpuCostData:
         name: PortableRates(**{k: float(_value(v, f"portable.{name}.{k}")) for k, v in rates.items()})
         for name, rates in raw["portable"].items()
     }
+    walk = raw["index_walk"]
+    index_walk = IndexWalk(**{k: float(_value(v, f"index_walk.{k}")) for k, v in walk.items()})
     t = raw["transitions"]
     transitions = Transitions(
         npu_invocation_cycles=float(_value(t["npu_invocation_cycles"], "transitions.npu_invocation_cycles")),
@@ -205,6 +219,7 @@ def _load(raw: dict) -> CpuCostData:
         cmsis_nn=MappingProxyType(cmsis_nn),
         tiers=MappingProxyType(tiers),
         portable=MappingProxyType(portable),
+        index_walk=index_walk,
         transitions=transitions,
         calibration=calibration,
         calibration_split=str(raw["calibration"]["split"]),
@@ -405,6 +420,10 @@ def portable_cost(op: OpShape, cpu: str, cpu_hz: int, memory: MemoryTimings | No
     data, core = _core(cpu)
     rates = data.portable[cpu]
     elements = op.input_bytes if op.kind in _PER_INPUT_KINDS else op.elements
+    if op.walked_operands:
+        walk = (data.index_walk.broadcast_operand_elements if op.broadcast
+                else data.index_walk.generic_operand_elements)
+        elements = op.elements * op.walked_operands * walk
     mac_cycles = rates.conv_mac_cycles if op.kind in ("conv", "depthwise_conv") else rates.matmul_mac_cycles
     # int8 tensors are one byte per element; weights arrive as int8 constants plus a dequantize
     # (bias bytes are counted as elements too: a small overcount, int32 being 4 bytes).

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cost_models.op_shapes import OpShape
+from cost_models.op_shapes import OpShape, index_walk
 
 
 @dataclass(frozen=True)
@@ -203,8 +203,10 @@ def describe(node: torch.fx.Node) -> NodeInfo:
     input_bytes = sum(_bytes(t) for t in inputs[:1])
     if kind in ("add", "mul", "batch_matmul"):
         input_bytes = sum(_bytes(t) for t in inputs[:2])
+    walked, broadcast = index_walk(op, input_shapes, output_shape if out is not None else None)
     shape = OpShape(kind=kind, macs=int(macs), input_bytes=int(input_bytes),
                     output_bytes=_bytes(out), weight_bytes=int(weight_bytes),
                     in_channels=cin, out_channels=cout, kernel_hw=kernel,
-                    elements=numel(out.shape) if out is not None else 0)
+                    elements=numel(out.shape) if out is not None else 0,
+                    walked_operands=walked, broadcast=broadcast)
     return NodeInfo(node.name, op, input_shapes, output_shape, dtypes, int(macs), shape)

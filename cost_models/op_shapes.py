@@ -71,12 +71,17 @@ class OpShape:
     out_channels: int = 0
     kernel_hw: tuple[int, int] = (1, 1)
     elements: int = 0
+    # An elementwise op whose portable kernel walks its tensors index by index
+    # (BroadcastIndexesRange, cost_models/cpu.py portable_cost): its tensor operands (inputs and
+    # output), else 0; `broadcast` when an input is broadcast to the output's shape.
+    walked_operands: int = 0
+    broadcast: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in OP_KINDS:
             raise ValueError(f"OpShape kind {self.kind!r} is not one of {sorted(OP_KINDS)}")
         for name in ("macs", "input_bytes", "output_bytes", "weight_bytes",
-                     "in_channels", "out_channels", "elements"):
+                     "in_channels", "out_channels", "elements", "walked_operands"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"OpShape.{name} must be a non-negative int, got {value!r}")
@@ -468,3 +473,30 @@ def im2col_taps(op: OpShape) -> int:
     if im2col_bytes(op) == 0 or not op.out_channels:
         return 0
     return op.elements // op.out_channels * math.prod(op.kernel_hw)
+
+
+# Elementwise ops of two or more tensors, whose portable kernels broadcast them
+# (kernels/portable/cpu/util/elementwise_util.h). `where` mixes a bool condition with its
+# values, so its kernel always takes the generic path that walks every tensor by index.
+_BROADCASTING = frozenset({
+    "add", "sub", "rsub", "mul", "div", "where", "eq", "ne", "lt", "le", "gt", "ge", "maximum",
+    "minimum", "pow", "atan2", "remainder", "fmod", "logical_and", "logical_or", "logical_xor",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "floor_divide", "hypot", "copysign"})
+_ALWAYS_WALKED = frozenset({"where"})
+
+
+def index_walk(op: str, input_shapes, output_shape) -> tuple[int, bool]:
+    """(tensor operands its portable kernel walks by index, whether an input is broadcast) of
+    the elementwise op `op` ("aten.where.self") on tensors of `input_shapes` (the tensor inputs
+    only) giving `output_shape`; (0, False) for an op on the kernel's fast path (same shapes,
+    one dtype) and for every other op."""
+    parts = str(op).split(".")
+    base = parts[1] if len(parts) > 1 and parts[0] in ("aten", "edge") else parts[0]
+    shapes = [tuple(shape) for shape in input_shapes or ()]
+    if base not in _BROADCASTING or len(shapes) < 2 or output_shape is None:
+        return 0, False
+    broadcast = any(shape != tuple(output_shape) for shape in shapes)
+    if not broadcast and base not in _ALWAYS_WALKED:
+        return 0, False
+    return len(shapes) + 1, broadcast
+

@@ -77,6 +77,7 @@ import numpy as np
 import yaml
 
 from cost_models.cost import Cost
+from cost_models.op_shapes import index_walk
 from kernels.safe_files import DataFileError, load_yaml
 
 OP_CLASSES = ("conv", "depthwise", "linear", "pooling", "elementwise", "softmax", "portable",
@@ -154,14 +155,18 @@ class Work:
     macs: int = 0
     outputs: int = 0
     elements: int = 0
+    # The row's portable kernel walks its tensors by index (op_shapes.index_walk): a cost the
+    # model adds by operand, which no kernel's or class's fit has seen (module docstring).
+    walked: bool = False
 
 
-def row_work(macs, input_shapes, output_shape) -> Work:
-    """The figures of a plan row (an OpPlacement's or a plan.json op's macs, input_shapes and
-    output_shape) that the calibration's terms count."""
+def row_work(macs, input_shapes, output_shape, op: str = "") -> Work:
+    """The figures of a plan row (an OpPlacement's or a plan.json op's macs, input_shapes,
+    output_shape and op) that the calibration's terms count."""
     outputs = math.prod(output_shape) if output_shape else 0
     first = math.prod(input_shapes[0]) if input_shapes else 0
-    return Work(int(macs or 0), int(outputs), int(max(first, outputs)))
+    walked = index_walk(op, input_shapes, output_shape)[0] > 0 if op else False
+    return Work(int(macs or 0), int(outputs), int(max(first, outputs)), walked)
 
 
 @dataclass(frozen=True)
@@ -624,13 +629,13 @@ def calibrate_cost(cost, placement: str, kind: str, kernel: str | None,
     row = MeasuredRow("", row_class, kernel or "", cost.cycles, 0, "", work=work)
     scaled = cost
     cycles = calibration.factors.get("cycles")
-    found = cycles.lookup(row_class, row.kernel) if cycles is not None else None
+    found = _lookup(cycles, row, work.walked)
     if found is not None:
         scaled = Cost.from_cycles(found[0].estimate(row.figure), cpu_hz,
                                   calibrated_source(cost.source, calibration))
         scaled = replace(scaled, model_cycles=cost.cycles)
     instructions = calibration.factors.get("instructions")
-    found = instructions.lookup(row_class, row.kernel) if instructions is not None else None
+    found = _lookup(instructions, row, work.walked)
     if found is not None:
         estimate = int(round(found[0].estimate(row.figure)))
         # The floor counts the work the kernel repeats, not the fit's per-call intercept: that
@@ -644,6 +649,18 @@ def calibrate_cost(cost, placement: str, kind: str, kernel: str | None,
         scaled = replace(scaled, instructions=estimate,
                          instructions_source=f"calibrated: {calibration.name} ({found[1]})")
     return scaled
+
+
+def _lookup(factors: Factors | None, row: MeasuredRow, walked: bool):
+    """The model a row is calibrated by (Factors.lookup). A row whose kernel walks its tensors
+    by index takes the all-classes model, the one fitted to the model's cycles alone: a
+    kernel's or class's fit may rest on other terms (the portable class's on calls and
+    elements), which would not see the walk's cost per operand."""
+    if factors is None:
+        return None
+    if walked and factors.overall is not None and "model_cycles" in factors.overall.terms:
+        return factors.overall, "all classes, for an index-walking kernel"
+    return factors.lookup(row.op_class, row.kernel)
 
 
 def check_core(calibration: CpuCalibration, cpu: str) -> None:
@@ -667,6 +684,6 @@ def calibrate_plan_json(plan: Mapping, calibration: CpuCalibration) -> dict:
         cost = calibrate_cost(Cost.from_json(op["cost"]), op["placement"], op["kind"],
                               op.get("kernel"), calibration, int(platform["cpu_hz"]),
                               row_work(op.get("macs"), op.get("input_shapes"),
-                                       op.get("output_shape")))
+                                       op.get("output_shape"), op.get("op", "")))
         op["cost"] = cost.to_json()
     return calibrated

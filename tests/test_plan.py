@@ -416,14 +416,15 @@ def test_the_runnable_check_reads_the_device_libraries_not_the_host_runtime(tmp_
 
 
 def test_cmsis_nn_kernel_names_follow_the_wrappers_dispatch_on_the_ohwi_weight(compiles):
-    """DS-CNN CPU-only: the first conv (one input channel, so upstream lowers it as a depthwise
-    conv with channel multiplier 64) runs the generic arm_depthwise_conv_s8, each 3x3 depthwise
+    """DS-CNN CPU-only: the first conv (one input channel, groups 1: CMSIS-NN's convolution, not
+    the depthwise kernel upstream takes it for; tests/test_single_channel_conv.py) runs
+    arm_convolve_s8, each 3x3 depthwise
     the MVE opt path and each pointwise conv the 1x1 fast path, as the CMSIS-NN wrappers
     dispatch. The Cortex-M pass stores conv weights as contiguous
     OHWI; reading H and W from dims 2 and 3 named every pointwise conv arm_convolve_s8."""
     plan = make_plan(compiles.get("ds-cnn", "corstone300", "none", "cortex-m55")[0])
     convs = [r for r in plan.rows if r.op.startswith("aten.convolution")]
     kernels = [r.kernel for r in convs]
-    assert kernels[0] == "arm_depthwise_conv_s8", kernels
+    assert kernels[0] == "arm_convolve_s8", kernels
     assert kernels[1::2] == ["arm_depthwise_conv_s8_opt"] * 4, kernels
     assert kernels[2::2] == ["arm_convolve_1x1_s8_fast"] * 4, kernels

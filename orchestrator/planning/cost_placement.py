@@ -69,7 +69,7 @@ def _cpu_seconds(row, target, island_has_macs: bool, calibration=None) -> tuple[
         placement = "cmsis-nn" if engine in ("cmsis-nn", "layout") else "portable"
         kernel = _CMSIS_FUNCTION_OF_KIND.get(shape.kind) if placement == "cmsis-nn" else base
         cost = calibrate_cost(cost, placement, row.kind, kernel, calibration, target.cpu_hz,
-                              row_work(row.macs, row.input_shapes, row.output_shape))
+                              row_work(row.macs, row.input_shapes, row.output_shape, row.op))
     return cost.seconds, cost.source
 
 

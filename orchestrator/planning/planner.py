@@ -146,7 +146,8 @@ def _calibration_stage(state: PlanState) -> PlanState:
     return replace(state, rows=tuple(
         replace(row, cost=calibrate_cost(row.cost, row.placement, row.kind, row.kernel,
                                          calibration, target.cpu_hz,
-                                         row_work(row.macs, row.input_shapes, row.output_shape)))
+                                         row_work(row.macs, row.input_shapes, row.output_shape,
+                                                  row.op)))
         for row in state.rows))
 
 
