@@ -493,10 +493,18 @@ def index_walk(op: str, input_shapes, output_shape) -> tuple[int, bool]:
     parts = str(op).split(".")
     base = parts[1] if len(parts) > 1 and parts[0] in ("aten", "edge") else parts[0]
     shapes = [tuple(shape) for shape in input_shapes or ()]
-    if base not in _BROADCASTING or len(shapes) < 2 or output_shape is None:
+    if (base not in _BROADCASTING or len(shapes) < 2 or output_shape is None
+            or parts[-1] == "Scalar"):  # a Scalar overload: one tensor, whatever the graph held
         return 0, False
     broadcast = any(shape != tuple(output_shape) for shape in shapes)
     if not broadcast and base not in _ALWAYS_WALKED:
         return 0, False
     return len(shapes) + 1, broadcast
+
+
+def walked_op(op: str, kernel: str | None) -> str:
+    """The op whose kernel a row runs, for index_walk: its portable kernel where the row names
+    one (a comparison the CPU route gave a Scalar overload: "aten.gt.Scalar" for
+    "aten.gt.Tensor"), else the op."""
+    return kernel if kernel and str(kernel).startswith("aten.") else op
 

@@ -18,6 +18,7 @@ from cost_models.cost import Cost
 from cost_models.cpu import cmsis_nn_cost, portable_copy_cost, portable_cost, transition_cost
 from cost_models.graph_shapes import numel
 from cost_models.npu import VelaPartitionEstimate, match_layers_to_ops
+from cost_models.op_shapes import index_walk, walked_op
 from kernels.dtypes import element_bytes
 
 
@@ -86,9 +87,17 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memo
                                layout_bytes=numel(row.output_shape) * element_bytes(row.out_dtype, 1))
         elif row.info is not None:
             cost = cpu_op_cost("cmsis-nn" if row.placement == "cmsis-nn" else "portable",
-                               row.info.op_shape, target, memory(row) if memory else None)
+                               _as_run(row), target, memory(row) if memory else None)
         costed.append(replace(row, cost=cost))
     return tuple(costed)
 
 
+def _as_run(row):
+    """The row's op shape with the index walk of the kernel it runs (op_shapes.walked_op)."""
+    shape = row.info.op_shape
+    walked, broadcast = index_walk(walked_op(row.op, row.kernel), row.input_shapes,
+                                   row.output_shape)
+    if (walked, broadcast) == (shape.walked_operands, shape.broadcast):
+        return shape
+    return replace(shape, walked_operands=walked, broadcast=broadcast)
 

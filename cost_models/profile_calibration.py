@@ -77,7 +77,7 @@ import numpy as np
 import yaml
 
 from cost_models.cost import Cost
-from cost_models.op_shapes import index_walk
+from cost_models.op_shapes import index_walk, walked_op
 from kernels.safe_files import DataFileError, load_yaml
 
 OP_CLASSES = ("conv", "depthwise", "linear", "pooling", "elementwise", "softmax", "portable",
@@ -684,6 +684,7 @@ def calibrate_plan_json(plan: Mapping, calibration: CpuCalibration) -> dict:
         cost = calibrate_cost(Cost.from_json(op["cost"]), op["placement"], op["kind"],
                               op.get("kernel"), calibration, int(platform["cpu_hz"]),
                               row_work(op.get("macs"), op.get("input_shapes"),
-                                       op.get("output_shape"), op.get("op", "")))
+                                       op.get("output_shape"),
+                                       walked_op(op.get("op", ""), op.get("kernel"))))
         op["cost"] = cost.to_json()
     return calibrated

@@ -25,10 +25,20 @@ from tests.device_tools import qemu_or_missing
     ("aten.mul.Tensor", [(1, 4, 16, 8), (1,)], (1, 4, 16, 8), (3, True)),
     ("aten.add.Tensor", [(1, 8, 4, 4), (1, 8, 4, 4)], (1, 8, 4, 4), (0, False)),  # fast path
     ("aten.mul.Scalar", [(1, 8, 4, 4)], (1, 8, 4, 4), (0, False)),  # one tensor
+    # the CPU route runs a comparison with a [1] constant as its Scalar overload
+    ("aten.gt.Scalar", [(1, 16, 8, 8), (1,)], (1, 16, 8, 8), (0, False)),
     ("aten.permute_copy.default", [(1, 8, 4, 4)], (1, 4, 4, 8), (0, False)),  # not elementwise
 ])
 def test_which_ops_walk_their_tensors(op, inputs, output, expected):
     assert index_walk(op, inputs, output) == expected
+
+
+def test_a_row_is_priced_as_the_kernel_it_runs():
+    from cost_models.op_shapes import walked_op
+
+    assert walked_op("aten.gt.Tensor", "aten.gt.Scalar") == "aten.gt.Scalar"
+    assert walked_op("aten.add.Tensor", "arm_elementwise_add_s8") == "aten.add.Tensor"
+    assert walked_op("aten.where.self", None) == "aten.where.self"
 
 
 def test_the_walk_is_priced_per_operand_and_more_with_a_broadcast():

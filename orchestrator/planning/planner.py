@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from cost_models.cpu import MemoryTimings, calibrated_weight_cycles_per_byte
 from cost_models.npu import VelaPartitionEstimate, read_vela_dir
+from cost_models.op_shapes import walked_op
 from cost_models.plan_costs import attach_costs
 from cost_models.profile_calibration import CpuCalibration, calibrate_cost, row_work
 from orchestrator.compilation.pipeline import Compiled, Stage, run_stages
@@ -147,7 +148,7 @@ def _calibration_stage(state: PlanState) -> PlanState:
         replace(row, cost=calibrate_cost(row.cost, row.placement, row.kind, row.kernel,
                                          calibration, target.cpu_hz,
                                          row_work(row.macs, row.input_shapes, row.output_shape,
-                                                  row.op)))
+                                                  walked_op(row.op, row.kernel))))
         for row in state.rows))
 
 
