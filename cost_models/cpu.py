@@ -120,6 +120,10 @@ class IndexWalk:
 class Transitions:
     npu_invocation_cycles: float
     cache_maintenance_cycles_per_line: float
+    # The CPU's side of one EthosUBackend::execute in instructions: a fixed part and the copy of
+    # the delegate's inputs into the NPU scratch and its outputs back (per byte).
+    npu_invocation_instructions: float
+    npu_io_copy_instructions_per_byte: float
     quantize_cycles_per_element: Mapping[str, float]  # keyed "fpu" / "soft_float"
     dequantize_cycles_per_element: Mapping[str, float]
 
@@ -194,6 +198,11 @@ def _load(raw: dict) -> CpuCostData:
         cache_maintenance_cycles_per_line=float(
             _value(t["cache_maintenance_cycles_per_line"], "transitions.cache_maintenance_cycles_per_line")
         ),
+        npu_invocation_instructions=float(
+            _value(t["npu_invocation_instructions"], "transitions.npu_invocation_instructions")),
+        npu_io_copy_instructions_per_byte=float(
+            _value(t["npu_io_copy_instructions_per_byte"],
+                   "transitions.npu_io_copy_instructions_per_byte")),
         quantize_cycles_per_element=MappingProxyType(
             {k: float(_value(v, f"transitions.quantize_cycles_per_element.{k}"))
              for k, v in t["quantize_cycles_per_element"].items()}
@@ -447,13 +456,30 @@ def portable_copy_cost(elements: int, cpu: str, cpu_hz: int) -> Cost:
     return Cost.from_cycles(cycles, cpu_hz, "model:portable")
 
 
+def npu_io_copy_cost(io_bytes: int, cpu: str, cpu_hz: int) -> Cost:
+    """EthosUBackend's copy of a delegate's `io_bytes` of inputs into the NPU scratch and of
+    its outputs back (arm_ethos_io_memcpy), at the measured instructions per byte taken as
+    cycles."""
+    data, _ = _core(cpu)
+    return Cost.from_cycles(io_bytes * data.transitions.npu_io_copy_instructions_per_byte,
+                            cpu_hz, "model:transition")
+
+
+def npu_invocation_instructions(io_bytes: int, cpu: str) -> int:
+    """Instructions the CPU retires for one NPU invocation that copies `io_bytes` (the
+    driver's work and the IO copies), as measured on QEMU (cpu_cost.yaml transitions)."""
+    data, _ = _core(cpu)
+    t = data.transitions
+    return int(round(t.npu_invocation_instructions + io_bytes * t.npu_io_copy_instructions_per_byte))
+
+
 def transition_cost(kind: str, cpu: str, cpu_hz: int, bytes_: int = 0) -> Cost:
     """Cost of hidden CPU work around an NPU partition or a CPU/NPU layout boundary.
 
     npu_invocation: one Ethos-U delegate call; bytes_ = bytes the driver cleans before and
         invalidates after the run: the base regions of its cache masks, which ethosu_init sets
         to the scratch alone (it holds the IO). Free on cores without a data cache. The IO
-        copies into and out of the scratch are separate layout_copy transitions.
+        copies into and out of the scratch are npu_io_copy_cost.
     quantize / dequantize: bytes_ int8 elements converted at a float/int8 boundary.
     layout_copy: bytes_ bytes permuted or copied (NCHW <-> NHWC, IO into/out of NPU scratch).
     """

@@ -3,7 +3,8 @@
 - NPU ops: the cycles of the Vela layer computing the op (matched by MAC count); Vela cycles no op
   claims (rescales, layout ops Vela adds) go on the partition's invocation row, so the rows of a
   partition add up to Vela's own total for it.
-- NPU invocation: the remainder above plus the CPU-side driver cost (model:transition).
+- NPU invocation: the remainder above plus the CPU-side driver cost and the copies of the
+  delegate's inputs and outputs into and out of the NPU scratch (model:transition).
 - CMSIS-NN ops: the per-tier CPU model, with weights and activations read at the speed of the
   regions the memory placement chose (model:memory); boundary quantize/dequantize and layout copies: the
   transition model; portable ops: the portable (float) model.
@@ -15,7 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cost_models.cost import Cost
-from cost_models.cpu import cmsis_nn_cost, portable_copy_cost, portable_cost, transition_cost
+from cost_models.cpu import (cmsis_nn_cost, npu_io_copy_cost, portable_copy_cost, portable_cost,
+                             transition_cost)
 from cost_models.graph_shapes import numel
 from cost_models.npu import VelaPartitionEstimate, match_layers_to_ops
 from cost_models.op_shapes import index_walk, walked_op
@@ -69,7 +71,9 @@ def attach_costs(rows, target, estimates: dict[int, VelaPartitionEstimate], memo
             # alone. The command stream and the weights are read-only to the CPU: no maintenance.
             invoke_bytes = estimate.scratch_bytes if estimate else 0
             driver = transition_cost("npu_invocation", target.cpu, cpu_hz, invoke_bytes)
-            cost = Cost(npu_part.cycles + driver.cycles, npu_part.seconds + driver.seconds,
+            copies = npu_io_copy_cost(row.io_bytes, target.cpu, cpu_hz)
+            cost = Cost(npu_part.cycles + driver.cycles + copies.cycles,
+                        npu_part.seconds + driver.seconds + copies.seconds,
                         "vela+model:transition")
         elif row.placement == "npu":
             cycles = per_op.get(row.partition, {}).get(row.name, 0)

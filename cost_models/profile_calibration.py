@@ -77,6 +77,7 @@ import numpy as np
 import yaml
 
 from cost_models.cost import Cost
+from cost_models.cpu import npu_invocation_instructions
 from cost_models.op_shapes import index_walk, walked_op
 from kernels.safe_files import DataFileError, load_yaml
 
@@ -158,15 +159,16 @@ class Work:
     # The row's portable kernel walks its tensors by index (op_shapes.index_walk): a cost the
     # model adds by operand, which no kernel's or class's fit has seen (module docstring).
     walked: bool = False
+    io_bytes: int = 0  # an NPU invocation's inputs and outputs (OpPlacement.io_bytes)
 
 
-def row_work(macs, input_shapes, output_shape, op: str = "") -> Work:
+def row_work(macs, input_shapes, output_shape, op: str = "", io_bytes: int = 0) -> Work:
     """The figures of a plan row (an OpPlacement's or a plan.json op's macs, input_shapes,
     output_shape and op) that the calibration's terms count."""
     outputs = math.prod(output_shape) if output_shape else 0
     first = math.prod(input_shapes[0]) if input_shapes else 0
     walked = index_walk(op, input_shapes, output_shape)[0] > 0 if op else False
-    return Work(int(macs or 0), int(outputs), int(max(first, outputs)), walked)
+    return Work(int(macs or 0), int(outputs), int(max(first, outputs)), walked, int(io_bytes or 0))
 
 
 @dataclass(frozen=True)
@@ -564,7 +566,13 @@ def parse(document, name: str) -> CpuCalibration:
                           MappingProxyType(validation))
 
 
-SHIPPED = ("cortex-m55-qemu.yaml",)
+SHIPPED = ("cortex-m55-qemu.yaml", "cortex-m4-qemu.yaml")
+
+
+def shipped_for_core(cpu: str) -> str | None:
+    """The shipped QEMU calibration of core `cpu` ("cortex-m4-qemu.yaml"), or None."""
+    name = f"{cpu}-qemu.yaml"
+    return name if name in SHIPPED else None
 
 
 def shipped_path(name: str) -> Path | None:
@@ -622,6 +630,12 @@ def calibrate_cost(cost, placement: str, kind: str, kernel: str | None,
     a cycles model its cycles at least that estimate (module docstring); NPU rows and rows
     without a cost as they are. A cost another calibration changed is calibrated from the
     model's own figures (model_cost). `work`: the row's figures (row_work) the terms count."""
+    if cost is not None and kind == "npu-invocation" and "instructions" in calibration.factors:
+        # The CPU's side of the call: the driver and the IO copies, as measured on QEMU.
+        return replace(cost, instructions=npu_invocation_instructions(work.io_bytes,
+                                                                      calibration.core),
+                       instructions_source="model:transition (cpu_cost.yaml "
+                                           "npu_invocation_instructions, measured on QEMU)")
     row_class = op_class(placement, kind, kernel)
     if cost is None or row_class is None:
         return cost
@@ -685,6 +699,7 @@ def calibrate_plan_json(plan: Mapping, calibration: CpuCalibration) -> dict:
                               op.get("kernel"), calibration, int(platform["cpu_hz"]),
                               row_work(op.get("macs"), op.get("input_shapes"),
                                        op.get("output_shape"),
-                                       walked_op(op.get("op", ""), op.get("kernel"))))
+                                       walked_op(op.get("op", ""), op.get("kernel")),
+                                       op.get("io_bytes", 0)))
         op["cost"] = cost.to_json()
     return calibrated

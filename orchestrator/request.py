@@ -144,9 +144,10 @@ def _precisions(request: Request, policy) -> tuple[tuple[str, str], ...]:
 def cpu_calibration(given: str | None, target: Target) -> "CpuCalibration | None":
     """The CPU calibration a plan for `target` uses: `given` (a file or a shipped name; one of
     another core is refused), else the platform YAML's when it is of the target's core (a
-    platform calibrates its default core; `--cpu` another core plans uncalibrated)."""
+    platform calibrates its default core), else, for `--cpu` another core than the platform
+    names, the shipped QEMU calibration of that core if there is one."""
     from cost_models.profile_calibration import (  # lazy: heavy (numpy)
-        CalibrationError, check_core, load_calibration)
+        CalibrationError, check_core, load_calibration, shipped_for_core)
 
     try:
         if given is not None:
@@ -154,9 +155,13 @@ def cpu_calibration(given: str | None, target: Target) -> "CpuCalibration | None
             check_core(calibration, target.cpu)
             return calibration
         named = target.platform.cpu_calibration
-        if named is None:
+        if named is not None:
+            calibration = load_calibration(named, shipped_only=not Path(named).is_absolute())
+            if calibration.core == target.cpu:
+                return calibration
+        own = shipped_for_core(target.cpu)
+        if named is None or own is None or target.cpu == target.platform.cpu_default:
             return None
-        calibration = load_calibration(named, shipped_only=not Path(named).is_absolute())
+        return load_calibration(own, shipped_only=True)
     except CalibrationError as error:
         raise UserError(str(error)) from None
-    return calibration if calibration.core == target.cpu else None

@@ -90,6 +90,9 @@ _entry("inserted-by-legalization", "not-npu", "device legalization",
        "workarounds in the summary)")
 _entry("inserted-by-cortex-m-passes", "not-npu", "cortex-m passes",
        "inserted by the Cortex-M passes after NPU partitioning (not part of any partition)")
+_entry("emitter-dim-order-copy", "not-npu", "ExecuTorch to_executorch (LegalizePortableDimOrderPass)",
+       "inserted when the program is serialized: the portable {op} kernel wants its first input "
+       "contiguous and it arrives in dim order {order}")
 _entry("left-out-of-partitions", "not-npu", "ethos-u partitioner",
        "supported, but left out of every partition (a partition must be a connected, quantized "
        "region)")

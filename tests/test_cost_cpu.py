@@ -283,6 +283,7 @@ def test_npu_invocation_maintains_the_cache_over_the_scratch_only():
         op: str = "executorch_call_delegate"
         info: object = None
         cost: object = None
+        io_bytes: int = 0
 
     @dataclass(frozen=True)
     class Target:

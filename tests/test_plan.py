@@ -149,12 +149,15 @@ def test_npu_costs_of_a_partition_add_up_to_velas_own_total(mixed_u55, ds_cnn_u5
 
 
 def _driver_cycles(plan, invocation):
-    from cost_models.cpu import transition_cost
+    """The CPU's side of the invocation: the driver and the copies of its IO bytes."""
+    from cost_models.cpu import npu_io_copy_cost, transition_cost
 
     estimate = plan.estimates[invocation.partition]
     target = plan.compiled.target
     driver = transition_cost("npu_invocation", target.cpu, target.cpu_hz, estimate.scratch_bytes)
-    return driver.cycles
+    copies = npu_io_copy_cost(invocation.io_bytes, target.cpu, target.cpu_hz)
+    assert invocation.io_bytes > 0
+    return driver.cycles + copies.cycles
 
 
 def test_vela_partition_totals_match_velas_summary_csv(ds_cnn_u55):

@@ -609,14 +609,15 @@ def _run_on_device_stage(state: CompileState) -> CompileState:
     run, serialized, program, fixes = device_check.check_on_device(
         state.final_program, serialize_copy, sample, state.io_quant, state.options.legalize,
         state.target.npu)
+    legalized = bool(fixes)
     # A legalization the device check repeats (a size-1 copy's order, over every copy) is
     # reported once.
     fixes = tuple(dict.fromkeys(fix for fix in fixes if fix not in state.workarounds))
     if serialized is None:
         return replace(state, device_run=run, workarounds=state.workarounds + fixes)
-    if fixes:
+    if legalized:  # even when every fix repeats one already reported: the graph changed
         # The legalized graph gets its placement rows again (the layout copies are CPU work).
-        state = replace(state, placements=place(state.final_program, state.lowered,
+        state = replace(state, placements=place(program, state.lowered,
                                                 state.cpu_decisions, state.pre_cpu,
                                                 state.target))
     pte_bytes, executorch_program, record = serialized

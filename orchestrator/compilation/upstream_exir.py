@@ -24,6 +24,9 @@
   (`delegate_outputs_from_metadata`).
 - torch's serializer's `canonicalize`, called by `torch.export.save` as a check whose result it
   drops, skipped while our `.pt2` bytes are written (`canonical_form_check_skipped`).
+- `LegalizePortableDimOrderPass._target_ops`: the portable ops before which `to_executorch`
+  inserts a copy to the contiguous dim order when their first input is not contiguous
+  (`emitter_contiguous_ops`); the plan gives each such copy its row.
 
 `tests/test_upstream_adapters.py` checks these names and signatures without compiling.
 """
@@ -373,6 +376,17 @@ def _calls_composite_implicit(graph_module) -> bool:
                         op.name(), "CompositeImplicitAutograd")):
                 return True
     return False
+
+
+def emitter_contiguous_ops() -> frozenset[str]:
+    """Names ("aten.mean.dim") of the ops whose non-contiguous first input `to_executorch`
+    copies to the contiguous dim order first (ExecuTorch 1.5.1
+    LegalizePortableDimOrderPass)."""
+    from executorch.exir.passes.legalize_portable_dim_order_pass import (  # lazy: heavy (executorch)
+        LegalizePortableDimOrderPass)
+
+    return frozenset(str(getattr(op, "__name__", op))
+                     for op in LegalizePortableDimOrderPass._target_ops)
 
 
 def read_pte(pte_bytes: bytes):

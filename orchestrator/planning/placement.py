@@ -15,6 +15,7 @@ from executorch.exir.tensor import dim_order_from_stride
 
 from cost_models.cost import Cost
 from cost_models.graph_shapes import NodeInfo, describe, op_name
+from cost_models.op_shapes import OpShape
 from kernels.layout_checks import layout_findings
 from partitioners.s16_operators import S16_KEY
 from kernels.catalogue import (CPU_KERNELS, cortex_m_op_name, dsp_avgpool_scratch_refusal,
@@ -25,6 +26,7 @@ from partitioners.cpu import ORIGIN_KEY, CpuDecision, has_cmsis_substitution
 from partitioners.records import MOVED_OFF_CMSIS_KEY, REMOVED_COPIES_KEY, module_of
 from partitioners.reasons import LOWERING_REFUSAL, VELA_REFUSAL, Reason, because  # noqa: F401 - Reason: the Plan's
 from orchestrator.compilation import precision as precisions
+from orchestrator.compilation.upstream_exir import emitter_contiguous_ops
 
 PLACEMENTS = ("npu", "cmsis-nn", "portable")
 # requantize: where an int8 value meets an int16 consumer or back (--precision), on the NPU a
@@ -71,6 +73,9 @@ class OpPlacement:
     # a8w8 | a16w8 | float (orchestrator/compilation/precision.py: of_dtypes); "" for a row
     # without dtypes (an NPU invocation)
     precision: str = ""
+    # An NPU invocation's inputs and outputs in bytes: what EthosUBackend copies into the NPU
+    # scratch before the run and out of it after; 0 for every other row.
+    io_bytes: int = 0
 
     @property
     def out_dtype(self) -> str:
@@ -222,6 +227,14 @@ def _not_cmsis_reason(origin: str, target, decision: CpuDecision | None,
     return because("no-cmsis-kernel", op=name)
 
 
+def _io_bytes(delegate_call) -> int:
+    """Bytes of a delegate call's tensor inputs and outputs."""
+    values = [a.meta.get("val") for a in delegate_call.args[1:] if hasattr(a, "meta")]
+    out = delegate_call.meta.get("val")
+    values += list(out) if isinstance(out, (list, tuple)) else [out]
+    return sum(int(v.numel()) * v.element_size() for v in values if hasattr(v, "element_size"))
+
+
 def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
           pre_cpu: dict[str, tuple[NodeInfo, object, tuple[str, ...]]], target) -> tuple[OpPlacement, ...]:
     """Every op of the final program, in execution order, with where it runs and why.
@@ -242,7 +255,7 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
                 placement="npu", partition=index, kernel=f"ethos-u partition {index}",
                 tier=None, input_shapes=tuple(tuple(int(s) for s in a.meta["val"].shape)
                                               for a in node.args[1:] if "val" in a.meta),
-                output_shape=(), dtypes="", macs=0, reasons=()))
+                output_shape=(), dtypes="", macs=0, reasons=(), io_bytes=_io_bytes(node)))
             rows.extend(_npu_rows(index, lowered))
             continue
         if _is(node.target, _SKIPPED):
@@ -280,6 +293,8 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
                         kernel=moved[0], limit=moved[1]) if moved else
                 _not_cmsis_reason(origin, node.target, decisions.get(origin), aten_target))
         current = describe(node)
+        if placement == "portable":
+            rows.extend(_emitter_copy(node, origin, target, _module_fields(node)))
         faults = (_dim_order_faults(node) if placement == "portable" else ()) + tuple(
             because(check, **fields) for check, fields in layout_findings(node)) + \
             tier_faults(node, target.tier)
@@ -291,6 +306,33 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
             precision=precisions.of_dtypes(current.dtypes), **_module_fields(node)))
     removed = final_program.graph_module.meta.get(REMOVED_COPIES_KEY, {})
     return tuple(_attach_fused(rows, pre_cpu, seen_origins | set(removed), lowered_stage))
+
+
+def _emitter_copy(node: torch.fx.Node, origin: str, target, module: dict) -> list[OpPlacement]:
+    """The row of the copy `to_executorch` inserts before `node`: a portable op whose kernel
+    wants a contiguous first input (upstream_exir.emitter_contiguous_ops) reading one that is
+    not; else none."""
+    if op_name(node.target) not in emitter_contiguous_ops() or not node.all_input_nodes:
+        return []
+    source = node.all_input_nodes[0]
+    value = source.meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.dim() < 2:
+        return []
+    order = tuple(int(d) for d in value.dim_order())
+    if order == tuple(range(value.dim())):
+        return []
+    shape = tuple(int(d) for d in value.shape)
+    size = int(value.numel()) * value.element_size()
+    dtype = str(value.dtype).replace("torch.", "")
+    op = "dim_order_ops._to_dim_order_copy.default"
+    info = NodeInfo(f"{origin}:to_contiguous", op, (shape,), shape, f"{dtype} -> {dtype}", 0,
+                    OpShape(kind="copy", macs=0, input_bytes=size, output_bytes=size,
+                            elements=int(value.numel())))
+    reason = because("emitter-dim-order-copy", op=op_name(node.target), order=order)
+    return [OpPlacement(
+        name=info.name, op=op, kind="layout", placement="portable", partition=None, kernel=op,
+        tier=None, input_shapes=(shape,), output_shape=shape, dtypes=info.dtypes, macs=0,
+        reasons=(reason,), info=info, precision=precisions.of_dtypes(info.dtypes), **module)]
 
 
 def _qdq_width(node: torch.fx.Node) -> tuple[str, str] | None:

@@ -148,7 +148,7 @@ def _calibration_stage(state: PlanState) -> PlanState:
         replace(row, cost=calibrate_cost(row.cost, row.placement, row.kind, row.kernel,
                                          calibration, target.cpu_hz,
                                          row_work(row.macs, row.input_shapes, row.output_shape,
-                                                  walked_op(row.op, row.kernel))))
+                                                  walked_op(row.op, row.kernel), row.io_bytes)))
         for row in state.rows))
 
 

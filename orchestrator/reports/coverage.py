@@ -305,7 +305,7 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
             f"{s.per_placement_seconds['portable'] * 1e3:.3f} ms) at CPU {t.cpu_hz / 1e6:g} MHz"
             + (f", NPU {t.npu_hz / 1e6:g} MHz" if t.npu_hz else "") + f"; source {s.latency_source}")
     if s.instructions is not None:
-        lines.append(f"estimated instructions retired by the CPU rows: {s.instructions:,} per "
+        lines.append(f"estimated instructions retired by the CPU: {s.instructions:,} per "
                      f"inference (the model's cycles x instructions per cycle, "
                      f"{s.instructions_source}; the unit of a QEMU profile, not cycles)")
     scratch = (f", its largest CMSIS-NN scratch buffer {s.cmsis_scratch_bytes:,} B"
@@ -562,7 +562,7 @@ def to_json(compiled, rows, summary: Summary) -> dict:
     if summary.instructions is not None:  # only with a calibration: default plans unchanged
         document["summary"]["instructions"] = {
             "estimate": summary.instructions, "source": summary.instructions_source,
-            "unit": "instructions retired (the unit of a QEMU profile), CPU rows only"}
+            "unit": "instructions retired (the unit of a QEMU profile): the CPU rows and the CPU's side of each NPU invocation"}
     if summary.activation_ranges is not None:  # only with calibration data given
         document["summary"]["activation_ranges"] = summary.activation_ranges.to_json()
     return document
@@ -609,6 +609,7 @@ def _document(compiled, rows, summary: Summary) -> dict:
             "fused": list(r.fused), "cost": _cost_json(r.cost),
             "device_faults": [{"check": f.check, "message": f.message} for f in r.device_faults],
             "module": r.module, "module_type": r.module_type, "precision": r.precision,
+            **({"io_bytes": r.io_bytes} if r.kind == "npu-invocation" else {}),
             **({found.pop("format").lower(): found}
                if (found := tflite_origin(compiled.model, r)) else {}),
         } for r in rows],

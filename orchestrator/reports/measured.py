@@ -262,10 +262,16 @@ def render_text(measured: MeasuredPlan, width: int = 100) -> str:
         if call.kind != DELEGATE_CALL:
             continue
         seconds = sum(float((ops[row].get("cost") or {}).get("seconds") or 0) for row in call.rows)
+        cpu_side = [(ops[row].get("cost") or {}).get("instructions") for row in call.rows
+                    if ops[row].get("kind") == "npu-invocation"]
+        estimate = (f"; the model's estimate of the CPU's side {cpu_side[0]:,} instructions, "
+                    f"estimate/measured {_ratio(cpu_side[0], call.value)}"
+                    if cpu_side and cpu_side[0] is not None and unit == "instructions" else "")
         out.append(wrap(
             f"NPU partition {call.partition} (instruction {call.instruction}, {call.operator}, "
             f"{len(call.rows)} rows): model {seconds * 1e3:.3f} ms (Vela's estimate and the "
-            f"invocation model); measured {call.value:,} {clock}: {_delegate_note(measured)}"))
+            f"invocation model); measured {call.value:,} {clock}: {_delegate_note(measured)}"
+            f"{estimate}"))
     classes = measured.by_kernel()
     if classes:
         same = unit == "cycles"
