@@ -1,0 +1,150 @@
+"""Public architectures (torchvision's code, random weights) through compile and verify on every
+target a user would try: a cell per (model, target), each PASS on device code or a one-line
+refusal, never a crash.
+
+    python benchmarks/public_models.py --torchvision DIR [--models a,b] [--targets u55-128,m55]
+        [--size 64] [--work DIR]
+
+torchvision is not a dependency: `pip install --no-deps --target DIR torchvision==0.28.0 pillow`
+gives the model code. Its compiled operators (`torchvision::nms`) do not load with torch 2.13, and
+its package `__init__` registers fake kernels for them, so the factories below import the model
+code without running that `__init__` (`_torchvision`); no model here calls those operators.
+
+Inputs are 1x3xSxS images (`--size`, default 64: a microcontroller's camera, not ImageNet's 224),
+seeded, uniform in [-1, 1); weights are torchvision's random initialisation under seed 0. Each
+cell runs, as a user would:
+
+    orchestrate compile benchmarks/public_models.py:NAME -o CELL.pte --npu NPU [--cpu CPU]
+    orchestrate verify CELL.pte --qemu
+
+and records the exit codes, the compile's NPU coverage and verify's verdict line. A cell is
+PASS (verify --qemu exit 0), REFUSED (one line and a documented exit code: 2 user error, 4 not
+run, 5 does not fit), FAIL (verify says FAILED) or CRASH (anything else: a traceback, a signal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = {"u55-128": ["--npu", "ethos-u55-128"],
+           "u85-256": ["--platform", "corstone320", "--npu", "ethos-u85-256"],
+           "m55": ["--npu", "none"],
+           "m4": ["--npu", "none", "--cpu", "cortex-m4"]}
+MODELS = ("mobilenet_v2", "mobilenet_v3_small", "shufflenet_v2_x0_5", "squeezenet1_1",
+          "mnasnet0_5", "efficientnet_b0")
+SIZE = int(os.environ.get("PUBLIC_MODELS_SIZE", "64"))
+
+
+def _torchvision():
+    """torchvision's model package, imported without the package `__init__` (module
+    docstring)."""
+    if "torchvision" not in sys.modules:
+        spec = importlib.util.find_spec("torchvision")
+        if spec is None or not spec.submodule_search_locations:
+            raise SystemExit("torchvision is not importable: give --torchvision DIR (pip install "
+                             "--no-deps --target DIR torchvision==0.28.0 pillow)")
+        package = types.ModuleType("torchvision")
+        package.__path__ = list(spec.submodule_search_locations)
+        package.__file__ = spec.origin
+        sys.modules["torchvision"] = package
+    import torchvision.models as models  # lazy: the stub above first
+
+    return models
+
+
+def _factory(name: str):
+    def build():
+        import torch
+
+        torch.manual_seed(0)
+        model = getattr(_torchvision(), name)(num_classes=10).eval()
+        generator = torch.Generator().manual_seed(0)
+        return model, (torch.rand(1, 3, SIZE, SIZE, generator=generator) * 2 - 1,)
+
+    build.__name__ = name
+    build.__doc__ = f"torchvision's {name} (10 classes, random weights), 1x3x{SIZE}x{SIZE}"
+    return build
+
+
+for _name in MODELS:
+    globals()[_name] = _factory(_name)
+
+
+def _cell(name: str, target: str, work: Path, env: dict) -> dict:
+    pte = work / f"{name}-{target}.pte"
+    started = time.monotonic()
+    compile_run = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "compile",
+         f"{Path(__file__).resolve()}:{name}", "-o", str(pte), *TARGETS[target]],
+        cwd=ROOT, capture_output=True, text=True, env=env)
+    cell = {"model": name, "target": target, "compile_exit": compile_run.returncode,
+            "compile": _last_line(compile_run.stderr if compile_run.returncode
+                                  else compile_run.stdout)}
+    if compile_run.returncode == 0:
+        verify_run = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "verify", str(pte), "--qemu"],
+            cwd=ROOT, capture_output=True, text=True, env=env)
+        cell["verify_exit"] = verify_run.returncode
+        lines = (verify_run.stdout + verify_run.stderr).splitlines()
+        cases = [line.strip() for line in lines if line.strip().startswith("case ")]
+        verdict = [line for line in lines if "verdict" in line or "PASSED" in line
+                   or "FAILED" in line or line.startswith("orchestrate:")]
+        cell["verify"] = (verdict[-1].strip() if verdict else
+                          f"{sum(': PASS' in c for c in cases)} of {len(cases)} cases PASS on "
+                          f"QEMU ({cases[0].split(', ', 1)[-1]} in case 0)" if cases else
+                          _last_line(verify_run.stderr))
+        code = verify_run.returncode
+    else:
+        code = compile_run.returncode
+    crashed = "Traceback" in compile_run.stderr or code < 0 or code == 1
+    cell["outcome"] = ("PASS" if code == 0 else "CRASH" if crashed else
+                       "FAIL" if code == 3 or "FAILED" in cell.get("verify", "") else "REFUSED")
+    cell["seconds"] = round(time.monotonic() - started, 1)
+    return cell
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--torchvision", type=Path, help="a folder holding torchvision (pip "
+                        "install --no-deps --target DIR torchvision==0.28.0 pillow)")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--size", type=int, default=SIZE)
+    parser.add_argument("--work", type=Path, default=Path("public-models"))
+    parser.add_argument("--json", type=Path, help="write the cells as JSON")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PUBLIC_MODELS_SIZE": str(args.size)}
+    if args.torchvision:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(args.torchvision.resolve()), str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    cells = []
+    for name in args.models.split(","):
+        for target in args.targets.split(","):
+            cell = _cell(name, target, args.work, env)
+            cells.append(cell)
+            print(f"{name:<20} {target:<8} {cell['outcome']:<8} {cell['seconds']:>7.1f} s  "
+                  f"{cell.get('verify') or cell['compile']}", flush=True)
+            if args.json:
+                args.json.write_text(json.dumps(cells, indent=1) + "\n")
+    counts = {o: sum(c["outcome"] == o for c in cells) for o in ("PASS", "REFUSED", "FAIL", "CRASH")}
+    print("cells: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    return 0 if not counts["CRASH"] and not counts["FAIL"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
