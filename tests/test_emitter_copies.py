@@ -33,3 +33,18 @@ def test_every_kernel_call_of_the_program_has_its_row():
     assert calls[index + 1] == "aten::mean.out"
     assert copy.kind == "layout" and copy.cost is not None and copy.cost.cycles > 0
     assert copy.reasons[0].key == "emitter-dim-order-copy"
+
+
+def test_a_legalized_program_keeps_one_row_per_kernel_call():
+    """conv1d_audio CPU-only: the device check legalizes its graph (layout copies around the
+    squeezes), and the placements are made again from the legalized edge program: every kernel
+    call but the view copies has its row, and no row names an executorch-level op."""
+    import orchestrator
+
+    plan = orchestrator.plan("examples/user_models.py:conv1d_audio", npu="none")
+    calls = [c for c in _kernel_names(plan.compiled.pte_bytes)
+             if not c.startswith(("aten::squeeze_copy", "aten::unsqueeze_copy"))]
+    rows = [r for r in plan.rows if r.placement != "npu"]
+    assert len(rows) == len(calls), (calls, [r.op for r in rows])
+    assert not [r.op for r in rows if r.op.endswith(".out") or "et_view" in r.op]
+

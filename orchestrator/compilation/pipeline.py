@@ -617,7 +617,7 @@ def _run_on_device_stage(state: CompileState) -> CompileState:
         return replace(state, device_run=run, workarounds=state.workarounds + fixes)
     if legalized:  # even when every fix repeats one already reported: the graph changed
         # The legalized graph gets its placement rows again (the layout copies are CPU work).
-        state = replace(state, placements=place(program, state.lowered,
+        state = replace(state, placements=place(state.final_program, state.lowered,
                                                 state.cpu_decisions, state.pre_cpu,
                                                 state.target))
     pte_bytes, executorch_program, record = serialized
