@@ -2,7 +2,8 @@
 target a user would try: a cell per (model, target), each PASS on device code or a one-line
 refusal, never a crash.
 
-    python benchmarks/public_models.py --torchvision DIR [--models a,b] [--targets u55-128,m55]
+    python benchmarks/public_models.py --torchvision DIR [--torchvision DIR2] [--models a,b]
+        [--targets u55-128,m55]
         [--size 64] [--work DIR]
 
 torchvision is not a dependency: `pip install --no-deps --target DIR torchvision==0.28.0 pillow`
@@ -79,6 +80,44 @@ for _name in MODELS:
     globals()[_name] = _factory(_name)
 
 
+def _torchaudio_models():
+    """torchaudio's model package, imported as torchvision's is (its compiled extension does not
+    load with torch 2.13 either; `pip install --no-deps --target DIR torchaudio`)."""
+    if "torchaudio" not in sys.modules:
+        spec = importlib.util.find_spec("torchaudio")
+        if spec is None or not spec.submodule_search_locations:
+            raise SystemExit("torchaudio is not importable: pip install --no-deps --target DIR "
+                             "torchaudio, and give DIR with --torchvision")
+        package = types.ModuleType("torchaudio")
+        package.__path__ = list(spec.submodule_search_locations)
+        sys.modules["torchaudio"] = package
+    from torchaudio.models import wav2letter  # lazy: the stub above first
+
+    return wav2letter
+
+
+def wav2letter():
+    """torchaudio's Wav2Letter over 13 MFCC features, 10 classes, 64 frames (23 M weights)."""
+    import torch
+
+    torch.manual_seed(0)
+    model = _torchaudio_models().Wav2Letter(num_classes=10, input_type="mfcc",
+                                            num_features=13).eval()
+    generator = torch.Generator().manual_seed(0)
+    return model, (torch.rand(1, 13, 64, generator=generator) * 2 - 1,)
+
+
+def resnet1d():
+    """A 1-D ResNet of basic blocks (Conv1d, BatchNorm1d, identity adds) over 256 samples: the
+    newcomer's model of issue 61 (tests/peer_symptom_models.py)."""
+    from tests.peer_symptom_models import resnet1d as build
+
+    return build()
+
+
+EXTRA = ("resnet1d", "wav2letter")
+
+
 def _cell(name: str, target: str, work: Path, env: dict) -> dict:
     pte = work / f"{name}-{target}.pte"
     started = time.monotonic()
@@ -119,9 +158,10 @@ def _last_line(text: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--torchvision", type=Path, help="a folder holding torchvision (pip "
-                        "install --no-deps --target DIR torchvision==0.28.0 pillow)")
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--torchvision", type=Path, action="append", default=[],
+                        help="a folder holding torchvision (pip install --no-deps --target DIR "
+                        "torchvision==0.28.0 pillow) or torchaudio; repeatable")
+    parser.add_argument("--models", default=",".join(MODELS + EXTRA))
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--size", type=int, default=SIZE)
     parser.add_argument("--work", type=Path, default=Path("public-models"))
@@ -131,7 +171,8 @@ def main() -> int:
     env = {**os.environ, "PUBLIC_MODELS_SIZE": str(args.size)}
     if args.torchvision:
         env["PYTHONPATH"] = os.pathsep.join(
-            [str(args.torchvision.resolve()), str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            [*(str(d.resolve()) for d in args.torchvision), str(ROOT),
+             env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     cells = []
     for name in args.models.split(","):
         for target in args.targets.split(","):
