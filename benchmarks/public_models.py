@@ -19,8 +19,10 @@ cell runs, as a user would:
     orchestrate verify CELL.pte --qemu
 
 and records the exit codes, the compile's NPU coverage and verify's verdict line. A cell is
-PASS (verify --qemu exit 0), REFUSED (one line and a documented exit code: 2 user error, 4 not
-run, 5 does not fit), FAIL (verify says FAILED) or CRASH (anything else: a traceback, a signal).
+PASS (verify --qemu exit 0), REFUSED (one line and a documented exit code: 2 user error, 5 not
+run), FAIL (verify finds a numerical failure, exit 4) or CRASH (anything else: a traceback, a
+signal). A program that does not fit its platform's memories (compile warns; verify says so in
+one line and exits 4) is REFUSED.
 """
 
 from __future__ import annotations
@@ -145,8 +147,10 @@ def _cell(name: str, target: str, work: Path, env: dict) -> dict:
     else:
         code = compile_run.returncode
     crashed = "Traceback" in compile_run.stderr or code < 0 or code == 1
+    no_fit = "does not fit" in cell.get("verify", "") + cell["compile"]
     cell["outcome"] = ("PASS" if code == 0 else "CRASH" if crashed else
-                       "FAIL" if code == 3 or "FAILED" in cell.get("verify", "") else "REFUSED")
+                       "REFUSED" if no_fit else
+                       "FAIL" if code == 4 or "FAILED" in cell.get("verify", "") else "REFUSED")
     cell["seconds"] = round(time.monotonic() - started, 1)
     return cell
 
