@@ -112,10 +112,20 @@ def _stop(signum: int) -> None:
 
 def _end_children() -> None:
     """SIGTERM to every process this one started (and theirs), SIGKILL to what is left after a
-    short grace."""
-    family = descendants(os.getpid())
+    short grace. The tree is stopped first (SIGSTOP), walked again until it holds still, so a
+    process that forks meanwhile cannot leave a child behind."""
+    family: list[int] = []
+    while True:
+        found = [pid for pid in descendants(os.getpid()) if pid not in family]
+        if not found:
+            break
+        for pid in found:
+            _send(pid, signal.SIGSTOP)
+        family += found
     for pid in family:
         _send(pid, signal.SIGTERM)
+    for pid in family:
+        _send(pid, signal.SIGCONT)
     deadline = time.monotonic() + _CHILD_GRACE_SECONDS
     while family and time.monotonic() < deadline:
         family = [pid for pid in family if _running(pid)]

@@ -30,6 +30,8 @@ _SCRIPT = textwrap.dedent("""
     child = subprocess.Popen(["sleep", "60"])
     grandchild = subprocess.Popen(["sh", "-c", "sleep 60 & wait"])
     (folder / "pids").write_text(f"{child.pid} {grandchild.pid}")
+    while len(termination.descendants(os.getpid())) < 3:  # sh has started its sleep
+        time.sleep(0.01)
     scratch = Path(tempfile.mkdtemp())
     (scratch / "half-written").write_text("x")
     (folder / "scratch").write_text(str(scratch))

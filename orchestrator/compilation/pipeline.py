@@ -610,8 +610,7 @@ def _run_on_device_stage(state: CompileState) -> CompileState:
         state.final_program, serialize_copy, sample, state.io_quant, state.options.legalize,
         state.target.npu)
     legalized = bool(fixes)
-    # A legalization the device check repeats (a size-1 copy's order, over every copy) is
-    # reported once.
+    # A legalization the device check repeats (a size-1 copy's order, each copy) is told once.
     fixes = tuple(dict.fromkeys(fix for fix in fixes if fix not in state.workarounds))
     if serialized is None:
         return replace(state, device_run=run, workarounds=state.workarounds + fixes)
