@@ -80,7 +80,7 @@ def deferred() -> Iterator[None]:
     finally:
         _Run.deferring -= 1
         if _Run.deferring == 0 and _Run.pending is not None:
-            _stop(_Run.pending)
+            _stop(_Run.pending, after_step=True)
 
 
 def _on_signal(signum, frame) -> None:
@@ -90,7 +90,9 @@ def _on_signal(signum, frame) -> None:
     _stop(signum)
 
 
-def _stop(signum: int) -> None:
+def _stop(signum: int, after_step: bool = False) -> None:
+    """`after_step`: the signal waited for a deferred step (a publish) to finish, so the outputs
+    that step wrote are the new ones."""
     for signum_ in _EXIT_CODES:  # a second signal while stopping changes nothing
         signal.signal(signum_, signal.SIG_IGN)
     _end_children()
@@ -102,8 +104,10 @@ def _stop(signum: int) -> None:
     atexit._run_exitfuncs()
     what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
     try:
+        outputs = ("outputs already being written finished first" if after_step
+                   else "earlier outputs left as they were")
         sys.stderr.write(f"orchestrate: {what}; `{_Run.command}` stopped, its temporary files "
-                         "removed and earlier outputs left as they were\n")
+                         f"removed and {outputs}\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass

@@ -92,6 +92,7 @@ def test_ctrl_c_during_a_publish_lets_it_finish(tmp_path):
     result = _stopped(tmp_path, "publish", "SIGINT")
     assert result.returncode == 130
     assert "interrupted" in result.stderr
+    assert "outputs already being written finished first" in result.stderr
     assert (tmp_path / "out.pte").read_text() == "new"
 
 
