@@ -55,8 +55,15 @@ class SizeReport:
     dead_values: int  # constant EValues no instruction reads
     by_op: dict[str, int]  # op -> constant bytes it reads (shared buffers counted once)
 
+    @property
+    def weight_bytes(self) -> int:
+        """The plan's "weights": the constants in the .pte (each buffer once) and the NPU weights
+        and scales inside the delegates."""
+        return (self.constant_bytes_live + self.constant_bytes_dead
+                + sum(d.weights or 0 for d in self.delegates))
+
     def to_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "weight_bytes": self.weight_bytes}
 
 
 def _instruction_ops(view: ProgramView):
@@ -142,6 +149,9 @@ def render_text(report: SizeReport) -> str:
         lines.append(f"  delegate {d.index} ({d.backend})       {share(d.total)}{detail}")
     lines.append(f"  flatbuffer tables and padding    {share(report.metadata_and_padding_bytes)}"
                  f"  ({report.values} values)")
+    npu = sum(d.weights or 0 for d in report.delegates)
+    lines.append(f"  weights {report.weight_bytes:,} B (the plan's figure): the constants"
+                 + (f" and the NPU's weights and scales ({npu:,} B)" if npu else ""))
     if report.by_op:
         lines.append("  constant bytes by op:")
         lines += [f"    {op:<48} {n:>9,} B" for op, n in report.by_op.items()]

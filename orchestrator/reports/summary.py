@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from cost_models.graph_shapes import numel
-from kernels.dtypes import element_bytes
 from kernels.program_view import ProgramView
 from orchestrator.errors import UserError
 from platforms.memory_fit import MemoryUse
@@ -61,9 +60,11 @@ class Summary:
 
 
 def constant_tensor_bytes(view: ProgramView) -> int:
-    """Bytes of the CPU-side constant tensors (weights, biases, LUTs, kernel sums) in the .pte."""
-    return sum(numel(v.sizes) * element_bytes(v.scalar_type, 4)
-               for v in view.values if v.is_tensor and v.is_constant)
+    """Bytes of the CPU-side constant tensors (weights, biases, LUTs, kernel sums) in the .pte,
+    each constant buffer once however many values share it (as `orchestrate size` counts
+    them)."""
+    buffers = {v.buffer for v in view.values if v.is_tensor and v.is_constant and v.buffer > 0}
+    return sum(len(view.constant_buffers[b]) for b in buffers)
 
 
 def read_runner_ops(path: str) -> set[str]:
