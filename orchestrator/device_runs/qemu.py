@@ -222,7 +222,8 @@ def qemu_lines(result) -> list[str]:
     if result.memory_note:
         lines.append(f"memory: {result.memory_note}")
     if result.weights_region:
-        lines.append(f"weights: constant segment ({result.weights_bytes:,} B) read from "
+        lines.append(f"weights: constant segment ({result.weights_bytes:,} B: the CPU's "
+                     "constants; an NPU partition's weights are inside its delegate) read from "
                      f"{result.weights_region} at {result.weights_address:#x}")
     for mem_id, size, region, address in result.planned_buffers:
         lines.append(f"activations: planned buffer mem_id {mem_id} ({size:,} B) in "
