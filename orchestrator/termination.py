@@ -42,6 +42,9 @@ class _Run:
     staging: set[Path] = set()
     deferring = 0
     pending: int | None = None
+    # The stderr the run started with: a stop may come while upstream's output is redirected
+    # (quiet mode points fd 2 and sys.stderr elsewhere around noisy calls).
+    stderr_fd: int | None = None
 
 
 def install(command: str) -> None:
@@ -53,6 +56,10 @@ def install(command: str) -> None:
     tempfile.tempdir = str(scratch)
     os.environ["TMPDIR"] = str(scratch)
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    try:
+        _Run.stderr_fd = os.dup(2)
+    except OSError:
+        _Run.stderr_fd = None
     for signum in _EXIT_CODES:
         signal.signal(signum, _on_signal)
 
@@ -103,12 +110,16 @@ def _stop(signum: int, after_step: bool = False) -> None:
             path.unlink(missing_ok=True)
     atexit._run_exitfuncs()
     what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+    outputs = ("outputs already being written finished first" if after_step
+               else "earlier outputs left as they were")
+    line = (f"orchestrate: {what}; `{_Run.command}` stopped, its temporary files removed and "
+            f"{outputs}\n")
     try:
-        outputs = ("outputs already being written finished first" if after_step
-                   else "earlier outputs left as they were")
-        sys.stderr.write(f"orchestrate: {what}; `{_Run.command}` stopped, its temporary files "
-                         f"removed and {outputs}\n")
-        sys.stderr.flush()
+        if _Run.stderr_fd is not None:
+            os.write(_Run.stderr_fd, line.encode())
+        else:
+            sys.stderr.write(line)
+            sys.stderr.flush()
     except (OSError, ValueError):
         pass
     os._exit(_EXIT_CODES[signum])
