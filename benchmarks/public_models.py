@@ -47,18 +47,25 @@ MODELS = ("mobilenet_v2", "mobilenet_v3_small", "shufflenet_v2_x0_5", "squeezene
 SIZE = int(os.environ.get("PUBLIC_MODELS_SIZE", "64"))
 
 
+def _without_init(package: str, install: str) -> None:
+    """Make `package` importable without running its `__init__` (module docstring): a bare
+    package module over its folder, so its submodules import as usual. `install` says how to
+    get it when it is missing."""
+    if package in sys.modules:
+        return
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"{package} is not importable: {install}, and give DIR with "
+                         "--torchvision")
+    module = types.ModuleType(package)
+    module.__path__ = list(spec.submodule_search_locations)
+    module.__file__ = spec.origin
+    sys.modules[package] = module
+
+
 def _torchvision():
-    """torchvision's model package, imported without the package `__init__` (module
-    docstring)."""
-    if "torchvision" not in sys.modules:
-        spec = importlib.util.find_spec("torchvision")
-        if spec is None or not spec.submodule_search_locations:
-            raise SystemExit("torchvision is not importable: give --torchvision DIR (pip install "
-                             "--no-deps --target DIR torchvision==0.28.0 pillow)")
-        package = types.ModuleType("torchvision")
-        package.__path__ = list(spec.submodule_search_locations)
-        package.__file__ = spec.origin
-        sys.modules["torchvision"] = package
+    """torchvision's model package, imported without the package `__init__`."""
+    _without_init("torchvision", "pip install --no-deps --target DIR torchvision==0.28.0 pillow")
     import torchvision.models as models  # lazy: the stub above first
 
     return models
@@ -84,15 +91,8 @@ for _name in MODELS:
 
 def _torchaudio_models():
     """torchaudio's model package, imported as torchvision's is (its compiled extension does not
-    load with torch 2.13 either; `pip install --no-deps --target DIR torchaudio`)."""
-    if "torchaudio" not in sys.modules:
-        spec = importlib.util.find_spec("torchaudio")
-        if spec is None or not spec.submodule_search_locations:
-            raise SystemExit("torchaudio is not importable: pip install --no-deps --target DIR "
-                             "torchaudio, and give DIR with --torchvision")
-        package = types.ModuleType("torchaudio")
-        package.__path__ = list(spec.submodule_search_locations)
-        sys.modules["torchaudio"] = package
+    load with torch 2.13 either)."""
+    _without_init("torchaudio", "pip install --no-deps --target DIR torchaudio")
     from torchaudio.models import wav2letter  # lazy: the stub above first
 
     return wav2letter

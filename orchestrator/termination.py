@@ -38,7 +38,6 @@ _CHILD_GRACE_SECONDS = 2.0
 
 class _Run:
     command = ""
-    scratch: Path | None = None
     staging: set[Path] = set()
     deferring = 0
     pending: int | None = None
@@ -52,7 +51,6 @@ def install(command: str) -> None:
     scratch folder (removed when the run ends, however it ends)."""
     _Run.command = command
     scratch = Path(tempfile.mkdtemp(prefix="orchestrate-run-"))
-    _Run.scratch = scratch
     tempfile.tempdir = str(scratch)
     os.environ["TMPDIR"] = str(scratch)
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)

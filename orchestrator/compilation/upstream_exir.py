@@ -34,6 +34,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from typing import Iterator
 
@@ -378,6 +379,7 @@ def _calls_composite_implicit(graph_module) -> bool:
     return False
 
 
+@functools.cache
 def emitter_contiguous_ops() -> frozenset[str]:
     """Names ("aten.mean.dim") of the ops whose non-contiguous first input `to_executorch`
     copies to the contiguous dim order first (ExecuTorch 1.5.1

@@ -294,7 +294,7 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
                 _not_cmsis_reason(origin, node.target, decisions.get(origin), aten_target))
         current = describe(node)
         if placement == "portable":
-            rows.extend(_emitter_copy(node, origin, target, _module_fields(node)))
+            rows.extend(_emitter_copy(node, origin, _module_fields(node)))
         faults = (_dim_order_faults(node) if placement == "portable" else ()) + tuple(
             because(check, **fields) for check, fields in layout_findings(node)) + \
             tier_faults(node, target.tier)
@@ -308,7 +308,7 @@ def place(final_program, lowered_stage, decisions: dict[str, CpuDecision],
     return tuple(_attach_fused(rows, pre_cpu, seen_origins | set(removed), lowered_stage))
 
 
-def _emitter_copy(node: torch.fx.Node, origin: str, target, module: dict) -> list[OpPlacement]:
+def _emitter_copy(node: torch.fx.Node, origin: str, module: dict) -> list[OpPlacement]:
     """The row of the copy `to_executorch` inserts before `node`: a portable op whose kernel
     wants a contiguous first input (upstream_exir.emitter_contiguous_ops) reading one that is
     not; else none."""
