@@ -2,7 +2,7 @@
 target a user would try: a cell per (model, target), each PASS on device code or a one-line
 refusal, never a crash.
 
-    python benchmarks/public_models.py --torchvision DIR [--torchvision DIR2] [--models a,b]
+    python benchmarks/public_models.py --torchvision DIR [--torchvision DIR2 ...] [--models a,b]
         [--targets u55-128,m55]
         [--size 64] [--work DIR]
 
@@ -109,6 +109,40 @@ def wav2letter():
     return model, (torch.rand(1, 13, 64, generator=generator) * 2 - 1,)
 
 
+def vit():
+    """torchvision's VisionTransformer at a microcontroller's size: 64x64 images in 8x8
+    patches, 2 encoder layers of 4 heads, width 64, MLP 128, 10 classes (nn.MultiheadAttention,
+    LayerNorm, GELU: the public model code, the configuration ours)."""
+    import torch
+
+    _torchvision()
+    from torchvision.models.vision_transformer import VisionTransformer  # lazy: the stub first
+
+    torch.manual_seed(0)
+    model = VisionTransformer(image_size=SIZE, patch_size=8, num_layers=2, num_heads=4,
+                              hidden_dim=64, mlp_dim=128, num_classes=10).eval()
+    generator = torch.Generator().manual_seed(0)
+    return model, (torch.rand(1, 3, SIZE, SIZE, generator=generator) * 2 - 1,)
+
+
+def mobilevit_xxs():
+    """timm's MobileViT-XXS (10 classes, random weights), 1x3xSxS. timm is not a dependency:
+    `pip install --no-deps --target DIR timm`, given with --torchvision DIR (timm imports
+    torchvision's transforms, which the stub serves)."""
+    import torch
+
+    _without_init("torchvision", "pip install --no-deps --target DIR torchvision==0.28.0 pillow")
+    try:
+        import timm  # lazy: optional, and after the stub
+    except ImportError:
+        raise SystemExit("timm is not importable: pip install --no-deps --target DIR timm, and "
+                         "give DIR with --torchvision") from None
+    torch.manual_seed(0)
+    model = timm.create_model("mobilevit_xxs", num_classes=10, pretrained=False).eval()
+    generator = torch.Generator().manual_seed(0)
+    return model, (torch.rand(1, 3, SIZE, SIZE, generator=generator) * 2 - 1,)
+
+
 def resnet1d():
     """A 1-D ResNet of basic blocks (Conv1d, BatchNorm1d, identity adds) over 256 samples: the
     newcomer's model of issue 61 (tests/peer_symptom_models.py)."""
@@ -117,7 +151,7 @@ def resnet1d():
     return build()
 
 
-EXTRA = ("resnet1d", "wav2letter")
+EXTRA = ("resnet1d", "wav2letter", "vit", "mobilevit_xxs")
 
 
 def _cell(name: str, target: str, work: Path, env: dict) -> dict:

@@ -151,9 +151,13 @@ class ProgramView:
     non_const_buffer_sizes: tuple[int, ...]  # planned buffers, bytes; index 0 is reserved
     config: dict[str, int | float | bool] = field(default_factory=dict)  # constant methods
     has_data_segments: bool = False  # mutable or named data segments outside the Program
+    # The mutable data segment's buffers (index 0 reserved): the initial values of the state a
+    # program carries from one `execute` to the next (orchestrator/compilation/program_state.py)
+    mutable_buffers: tuple[bytes, ...] = field(default=(), repr=False)
 
     @classmethod
-    def of(cls, program: Program, has_data_segments: bool = False) -> ProgramView:
+    def of(cls, program: Program, has_data_segments: bool = False,
+           mutable_buffers: tuple[bytes, ...] = ()) -> ProgramView:
         """The view of a schema Program (as a compile serialized it, or as read from a .pte)."""
         from executorch.exir.tensor import get_scalar_type  # lazy: heavy (executorch)
 
@@ -173,14 +177,21 @@ class ProgramView:
             # reserved one.
             tuple(bytes(buffer.storage) for buffer in program.constant_buffer) or (b"",),
             tuple(int(size) for size in plan.non_const_buffer_sizes),
-            _config_methods(program), has_data_segments)
+            _config_methods(program), has_data_segments, mutable_buffers)
 
     @classmethod
     def read(cls, pte_bytes: bytes) -> ProgramView:
         """The view of a `.pte` (upstream's exceptions pass through: anything it cannot parse
         raises)."""
         pte = deserialize_pte(pte_bytes)
-        return cls.of(pte.program, bool(pte.mutable_data or pte.named_data))
+        return cls.of(pte.program, bool(pte.mutable_data or pte.named_data),
+                      tuple(bytes(b.storage) for b in pte.mutable_data or ()))
+
+    @property
+    def state_values(self) -> tuple[Value, ...]:
+        """The tensors planned in an arena with an initial value: the state the runtime copies
+        in at `load_method` and the program writes back on every `execute`."""
+        return tuple(v for v in self.values if v.is_tensor and v.is_planned and v.buffer > 0)
 
     @property
     def instructions(self) -> tuple[Instruction, ...]:

@@ -702,6 +702,8 @@ def execute(name: str, overload: str, args: list, tier: str | None = None) -> Ke
         return _elementwise(name, key, opov, schema, args)
     if name == "aten::view_copy":
         return _view_copy(key, schema, args)
+    if name == "aten::copy_":
+        return _copy_in_place(name, args)
     if name in _DIM_ORDER_COPIES:
         return _by_dim_order(key, opov, schema, args, "portable dim_order copy (layout change)")
     if name in _LEADING_DIMS_KERNELS:
@@ -718,6 +720,18 @@ def execute(name: str, overload: str, args: list, tier: str | None = None) -> Ke
             fault = device_fault("contiguous-strides", key, "contiguous strides", order=bad[0])
             return KernelResult(result.semantics, result.faults + (fault,), result.layout_reads)
     return result
+
+
+def _copy_in_place(name: str, args: list) -> KernelResult:
+    """`aten::copy_(self, src)`, the write-back of a program's state after its last
+    instruction (ExecuTorch's `insert_write_back_for_buffers_pass`): `src`'s values into
+    `self`'s bytes, each by its own dim_order (the portable kernel copies element by element
+    through the broadcast index)."""
+    target, source = args[0], args[1]
+    value = read_by_dim_order(source).to(target.dtype)
+    write_by_dim_order(target, value.expand(tuple(target.sizes)).contiguous())
+    return KernelResult("portable copy_ (a state written back, by dim_order)",
+                        tuple(_missing_kernel(name)), ())  # registered as "aten::copy_"
 
 
 # Portable kernels that index their tensors as if contiguous, whatever the dim_order.

@@ -420,6 +420,15 @@ class HostRuntime:
             self._loaded.add(key)
         return key
 
+    def reset(self, pte: bytes | str | Path) -> str:
+        """Load the program afresh: a program with state starts again from its initial values
+        (as a device does when it reloads the method); returns its key."""
+        key = self.load(pte)
+        if not self.isolated:
+            return self._local_call(self._local().reset, key)
+        self._request(("reset", key))
+        return key
+
     def run(self, pte: bytes | str | Path, inputs, npu: NpuHandler | None = None,
             repeat: int = 1, trace: bool = False) -> RuntimeRun:
         """Run the program on `inputs` (logical tensors in the program's input dtypes).

@@ -294,7 +294,7 @@ def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
                platform=None, timeout_s: int = 600, executorch_src=None, cmsis_nn_src=None,
                runner_elf=None, atol: float = 0.0, profile: bool = False, profile_out=None,
                on_result: Callable[[MethodResult], None] | None = None,
-               progress=None) -> Verification:
+               progress=None, qemu_samples: int | None = None) -> Verification:
     """Verify a `.pte` as `orchestrate verify` does: by every method this machine has, or the
     ones `method` names; a Verification (`.passed`, `.verdict`, `.error()`).
 
@@ -303,6 +303,8 @@ def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
     the installed platform). Named methods run in order and stop at the first that cannot run
     or cannot check in full; `on_result(result)` hears each one that ran as it finishes;
     `progress(stage, event, seconds)` hears the twin's samples as it checks them.
+    `qemu_samples`: the cases QEMU runs (default 4; `--frames N` runs all N there: a program
+    with state runs every method's samples as frames, in order, from its initial state).
     `profile` (qemu only): also run the runner's trace build and write its ETDump to
     `profile_out` (default: PROGRAM.etdp). A missing program, a platform that is not installed
     (qemu, fvp) or a profile that cannot be written is a UserError before anything runs."""
@@ -324,7 +326,8 @@ def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
                                    max_steps=max_steps, executorch_src=executorch_src,
                                    cmsis_nn_src=cmsis_nn_src, platform=platform,
                                    timeout_s=timeout_s, npu_model=npu_model,
-                                   runner_elf=runner_elf, progress=progress)
+                                   runner_elf=runner_elf, progress=progress,
+                                   qemu_samples=qemu_samples or 4)
         return Verification(pte, method, verdict.results, verdict)
     program = load_program(pte)  # the one read of the program and its artifacts
     profile_path = Path(profile_out) if profile_out else pte.with_suffix(".etdp")
@@ -340,7 +343,7 @@ def verify_all(pte, method: str = "auto", samples: int = 16, calibration=None,
                           max_steps=max_steps, npu_model=npu_model, platform=platform,
                           timeout_s=timeout_s, executorch_src=executorch_src,
                           cmsis_nn_src=cmsis_nn_src, runner_elf=runner_elf, atol=atol,
-                          progress=progress)
+                          progress=progress, qemu_samples=qemu_samples or 4)
     names = {"twin": (TWIN,), "executorch": (RUNTIME,), "both": (TWIN, RUNTIME),
              "qemu": (QEMU,), "fvp": (FVP,)}[method]
     if TflmMethod.applies(program):  # a program from a .tflite is also held against the file

@@ -450,8 +450,12 @@ def cmd_verify(args) -> int:
         raise UserError("--min-accuracy and --max-accuracy-drop judge a labelled set: add "
                         "--dataset FILE")
     progress = progress_of(args)
+    if args.frames is not None and args.samples is not None:
+        raise UserError("--frames N runs N frames in order on every method; give it or "
+                        "--samples, not both")
     verification = api.verify_all(
-        args.pte, method, samples=args.samples or 16, calibration=args.calibration,
+        args.pte, method, samples=args.frames or args.samples or 16, qemu_samples=args.frames,
+        calibration=args.calibration,
         per_op=args.per_op, max_steps=args.max_steps, npu_model=args.npu_model,
         platform=args.platform, timeout_s=args.timeout, executorch_src=args.executorch_src,
         cmsis_nn_src=args.cmsis_nn_src, runner_elf=args.runner_elf, atol=args.atol,

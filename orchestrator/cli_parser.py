@@ -291,6 +291,10 @@ VERIFY = Verb("verify", "check the .pte: host twin, real ExecuTorch runtime, QEM
     option("--samples", type=positive, default=None,
            help="inputs to verify with (default 16; generated, seed 0, unless "
            "--calibration; with --dataset: the first N, default all)"),
+    option("--frames", type=positive, default=None, metavar="N",
+           help="a program with state (a streaming model): N frames in order from its "
+           "initial state, on every method, QEMU included (the inputs as --samples makes "
+           "them; each frame's outputs compared); default: --samples frames, 4 on QEMU"),
     option("--dataset", metavar="FILE|DIR",
            help="a labelled set (.pt dict or .npz: inputs as --calibration takes them and "
            "an integer class per sample; or a folder of them): report top-1/top-5 "

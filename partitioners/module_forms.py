@@ -20,7 +20,9 @@ partitioners/legalize.py.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from typing import Iterator
 
 import torch
 
@@ -266,12 +268,27 @@ class WidthPaddedConv2d(torch.nn.Module):
         return self.conv(x)
 
 
+@contextlib.contextmanager
+def buffers_kept(module: torch.nn.Module) -> Iterator[None]:
+    """Meanwhile `module` may run; afterwards every buffer holds what it held before, in place.
+    A streaming model updates its state buffers on every forward
+    (orchestrator/compilation/program_state.py): a trial run must not leave its frame in the
+    state the program starts from."""
+    before = [(buffer, buffer.detach().clone()) for buffer in module.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in before:
+                buffer.copy_(value)
+
+
 def _run_recording(module: torch.nn.Module, layers: list, example_inputs, record) -> None:
-    """`module` run on `example_inputs` (no grad) with `record(layer, args, output)` called after
-    each of `layers` runs; the hooks are removed afterwards."""
+    """`module` run on `example_inputs` (no grad, its buffers kept) with `record(layer, args,
+    output)` called after each of `layers` runs; the hooks are removed afterwards."""
     hooks = [layer.register_forward_hook(record) for layer in layers]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), buffers_kept(module):
             module(*example_inputs)
     finally:
         for hook in hooks:

@@ -141,6 +141,14 @@ class RuntimeSession:
             self._programs[key] = (data, module)
         return key
 
+    def reset(self, key: str) -> str:
+        """A fresh instance of a loaded program: `load_method` again copies every state's
+        initial value in (a program with state carries it from one run to the next)."""
+        if key not in self._programs:
+            raise SessionError(f"no program {key[:12]} is loaded")
+        data = self._programs.pop(key)[0]
+        return self.load(data)
+
     def method_meta(self, key: str):
         return self._programs[key][1].method_meta("forward")
 

@@ -5,7 +5,8 @@ device and here alike; running the runtime in a child keeps that from taking the
 session, the CLI) down with it, and turns it into a reported failure with the runtime's log.
 
 Protocol over the socket FD (pickled tuples, `multiprocessing.connection`):
-  parent -> child: ("load", pte_bytes) | ("run", key, inputs, repeat) | ("trace", key, inputs)
+  parent -> child: ("load", pte_bytes) | ("reset", key) | ("run", key, inputs, repeat)
+                   | ("trace", key, inputs)
                    | ("meta", key) | ("bye",)
   child -> parent: ("ok", result) | ("error", message)
                    | ("npu", command_stream, weights_sha256, [region bytes...]) during a run,
@@ -70,6 +71,8 @@ def _serve(connection: Connection, library: str) -> None:
                 return
             if kind == "load":
                 result = session.load(request[1])
+            elif kind == "reset":
+                result = session.reset(request[1])
             elif kind == "meta":
                 meta = session.method_meta(request[1])
                 result = (tuple(tuple(meta.input_tensor_meta(i).sizes())

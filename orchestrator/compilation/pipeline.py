@@ -35,7 +35,7 @@ from executorch.exir import ExecutorchBackendConfig, to_edge
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.passes import MemoryPlanningPass
 from executorch.exir.passes.quantize_io_pass import QuantizeInputs, QuantizeOutputs
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
 from kernels.program_view import ProgramView
 from orchestrator.artifacts import cache
@@ -44,7 +44,7 @@ from orchestrator.compilation import file_quantization as pinning
 from orchestrator.compilation import observers, precision, upstream_exir
 from orchestrator.compilation.recurrent_steps import tie_step_observers
 from orchestrator.compilation.shared_constants import merge_equal_constants
-from orchestrator.compilation import device_check, fx_code_cache
+from orchestrator.compilation import device_check, fx_code_cache, program_state
 from orchestrator.compilation.device_check import DeviceRun
 from orchestrator.errors import OrchestrateError, UserError
 from orchestrator.sources.loader import Calibration, LoadedModel
@@ -233,10 +233,10 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
     # torch 2.13 puts a `_guards_fn` call_module in `.module()`; both quantizers reject it
     # ("call_module is not supported"), so guards are dropped here.
     module = program.module(check_guards=False)
+    states = program_state.States(program, module)  # initial values, before anything runs it
     if legalize:
         fixes += quantizable.legalized(module, target.npu, precision.raised(calibration.precision))
-    prepared = prepare_pt2e(module, _quantizer(
-        target, calibration.method, calibration.precision,
+    prepared = prepare_pt2e(module, _quantizer(target, calibration.method, calibration.precision,
         file_quantization.cmsis_nn_modules if file_quantization is not None else ()))
     if legalize and target.npu and per_step:  # one quantization for a recurrence's steps,
         tied = tie_step_observers(prepared)  # so the NPU lowering compiles one for all of them
@@ -244,16 +244,15 @@ def quantize(captured: Captured, calibration: Calibration, target: Target,
     # A file's model: the ranges the file does not give (inside an operator) see every input value
     samples = pinning.calibration_samples(file_quantization, captured.example_inputs) \
         if file_quantization is not None and calibration.generated else calibration.samples
-    with torch.no_grad(), numerics.single_threaded():
+    with torch.no_grad(), numerics.single_threaded(), states.calibrating():  # frames, in order
         for sample in samples:
             prepared(*(_to_channels_last(x) if captured.channels_last else x for x in sample))
     if file_quantization is not None:
         fixes += [pinning.pin(prepared, file_quantization).workaround()]
-    reference = convert_pt2e(prepared)
-    # PT2E quantizes a weight once per use (a 25-step GRU: 62 constants, 16 values). Not for
-    # the NPU: the Arm backend's FuseEqualPlaceholdersPass raises (KeyError) when one constant
-    # feeds two partitions (tests/npu_edge_models all_edges on U55-64: per-channel zero points).
-    if not target.npu:
+    reference = program_state.converted(prepared, states)  # a state is no constant
+    # PT2E quantizes a weight once per use (a 25-step GRU: 62 constants, 16 values). Not for the
+    # NPU: FuseEqualPlaceholdersPass raises (KeyError) on one constant feeding two partitions
+    if not target.npu:  # (tests/npu_edge_models all_edges on U55-64: per-channel zero points)
         merge_equal_constants(reference)
     # Non-strict export (no Dynamo) of the converted FX graph: the same program in half the time
     program = torch.export.export(reference, captured.example_inputs, strict=False)
@@ -338,6 +337,7 @@ def serialize(edge, slots=None, share: bool = True,
     (orchestrator/compilation/share_tables.py)."""
     record = ArenaRecord()
     config = ExecutorchBackendConfig(extract_delegate_segments=False)
+    program_state.initialized(edge.exported_program())  # state starts from its initial value
     if slots:
         config = ExecutorchBackendConfig(
             extract_delegate_segments=False,

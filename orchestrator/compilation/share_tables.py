@@ -250,7 +250,13 @@ def write_pte(pte_file, *, tensor_alignment: int = TENSOR_ALIGNMENT,
               segment_alignment: int = TENSOR_ALIGNMENT) -> bytes:
     """The `.pte` of `pte_file` (ExecuTorch's PTEFile, as deserialize_pte_binary reads it: the
     constants in `program.constant_buffer`): the flatbuffer with shared objects, then the
-    constants in one segment, each at a multiple of `tensor_alignment`."""
+    constants in one segment, each at a multiple of `tensor_alignment`. A program with a
+    mutable data segment (state: orchestrator/compilation/program_state.py) is written by
+    upstream's serializer, which lays out that segment."""
+    if pte_file.mutable_data and not pte_file.named_data:
+        from orchestrator.compilation import upstream_exir  # lazy: heavy (executorch)
+
+        return upstream_exir.write_pte(pte_file)
     return _write(pte_file, tensor_alignment, segment_alignment)[0]
 
 

@@ -38,7 +38,7 @@ folder names: the manifest's platform is looked up by name among the installed p
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -144,7 +144,7 @@ class QemuMethod:
 
     def run(self, program: TwinProgram, inputs: VerifyInputs) -> MethodResult:
         return run_qemu(program, inputs.platform, inputs.timeout_s, npu_model=inputs.npu_model,
-                        atol=inputs.atol)
+                        atol=inputs.atol, samples=inputs.qemu_samples)
 
 
 class FvpMethod:
@@ -328,7 +328,8 @@ def load_program(pte) -> TwinProgram:
 def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
                max_steps: int = 1, executorch_src=None, cmsis_nn_src=None,
                platform=None, timeout_s: int = 600, methods=(TWIN, RUNTIME, QEMU, FVP, TFLM),
-               npu_model: str = "auto", runner_elf=None, progress=None) -> CombinedVerdict:
+               npu_model: str = "auto", runner_elf=None, progress=None,
+               qemu_samples: int = 4) -> CombinedVerdict:
     """Every method in `methods` that this machine has, and their verdict together; the NPU
     partitions computed as `npu_model` chooses (orchestrator/verification/npu.py);
     `progress(stage, event, seconds)` hears the twin's samples."""
@@ -337,8 +338,15 @@ def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
     choice = twin.npu_executor(npu_model).choice  # a choice that cannot apply is refused first
     inputs = VerifyInputs(samples, calibration, per_op, max_steps, npu_model, platform,
                           timeout_s, executorch_src, cmsis_nn_src, runner_elf,
-                          progress=progress)
+                          progress=progress, qemu_samples=qemu_samples)
     results = tuple(method.run(twin, inputs) for method in VERIFIERS if method.name in methods
                     and (method.name != TFLM or TflmMethod.applies(twin)))
     results += tuple(r for r in [does_not_fit(twin)] if r is not None)
-    return combine(pte, results, has_npu=bool(twin.partitions), npu_stream=choice != "tosa")
+    verdict = combine(pte, results, has_npu=bool(twin.partitions), npu_stream=choice != "tosa")
+    if twin.has_state:
+        state_bytes = sum(v.nbytes for v in twin.view.state_values)
+        verdict = replace(verdict, verdict=verdict.verdict + (
+            f"; the samples ran as frames, in order from the initial state, the program "
+            f"carrying {state_bytes:,} B of state ({samples} on the twin and the host runtime, "
+            f"{qemu_samples} on QEMU)"))
+    return verdict

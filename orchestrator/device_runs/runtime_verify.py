@@ -286,6 +286,7 @@ def verify_runtime(program, samples: int = 4, calibration: str | None = None,
                         f"{repeat})")
     twin = as_program(program)
     twin.require_manifest()  # the program run is the one compile recorded
+    twin.reset()  # a program with state: the samples are frames, from its initial state
     pte_path = twin.pte_path
     float_program, _ = twin.reference("float.pt2")
     _, quantized_module = twin.reference("quantized.pt2")
@@ -302,6 +303,9 @@ def verify_runtime(program, samples: int = 4, calibration: str | None = None,
     # The host runs CMSIS-NN's C path: the twin computes that path from the same arguments.
     host_twin = replace(twin, isa_tier=HOST_TIER) if twin.isa_tier in ("mve", "dsp") else twin
     try:
+        if twin.has_state:  # each frame once, from the initial state, as the twin runs them
+            runtime.reset(twin.pte_bytes)
+            repeat = 1
         return _compare(host_twin, pte_path, inputs, source, quantized_module, runtime, handler,
                         limits, per_op, repeat, c_path, runtime_npu)
     except RuntimeUnavailable as error:
@@ -365,8 +369,12 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
             diff_ref[position] += int((steps >= 0.5).sum())
             elements[position] += got.numel()
     rows, traced, divergence = (), None, None
-    if error is None and (per_op or first_differing is not None):
+    # A traced run is a fresh instance: a program with state replays its initial state, so
+    # only frame 0 is traced there (a later frame's divergence is reported by its outputs).
+    if error is None and (per_op or first_differing is not None) and \
+            not (twin.has_state and first_differing):
         traced = first_differing if first_differing is not None else 0
+        twin.reset()
         device = device_inputs(twin, inputs[traced])
         try:
             traced_run = runtime.run(twin.pte_bytes, device, npu=handler, trace=True)

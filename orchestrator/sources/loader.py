@@ -37,6 +37,7 @@ from orchestrator.sources.onnx_module import build_onnx
 from orchestrator.sources.specs import model_spec
 from orchestrator.sources.tflite_file import read_tflite
 from orchestrator.sources.tflite_module import build
+from partitioners.module_forms import buffers_kept
 
 _CALIBRATION_SUFFIXES = (".pt", ".pth", ".npz")
 _NPZ_INPUT_KEY = re.compile(r"input(\d+)")
@@ -342,7 +343,7 @@ def _check_forward(module: nn.Module, example_inputs: tuple[Tensor, ...], source
     """Run the model once, so that a forward that fails or returns no tensor is reported in one
     line here rather than as an export failure or a crash in a later stage."""
     try:
-        with torch.no_grad():
+        with torch.no_grad(), buffers_kept(module):  # a streaming model's state: untouched
             output = module(*example_inputs)
     except (Exception, SystemExit) as exc:
         raise UserError(

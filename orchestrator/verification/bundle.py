@@ -52,6 +52,8 @@ def write_bundle(program, bpte_path, samples: int = 4, npu_model: str = "auto",
     if not bpte_path.parent.is_dir():
         raise UserError(f"output folder '{bpte_path.parent}' does not exist")
     twin = as_program(program)
+    twin.reset()  # a program with state: the cases are frames, from its initial state, as the
+    # runner runs them in one loaded method
     if inputs is None:  # `samples` seeded inputs; else the samples given (model inputs)
         float_program, _ = twin.reference("float.pt2")
         inputs, _source = sample_inputs(float_program, samples, None)

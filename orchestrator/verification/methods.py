@@ -73,6 +73,7 @@ class VerifyInputs:
     # progress(stage, "start" | "done", seconds): the twin's samples as it checks them (a
     # recurrence's local check takes seconds a sample); None: silent
     progress: Callable[[str, str, float], None] | None = field(default=None, compare=False)
+    qemu_samples: int = 4  # the BundleIO cases QEMU and the FVP run (frames, for a state)
 
 
 class Verifier(Protocol):

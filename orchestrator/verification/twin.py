@@ -107,6 +107,9 @@ class TwinProgram:
     manifest: Manifest | None = field(default=None, repr=False)  # None: no artifacts folder
     # The reference programs of the artifacts folder, read on first use (name -> program, module)
     references: dict = field(default_factory=dict, repr=False, compare=False)
+    # A program with state: the arenas one run leaves for the next, as the device's Method
+    # keeps its planned memory from one `execute` to the next ("arenas"; `reset` drops them)
+    carried: dict = field(default_factory=dict, repr=False, compare=False)
 
     def require_manifest(self, action: str = "verify") -> Manifest:
         """The hash-checked manifest; without an artifacts folder, the one-line refusal."""
@@ -164,7 +167,30 @@ class TwinProgram:
             npu: NpuExecutor | None = None) -> TwinRun:
         """Execute the program; `npu` computes its Ethos-U invocations (default: the
         functional model on the Vela command stream where the NPU is modelled)."""
-        return _Execution(self, keep_intermediates, npu or self.npu_executor()).run(tuple(inputs))
+        execution = _Execution(self, keep_intermediates, npu or self.npu_executor(),
+                               self.carried.get("arenas"))
+        if self.has_state:
+            self.carried["arenas"] = execution.arenas
+        return execution.run(tuple(inputs))
+
+    @property
+    def has_state(self) -> bool:
+        """The program carries state from one run to the next (its mutable buffers)."""
+        return bool(self.view.state_values)
+
+    def state(self) -> tuple[torch.Tensor, ...]:
+        """The state values (logical tensors, in value order) as the next run reads them."""
+        execution = _Execution(self, False, self.npu_executor(), self.carried.get("arenas"))
+        return tuple(reference.read_by_dim_order(execution.values[v.index])
+                     for v in self.view.state_values)
+
+    def reset(self) -> None:
+        """Start the program's state again from its initial values (the device reloads the
+        method), and the references' (read again from their files); no effect on a program
+        without state."""
+        if self.has_state:
+            self.carried.clear()
+            self.references.clear()
 
 
 def load_twin(pte_path) -> TwinProgram:
@@ -180,9 +206,9 @@ def load_twin(pte_path) -> TwinProgram:
     except Exception as error:  # noqa: BLE001 - any parse failure means "not a .pte"
         raise TwinError(f"{pte_path} is not an ExecuTorch program ({type(error).__name__}: "
                         f"{error})") from None
-    if view.has_data_segments:
-        raise TwinError(f"{pte_path.name} has mutable or named data segments, which the twin "
-                        "does not load")
+    if view.has_data_segments and not view.mutable_buffers:
+        raise TwinError(f"{pte_path.name} has named data segments, which the twin does not "
+                        "load")
     manifest = (Manifest.load(pte_path, pte_bytes=pte_bytes)
                 if (artifacts_dir_for(pte_path) / MANIFEST_NAME).is_file() else None)
     return TwinProgram(pte_path, pte_bytes, view, load_partitions(pte_path, view, manifest),
@@ -209,15 +235,22 @@ def _without_ones(shape) -> tuple[int, ...]:
 class _Execution:
     """One run's state: the arena, the EValues and the trace."""
 
-    def __init__(self, twin: TwinProgram, keep_intermediates: bool, npu: NpuExecutor):
+    def __init__(self, twin: TwinProgram, keep_intermediates: bool, npu: NpuExecutor,
+                 arenas: list[bytearray] | None = None):
         self.twin = twin
         self.npu = npu
         self.view = twin.view
         self.keep = keep_intermediates
-        self.arenas = [bytearray(size) for size in self.view.non_const_buffer_sizes]
+        carried = arenas is not None
+        self.arenas = arenas if carried else [bytearray(size)
+                                              for size in self.view.non_const_buffer_sizes]
         # Tensors become their bytes; other values stay as the view has them.
         self.values: list[RawTensor | Value] = [
             self._tensor(value) if value.is_tensor else value for value in self.view.values]
+        if not carried:  # `load_method` copies each state's initial value into its arena
+            for value in self.view.state_values:
+                initial = self.view.mutable_buffers[value.buffer]
+                self.values[value.index].data[:] = initial[:value.nbytes]
         self.trace: list[TraceEntry] = []
         self.faults: list[DeviceFault] = []
         self.intermediates: dict[int, torch.Tensor] = {}
@@ -232,7 +265,7 @@ class _Execution:
                 raise TwinError(f"EValue {value.index} ({nbytes} B at {start}) overruns memory "
                                 f"arena {value.mem_id} of {len(arena)} B")
             data = memoryview(arena)[start:start + nbytes]
-        elif value.buffer > 0:
+        elif value.buffer > 0:  # a constant (a planned one above is a state)
             storage = self.view.constant_buffers[value.buffer]
             data = memoryview(bytearray(storage[offset:offset + nbytes]))
         else:

@@ -14,6 +14,7 @@ them, and order), and any CPU/NPU boundary whose bytes were reinterpreted in ano
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,6 +29,7 @@ from orchestrator.verification.local_check import ForcedReference, LocalCheck, c
 from orchestrator.verification.npu import NpuExecutor, npu_lines, with_plan_macs
 from orchestrator.verification.program import TwinError
 from orchestrator.verification.twin import DeviceFault, TwinProgram, TwinRun, as_program
+from partitioners.module_forms import buffers_kept
 
 CPU_METHOD = "twin (cortex_m and portable reference kernels"
 CPU_ONLY_METHOD = f"{CPU_METHOD}; the program has no NPU partition)"
@@ -381,6 +383,23 @@ def written_values(run: TwinRun, view=None, twin: TwinProgram | None = None):
                 latest[where] = tensor
 
 
+def reference_states(twin: TwinProgram) -> list[torch.Tensor]:
+    """The quantized reference's state buffers, paired in order with the program's state
+    values (both in the signature's order); empty for a program without state, or where the
+    two do not pair up shape for shape."""
+    if not twin.has_state:
+        return []
+    from orchestrator.compilation.program_state import mutated_buffers  # lazy: heavy (torchao)
+
+    program, module = twin.reference("quantized.pt2")
+    buffers = [module.get_buffer(name) for name in mutated_buffers(program)]
+    values = twin.view.state_values
+    if len(buffers) != len(values) or any(b.numel() != v.nbytes // v.element_bytes
+                                          for b, v in zip(buffers, values)):
+        return []
+    return buffers
+
+
 def _local_checks(twin, run, quantized_module, sample, qparams, steps_per_stage):
     forced = ForcedReference(quantized_module, sample)
     return check_locally(forced, written_values(run, twin.view, twin), qparams, steps_per_stage)
@@ -495,6 +514,7 @@ def verify(program, samples: int = 16, calibration: str | None = None, per_op: b
         raise UserError(f"--samples must be at least 1 and --max-steps at least 0 (got "
                         f"{samples} and {max_steps})")
     twin = as_program(program)
+    twin.reset()  # a program with state: the samples are frames, from its initial state
     # The TOSA graphs and references beside the .pte describe it only if its bytes are the ones
     # `compile` recorded: a .pte edited or swapped after compiling must not borrow their pass.
     manifest = twin.require_manifest()
@@ -504,17 +524,26 @@ def verify(program, samples: int = 16, calibration: str | None = None, per_op: b
     _, quantized_module = twin.reference("quantized.pt2")
     inputs, source = sample_inputs(float_program, samples, calibration)
     qparams = program_qparams(twin)
+    states = reference_states(twin)
     runs, quantized_outs, float_outs, local = [], [], [], []
     say = progress or (lambda _stage, _event, _seconds: None)
     for index, sample in enumerate(inputs):
         stage = f"twin: sample {index + 1} of {len(inputs)}, every value checked"
         began = time.perf_counter()
         say(stage, "start", 0.0)
+        state_before = twin.state()
         run = twin.run(device_inputs(twin, sample), keep_intermediates=True, npu=npu)
         with torch.no_grad(), numerics.single_threaded():
+            # A state: the quantized reference reads the program's own (the frame's other
+            # inputs are the program's too), as the local checks feed it; its outputs then
+            # take the frame once. The float model carries its own: the drift is in its figures.
+            for buffer, value in zip(states, state_before):
+                buffer.copy_(value.to(buffer.dtype).reshape(buffer.shape))
+            with buffers_kept(quantized_module) if states else contextlib.nullcontext():
+                local.append(_local_checks(twin, run, quantized_module, sample, qparams,
+                                           max_steps))
             quantized_outs.append(as_tuple(quantized_module(*sample)))
             float_outs.append(as_tuple(float_module(*sample)))
-            local.append(_local_checks(twin, run, quantized_module, sample, qparams, max_steps))
         runs.append(run)
         say(stage, "done", time.perf_counter() - began)
     outputs = _compare_outputs(twin, runs, quantized_outs, float_outs)

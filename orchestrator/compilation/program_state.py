@@ -1,0 +1,180 @@
+"""State that lives in the program: buffers a model updates in place, frame after frame.
+
+A streaming model keeps state between calls in registered buffers it writes in place (a ring
+buffer of past frames shifted with `self.state.copy_(...)`, a GRU's hidden state, a running
+mean). ExecuTorch keeps such a buffer as a *mutable buffer*: memory planned for the whole
+program, read at the start of `execute` and written back at its end, so the next `execute`
+of the same Method reads what the last one wrote. Two upstream defaults would make a wrong
+program of it, silently:
+
+- PT2E's `convert_pt2e` folds every `quantize` whose input is a module attribute into an int8
+  constant (`fold_quantize`, meant for weights). A state buffer is an attribute too: its read
+  became a constant holding the initial state, and every frame read that constant again
+  (the state never carried). Here the weights are folded as upstream folds them and the
+  state's quantize stays a runtime op (`fold_weights_only`).
+- ExecuTorch's emitter serializes a mutated buffer's shape and dtype only ("a meaningless
+  initial state"), so the device starts from whatever its arena held. `initialized` marks each
+  state placeholder (`et_init_buffer`, upstream's own switch, as `InitializedMutableBufferPass`
+  sets it) so its initial value is in the program's mutable data segment and the runtime copies
+  it in at `load_method`: a reload is a reset.
+
+Calibration runs the samples as consecutive frames, so the state's observer sees the values it
+carries; the buffers are given their initial values back before the conversion
+(`calibrated_from_initial_state`). The state's scale is one for every frame (static
+quantization): the quantize before its readers and the dequantize before the write-back use the
+calibrated parameters, and the buffer itself holds the float value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+from torch.export.graph_signature import InputKind, OutputKind
+from torchao.quantization.pt2e.constant_fold import constant_fold
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
+
+_VIEW_OPS = ("slice", "select", "view", "_unsafe_view", "narrow", "squeeze", "unsqueeze",
+             "expand", "permute", "transpose", "t", "as_strided", "diagonal", "unfold")
+
+
+def _quantize_ops() -> tuple:
+    """The ops `convert_pt2e(fold_quantize=True)` folds (torchao 0.18 `_QUANT_OPS`)."""
+    return (torch.ops.quantized_decomposed.quantize_per_tensor.default,
+            torch.ops.quantized_decomposed.quantize_per_tensor.tensor,
+            torch.ops.quantized_decomposed.quantize_per_channel.default,
+            torch.ops.torchao.quantize_affine)
+
+
+def mutated_buffers(program: torch.export.ExportedProgram) -> tuple[str, ...]:
+    """The names (module FQNs) of the buffers `program` writes, in its signature's order (the
+    order of the program's state values): those its signature lists as mutated (a functional
+    graph) and those an in-place op writes, directly or through a view (torch.export's
+    training IR keeps `copy_` in the graph)."""
+    buffers = {spec.arg.name: spec.target for spec in program.graph_signature.input_specs
+               if spec.kind == InputKind.BUFFER}
+    names = {spec.target for spec in program.graph_signature.output_specs
+             if spec.kind == OutputKind.BUFFER_MUTATION}
+    for node in program.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None:
+            continue
+        for argument, value in zip(schema.arguments, node.args):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            base = _view_base(value)
+            if base is not None and base.name in buffers:
+                names.add(buffers[base.name])
+    return tuple(name for name in buffers.values() if name in names)
+
+
+def _view_base(value):
+    """The node a chain of view ops starts from (the buffer a `self.state[:, :2] = x` writes)."""
+    while isinstance(value, torch.fx.Node) and value.op == "call_function" and \
+            getattr(value.target, "__name__", "").split(".")[0] in _VIEW_OPS and value.args:
+        value = value.args[0]
+    return value if isinstance(value, torch.fx.Node) else None
+
+
+class States:
+    """The state buffers of a captured program's unlifted `module` (the tensors PT2E's
+    prepared module reads and writes under other names) and their initial values, taken before
+    anything runs it: `prepare_pt2e`'s own trace already writes them (and leaves them with an
+    autograd history, which `copy.deepcopy` of the program refuses)."""
+
+    def __init__(self, program: torch.export.ExportedProgram, module: torch.nn.Module) -> None:
+        self.module = module
+        self.names = mutated_buffers(program)
+        self.initial = {name: module.get_buffer(name).detach().clone() for name in self.names}
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+    def tensor(self, name: str) -> torch.Tensor:
+        return self.module.get_buffer(name)
+
+    @contextlib.contextmanager
+    def calibrating(self) -> Iterator[None]:
+        """Meanwhile the states carry from sample to sample (calibration steps the model frame
+        by frame); afterwards each holds its initial value again, in place, as a plain tensor
+        (no autograd history)."""
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for name, value in self.initial.items():
+                    tensor = self.tensor(name)
+                    tensor.detach_()
+                    tensor.requires_grad_(False)
+                    tensor.copy_(value)
+
+
+def converted(prepared: torch.fx.GraphModule, states: States) -> torch.fx.GraphModule:
+    """`convert_pt2e(prepared)` for a model with `states` (whose tensors `prepared` reads and
+    writes under the names PT2E gave them, `_tensor_constant0`, one attribute per use):
+
+    - the weights are folded as `fold_quantize=True` folds them, but a quantize that reads a
+      state buffer stays an op: it runs on every frame, on what the last frame wrote;
+    - every use of one state tensor goes through one buffer attribute, named after the module's
+      buffer (dots as underscores): two attributes of one mutated tensor make torch.export's
+      functionalization fail (AssertionError "expected compiled_fn to be GraphModule").
+
+    Without state: `convert_pt2e(prepared)`, upstream's conversion as it is."""
+    if not states:
+        return convert_pt2e(prepared)
+    model = convert_pt2e(prepared, fold_quantize=False)
+    tensors = {states.tensor(name).untyped_storage().data_ptr(): (name, states.tensor(name))
+               for name in states.names}
+    reads: dict[str, str] = {}  # get_attr node name -> its state's new attribute
+    for node in model.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        value = _attribute(model, str(node.target))
+        found = tensors.get(value.untyped_storage().data_ptr()) \
+            if isinstance(value, torch.Tensor) else None
+        if found is not None:
+            reads[node.name] = found[0].replace(".", "_")
+
+    def reads_state(node: torch.fx.Node) -> bool:
+        seen, pending = set(), list(node.all_input_nodes)
+        while pending:
+            current = pending.pop()
+            if current.name in reads:
+                return True
+            if current.name not in seen:
+                seen.add(current.name)
+                pending.extend(current.all_input_nodes)
+        return False
+
+    quantizes = _quantize_ops()
+    constant_fold(model, lambda node: node.op == "call_function" and node.target in quantizes
+                  and not reads_state(node))
+    for name, tensor in tensors.values():
+        model.register_buffer(name.replace(".", "_"), tensor)
+    for node in model.graph.nodes:
+        if node.name in reads:
+            old, node.target = str(node.target), reads[node.name]
+            if "." not in old and old not in reads.values() and hasattr(model, old):
+                delattr(model, old)
+    model.recompile()
+    return model
+
+
+def _attribute(module: torch.nn.Module, path: str):
+    for part in path.split("."):
+        module = getattr(module, part, None)
+    return module
+
+
+def initialized(edge_program) -> int:
+    """Mark each mutated buffer's placeholder of `edge_program` (an ExportedProgram after
+    to_edge) so the emitter writes its initial value; the count marked."""
+    signature = edge_program.graph_signature
+    mutated = set(signature.buffers_to_mutate.values())
+    marked = 0
+    for node in edge_program.graph.nodes:
+        if node.op == "placeholder" and signature.inputs_to_buffers.get(node.name) in mutated:
+            node.meta["et_init_buffer"] = True
+            marked += 1
+    return marked

@@ -1,0 +1,164 @@
+"""State in the program (orchestrator/compilation/program_state.py): a streaming model's buffers,
+updated in place on every frame, compile to ExecuTorch mutable buffers that carry from one
+`execute` to the next, start from the module's initial values, and verify frame by frame."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+from orchestrator import api
+from orchestrator.compilation import program_state
+from orchestrator.compilation.observers import cortex_m_quantizer
+from orchestrator.sources.loader import load_model
+from orchestrator.verification.twin import load_twin
+from orchestrator.verification.twin_verify import as_tuple
+from tests.device_tools import host_runtime_or_missing, qemu_or_missing
+
+MODEL = "examples/streaming.py:kws"
+
+
+_SHIFT = """
+import torch
+from torch import nn
+from examples.streaming import CausalConv1d, RunningMean
+
+
+class Shift(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = CausalConv1d(4, 8, 3)
+        self.conv.state.fill_(0.5)  # a non-zero initial state, seen in the program's bytes
+        self.pool = RunningMean(8)
+
+    def forward(self, frame):
+        return self.pool(torch.relu(self.conv(frame))).flatten(1)
+
+
+def shift():
+    torch.manual_seed(0)
+    return Shift().eval(), (torch.randn(1, 4, 1),)
+"""
+
+
+def _shift_file(folder) -> str:
+    path = folder / "shift.py"
+    path.write_text(_SHIFT)
+    return f"{path}:shift"
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """The streaming keyword spotter, CPU-only Cortex-M55: (.pte path, loaded twin)."""
+    pte = tmp_path_factory.mktemp("stream") / "kws.pte"
+    api.compile(MODEL, pte, npu="none")
+    return pte, load_twin(pte)
+
+
+def _frames(count: int, seed: int = 1):
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randn(1, 40, 1, generator=generator),) for _ in range(count)]
+
+
+def test_upstream_conversion_makes_the_state_read_a_constant_and_ours_keeps_it(tmp_path):
+    """PT2E's `convert_pt2e` folds every quantize of a module attribute (meant for weights): the
+    state's read becomes an int8 constant of its initial value, so no frame would ever read what
+    the last one wrote. Ours keeps that quantize an op on the state buffer."""
+    loaded = load_model(_shift_file(tmp_path))
+    module, inputs = loaded.module, loaded.example_inputs
+    program = torch.export.export(module, inputs, strict=True)
+
+    def quantize_reads_of_state(converted):
+        reads = 0
+        for node in converted.graph.nodes:
+            if node.op == "call_function" and "quantize_per_tensor" in str(node.target) \
+                    and "dequantize" not in str(node.target):
+                source = node.args[0]
+                if source.op == "get_attr" and "state" in str(source.target):
+                    reads += 1
+        return reads
+
+    def prepared():
+        unlifted = program.module(check_guards=False)
+        states = program_state.States(program, unlifted)
+        ready = prepare_pt2e(unlifted, cortex_m_quantizer("histogram"))
+        with torch.no_grad(), states.calibrating():
+            for _ in range(4):
+                ready(*inputs)
+        return ready, states
+
+    upstream, _ = prepared()
+    assert quantize_reads_of_state(convert_pt2e(upstream)) == 0
+    ours, states = prepared()
+    assert states.names == ("conv.state", "pool.mean")
+    assert quantize_reads_of_state(program_state.converted(ours, states)) == 1
+
+
+def test_the_program_starts_from_the_modules_initial_state(tmp_path):
+    """The emitter writes each state's initial value (upstream writes only its shape: the device
+    would start from whatever its arena held), and the trial runs of loading and capturing leave
+    the module's state as it was."""
+    spec = _shift_file(tmp_path)
+    loaded = load_model(spec)
+    assert float(loaded.module.conv.state.min()) == 0.5  # the loader's trial run left it
+    pte = tmp_path / "shift.pte"
+    api.compile(spec, pte, npu="none")
+    twin = load_twin(pte)
+    states = twin.view.state_values
+    assert [v.nbytes for v in states] == [4 * 2 * 4, 8 * 4]  # float state, 4x2 and 8x1
+    conv_state = twin.view.mutable_buffers[states[0].buffer][:states[0].nbytes]
+    assert torch.equal(torch.frombuffer(bytearray(conv_state), dtype=torch.float32),
+                       torch.full((8,), 0.5))
+
+
+def test_frames_carry_the_state_and_match_the_module_stepped(compiled):
+    """Frame after frame the twin equals the quantized reference stepped one frame per call
+    (within one output step), the same frame twice gives different outputs (the state moved),
+    and `reset` starts the stream again."""
+    _, twin = compiled
+    twin.reset()
+    _, quantized = twin.reference("quantized.pt2")
+    frames = _frames(30)
+    outs = [twin.run(f).outputs[0] for f in frames]
+    with torch.no_grad():
+        refs = [as_tuple(quantized(*f))[0] for f in frames]
+    scale = float(twin.config["output0_scale"]) if "output0_scale" in twin.config else None
+    worst = max(float((o - r).abs().max()) for o, r in zip(outs, refs))
+    assert worst <= (scale or 0.05) * 1.01
+    again = twin.run(frames[-1]).outputs[0]
+    assert not torch.equal(again, outs[-1])
+    twin.reset()
+    assert torch.equal(twin.run(frames[0]).outputs[0], outs[0])
+
+
+def test_the_host_runtime_carries_the_state_and_reset_reloads_it(compiled):
+    """The host build runs CMSIS-NN's C path: the twin computes that path to compare."""
+    from dataclasses import replace
+
+    from kernels.reference import HOST_TIER
+
+    twin = replace(compiled[1], isa_tier=HOST_TIER, carried={}, references={})
+    frames = _frames(6)
+    expected = [twin.run(f).outputs[0] for f in frames]
+    with host_runtime_or_missing() as runtime:
+        got = [runtime.run(twin.pte_bytes, f).outputs[0] for f in frames]
+        runtime.reset(twin.pte_bytes)
+        first = runtime.run(twin.pte_bytes, frames[0]).outputs[0]
+    assert all(torch.equal(g, e) for g, e in zip(got, expected))
+    assert torch.equal(first, expected[0])
+
+
+def test_verify_frames_runs_every_frame_on_qemu_byte_exact(compiled):
+    """`verify --frames N`: the twin, the host runtime and the M55 on QEMU each run the N frames
+    in order from the initial state; QEMU's outputs equal the twin's on every frame."""
+    host_runtime_or_missing().close()
+    qemu_or_missing()
+    pte, _ = compiled
+    verification = api.verify_all(pte, "auto", samples=12, qemu_samples=12)
+    by = {r.name: r for r in verification.results}
+    qemu = by["QEMU Cortex-M55"]
+    assert qemu.outcome == "passed" and "12 BundleIO case(s) byte-exact" in qemu.detail
+    assert by["twin"].outcome == "passed" and by["host runtime"].outcome == "passed"
+    assert "frames, in order from the initial state" in verification.verdict
+    assert "3,648 B of state" in verification.verdict
