@@ -193,6 +193,24 @@ class ProgramView:
         in at `load_method` and the program writes back on every `execute`."""
         return tuple(v for v in self.values if v.is_tensor and v.is_planned and v.buffer > 0)
 
+    def state_shared_with(self) -> tuple[tuple[int, int], ...]:
+        """(state value, other value) whose planned bytes overlap: what another value writes
+        there between two runs is lost from the state. A view of the state (the same bytes,
+        the same element count) is the state itself, not counted."""
+        shared = []
+        for state in self.state_values:
+            start, end = state.mem_offset, state.mem_offset + state.nbytes
+            for other in self.values:
+                if other.index == state.index or not (other.is_tensor and other.is_planned) \
+                        or other.mem_id != state.mem_id or other.nbytes == 0:
+                    continue
+                low = other.mem_offset + other.storage_offset * other.element_bytes
+                if (low, other.nbytes) == (start, state.nbytes):
+                    continue
+                if low < end and start < low + other.nbytes:
+                    shared.append((state.index, other.index))
+        return tuple(shared)
+
     @property
     def instructions(self) -> tuple[Instruction, ...]:
         return self.chains[0] if self.chains else ()

@@ -162,3 +162,17 @@ def test_verify_frames_runs_every_frame_on_qemu_byte_exact(compiled):
     assert by["twin"].outcome == "passed" and by["host runtime"].outcome == "passed"
     assert "frames, in order from the initial state" in verification.verdict
     assert "3,648 B of state" in verification.verdict
+
+
+def test_the_plan_shows_the_states_bytes_and_where_they_live(compiled):
+    """plan.json's memory.state: each buffer's bytes, its region and offset, and no other value
+    planned over it (the state survives between runs); the sizes are the model's buffers."""
+    import json
+
+    pte, _ = compiled
+    plan = json.loads((pte.parent / "kws.artifacts" / "plan.json").read_text())
+    state = plan["summary"]["memory"]["state"]
+    # float32 buffers: 40x2 (the first causal conv), 64x4 and 64x8 (dilations 2 and 4), 64x1
+    assert sorted(b["bytes"] for b in state["buffers"]) == [256, 320, 1024, 2048]
+    assert state["bytes"] == 3648 and state["shared_with"] == []
+    assert {b["region"] for b in state["buffers"]} == {"dtcm"}

@@ -152,11 +152,25 @@ def converted(prepared: torch.fx.GraphModule, states: States) -> torch.fx.GraphM
                   and not reads_state(node))
     for name, tensor in tensors.values():
         model.register_buffer(name.replace(".", "_"), tensor)
+    aliases = set()
     for node in model.graph.nodes:
         if node.name in reads:
-            old, node.target = str(node.target), reads[node.name]
-            if "." not in old and old not in reads.values() and hasattr(model, old):
-                delattr(model, old)
+            aliases.add(str(node.target))
+            node.target = reads[node.name]
+    for name, value in list(model.named_buffers()):  # other names of a state tensor go
+        if name not in reads.values() and \
+                value.untyped_storage().data_ptr() in tensors:
+            aliases.add(name)
+    for alias in aliases - set(reads.values()):
+        owner_path, _, leaf = alias.rpartition(".")
+        owner = model.get_submodule(owner_path) if owner_path else model
+        if hasattr(owner, leaf):
+            delattr(owner, leaf)
+    # A state written from float weights (a GRU's hidden state on the CPU) would come out of
+    # the re-export requiring grad, and ExecuTorch's passes refuse the write-back `copy_` into
+    # it ("a leaf Variable that requires grad is being used in an in-place operation").
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
     model.recompile()
     return model
 

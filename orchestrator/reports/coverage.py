@@ -315,6 +315,7 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
                  f"(planned{_bound_text(compiled)}{scratch})"
                  + (f"; NPU scratch {s.npu_scratch_bytes:,} B (vela)" if t.npu else ""))
     lines.append(_io_line(compiled))
+    lines.extend(_state_lines(compiled))
     for m in s.memory:
         verdict = "fits" if m.fits else "DOES NOT FIT"
         region = (f"{m.region} ({m.region_bytes:,} B {'of' if m.fits else 'free in'} it)"
@@ -345,6 +346,38 @@ def _summary_lines(compiled, s: Summary) -> list[str]:
         lines.append("runner ops check: " + ("all present" if not s.missing_operators else
                                              "MISSING " + ", ".join(s.missing_operators)))
     return lines
+
+
+def state_json(compiled) -> dict | None:
+    """The state a program carries from one run to the next (its mutable buffers:
+    orchestrator/compilation/program_state.py), None without: each buffer's bytes and where it
+    lives, and the values whose planned bytes overlap one (none: the state survives)."""
+    view = compiled.program_view
+    if not view.state_values:
+        return None
+    regions = {a.mem_id: a.region for a in compiled.arenas}
+    return {"bytes": sum(v.nbytes for v in view.state_values),
+            "source": "ExecuTorch memory plan (mutable buffers, initial values in the .pte)",
+            "buffers": [{"value": v.index, "bytes": v.nbytes, "dtype": str(v.dtype).replace(
+                "torch.", ""), "sizes": list(v.sizes), "mem_id": v.mem_id,
+                "offset": v.mem_offset, "region": regions.get(v.mem_id)}
+                for v in view.state_values],
+            "shared_with": [list(pair) for pair in view.state_shared_with()]}
+
+
+def _state_lines(compiled) -> list[str]:
+    state = state_json(compiled)
+    if state is None:
+        return []
+    where = ", ".join(f"{b['bytes']:,} B {b['dtype']} {'x'.join(map(str, b['sizes']))} at "
+                      f"{b['region'] or 'arena'} +{b['offset']:,}" for b in state["buffers"])
+    kept = ("no other value is planned over it, so it survives from one run to the next"
+            if not state["shared_with"] else
+            f"SHARED with value(s) {', '.join(str(o) for _, o in state['shared_with'])}: "
+            "what they write there is lost from the state")
+    return [f"state: {state['bytes']:,} B in {len(state['buffers'])} buffer(s) carried from one "
+            f"run to the next (initial values in the .pte; a method reload resets them): "
+            f"{where}; {kept} ({state['source']})"]
 
 
 def _bound_text(compiled) -> str:
@@ -652,7 +685,8 @@ def _document(compiled, rows, summary: Summary) -> dict:
                           for m in summary.memory],
                 "reserved": [{"region": region, "bytes": size, "source": source}
                              for region, (size, source) in
-                             compiled.target.platform.reserved.items()]},
+                             compiled.target.platform.reserved.items()],
+                "state": state_json(compiled)},
             "io": {"type": compiled.target.io,
                    "auto": None if compiled.io_choice is None else compiled.io_choice.to_json()},
             "operators": list(summary.operators),
