@@ -13,7 +13,7 @@ from orchestrator.compilation import program_state
 from orchestrator.compilation.observers import cortex_m_quantizer
 from orchestrator.sources.loader import load_model
 from orchestrator.verification.twin import load_twin
-from orchestrator.verification.twin_verify import as_tuple
+from orchestrator.verification.twin_verify import as_tuple, reference_states
 from tests.device_tools import host_runtime_or_missing, qemu_or_missing
 
 MODEL = "examples/streaming.py:kws"
@@ -106,10 +106,16 @@ def test_the_program_starts_from_the_modules_initial_state(tmp_path):
     api.compile(spec, pte, npu="none")
     twin = load_twin(pte)
     states = twin.view.state_values
-    assert [v.nbytes for v in states] == [4 * 2 * 4, 8 * 4]  # float state, 4x2 and 8x1
-    conv_state = twin.view.mutable_buffers[states[0].buffer][:states[0].nbytes]
-    assert torch.equal(torch.frombuffer(bytearray(conv_state), dtype=torch.float32),
-                       torch.full((8,), 0.5))
+    # the conv's ring buffer int8 (4x2: read by the cat, written from it, one scale), the mean
+    # float (8x1: read by a multiply, written by an add)
+    assert [(v.dtype, v.nbytes) for v in states] == [(torch.int8, 8), (torch.float32, 32)]
+    (_, read), _ = reference_states(twin)
+    stored = torch.frombuffer(bytearray(twin.view.mutable_buffers[states[0].buffer][:8]),
+                              dtype=torch.int8)
+    assert torch.allclose((stored.float() - read[1]) * read[0], torch.full((8,), 0.5),
+                          atol=read[0] / 2)
+    mean = twin.view.mutable_buffers[states[1].buffer][:32]
+    assert torch.equal(torch.frombuffer(bytearray(mean), dtype=torch.float32), torch.zeros(8))
 
 
 def test_frames_carry_the_state_and_match_the_module_stepped(compiled):
@@ -161,7 +167,7 @@ def test_verify_frames_runs_every_frame_on_qemu_byte_exact(compiled):
     assert qemu.outcome == "passed" and "12 BundleIO case(s) byte-exact" in qemu.detail
     assert by["twin"].outcome == "passed" and by["host runtime"].outcome == "passed"
     assert "frames, in order from the initial state" in verification.verdict
-    assert "3,648 B of state" in verification.verdict
+    assert "1,104 B of state" in verification.verdict
 
 
 def test_the_plan_shows_the_states_bytes_and_where_they_live(compiled):
@@ -172,7 +178,9 @@ def test_the_plan_shows_the_states_bytes_and_where_they_live(compiled):
     pte, _ = compiled
     plan = json.loads((pte.parent / "kws.artifacts" / "plan.json").read_text())
     state = plan["summary"]["memory"]["state"]
-    # float32 buffers: 40x2 (the first causal conv), 64x4 and 64x8 (dilations 2 and 4), 64x1
-    assert sorted(b["bytes"] for b in state["buffers"]) == [256, 320, 1024, 2048]
-    assert state["bytes"] == 3648 and state["shared_with"] == []
+    # the ring buffers int8 (40x2 of the first causal conv, 64x4 and 64x8 of the dilations 2
+    # and 4), the running mean float (read by a multiply, written by an add: two scales)
+    assert sorted((b["dtype"], b["bytes"]) for b in state["buffers"]) == [
+        ("float32", 256), ("int8", 80), ("int8", 256), ("int8", 512)]
+    assert state["bytes"] == 1104 and state["shared_with"] == []
     assert {b["region"] for b in state["buffers"]} == {"dtcm"}

@@ -290,9 +290,9 @@ def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:
     and record each scale/zero point as config methods (e.g. `input0_scale`) in the .pte, which a
     firmware reads to quantize its input.
     """
+    program_state.int8_states(lowered.edge.exported_program())  # any --io: state stays int8
     if target.io != "int8":
         return lowered, {}
-
     edge = lowered.edge
     inputs, outputs = quantized_io_indices(edge.exported_program())
     if not inputs and not outputs:

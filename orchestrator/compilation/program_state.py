@@ -31,7 +31,7 @@ import contextlib
 from typing import Iterator
 
 import torch
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import InputKind, OutputKind, OutputSpec, TensorArgument
 from torchao.quantization.pt2e.constant_fold import constant_fold
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
@@ -192,3 +192,60 @@ def initialized(edge_program) -> int:
             node.meta["et_init_buffer"] = True
             marked += 1
     return marked
+
+
+def int8_states(edge_program) -> tuple[str, ...]:
+    """Each state whose every read is one quantize and whose write-back is the dequantize of a
+    value with the same parameters becomes an int8 buffer, in place (`edge_program` after
+    to_edge, before the CPU passes): the buffer holds the quantized value (its initial value
+    quantized as that quantize would), the reads take it as it is and the write-back stores the
+    int8 value. No quantize and no dequantize per frame, a quarter of the bytes. A state read
+    and written with different parameters (a running mean's multiply and add) stays float.
+    Returns the buffers made int8."""
+    signature = edge_program.graph_signature
+    graph = edge_program.graph_module.graph
+    output = graph.output_node()
+    written_at = {spec.target: position for position, spec in enumerate(signature.output_specs)
+                  if spec.kind == OutputKind.BUFFER_MUTATION}
+    placeholders = {node.name: node for node in graph.nodes if node.op == "placeholder"}
+    results = list(output.args[0])
+    made = []
+    for name, buffer in signature.inputs_to_buffers.items():
+        if buffer not in written_at or name not in placeholders:
+            continue
+        placeholder = placeholders[name]
+        reads = list(placeholder.users)
+        written = results[written_at[buffer]]
+        parameters = {tuple(read.args[1:]) for read in reads if _is(read, "quantize_per_tensor")}
+        if not reads or len(parameters) != 1 or len(reads) != sum(
+                _is(read, "quantize_per_tensor") for read in reads) or \
+                not _is(written, "dequantize_per_tensor") or \
+                tuple(written.args[1:]) != next(iter(parameters)):
+            continue
+        scale, zero_point, low, high, dtype = next(iter(parameters))
+        for read in reads:
+            read.replace_all_uses_with(placeholder)
+            graph.erase_node(read)
+        results[written_at[buffer]] = written.args[0]
+        spec = signature.output_specs[written_at[buffer]]
+        signature.output_specs[written_at[buffer]] = OutputSpec(
+            spec.kind, TensorArgument(name=written.args[0].name), spec.target)
+        initial = edge_program.state_dict[buffer]
+        edge_program.state_dict[buffer] = torch.ops.quantized_decomposed.quantize_per_tensor(
+            initial, scale, zero_point, low, high, dtype)
+        placeholder.meta["val"] = placeholder.meta["val"].to(dtype)
+        made.append(buffer)
+    if made:
+        output.args = (tuple(results),)
+        for node in reversed(list(graph.nodes)):
+            if _is(node, "dequantize_per_tensor") and not node.users:
+                graph.erase_node(node)
+        graph.lint()
+        edge_program.graph_module.recompile()
+    return tuple(made)
+
+
+def _is(node, name: str) -> bool:
+    """A call of quantized_decomposed's `name` (aten or edge dialect)."""
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and \
+        f"quantized_decomposed.{name}.default" in str(node.target)

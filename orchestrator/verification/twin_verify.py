@@ -383,21 +383,37 @@ def written_values(run: TwinRun, view=None, twin: TwinProgram | None = None):
                 latest[where] = tensor
 
 
-def reference_states(twin: TwinProgram) -> list[torch.Tensor]:
+def reference_states(twin: TwinProgram) -> list[tuple[torch.Tensor, tuple | None]]:
     """The quantized reference's state buffers, paired in order with the program's state
-    values (both in the signature's order); empty for a program without state, or where the
-    two do not pair up shape for shape."""
+    values (both in the signature's order), each with the (scale, zero point) that reads it
+    where the program keeps it int8 (orchestrator/compilation/program_state.int8_states);
+    empty for a program without state, or where the two do not pair up."""
     if not twin.has_state:
         return []
     from orchestrator.compilation.program_state import mutated_buffers  # lazy: heavy (torchao)
 
     program, module = twin.reference("quantized.pt2")
-    buffers = [module.get_buffer(name) for name in mutated_buffers(program)]
+    names = mutated_buffers(program)
     values = twin.view.state_values
+    buffers = [module.get_buffer(name) for name in names]
     if len(buffers) != len(values) or any(b.numel() != v.nbytes // v.element_bytes
                                           for b, v in zip(buffers, values)):
         return []
-    return buffers
+    placeholder = {spec.target: spec.arg.name for spec in program.graph_signature.input_specs
+                   if spec.target in names}
+    nodes = {node.name: node for node in program.graph.nodes}
+    paired = []
+    for name, buffer, value in zip(names, buffers, values):
+        qparams = None
+        if value.dtype != buffer.dtype:
+            reads = [user for user in nodes[placeholder[name]].users
+                     if "quantize_per_tensor" in str(user.target)
+                     and "dequantize" not in str(user.target)]
+            if not reads:
+                return []
+            qparams = (float(reads[0].args[1]), int(reads[0].args[2]))
+        paired.append((buffer, qparams))
+    return paired
 
 
 def _local_checks(twin, run, quantized_module, sample, qparams, steps_per_stage):
@@ -537,7 +553,9 @@ def verify(program, samples: int = 16, calibration: str | None = None, per_op: b
             # A state: the quantized reference reads the program's own (the frame's other
             # inputs are the program's too), as the local checks feed it; its outputs then
             # take the frame once. The float model carries its own: the drift is in its figures.
-            for buffer, value in zip(states, state_before):
+            for (buffer, read), value in zip(states, state_before):
+                if read is not None:  # an int8 state: its float value, as the read sees it
+                    value = (value.to(torch.float32) - read[1]) * read[0]
                 buffer.copy_(value.to(buffer.dtype).reshape(buffer.shape))
             with buffers_kept(quantized_module) if states else contextlib.nullcontext():
                 local.append(_local_checks(twin, run, quantized_module, sample, qparams,
