@@ -184,3 +184,17 @@ def test_the_plan_shows_the_states_bytes_and_where_they_live(compiled):
         ("float32", 256), ("int8", 80), ("int8", 256), ("int8", 512)]
     assert state["bytes"] == 1104 and state["shared_with"] == []
     assert {b["region"] for b in state["buffers"]} == {"dtcm"}
+
+
+def test_int8_io_with_state_is_refused_in_one_line(tmp_path, capsys):
+    """Upstream's QuantizeOutputs numbers the outputs with the state's write-backs among them
+    (the model's output 0 would be named output4): refused, nothing written."""
+    from orchestrator.cli import main
+
+    pte = tmp_path / "shift.pte"
+    code = main(["compile", _shift_file(tmp_path), "--npu", "none", "--io", "int8", "-o",
+                 str(pte), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and not pte.exists()
+    assert err[-1].startswith("orchestrate: error: --io int8 is not possible for a program "
+                              "with state yet")

@@ -285,15 +285,17 @@ def lower(quantized: Quantized, target: Target, work_dir: Path, policy=None) -> 
 
 def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:
     """`--io int8`: the program takes and returns int8, so no fp32 I/O buffer sits in the arena.
-
     Upstream's QuantizeInputs/QuantizeOutputs remove the first quantize and the last dequantize
     and record each scale/zero point as config methods (e.g. `input0_scale`) in the .pte, which a
-    firmware reads to quantize its input.
-    """
+    firmware reads to quantize its input. Not with state: upstream numbers the outputs with the
+    state's write-backs among them (the user's output 0 would be `output4_scale`)."""
     program_state.int8_states(lowered.edge.exported_program())  # any --io: state stays int8
     if target.io != "int8":
         return lowered, {}
     edge = lowered.edge
+    if edge.exported_program().graph_signature.buffers_to_mutate:
+        raise UserError("--io int8 is not possible for a program with state yet (upstream "
+                        "numbers its outputs with the state's write-backs); use --io float")
     inputs, outputs = quantized_io_indices(edge.exported_program())
     if not inputs and not outputs:
         raise UserError("--io int8 is not possible for this model: none of its inputs is "
@@ -557,9 +559,8 @@ def _route_cpu_stage(state: CompileState) -> CompileState:
               if r.policy_rule or r.device_refusal]
     program, decisions, workarounds = route_to_cpu(state.lowered.edge, state.target.cpu,
                                                    state.options.legalize, forced)
-    return replace(state, final_program=program, cpu_decisions=decisions,
-                   workarounds=state.model_workarounds + state.lowered.workarounds
-                   + tuple(workarounds),
+    return replace(state, final_program=program, cpu_decisions=decisions, workarounds=(
+                   *state.model_workarounds, *state.lowered.workarounds, *workarounds),
                    routed_edge=upstream_exir.with_forward(state.lowered.edge, program))
 
 
@@ -581,9 +582,8 @@ def _place_stage(state: CompileState) -> CompileState:
 
 def _prune_constants_stage(state: CompileState) -> CompileState:
     """Drop constants no instruction reads (upstream keeps them; orchestrator/compilation/prune.py)."""
-    if not state.options.prune_constants:
-        return state
-    program, removed = prune_unused_constants(state.final_program)
+    program, removed = (prune_unused_constants(state.final_program)
+                        if state.options.prune_constants else (None, ()))
     if not removed:
         return state
     return replace(state, final_program=program, pruned_constants=removed,

@@ -10,8 +10,8 @@ program of it, silently:
 - PT2E's `convert_pt2e` folds every `quantize` whose input is a module attribute into an int8
   constant (`fold_quantize`, meant for weights). A state buffer is an attribute too: its read
   became a constant holding the initial state, and every frame read that constant again
-  (the state never carried). Here the weights are folded as upstream folds them and the
-  state's quantize stays a runtime op (`fold_weights_only`).
+  (the state never carried). `converted` folds the weights as upstream folds them and keeps
+  the state's quantize a runtime op.
 - ExecuTorch's emitter serializes a mutated buffer's shape and dtype only ("a meaningless
   initial state"), so the device starts from whatever its arena held. `initialized` marks each
   state placeholder (`et_init_buffer`, upstream's own switch, as `InitializedMutableBufferPass`
@@ -19,10 +19,10 @@ program of it, silently:
   it in at `load_method`: a reload is a reset.
 
 Calibration runs the samples as consecutive frames, so the state's observer sees the values it
-carries; the buffers are given their initial values back before the conversion
-(`calibrated_from_initial_state`). The state's scale is one for every frame (static
-quantization): the quantize before its readers and the dequantize before the write-back use the
-calibrated parameters, and the buffer itself holds the float value.
+carries; the buffers get their initial values back before the conversion (`States`). The
+state's scale is one for every frame (static quantization). A state read by one quantize and
+written back from the dequantize of the same parameters is kept int8 (`int8_states`: no
+quantize or dequantize per frame); any other stays float, quantized where it is read.
 """
 
 from __future__ import annotations
