@@ -198,3 +198,49 @@ def test_int8_io_with_state_is_refused_in_one_line(tmp_path, capsys):
     assert code == 2 and not pte.exists()
     assert err[-1].startswith("orchestrate: error: --io int8 is not possible for a program "
                               "with state yet")
+
+
+_RING4 = """
+import torch
+from torch import nn
+
+
+class Ring4(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, (1, 3))
+        self.register_buffer("state", torch.zeros(1, 4, 1, 2))
+
+    def forward(self, frame):
+        window = torch.cat([self.state, frame], dim=3)
+        self.state.copy_(window[:, :, :, 1:])
+        return torch.relu(self.conv(window)).flatten(1)
+
+
+def ring4():
+    torch.manual_seed(0)
+    return Ring4().eval(), (torch.randn(1, 4, 1, 1),)
+"""
+
+
+def test_a_4d_state_is_written_back_in_its_buffers_dim_order(tmp_path, monkeypatch):
+    """A 4-D ring buffer is channels-last (the capture's layout); the slice written back is not.
+    Upstream's write-back `copy_` between the two dim orders is refused by the runtime (U55-128:
+    the cat and slice in the partition, the write-back on the CPU); with the copy into the
+    buffer's order first, the program runs its frames and QEMU agrees with the twin."""
+    from orchestrator.compilation.device_check import DeviceRefusal
+
+    model = tmp_path / "ring4.py"
+    model.write_text(_RING4)
+    with monkeypatch.context() as patched:
+        patched.setattr(program_state, "written_in_buffer_order", lambda program: ())
+        with pytest.raises(DeviceRefusal, match=r"tensors_have_same_dim_order\(in, src\)"):
+            api.compile(f"{model}:ring4", tmp_path / "upstream.pte", npu="ethos-u55-128")
+    pte = tmp_path / "ring4.pte"
+    api.compile(f"{model}:ring4", pte, npu="ethos-u55-128")
+    host_runtime_or_missing().close()
+    qemu_or_missing()
+    verification = api.verify_all(pte, "auto", samples=6, qemu_samples=6)
+    assert {r.name: r.outcome for r in verification.results
+            if r.outcome != "not-run"} == {"twin": "passed", "host runtime": "passed",
+                                            "QEMU Cortex-M55": "passed"}, verification.verdict

@@ -289,7 +289,7 @@ def quantize_io(lowered: Lowered, target: Target) -> tuple[Lowered, dict]:
     and record each scale/zero point as config methods (e.g. `input0_scale`) in the .pte, which a
     firmware reads to quantize its input. Not with state: upstream numbers the outputs with the
     state's write-backs among them (the user's output 0 would be `output4_scale`)."""
-    program_state.int8_states(lowered.edge.exported_program())  # any --io: state stays int8
+    program_state.for_the_device(lowered.edge.exported_program())  # int8, in its buffer order
     if target.io != "int8":
         return lowered, {}
     edge = lowered.edge

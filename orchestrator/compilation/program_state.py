@@ -22,7 +22,8 @@ Calibration runs the samples as consecutive frames, so the state's observer sees
 carries; the buffers get their initial values back before the conversion (`States`). The
 state's scale is one for every frame (static quantization). A state read by one quantize and
 written back from the dequantize of the same parameters is kept int8 (`int8_states`: no
-quantize or dequantize per frame); any other stays float, quantized where it is read.
+quantize or dequantize per frame); any other stays float, quantized where it is read. A state
+is written back in its buffer's dim order (`written_in_buffer_order`).
 """
 
 from __future__ import annotations
@@ -249,3 +250,52 @@ def _is(node, name: str) -> bool:
     """A call of quantized_decomposed's `name` (aten or edge dialect)."""
     return isinstance(node, torch.fx.Node) and node.op == "call_function" and \
         f"quantized_decomposed.{name}.default" in str(node.target)
+
+
+def written_in_buffer_order(edge_program) -> tuple[str, ...]:
+    """Each state written back from a value laid out in another dim order than its buffer (a
+    4-D ring buffer: the buffer channels-last, the cat's slice contiguous) gets a
+    `_to_dim_order_copy` into the buffer's order first: the write-back `copy_` ExecuTorch
+    inserts refuses two dim orders (`tensors_have_same_dim_order(in, src)`, error 0x12).
+    Returns the buffers given one."""
+    from executorch.exir.dialects._ops import ops as exir_ops  # lazy: heavy (executorch)
+
+    signature = edge_program.graph_signature
+    graph = edge_program.graph_module.graph
+    output = graph.output_node()
+    results = list(output.args[0])
+    placeholders = {node.name: node for node in graph.nodes if node.op == "placeholder"}
+    by_buffer = {buffer: placeholders.get(name)
+                 for name, buffer in signature.inputs_to_buffers.items()}
+    made = []
+    for position, spec in enumerate(signature.output_specs):
+        if spec.kind != OutputKind.BUFFER_MUTATION or by_buffer.get(spec.target) is None:
+            continue
+        written, buffer = results[position], by_buffer[spec.target].meta.get("val")
+        value = written.meta.get("val") if isinstance(written, torch.fx.Node) else None
+        if not isinstance(value, torch.Tensor) or not isinstance(buffer, torch.Tensor):
+            continue
+        order = tuple(int(d) for d in buffer.dim_order())
+        if tuple(int(d) for d in value.dim_order()) == order:
+            continue
+        with graph.inserting_before(output):
+            copy = graph.call_function(exir_ops.edge.dim_order_ops._to_dim_order_copy.default,
+                                       (written,), {"dim_order": list(order)})
+        inverse = [order.index(d) for d in range(len(order))]
+        copy.meta["val"] = value.permute(*order).contiguous().permute(*inverse)
+        results[position] = copy
+        signature.output_specs[position] = OutputSpec(
+            spec.kind, TensorArgument(name=copy.name), spec.target)
+        made.append(spec.target)
+    if made:
+        output.args = (tuple(results),)
+        graph.lint()
+        edge_program.graph_module.recompile()
+    return tuple(made)
+
+
+def for_the_device(edge_program) -> None:
+    """The state's device form, in place, before the CPU passes: int8 where it can be
+    (`int8_states`), each written back in its buffer's dim order (`written_in_buffer_order`)."""
+    int8_states(edge_program)
+    written_in_buffer_order(edge_program)
