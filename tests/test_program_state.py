@@ -244,3 +244,17 @@ def test_a_4d_state_is_written_back_in_its_buffers_dim_order(tmp_path, monkeypat
     assert {r.name: r.outcome for r in verification.results
             if r.outcome != "not-run"} == {"twin": "passed", "host runtime": "passed",
                                             "QEMU Cortex-M55": "passed"}, verification.verdict
+
+
+def test_the_twin_reports_the_streams_drift_against_the_float_model(compiled):
+    """Output 0 against the float model stepped on its own state, per tenth of the frames: a
+    figure per window, each finite and positive here."""
+    from orchestrator.verification.twin_verify import render_text, verify
+
+    pte, twin = compiled
+    report = verify(twin, samples=20)
+    stream = report.stream
+    assert stream["frames"] == 20 and stream["window_frames"] == 2
+    assert len(stream["snr_db_by_window"]) == 10
+    assert all(5.0 < snr < 60.0 for snr in stream["snr_db_by_window"])
+    assert "stream: 20 frames in order from the initial state" in render_text(report)

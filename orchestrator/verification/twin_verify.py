@@ -113,6 +113,9 @@ class VerifyReport:
     undefined_elements: tuple[str, ...] = ()
     # what a step is: int8, or with int16 values (--precision) each value's own dtype
     step_unit: str = "int8"
+    # a program with state: the samples as frames, and output 0 against the float model over
+    # the first and the last tenth of them (`stream_drift`); None without state
+    stream: dict | None = None
 
 
 def _degenerate(runs, float_outs) -> str | None:
@@ -416,6 +419,27 @@ def reference_states(twin: TwinProgram) -> list[tuple[torch.Tensor, tuple | None
     return paired
 
 
+def stream_drift(twin: TwinProgram, runs, float_outs) -> dict | None:
+    """A program with state run frame by frame: output 0's SNR against the float model stepped
+    on its own state, over each tenth of the frames in order (fewer windows for fewer than 10
+    frames). A stream that drifts loses SNR from one tenth to the next; the first tenth also
+    holds the start, where the state fills. None without state."""
+    if not twin.has_state or not runs:
+        return None
+    scale, zero_point = output_quantization(twin, 0)
+    got = [float_output(run, 0, scale, zero_point).reshape(-1) for run in runs]
+    want = [as_tuple(out)[0].float().reshape(-1) for out in float_outs]
+    size = max(1, len(runs) // 10)
+    windows = [(start, min(start + size, len(runs))) for start in range(0, len(runs), size)]
+    if len(windows) > 1 and windows[-1][1] - windows[-1][0] < size:
+        windows[-2:] = [(windows[-2][0], windows[-1][1])]  # a short tail joins the last window
+    return {"frames": len(runs), "window_frames": size,
+            "snr_db_by_window": [_snr_db(torch.cat(want[a:b]), torch.cat(got[a:b]))
+                                 for a, b in windows],
+            "source": "twin outputs against the float model stepped frame by frame on its own "
+                      "state"}
+
+
 def _local_checks(twin, run, quantized_module, sample, qparams, steps_per_stage):
     forced = ForcedReference(quantized_module, sample)
     return check_locally(forced, written_values(run, twin.view, twin), qparams, steps_per_stage)
@@ -599,7 +623,8 @@ def verify(program, samples: int = 16, calibration: str | None = None, per_op: b
         local[worst] if per_op and local else (), checked, unmatched, seconds,
         numerics_passed, passed, verdict, inconclusive,
         with_plan_macs(npu.tally.to_json(), manifest), partial,
-        tuple(f"{key}: {n} element(s)" for key, n in undefined.items()), step_unit(local))
+        tuple(f"{key}: {n} element(s)" for key, n in undefined.items()), step_unit(local),
+        stream_drift(twin, runs, float_outs))
 
 
 def _undefined(local) -> dict[str, int]:
@@ -655,6 +680,12 @@ def render_text(report: VerifyReport) -> str:
                      f"{_fmt(o.step)}, sample {o.worst_sample}), {o.differing_elements}/"
                      f"{o.elements} elements differ; vs float: SNR min {_fmt(o.snr_db_min, ' dB')}, "
                      f"cosine min {o.cosine_min:.5f}{top1}")
+    if report.stream is not None:
+        d = report.stream
+        by = ", ".join(_fmt(v, " dB") for v in d["snr_db_by_window"])
+        lines.append(f"  stream: {d['frames']} frames in order from the initial state; output 0 "
+                     f"vs float SNR by {d['window_frames']}-frame window: {by} "
+                     f"({d['source']})")
     if report.faults:
         lines.append("  device checks that fail (the program would not run on the device as built):")
         lines += [f"    instruction {f.instruction} {f.op}: {f.message}" for f in report.faults]
