@@ -258,3 +258,13 @@ def test_the_twin_reports_the_streams_drift_against_the_float_model(compiled):
     assert len(stream["snr_db_by_window"]) == 10
     assert all(5.0 < snr < 60.0 for snr in stream["snr_db_by_window"])
     assert "stream: 20 frames in order from the initial state" in render_text(report)
+
+
+def test_compile_says_the_state_it_carries(tmp_path, capsys):
+    from orchestrator.cli import main
+
+    pte = tmp_path / "shift.pte"
+    assert main(["compile", _shift_file(tmp_path), "--npu", "none", "-o", str(pte)]) == 0
+    out = capsys.readouterr().out
+    # the conv's ring buffer int8 4x2 (8 B), the running mean float 8x1 (32 B)
+    assert "state: 40 B in 2 buffer(s) carried from one run to the next" in out
