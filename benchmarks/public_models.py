@@ -71,14 +71,21 @@ def _torchvision():
     return models
 
 
+def _image():
+    """The 1x3xSIZExSIZE input every image model takes: seeded, uniform in [-1, 1)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    return torch.rand(1, 3, SIZE, SIZE, generator=generator) * 2 - 1
+
+
 def _factory(name: str):
     def build():
         import torch
 
         torch.manual_seed(0)
         model = getattr(_torchvision(), name)(num_classes=10).eval()
-        generator = torch.Generator().manual_seed(0)
-        return model, (torch.rand(1, 3, SIZE, SIZE, generator=generator) * 2 - 1,)
+        return model, (_image(),)
 
     build.__name__ = name
     build.__doc__ = f"torchvision's {name} (10 classes, random weights), 1x3x{SIZE}x{SIZE}"
@@ -121,8 +128,7 @@ def vit():
     torch.manual_seed(0)
     model = VisionTransformer(image_size=SIZE, patch_size=8, num_layers=2, num_heads=4,
                               hidden_dim=64, mlp_dim=128, num_classes=10).eval()
-    generator = torch.Generator().manual_seed(0)
-    return model, (torch.rand(1, 3, SIZE, SIZE, generator=generator) * 2 - 1,)
+    return model, (_image(),)
 
 
 def mobilevit_xxs():
@@ -139,8 +145,7 @@ def mobilevit_xxs():
                          "give DIR with --torchvision") from None
     torch.manual_seed(0)
     model = timm.create_model("mobilevit_xxs", num_classes=10, pretrained=False).eval()
-    generator = torch.Generator().manual_seed(0)
-    return model, (torch.rand(1, 3, SIZE, SIZE, generator=generator) * 2 - 1,)
+    return model, (_image(),)
 
 
 def resnet1d():

@@ -193,6 +193,11 @@ class ProgramView:
         in at `load_method` and the program writes back on every `execute`."""
         return tuple(v for v in self.values if v.is_tensor and v.is_planned and v.buffer > 0)
 
+    @property
+    def state_bytes(self) -> int:
+        """The bytes of every state value (0: a program without state)."""
+        return sum(v.nbytes for v in self.state_values)
+
     def state_shared_with(self) -> tuple[tuple[int, int], ...]:
         """(state value, other value) whose planned bytes overlap: what another value writes
         there between two runs is lost from the state. A view of the state (the same bytes,

@@ -339,9 +339,9 @@ def cmd_compile(args) -> int:
           f"{s.npu_mac_coverage_pct:.1f}%; artifacts in {art}")
     for line in io_quantization_lines(compiled.io_quant):
         print(line)
-    state = compiled.program_view.state_values
-    if state:  # a streaming model's buffers (docs/streaming.md)
-        print(f"state: {sum(v.nbytes for v in state):,} B in {len(state)} buffer(s) carried from "
+    view = compiled.program_view
+    if view.state_values:  # a streaming model's buffers (docs/streaming.md)
+        print(f"state: {view.state_bytes:,} B in {len(view.state_values)} buffer(s) carried from "
               "one run to the next, from their initial values in the .pte (plan.json "
               "summary.memory.state)")
     _print_cost_placement(plan, sys.stdout)

@@ -313,7 +313,7 @@ def _with_dim_order(val, order: tuple[int, ...]):
     return val.permute(*order).contiguous().permute(*inverse)
 
 
-def _layout_copy(graph, place, source, order: tuple[int, ...], origin: str, cache: dict):
+def layout_copy(graph, place, source, order: tuple[int, ...], origin: str, cache: dict):
     """A `_to_dim_order_copy` of `source` into `order` at `place` (one per source and order)."""
     key = (source, order)
     if key not in cache:
@@ -360,7 +360,7 @@ def copy_to_kernel_layouts(program) -> list[Workaround]:
                     tuple(range(_val(source).dim()))  # each operand contiguous in its own rank
                 if tuple(_val(source).dim_order()) == wanted:
                     continue
-                copy = _layout_copy(graph, graph.inserting_before(node), source, wanted,
+                copy = layout_copy(graph, graph.inserting_before(node), source, wanted,
                                     f"{origin}:to_kernel_layout", cache)
                 _replace_input(node, source, copy)
             copied_back = check == "layout-raw-walk" and \
@@ -393,7 +393,7 @@ def _declare_contiguous(graph, producer, val, origin: str) -> bool:
     readers = list(producer.users)
     if order == tuple(range(val.dim())) or not readers:
         return False
-    copy = _layout_copy(graph, graph.inserting_after(producer), producer, order,
+    copy = layout_copy(graph, graph.inserting_after(producer), producer, order,
                         f"{origin}:restore_dim_order", {})
     for reader in readers:
         _replace_input(reader, producer, copy)
@@ -430,7 +430,7 @@ def contiguous_operands(program, node, refused: str) -> Workaround | None:
         val = _val(source)
         if val is None or val.dim() < 2 or tuple(val.dim_order()) == tuple(range(val.dim())):
             continue
-        copy = _layout_copy(graph, graph.inserting_before(node), source,
+        copy = layout_copy(graph, graph.inserting_before(node), source,
                             tuple(range(val.dim())), f"{origin}:to_contiguous", cache)
         _replace_input(node, source, copy)
         copied.append(source.name)

@@ -36,6 +36,8 @@ from torch.export.graph_signature import InputKind, OutputKind, OutputSpec, Tens
 from torchao.quantization.pt2e.constant_fold import constant_fold
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
+from partitioners.legalize import layout_copy
+
 _VIEW_OPS = ("slice", "select", "view", "_unsafe_view", "narrow", "squeeze", "unsqueeze",
              "expand", "permute", "transpose", "t", "as_strided", "diagonal", "unfold")
 
@@ -137,20 +139,13 @@ def converted(prepared: torch.fx.GraphModule, states: States) -> torch.fx.GraphM
         if found is not None:
             reads[node.name] = found[0].replace(".", "_")
 
-    def reads_state(node: torch.fx.Node) -> bool:
-        seen, pending = set(), list(node.all_input_nodes)
-        while pending:
-            current = pending.pop()
-            if current.name in reads:
-                return True
-            if current.name not in seen:
-                seen.add(current.name)
-                pending.extend(current.all_input_nodes)
-        return False
-
+    after_state: set[torch.fx.Node] = set()  # every node computed from a state (graph order)
+    for node in model.graph.nodes:
+        if node.name in reads or any(i in after_state for i in node.all_input_nodes):
+            after_state.add(node)
     quantizes = _quantize_ops()
     constant_fold(model, lambda node: node.op == "call_function" and node.target in quantizes
-                  and not reads_state(node))
+                  and node not in after_state)
     for name, tensor in tensors.values():
         model.register_buffer(name.replace(".", "_"), tensor)
     aliases = set()
@@ -217,13 +212,12 @@ def int8_states(edge_program) -> tuple[str, ...]:
         placeholder = placeholders[name]
         reads = list(placeholder.users)
         written = results[written_at[buffer]]
-        parameters = {tuple(read.args[1:]) for read in reads if _is(read, "quantize_per_tensor")}
-        if not reads or len(parameters) != 1 or len(reads) != sum(
-                _is(read, "quantize_per_tensor") for read in reads) or \
-                not _is(written, "dequantize_per_tensor") or \
-                tuple(written.args[1:]) != next(iter(parameters)):
+        parameters = {tuple(read.args[1:]) for read in reads}
+        if not reads or not all(_is(read, "quantize_per_tensor") for read in reads) or \
+                len(parameters) != 1 or not _is(written, "dequantize_per_tensor") or \
+                {tuple(written.args[1:])} != parameters:
             continue
-        scale, zero_point, low, high, dtype = next(iter(parameters))
+        (scale, zero_point, low, high, dtype), = parameters
         for read in reads:
             read.replace_all_uses_with(placeholder)
             graph.erase_node(read)
@@ -258,8 +252,6 @@ def written_in_buffer_order(edge_program) -> tuple[str, ...]:
     `_to_dim_order_copy` into the buffer's order first: the write-back `copy_` ExecuTorch
     inserts refuses two dim orders (`tensors_have_same_dim_order(in, src)`, error 0x12).
     Returns the buffers given one."""
-    from executorch.exir.dialects._ops import ops as exir_ops  # lazy: heavy (executorch)
-
     signature = edge_program.graph_signature
     graph = edge_program.graph_module.graph
     output = graph.output_node()
@@ -278,11 +270,8 @@ def written_in_buffer_order(edge_program) -> tuple[str, ...]:
         order = tuple(int(d) for d in buffer.dim_order())
         if tuple(int(d) for d in value.dim_order()) == order:
             continue
-        with graph.inserting_before(output):
-            copy = graph.call_function(exir_ops.edge.dim_order_ops._to_dim_order_copy.default,
-                                       (written,), {"dim_order": list(order)})
-        inverse = [order.index(d) for d in range(len(order))]
-        copy.meta["val"] = value.permute(*order).contiguous().permute(*inverse)
+        copy = layout_copy(graph, graph.inserting_before(output), written, order,
+                           f"{spec.target}:write-back", {})
         results[position] = copy
         signature.output_specs[position] = OutputSpec(
             spec.kind, TensorArgument(name=copy.name), spec.target)

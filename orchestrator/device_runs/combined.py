@@ -344,9 +344,8 @@ def verify_all(pte, samples: int = 16, calibration=None, per_op: bool = False,
     results += tuple(r for r in [does_not_fit(twin)] if r is not None)
     verdict = combine(pte, results, has_npu=bool(twin.partitions), npu_stream=choice != "tosa")
     if twin.has_state:
-        state_bytes = sum(v.nbytes for v in twin.view.state_values)
         verdict = replace(verdict, verdict=verdict.verdict + (
             f"; the samples ran as frames, in order from the initial state, the program "
-            f"carrying {state_bytes:,} B of state ({samples} on the twin and the host runtime, "
+            f"carrying {twin.view.state_bytes:,} B of state ({samples} on the twin and the host runtime, "
             f"{qemu_samples} on QEMU)"))
     return verdict

@@ -356,7 +356,7 @@ def state_json(compiled) -> dict | None:
     if not view.state_values:
         return None
     regions = {a.mem_id: a.region for a in compiled.arenas}
-    return {"bytes": sum(v.nbytes for v in view.state_values),
+    return {"bytes": view.state_bytes,
             "source": "ExecuTorch memory plan (mutable buffers, initial values in the .pte)",
             "buffers": [{"value": v.index, "bytes": v.nbytes, "dtype": str(v.dtype).replace(
                 "torch.", ""), "sizes": list(v.sizes), "mem_id": v.mem_id,
