@@ -268,3 +268,20 @@ def test_compile_says_the_state_it_carries(tmp_path, capsys):
     out = capsys.readouterr().out
     # the conv's ring buffer int8 4x2 (8 B), the running mean float 8x1 (32 B)
     assert "state: 40 B in 2 buffer(s) carried from one run to the next" in out
+
+
+def test_a_state_whose_initial_data_is_missing_is_refused_in_one_line(compiled, tmp_path):
+    """The .pte is data: a state value naming initial data its mutable segment lacks is a
+    one-line TwinError, not an index error."""
+    import dataclasses
+
+    from orchestrator.compilation.upstream_exir import read_pte, write_pte
+    from orchestrator.verification.program import TwinError
+
+    pte, _ = compiled
+    original = read_pte(pte.read_bytes())
+    cut = dataclasses.replace(original, mutable_data=original.mutable_data[:1])
+    broken = tmp_path / "broken.pte"
+    broken.write_bytes(write_pte(cut))
+    with pytest.raises(TwinError, match=r"broken.pte: state value \d+ names initial data"):
+        load_twin(broken)

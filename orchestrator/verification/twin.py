@@ -209,6 +209,12 @@ def load_twin(pte_path) -> TwinProgram:
     if view.has_data_segments and not view.mutable_buffers:
         raise TwinError(f"{pte_path.name} has named data segments, which the twin does not "
                         "load")
+    for value in view.state_values:  # data: each state's initial value is where it says
+        if value.buffer >= len(view.mutable_buffers) or \
+                len(view.mutable_buffers[value.buffer]) < value.nbytes:
+            raise TwinError(f"{pte_path.name}: state value {value.index} names initial data "
+                            f"{value.buffer} of its mutable segment, which does not hold its "
+                            f"{value.nbytes} B; recompile it")
     manifest = (Manifest.load(pte_path, pte_bytes=pte_bytes)
                 if (artifacts_dir_for(pte_path) / MANIFEST_NAME).is_file() else None)
     return TwinProgram(pte_path, pte_bytes, view, load_partitions(pte_path, view, manifest),
