@@ -488,11 +488,14 @@ def layer_error_overlay(pte, report) -> dict:
 def firmware_project(pte, output, profile: str = "release", platform=None, third_party=None,
              build: bool = True, method_pool_bytes: int | None = None, lto: bool | None = None,
              npu_device: str = "hardware", run: bool = False,
-             on_written: Callable[[FirmwareProject], None] | None = None) -> FirmwareProject:
+             on_written: Callable[[FirmwareProject], None] | None = None,
+             frames: int | None = None, inputs: str | None = None) -> FirmwareProject:
     """Write (and `build`) the firmware project of a compiled `.pte` into `output`
     (orchestrator/firmware/: runtime, the program's kernels, linker script from its plan,
-    model_io.h); `run` also runs the built example on QEMU and compares its outputs with the
-    host twin's (`run_passed`). `on_written(project)` hears the project once it is written and
+    model_io.h); its example main runs `frames` inputs in turn (from `inputs`, a .pt/.npz file
+    or folder of samples, or generated; the frames of one stream for a program with state);
+    `run` also runs the built example on QEMU and compares each frame's outputs with the host
+    twin's (`run_passed`). `on_written(project)` hears the project once it is written and
     built, before the run."""
     from orchestrator.firmware import firmware_run_lines, make_firmware  # lazy: heavy (torch)
 
@@ -501,7 +504,8 @@ def firmware_project(pte, output, profile: str = "release", platform=None, third
                         "it yourself")
     made = make_firmware(pte, output, profile=profile, platform=platform,
                          third_party=third_party, build=build, method_pool=method_pool_bytes,
-                         lto=lto, npu_device=npu_device, run=run)
+                         lto=lto, npu_device=npu_device, run=run, frames=frames,
+                         inputs_file=inputs)
     project = FirmwareProject(made.folder, made.record, made.elf)
     if on_written:
         on_written(project)

@@ -552,7 +552,8 @@ def cmd_firmware(args) -> int:
                            third_party=args.third_party, build=not args.no_build,
                            method_pool_bytes=args.method_pool_bytes,
                            lto=False if args.no_lto else None, npu_device=args.npu_device,
-                           run=args.run, on_written=written)
+                           run=args.run, on_written=written, frames=args.frames,
+                           inputs=args.inputs)
     if project.run_passed is not None:
         print("\n".join(project.run_lines))
         if not project.run_passed:

@@ -406,7 +406,13 @@ FIRMWARE = Verb(
         option("--no-build", action="store_true",
                help="write the project only (default: build it with CMake)"),
         option("--run", action="store_true", help="run the built firmware's example "
-               "on QEMU and compare its outputs with the host twin's (default: off)"),
+               "on QEMU and compare each frame's outputs with the host twin's (default: off)"),
+        option("--inputs", metavar="FILE", help="the example inputs, in order (.pt/.npz or a "
+               "folder, as --calibration takes them; float samples quantized for int8 I/O): "
+               "for a program with state, the frames of one stream (default: generated)"),
+        option("--frames", type=positive, metavar="N", help="how many example inputs the "
+               "example main runs in turn (default: all of --inputs; else 1, or 4 for a "
+               "program with state, which then also runs frame 0 after model_reset())"),
         option("--npu-device", default="hardware", choices=("hardware", "qemu-bridge"),
                help="for programs with NPU partitions, the Ethos-U driver's device "
                "layer: hardware (default: the NPU's registers and interrupt, for the "

@@ -185,5 +185,49 @@ def test_the_device_check_of_a_healthy_hybrid_program_ran_the_npu(compiles):
         missing(run.detail)
     assert run.refusal is None
     assert run.detail == ("every kernel accepted its arguments and the NPU ran every command "
-                          "stream")
+                          "stream, each with its TOSA graph's outputs")
     assert "executed by the Ethos-U functional model on Vela's command stream" in run.method
+    assert "compared byte for byte with the TOSA reference model" in run.method
+
+
+@pytest.mark.parametrize("moves", [0, 2])
+def test_compile_never_writes_a_partition_whose_stream_differs_from_its_tosa_graph(
+        tmp_path, capsys, monkeypatch, moves):
+    """The device check compares each NPU invocation's outputs with the TOSA reference model on
+    the partition's graph, as verify does (an Ethos-U85 partition of MobileViT-XXS was written
+    with exit 0 and failed every verify method on this). Here the reference is made to disagree
+    by one byte: with no device moves the compile is refused naming the partition and writes
+    nothing; by default the partition's ops move to the CPU, and the program written verifies."""
+    from kernels.runtime import RuntimeUnavailable, find_sources
+    from orchestrator.planning import run
+    from orchestrator.verification.npu import NpuExecutor
+
+    try:
+        find_sources()
+    except RuntimeUnavailable as error:
+        missing(str(error))
+    upstream_tosa = NpuExecutor._tosa
+
+    def one_byte_off(partition, arrays, where):
+        outputs = [a.copy() for a in upstream_tosa(partition, arrays, where)]
+        outputs[0].reshape(-1).view("uint8")[0] ^= 1
+        return outputs
+
+    monkeypatch.setattr(run, "MAX_DEVICE_MOVES", moves)
+    monkeypatch.setattr(NpuExecutor, "_tosa", staticmethod(one_byte_off))
+    out = tmp_path / "small.pte"
+    code = main(["compile", "deep-autoencoder", "--npu", "ethos-u55-128", "--quiet", "-o", str(out)])
+    err = " ".join(capsys.readouterr().err.split())
+    if moves == 0:
+        assert code == 2 and not out.exists(), err
+        assert ("Vela's command stream for Ethos-U partition 0 fails on the ethos-u55-128 "
+                "(functional model): output 0 of the command stream differs from the TOSA "
+                "graph's in 1 of" in err), err
+        return
+    assert code == 0, err
+    plan = json.loads((tmp_path / "small.artifacts" / "plan.json").read_text())
+    assert plan["summary"]["npu_partitions"] == 0
+    reasons = " ".join(str(op["reasons"]) for op in plan["ops"])
+    assert "differs from the TOSA graph" in reasons, reasons
+    monkeypatch.undo()
+    assert main(["verify", str(out), "--samples", "2"]) == 0

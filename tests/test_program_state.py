@@ -9,6 +9,8 @@ import torch
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from orchestrator import api
+from orchestrator.cli import main
+from orchestrator.firmware import run_on_qemu
 from orchestrator.compilation import program_state
 from orchestrator.compilation.observers import cortex_m_quantizer
 from orchestrator.sources.loader import load_model
@@ -285,3 +287,35 @@ def test_a_state_whose_initial_data_is_missing_is_refused_in_one_line(compiled, 
     broken.write_bytes(write_pte(cut))
     with pytest.raises(TwinError, match=r"broken.pte: state value \d+ names initial data"):
         load_twin(broken)
+
+
+def test_firmware_runs_the_frames_in_turn_and_model_reset_starts_the_stream_again(
+        compiled, tmp_path, capsys):
+    """`firmware --inputs FILE --run`: the example main feeds the file's frames in order to one
+    loaded method (the state carried on the device: the same frame twice gives different
+    outputs), each frame's outputs have the twin's bytes (stepped through the same frames), and
+    after model_reset() the first frame gives its first outputs again. A file with fewer frames
+    than --frames asks for is refused in one line, with nothing written."""
+    qemu_or_missing()
+    pte, _ = compiled
+    frame = torch.randn(1, 40, 1, generator=torch.Generator().manual_seed(5))
+    torch.save([(frame,), (frame,), (frame * 0.5,)], tmp_path / "stream.pt")
+    assert main(["firmware", str(pte), "-o", str(tmp_path / "short"), "--inputs",
+                 str(tmp_path / "stream.pt"), "--frames", "4", "--no-build"]) == 2
+    assert "holds 3 sample(s)" in capsys.readouterr().err
+    assert not (tmp_path / "short").exists()
+    made = api.firmware_project(pte, tmp_path / "fw", inputs=str(tmp_path / "stream.pt"),
+                                run=True)
+    assert made.run_passed, made.run_lines
+    assert made.record["example_frames"] == 3 and made.record["state_bytes"] == 1104
+    macros = dict(line.split()[1:3] for line in
+                  (tmp_path / "fw" / "model" / "model_io.h").read_text().splitlines()
+                  if line.startswith("#define MODEL_STATE_BYTES"))
+    assert macros == {"MODEL_STATE_BYTES": "1104"}
+    run = run_on_qemu(tmp_path / "fw")
+    assert len(run.frames) == 3 and len(run.frame_ticks) == 3
+    assert run.frames[1] != run.frames[0]  # the same frame again: the state moved on
+    assert run.after_reset == run.frames[0]
+    assert "model_reset: 0" in run.log
+    assert [line.split(":")[0] for line in made.run_lines[1:]] == \
+        ["frame 0", "frame 1", "frame 2", "after model_reset(), frame 0 again"]

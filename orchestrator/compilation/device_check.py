@@ -14,12 +14,15 @@ operands contiguous and its output copied back (partitioners/legalize.py,
 `contiguous_operands`), the program is serialized again and run again. Any other refusal stops
 the compile with one line naming the operator, the instruction and the kernel's check.
 
-On the Ethos-U55 and U65 each NPU invocation runs Vela's command stream in the functional model
-(npu_driver/ethos_u) on the regions the backend set up, so a stream that would fault the NPU
-(an access outside its scratch, a weight stream that does not decode) is refused too, naming
-the partition. The run checks that every kernel, the backend and the NPU accept what they are
-given, not the numbers (that is `verify`'s job). On the U85 (not modelled) the NPU's outputs are
-whatever its scratch held. The input is calibration sample 0.
+On the Ethos-U55, U65 and U85 each NPU invocation runs Vela's command stream in the functional
+model (npu_driver/ethos_u) on the regions the backend set up, and its outputs are compared byte
+for byte with the TOSA reference model on the partition's TOSA graph, as `verify` does by
+default: a stream that would fault the NPU (an access outside its scratch, a weight stream that
+does not decode) or that computes other bytes than the graph Vela was given is refused, naming
+the partition, and the planner moves that partition's ops to the CPU (planning/run.py), so a
+compile never writes a program its own NPU check rejects. For the CPU kernels the run checks
+that each accepts what it is given, not the numbers (that is `verify`'s job). The input is
+calibration sample 0.
 
 When the sources or a host compiler are missing the check is "not run", with the reason, and
 the plan says so (the static rules of kernels/layout_checks.py and kernels/reference.py remain).
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -42,7 +46,10 @@ from kernels.host_scratch import scratch_shortfalls
 from kernels.program_view import ProgramView
 from npu_driver.ethos_u import NpuModelError, UnmodelledCommand, execute_backend_invocation
 from npu_driver.payload import PayloadError, parse_payload
-from orchestrator.errors import UserError
+from npu_driver.tosa_twin import TosaTwinError, graph_io
+from orchestrator.errors import NotRun, UserError
+from orchestrator.verification.npu import NpuExecutor, NpuModelFault
+from orchestrator.verification.program import NpuPartition
 from partitioners.legalize import contiguous_operands, runtime_node, size1_copy_orders
 from partitioners.records import ORIGIN_KEY, Workaround
 
@@ -53,41 +60,70 @@ METHOD = ("one run in the ExecuTorch runtime with the portable and Cortex-M kern
 STREAM_METHOD = ("one run in the ExecuTorch runtime with the portable and Cortex-M kernels and "
                  "EthosUBackend built for the host, each NPU invocation executed by the Ethos-U "
                  "functional model on Vela's command stream (calibration sample 0)")
-_MODELLED = ("ethos-u55-", "ethos-u65-")
+COMPARED_METHOD = (STREAM_METHOD[:-1] + ", its outputs compared byte for byte with the TOSA "
+                   "reference model on the partition's TOSA graph)")
+_MODELLED = ("ethos-u55-", "ethos-u65-", "ethos-u85-")
+_U85 = "ethos-u85-"
 
 
 class _NpuRun:
-    """The NPU of the device check: the functional model on each invocation's regions (U55/U65),
-    remembering the first fault with the partition it happened in."""
+    """The NPU of the device check: each invocation's command stream executed by the functional
+    model on the regions the backend set up and, where the partition's TOSA graph is known,
+    compared byte for byte with the TOSA reference model on the same inputs, as `verify`'s
+    default NPU model does (orchestrator/verification/npu.py; on the U85 its stream and weight
+    checks first, and a partition the U85 model does not execute completely is computed from its
+    graph); the first fault or difference is remembered with the partition it happened in."""
 
-    def __init__(self, accelerator: str | None, view: ProgramView):
+    def __init__(self, accelerator: str | None, view: ProgramView,
+                 tosa_graphs: dict[str, bytes] | None = None):
         self.modelled = bool(accelerator) and accelerator.startswith(_MODELLED)
         self.accelerator = accelerator
         self.fault: str | None = None
         self.fault_delegate: int | None = None  # the delegate (in graph order) that faulted
         self.fault_error = ""
         self.names = {}
+        self.partitions: dict[bytes, NpuPartition] = {}
+        self.executor = NpuExecutor("auto", accelerator) if self.modelled else None
         for delegate in view.delegates:
             try:
-                self.names[parse_payload(delegate.payload).cmd_bytes] = delegate.index
+                payload = parse_payload(delegate.payload)
             except PayloadError:
                 continue
+            self.names[payload.cmd_bytes] = delegate.index
+            tosa = (tosa_graphs or {}).get(hashlib.sha256(delegate.payload).hexdigest())
+            if tosa is not None:
+                try:
+                    io = graph_io(tosa)
+                except TosaTwinError:
+                    continue
+                self.partitions[payload.cmd_bytes] = NpuPartition(
+                    delegate.index, f"partition {delegate.index}", "", payload, tosa, io)
+
+    @property
+    def compared(self) -> bool:
+        return bool(self.partitions)
 
     def __call__(self, invocation) -> None:
         if not self.modelled:
             return  # the scratch is left as the runtime handed it over
+        stream = bytes(invocation.command_stream)
+        index = self.names.get(stream)
+        where = f"Ethos-U partition {index}" if index is not None else "an Ethos-U partition"
+        partition = self.partitions.get(stream)
         try:
-            execute_backend_invocation(invocation.command_stream, list(invocation.regions),
-                                       self.accelerator)
-        except UnmodelledCommand:
-            return  # the model cannot judge this stream: as on the U85
-        except NpuModelError as error:
-            index = self.names.get(bytes(invocation.command_stream))
-            where = f"Ethos-U partition {index}" if index is not None else "an Ethos-U partition"
+            if partition is not None:
+                self.executor.run_invocation(partition, stream, list(invocation.regions), where)
+            elif not self.accelerator.startswith(_U85):
+                execute_backend_invocation(invocation.command_stream, list(invocation.regions),
+                                           self.accelerator)
+        except (UnmodelledCommand, NotRun):
+            return  # the model cannot judge this stream
+        except (NpuModelError, NpuModelFault, UserError) as error:
+            detail = str(error).removeprefix(f"{where}: ")
             self.fault = (f"Vela's command stream for {where} fails on the "
-                          f"{self.accelerator} (functional model): {error}")
+                          f"{self.accelerator} (functional model): {detail}")
             self.fault_delegate = index
-            self.fault_error = str(error)
+            self.fault_error = detail
             raise
 
 
@@ -215,12 +251,13 @@ def _ordinal(view: ProgramView, refusal: KernelRefusal) -> int:
 
 
 def check_on_device(final_program, serialize, sample, config: dict, legalize: bool = True,
-                    accelerator: str | None = None):
+                    accelerator: str | None = None, tosa_graphs: dict[str, bytes] | None = None):
     """Serialize a copy of `final_program`, run it once; legalize dim-order refusals (in
     `final_program`, in place) and retry (unless `legalize` is off: upstream's flow reproduced).
 
     `serialize(program) -> (pte_bytes, executorch_program, ...)` (a schema Program, read through
-    its ProgramView). Returns the DeviceRun, the
+    its ProgramView). `tosa_graphs` (payload SHA-256 -> the TOSA graph Vela compiled into it)
+    lets each NPU invocation be compared with its graph. Returns the DeviceRun, the
     serialized result of the last copy (None when the run did not happen), the program that
     copy was serialized from (as serialization left it) and the workarounds applied. A refusal
     no legalization satisfies is in `DeviceRun.refusal`: `compile` refuses to write such a
@@ -239,8 +276,8 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
         serialized = serialize(trial)
         pte_bytes, view = serialized[0], ProgramView.of(serialized[1])
 
-        npu = _NpuRun(accelerator, view)
-        method = STREAM_METHOD if npu.modelled else METHOD
+        npu = _NpuRun(accelerator, view, tosa_graphs)
+        method = COMPARED_METHOD if npu.compared else STREAM_METHOD if npu.modelled else METHOD
 
         def refused(text: str, npu_refused: tuple[tuple[str, ...], str] | None = None):
             return (DeviceRun(True, method, "refused", tuple(legalized), text, npu_refused),
@@ -310,7 +347,8 @@ def check_on_device(final_program, serialize, sample, config: dict, legalize: bo
                 legalized.append(settled.message)
             continue
         return (DeviceRun(True, method, "every kernel accepted its arguments" +
-                          (" and the NPU ran every command stream" if npu.modelled else ""),
+                          (" and the NPU ran every command stream" if npu.modelled else "") +
+                          (", each with its TOSA graph's outputs" if npu.compared else ""),
                           tuple(legalized)), serialized, trial, tuple(workarounds))
     return (DeviceRun(True, METHOD, "refused", tuple(legalized),
                       f"still refused after {MAX_LEGALIZATIONS} legalizations: {legalized[-1]}"),

@@ -608,7 +608,7 @@ def _run_on_device_stage(state: CompileState) -> CompileState:
         tuple(state.model.example_inputs)
     run, serialized, program, fixes = device_check.check_on_device(
         state.final_program, serialize_copy, sample, state.io_quant, state.options.legalize,
-        state.target.npu)
+        state.target.npu, {r.payload_sha256: r.tosa_bytes for r in state.lowered.vela_runs})
     legalized = bool(fixes)
     # A legalization the device check repeats (a size-1 copy's order, each copy) is told once.
     fixes = tuple(dict.fromkeys(fix for fix in fixes if fix not in state.workarounds))

@@ -35,10 +35,11 @@ from orchestrator.device_runs.qemu import fast_scratch_bytes, installed_platform
 from orchestrator.device_runs.qemu_npu import QemuNpuHandler
 from orchestrator.errors import NotRun, UserError
 from orchestrator.firmware.project import build_project, write_project
+from orchestrator.sources.loader import load_calibration
 from orchestrator.termination import deferred, removed_on_stop
 from orchestrator.firmware.spec import (BUILD_DIR, ELF_NAME, NPU_DEVICES, PROFILES, RECORD_NAME,
                                         FirmwareSpec, IoTensor, PlannedBuffer)
-from orchestrator.verification.twin import load_twin, run_twin
+from orchestrator.verification.twin import load_twin
 from platforms.firmware_recipe import board_recipe
 from platforms.qemu import run_elf
 from platforms.qemu_machines import (QemuMachine, machine_config, machine_for_core,
@@ -57,6 +58,10 @@ _POOL_PER_INSTRUCTION = 48
 _POOL_MARGIN = 1.25
 _POOL_BASE = 1024
 _EXAMPLE_SEED = 0
+# The example frames of a program with state when none are asked for: enough to see the state
+# carried, and a reset.
+_STATE_FRAMES = 4
+_SHOWN_BYTES = 16  # of each output, in --run's per-frame lines
 
 
 @dataclass(frozen=True)
@@ -91,23 +96,59 @@ def program_io(view: ProgramView, io_quant: dict) -> tuple[tuple[IoTensor, ...],
     return tensors(view.input_values, "input"), tensors(view.output_values, "output")
 
 
-def example_inputs(inputs: tuple[IoTensor, ...]) -> tuple[tuple[bytes, ...], str]:
-    """One deterministic input per program input, as bytes in the program's layout."""
+def example_inputs(inputs: tuple[IoTensor, ...], frames: int = 1) -> tuple[tuple[bytes, ...], str]:
+    """`frames` deterministic inputs per program input, as bytes in the program's layout, one
+    frame after the other."""
     generator = np.random.default_rng(_EXAMPLE_SEED)
     data = []
     for tensor in inputs:
+        count = tensor.elements * frames
         if tensor.dtype.startswith("float"):
-            values = generator.uniform(-1.0, 1.0, tensor.elements).astype(
+            values = generator.uniform(-1.0, 1.0, count).astype(
                 np.float32 if tensor.dtype == "float32" else np.float64)
         elif tensor.dtype == "bool":
-            values = generator.integers(0, 2, tensor.elements).astype(np.bool_)
+            values = generator.integers(0, 2, count).astype(np.bool_)
         else:
             info = np.iinfo(np.dtype(tensor.dtype))
-            values = generator.integers(info.min, info.max, tensor.elements, endpoint=True,
+            values = generator.integers(info.min, info.max, count, endpoint=True,
                                         dtype=np.dtype(tensor.dtype))
         data.append(values.tobytes())
     return tuple(data), (f"generated: uniform random, seed {_EXAMPLE_SEED}, float in [-1, 1), "
-                         "integers over their range, bytes in each input's dim order")
+                         "integers over their range, bytes in each input's dim order"
+                         + (f", {frames} frames" if frames > 1 else ""))
+
+
+def file_inputs(path: str, inputs: tuple[IoTensor, ...],
+                frames: int | None) -> tuple[tuple[bytes, ...], int, str]:
+    """The example inputs from a file of samples (.pt/.npz or a folder of them, as --calibration
+    reads them), in order: the first `frames` (default all) of them, each in the program's
+    dtype (float samples quantized by an int8 input's scale) and layout, one after the other."""
+    # kernels.dtypes names are torch's (int8, float32, bool, ...)
+    examples = tuple(torch.zeros(t.sizes, dtype=torch.float32 if t.scale is not None
+                                 else getattr(torch, t.dtype)) for t in inputs)
+    try:
+        loaded = load_calibration(path, examples)
+    except UserError as error:  # its line speaks of calibration samples, which these are not
+        raise UserError(f"--inputs: {str(error).removeprefix('calibration ')}") from None
+    if frames is not None and frames > len(loaded.samples):
+        raise UserError(f"--frames {frames}: {path} holds {len(loaded.samples)} sample(s); "
+                        "give at most that many, or more samples")
+    samples = loaded.samples[:frames] if frames is not None else loaded.samples
+    data = []
+    for position, tensor in enumerate(inputs):
+        chunks = []
+        for sample in samples:
+            value = sample[position]
+            if tensor.scale is not None and value.dtype.is_floating_point:
+                info = torch.iinfo(getattr(torch, tensor.dtype))
+                value = torch.clamp(torch.round(value / tensor.scale) + tensor.zero_point,
+                                    info.min, info.max).to(getattr(torch, tensor.dtype))
+            if value.dtype != getattr(torch, tensor.dtype):
+                raise UserError(f"{path}: input {position} is {value.dtype}, the program's "
+                                f"{tensor.name} takes {tensor.dtype}; convert the samples")
+            chunks.append(value.permute(tensor.dim_order).contiguous().numpy().tobytes())
+        data.append(b"".join(chunks))
+    return tuple(data), len(samples), f"{loaded.source}, {len(samples)} in order"
 
 
 def segment_data_bytes(pte: bytes) -> int:
@@ -132,7 +173,10 @@ def method_pool_bytes(view: ProgramView) -> int:
 
 
 def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None,
-                  lto: bool, platform, npu_device: str) -> FirmwareSpec:
+                  lto: bool, platform, npu_device: str, frames: int | None = None,
+                  inputs_file: str | None = None) -> FirmwareSpec:
+    """`frames` example inputs (default: all of `inputs_file`'s samples, else 1, or 4 for a
+    program with state), from `inputs_file` or generated."""
     pte = manifest.pte_path.read_bytes()
     view = ProgramView.read(pte)
     backends = {delegate.backend for delegate in view.delegates}
@@ -158,7 +202,11 @@ def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None,
     # plan's weight figure counts the tensors: MobileNet's is 16 B short of its segment).
     weights_bytes = segment_data_bytes(pte) or int(memory.get("weight_bytes") or 0)
     inputs, outputs = program_io(view, dict(manifest.data.get("io_quantization") or {}))
-    examples, example_source = example_inputs(inputs)
+    if inputs_file is not None:
+        examples, frames, example_source = file_inputs(inputs_file, inputs, frames)
+    else:
+        frames = frames or (_STATE_FRAMES if view.state_values else 1)
+        examples, example_source = example_inputs(inputs, frames)
     operators = tuple(line.strip() for line in manifest.read("operators.txt").decode().splitlines()
                       if line.strip() and not line.startswith("#"))
     name = re.sub(r"\W", "_", manifest.pte_path.stem) or "model"
@@ -182,7 +230,8 @@ def firmware_spec(manifest: Manifest, profile: str, method_pool: int | None,
         method_pool_bytes=method_pool or method_pool_bytes(view),
         example_inputs=examples, example_source=example_source, profile=profile,
         plan_source="plan.json memory placement of the compile", lto=lto,
-        cpu=str(manifest.target.get("cpu") or "") or None,
+        cpu=str(manifest.target.get("cpu") or "") or None, frames=frames,
+        state_bytes=view.state_bytes,
     )
 
 
@@ -190,12 +239,14 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
                   platform: str | None = None, third_party: str | Path | None = None,
                   build: bool = True, method_pool: int | None = None,
                   lto: bool | None = None, npu_device: str = "hardware",
-                  run: bool = False) -> FirmwareResult:
+                  run: bool = False, frames: int | None = None,
+                  inputs_file: str | None = None) -> FirmwareResult:
     """Write the firmware project of a compiled `.pte` into `out_dir` (new, or one this command
     wrote before), and build it unless `build` is False. Nothing is left half-written: the
     project is made in a sibling temporary folder and renamed into place. With `run` (the
     caller runs it on QEMU next), what makes a QEMU run impossible is refused before anything
-    is written or built."""
+    is written or built. The example main runs `frames` inputs in turn (from `inputs_file`, a
+    file of samples, or generated; see `firmware_spec`)."""
     if profile not in PROFILES:
         raise UserError(f"unknown --profile {profile!r}; choose {' or '.join(PROFILES)}")
     if npu_device not in NPU_DEVICES:
@@ -204,7 +255,7 @@ def make_firmware(pte_path: str | Path, out_dir: str | Path, *, profile: str = "
     target_platform = installed_platform(dict(manifest.target), platform)
     spec = firmware_spec(manifest, profile, method_pool,
                          lto if lto is not None else profile == "release", target_platform,
-                         npu_device)
+                         npu_device, frames, inputs_file)
     out = Path(out_dir)
     if out.exists() and not (out / RECORD_NAME).is_file():
         raise UserError(f"refusing to write into {out}: it exists and is not a folder "
@@ -349,19 +400,22 @@ def load_record(folder: str | Path) -> dict:
 @dataclass(frozen=True)
 class FirmwareRun:
     exit_code: int | None
-    outputs: tuple[bytes, ...]
+    outputs: tuple[bytes, ...]  # the first frame's
     stack_used_bytes: int | None
     method_pool_used_bytes: int | None
-    inference_ticks: int | None
+    inference_ticks: int | None  # the first frame's
     log: str
     errors: tuple[str, ...]
+    frames: tuple[tuple[bytes, ...], ...] = ()  # each frame's outputs, in order
+    frame_ticks: tuple[int, ...] = ()
+    after_reset: tuple[bytes, ...] | None = None  # the first frame again, after model_reset()
 
 
 def run_on_qemu(folder: str | Path, timeout_s: int = 300,
                 pte_path: str | Path | None = None) -> FirmwareRun:
-    """Run a built project's example main on QEMU: its outputs' bytes and measured figures. A
-    program with NPU partitions needs its checked `.pte` (`pte_path`, the one the project was
-    made from): the host computes each invocation the firmware's bridge hands over."""
+    """Run a built project's example main on QEMU: each frame's outputs' bytes and measured
+    figures. A program with NPU partitions needs its checked `.pte` (`pte_path`, the one the
+    project was made from): the host computes each invocation the firmware's bridge hands over."""
     folder, record = _run_folder(Path(folder), load_record(folder))
     handler = _npu_handler(record, pte_path) if record.get("npu") else None
     elf = folder / BUILD_DIR / ELF_NAME
@@ -382,18 +436,28 @@ def run_on_qemu(folder: str | Path, timeout_s: int = 300,
                              timeout_s=timeout_s, npu_handler=handler)
     except QemuUnavailable as error:
         raise NotRun(str(error)) from None
-    outputs, figures = [], {}
+    # The example main prints "frame: K" (or "reset_frame: 0"), then the frame's ticks and each
+    # output's "output: I" line followed by its bytes in hex.
+    runs: list[tuple[str, list[bytes], list[int]]] = []
+    figures = {}
     lines = result.log.splitlines()
     for position, line in enumerate(lines):
-        if line.startswith("output: ") and position + 1 < len(lines):
-            outputs.append(bytes.fromhex(lines[position + 1].strip()))
-        elif ": " in line:
-            key, _, value = line.partition(": ")
-            if value.strip().isdigit():
-                figures[key] = int(value)
-    return FirmwareRun(result.exit_code, tuple(outputs), figures.get("stack_used_bytes"),
-                       figures.get("method_pool_used_bytes"),
-                       figures.get("inference_systick_ticks"), result.log, tuple(result.errors))
+        key, _, value = line.partition(": ")
+        if key in ("frame", "reset_frame") or (key == "output" and not runs):
+            runs.append((key, [], []))
+        if key == "output" and position + 1 < len(lines):
+            runs[-1][1].append(bytes.fromhex(lines[position + 1].strip()))
+        elif key == "inference_systick_ticks" and value.strip().isdigit() and runs:
+            runs[-1][2].append(int(value))
+        elif value.strip().isdigit():
+            figures[key] = int(value)
+    frames = tuple(tuple(outputs) for key, outputs, _ in runs if key != "reset_frame")
+    ticks = tuple(t[0] for key, _, t in runs if key != "reset_frame" and t)
+    reset = next((tuple(outputs) for key, outputs, _ in runs if key == "reset_frame"), None)
+    return FirmwareRun(result.exit_code, frames[0] if frames else (),
+                       figures.get("stack_used_bytes"), figures.get("method_pool_used_bytes"),
+                       ticks[0] if ticks else figures.get("inference_systick_ticks"), result.log, tuple(result.errors),
+                       frames, ticks, reset)
 
 
 def _npu_handler(record: dict, pte_path: str | Path | None) -> QemuNpuHandler:
@@ -436,36 +500,69 @@ def logical_input(data: bytes, tensor: IoTensor) -> torch.Tensor:
 
 
 def firmware_run_lines(folder: Path, pte_path: Path) -> tuple[list[str], bool]:
-    """Run the built firmware's example on QEMU and the host twin on the same input; report
-    lines and whether every output's bytes are equal."""
+    """Run the built firmware's example on QEMU and the host twin on the same frames in order
+    (the twin carrying a program's state from frame to frame, as the firmware does); report
+    lines and whether every frame's outputs, and the first frame's again after model_reset(),
+    have the twin's bytes."""
     board = load_record(folder)
     folder, record = _run_folder(Path(folder), board)
     run = run_on_qemu(folder, pte_path=pte_path)
-    if run.exit_code != 0 or len(run.outputs) != len(record["outputs"]):
+    count = int(record.get("example_frames") or 1)
+    if run.exit_code != 0 or len(run.frames) != count \
+            or any(len(f) != len(record["outputs"]) for f in run.frames):
         detail = "; ".join(run.errors) or run.log.strip().splitlines()[-1:] or ["no output"]
-        raise NotRun(f"the firmware's run on QEMU ended with exit code {run.exit_code} before "
-                     f"printing its outputs ({detail}); nothing was compared")
-    inputs = tuple(logical_input(data, IoTensor(t["name"], t["dtype"], tuple(t["sizes"]),
-                                                tuple(t["dim_order"])))
-                   for data, t in zip(example_input_bytes(folder), record["inputs"]))
-    twin = run_twin(pte_path, inputs)
+        raise NotRun(f"the firmware's run on QEMU ended with exit code {run.exit_code} after "
+                     f"{len(run.frames)} of {count} frame(s) ({detail}); nothing was compared")
+    tensors = [IoTensor(t["name"], t["dtype"], tuple(t["sizes"]), tuple(t["dim_order"]))
+               for t in record["inputs"]]
+    data = example_input_bytes(folder)
+    twin = load_twin(pte_path)
+    expected = []
+    for frame in range(count):
+        inputs = tuple(logical_input(d[frame * t.nbytes:(frame + 1) * t.nbytes], t)
+                       for d, t in zip(data, tensors))
+        expected.append(twin.run(inputs).output_bytes)
     where = (f"QEMU {record['qemu_machine']}: the project's check copy, the same sources, "
              f"kernels, {record['cpu']} flags and program built for that machine's memory map, "
              f"not {board['platform']}'s layout" if record.get("qemu_machine") else
              f"{record['platform']} machine of its runner/firmware.yaml")
+    state = int(record.get("state_bytes") or 0)
     lines = [f"ran {folder / BUILD_DIR / ELF_NAME} on QEMU ({where}): model_init and "
-             "model_run returned 0, "
-             f"{run.inference_ticks:,} SysTick ticks per inference (QEMU's virtual time under "
-             f"-icount, which advances with instructions: not cycles), "
+             f"model_run returned 0 on {count} frame(s)"
+             + (f", the program's {state:,} B of state carried from frame to frame" if state
+                else "") + ", "
+             f"{run.inference_ticks:,} SysTick ticks for the first inference (QEMU's virtual "
+             "time under -icount, which advances with instructions: not cycles), "
              f"stack high-water {run.stack_used_bytes:,} B (stack "
              f"painting), method pool used {run.method_pool_used_bytes:,} of "
              f"{record['memory']['method_pool_bytes']:,} B"]
     passed = True
-    for index, (device, expected) in enumerate(zip(run.outputs, twin.output_bytes)):
-        same = device == expected
-        passed = passed and same
-        differing = sum(a != b for a, b in zip(device, expected)) + abs(len(device) - len(expected))
-        lines.append(f"output {index}: {len(device):,} B, "
-                     + ("byte-identical to the host twin's" if same
-                        else f"{differing:,} bytes differ from the host twin's"))
+    for frame, (device, wanted) in enumerate(zip(run.frames, expected)):
+        same = _compared(device, wanted)
+        passed = passed and all(s for s, _ in same)
+        prefix = f"frame {frame}: {run.frame_ticks[frame]:,} ticks, " if count > 1 else ""
+        lines += [prefix + text for _, text in same] if count == 1 else \
+            [prefix + "; ".join(text for _, text in same)]
+    if run.after_reset is not None:
+        same = _compared(run.after_reset, expected[0])
+        passed = passed and all(s for s, _ in same)
+        lines.append("after model_reset(), frame 0 again: " + "; ".join(t for _, t in same))
+    elif state and count > 1:
+        passed = False
+        lines.append("after model_reset(), frame 0 again: not printed by the firmware")
     return lines, passed
+
+
+def _compared(device: tuple[bytes, ...], expected: tuple[bytes, ...]) -> list[tuple[bool, str]]:
+    """Per output: whether the device's bytes are the twin's, and a line saying it (the first
+    bytes in hex, so per-frame outputs can be read)."""
+    found = []
+    for index, (got, wanted) in enumerate(zip(device, expected)):
+        same = got == wanted
+        differing = sum(a != b for a, b in zip(got, wanted)) + abs(len(got) - len(wanted))
+        shown = got[:_SHOWN_BYTES].hex() + ("..." if len(got) > _SHOWN_BYTES else "")
+        found.append((same, f"output {index}: {len(got):,} B, "
+                      + ("byte-identical to the host twin's" if same
+                         else f"{differing:,} bytes differ from the host twin's")
+                      + f" [{shown}]"))
+    return found

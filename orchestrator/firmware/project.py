@@ -9,12 +9,13 @@ What goes in (written by `write_project`):
                           put it (code, the .pte, every arena, the weights, pools, stack)
     model/model_io.h      the program's inputs and outputs (shapes, element types, byte layout,
                           int8 scales and zero points) and the buffer sizes
-    model/model.h, model.cpp   the C API: model_init(), model_run(inputs, outputs)
+    model/model.h, model.cpp   the C API: model_init(), model_run(inputs, outputs), model_reset()
     model/model_memory.c  every buffer in the section of its region; model_pte.S embeds the .pte
     generated/            ExecuTorch's codegen for the program's operators only (selective build)
                           and flatc's schema headers
     board/                the platform's board support (startup, semihosting console, counters)
-    main.c, example_io.h/.c  an example that runs the model once and prints the outputs
+    main.c, example_io.h/.c  an example that runs the model on each example frame (the
+                          frames of one stream for a program with state) and prints the outputs
     firmware.json         what was generated, for `orchestrate size --firmware`
 
 The C and C++ sources the project gets are the files in `templates/` beside this module and the platform's runner board support; the runtime, kernels and
@@ -154,6 +155,8 @@ def write_project(spec: FirmwareSpec, platform: Platform, folder: Path, third_pa
             "stack_bytes": config.stack_bytes,
         },
         "example_inputs": spec.example_source,
+        "example_frames": spec.frames,
+        "state_bytes": spec.state_bytes,
         "inputs": [_tensor_record(t) for t in spec.inputs],
         "outputs": [_tensor_record(t) for t in spec.outputs],
     }

@@ -65,6 +65,8 @@ class FirmwareSpec:
     weights_bytes: int
     temp_pool_bytes: int  # the kernels' scratch (CMSIS-NN buffers), from the plan
     method_pool_bytes: int  # the runtime's per-method structures
+    # Per program input, the example's bytes: `frames` inputs one after the other (the frames
+    # of one stream for a program with state, each run in turn by the example main).
     example_inputs: tuple[bytes, ...]
     example_source: str  # where the example inputs come from
     profile: str
@@ -85,3 +87,7 @@ class FirmwareSpec:
     # The core the program was compiled for (its manifest's): the project is built with its
     # flags, so the kernels are the program's tier's. None: the platform's recipe's core.
     cpu: str | None = None
+    frames: int = 1
+    # Bytes of state the program carries from one inference to the next (its mutable buffers,
+    # in the planned arenas); model_reset() starts it again from the initial values.
+    state_bytes: int = 0

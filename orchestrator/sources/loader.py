@@ -139,7 +139,7 @@ def load_calibration(
         samples = _read_calibration_file(resolved, example_inputs)
         source = f"file:{resolved}"
     else:
-        raise UserError(f"calibration path not found: {resolved}; check the --calibration path")
+        raise UserError(f"calibration path not found: {resolved}; check the path")
     if not samples:
         raise UserError(f"calibration {resolved} holds no samples; save at least one")
     return Calibration(samples, generated=False, source=source, warning=None)

@@ -1,10 +1,15 @@
 /*
- * An example main for an `orchestrate firmware` project: run the model once on the example input
- * (example_io.h, generated) and print each output's bytes in hex on the semihosting console, the
- * inference's SysTick ticks and the stack's high-water mark, then exit with the model's status.
+ * An example main for an `orchestrate firmware` project: run the model on each of the
+ * EXAMPLE_FRAMES example inputs in turn (example_io.h, generated) and print, per frame, each
+ * output's bytes in hex on the semihosting console and the inference's SysTick ticks; then the
+ * stack's high-water mark, and exit with the model's status. A program with state
+ * (MODEL_STATE_BYTES > 0, a streaming model) carries it from frame to frame; after the frames,
+ * model_reset() starts it again and the first frame runs once more ("reset_frame: 0"), which
+ * must give the first frame's bytes.
  *
- * A product replaces this file: call model_init() once and model_run() per inference from its
- * own code. On QEMU (`-semihosting-config enable=on`) or an FVP the console is the host's stdout.
+ * A product replaces this file: call model_init() once and model_run() per inference (per frame)
+ * from its own code, and model_reset() where a new stream starts. On QEMU
+ * (`-semihosting-config enable=on`) or an FVP the console is the host's stdout.
  */
 #include <stdint.h>
 
@@ -61,6 +66,29 @@ static uint32_t stack_used(const uint8_t* top) {
 
 extern uint32_t __stack_top[];
 
+/* One inference on example frame `frame`: its status, ticks and outputs on the console. */
+static model_status_t run_frame(const char* marker, unsigned frame) {
+  const void* inputs[MODEL_INPUT_COUNT];
+  for (unsigned i = 0; i < MODEL_INPUT_COUNT; i++) {
+    inputs[i] = example_input_frames[i] + (size_t)frame * example_input_bytes[i];
+  }
+  print_unsigned(marker, frame);
+  const uint64_t before = counters_ticks();
+  const model_status_t status = model_run(inputs, example_outputs);
+  const uint64_t ticks = counters_ticks() - before;
+  print_unsigned("model_run: ", (uint32_t)status);
+  if (status != MODEL_OK) {
+    return status;
+  }
+  print_unsigned("inference_systick_ticks: ", (uint32_t)ticks);
+  for (unsigned i = 0; i < MODEL_OUTPUT_COUNT; i++) {
+    print_unsigned("output: ", i);
+    print_hex_bytes((const uint8_t*)example_outputs[i], example_output_bytes[i]);
+    sh_print("\n");
+  }
+  return MODEL_OK;
+}
+
 int main(void) {
   paint_stack();
   model_status_t status = model_init();
@@ -69,19 +97,23 @@ int main(void) {
     return (int)status + 20;
   }
   print_unsigned("method_pool_used_bytes: ", (uint32_t)model_method_pool_used());
-  const uint64_t before = counters_ticks();
-  status = model_run(example_inputs, example_outputs);
-  const uint64_t ticks = counters_ticks() - before;
-  print_unsigned("model_run: ", (uint32_t)status);
+  for (unsigned frame = 0; frame < EXAMPLE_FRAMES; frame++) {
+    status = run_frame("frame: ", frame);
+    if (status != MODEL_OK) {
+      return (int)status + 20;
+    }
+  }
+#if MODEL_STATE_BYTES > 0 && EXAMPLE_FRAMES > 1
+  status = model_reset();
+  print_unsigned("model_reset: ", (uint32_t)status);
   if (status != MODEL_OK) {
     return (int)status + 20;
   }
-  print_unsigned("inference_systick_ticks: ", (uint32_t)ticks);
-  for (unsigned i = 0; i < MODEL_OUTPUT_COUNT; i++) {
-    print_unsigned("output: ", i);
-    print_hex_bytes((const uint8_t*)example_outputs[i], example_output_bytes[i]);
-    sh_print("\n");
+  status = run_frame("reset_frame: ", 0);
+  if (status != MODEL_OK) {
+    return (int)status + 20;
   }
+#endif
   print_unsigned("stack_used_bytes: ", stack_used((const uint8_t*)__stack_top));
   return 0;
 }

@@ -81,9 +81,26 @@ alignas(Result<Method>) uint8_t method_storage[sizeof(Result<Method>)];
 Span<uint8_t> planned_spans[MODEL_PLANNED_BUFFERS > 0 ? MODEL_PLANNED_BUFFERS : 1];
 Method* method = nullptr;
 MemoryAllocator* method_allocator = nullptr;
+MemoryAllocator* temp_allocator = nullptr;
+MemoryManager* manager = nullptr;
+Program* program = nullptr;
 
 const size_t input_bytes[] = MODEL_INPUT_BYTES_LIST;
 const size_t output_bytes[] = MODEL_OUTPUT_BYTES_LIST;
+
+// The method, loaded into the pools model_init made (again by model_reset).
+model_status_t load_method() {
+  auto* loaded =
+      new (method_storage) Result<Method>(program->load_method(MODEL_METHOD_NAME, manager));
+  if (!loaded->ok()) {
+    return MODEL_ERROR_METHOD;
+  }
+  method = &loaded->get();
+  if (method->inputs_size() != MODEL_INPUT_COUNT || method->outputs_size() != MODEL_OUTPUT_COUNT) {
+    return MODEL_ERROR_IO;
+  }
+  return MODEL_OK;
+}
 
 }  // namespace
 
@@ -95,31 +112,37 @@ extern "C" model_status_t model_init(void) {
   }
 #endif
   auto* loader = new (loader_storage) ImageLoader(model_pte, model_pte_bytes);
-  auto* program =
+  auto* loaded =
       new (program_storage) Result<Program>(Program::load(loader, MODEL_PROGRAM_VERIFICATION));
-  if (!program->ok()) {
+  if (!loaded->ok()) {
     return MODEL_ERROR_PROGRAM;
   }
+  program = &loaded->get();
   for (size_t id = 0; id < MODEL_PLANNED_BUFFERS; id++) {
     planned_spans[id] = Span<uint8_t>(model_planned_buffers[id], model_planned_buffer_bytes[id]);
   }
   method_allocator = new (method_allocator_storage)
       MemoryAllocator(static_cast<uint32_t>(model_method_pool_bytes), model_method_pool);
-  auto* temp_allocator = new (temp_allocator_storage)
+  temp_allocator = new (temp_allocator_storage)
       MemoryAllocator(static_cast<uint32_t>(model_temp_pool_bytes), model_temp_pool);
   auto* planned = new (planned_storage)
       HierarchicalAllocator(Span<Span<uint8_t>>(planned_spans, MODEL_PLANNED_BUFFERS));
-  auto* manager = new (manager_storage) MemoryManager(method_allocator, planned, temp_allocator);
-  auto* loaded =
-      new (method_storage) Result<Method>((*program)->load_method(MODEL_METHOD_NAME, manager));
-  if (!loaded->ok()) {
-    return MODEL_ERROR_METHOD;
+  manager = new (manager_storage) MemoryManager(method_allocator, planned, temp_allocator);
+  return load_method();
+}
+
+extern "C" model_status_t model_reset(void) {
+  if (method == nullptr) {
+    return MODEL_ERROR_NOT_INIT;
   }
-  method = &loaded->get();
-  if (method->inputs_size() != MODEL_INPUT_COUNT || method->outputs_size() != MODEL_OUTPUT_COUNT) {
-    return MODEL_ERROR_IO;
-  }
-  return MODEL_OK;
+  // Loading the method writes each state's initial values (the program's mutable segment) into
+  // its planned buffer: the state starts again. The old method goes first (its delegates are
+  // destroyed), and its pools with it.
+  method = nullptr;
+  reinterpret_cast<Result<Method>*>(method_storage)->~Result<Method>();
+  method_allocator->reset();
+  temp_allocator->reset();
+  return load_method();
 }
 
 extern "C" model_status_t model_run(const void* const inputs[MODEL_INPUT_COUNT],

@@ -4,6 +4,9 @@
  *   model_init() once: loads the program embedded in the firmware and its method, with every
  *   buffer in the memory region the plan chose (model_memory.c, memory.ld).
  *   model_run(inputs, outputs): copies each input in, runs one inference, copies each output out.
+ *   model_reset(): for a program with state (MODEL_STATE_BYTES > 0, a streaming model whose
+ *   state carries from one model_run to the next), start the state again from its initial
+ *   values, as at model_init: where a new stream begins.
  *
  * The shapes, element types, byte layouts (dim order), int8 scales and zero points of the
  * inputs and outputs are in model_io.h.
@@ -37,6 +40,10 @@ model_status_t model_init(void);
  * outputs[i] receives MODEL_OUTPUT<i>_BYTES bytes laid out in MODEL_OUTPUT<i>_DIM_ORDER. */
 model_status_t model_run(const void* const inputs[MODEL_INPUT_COUNT],
                          void* const outputs[MODEL_OUTPUT_COUNT]);
+
+/* Start the program's state again from its initial values (reloads the method; the program
+ * stays loaded). Without state, a model_run after it computes what it computed before. */
+model_status_t model_reset(void);
 
 /* Bytes of the method pool the loaded method took (compare with MODEL_METHOD_POOL_BYTES). */
 size_t model_method_pool_used(void);
