@@ -284,13 +284,17 @@ _FILLS = {"full_like": 1, "full": 1, "fill": 1}  # op -> position of the fill va
 
 
 def requantize_fill_values(program) -> list[Workaround]:
-    """Put the value of an int8 `full`/`full_like`/`fill` in the int8 domain.
+    """Make an int8 `full`/`full_like`/`fill` fill int8 codes.
 
-    Upstream defect (ExecuTorch 1.5.1): FoldAndAnnotateQParamsPass folds the quantize after a
-    constant op into its `output_qparams` and sets its dtype to int8, but the fill value stays
-    the float one, so the portable kernel writes it raw: `zeros_like(x)` of an int8 tensor with
-    zero point 33 held 0 (33 int8 steps off: measured on a `where(x > t, x, zeros_like(x))`).
-    The value is quantized with the node's own output scale and zero point."""
+    Upstream defect (ExecuTorch 1.5.1): FoldAndAnnotateQParamsPass always folds the quantize
+    after a constant op into its `output_qparams`, for the Arm backend's constant folding to
+    compute it in int8 later; the Cortex-M passes do not, so the fill value stays the float one
+    and is written raw: `zeros_like(x)` of an int8 tensor with zero point 33 held 0 (33 int8
+    steps off: measured on a `where(x > t, x, zeros_like(x))`). A `full` whose dtype argument
+    says float keeps producing float, and the dequantize after it refuses it at run time
+    (`input.scalar_type() 6 does not match dtype 1`: the attention's `full([1], 0.5)` scale of
+    ViT's encoder moved off the U55). The value is quantized with the node's own output scale
+    and zero point, and the fill made in the quantized dtype."""
     fixes = []
     for node in program.graph_module.graph.nodes:
         parts = str(getattr(node.target, "__name__", node.target)).split(".")
@@ -301,23 +305,29 @@ def requantize_fill_values(program) -> list[Workaround]:
         val = node.meta.get("val")
         position = _FILLS[parts[1]]
         if qparams is None or not isinstance(val, torch.Tensor) or \
-                val.dtype not in (torch.int8, torch.int16) or len(node.args) <= position:
+                qparams.dtype not in (torch.int8, torch.int16) or len(node.args) <= position:
             continue
         value = node.args[position]
         if not isinstance(value, (int, float)):
             continue
         quantized = quantize_scalar(value, qparams.scale, qparams.zp, qparams.qmin,
                                     qparams.qmax)
-        if quantized == value:
+        float_fill = val.dtype.is_floating_point
+        if quantized == value and not float_fill:
             continue
         args = list(node.args)
         args[position] = quantized
         node.args = tuple(args)
+        what = f"with the float value {value:g}; fill value quantized to {quantized}"
+        if float_fill:
+            node.kwargs = {**node.kwargs, "dtype": qparams.dtype}
+            node.meta["val"] = val.to(qparams.dtype)
+            what = (f"its quantize folded away but its dtype left {val.dtype}: made "
+                    f"{qparams.dtype}, {what}")
         fixes.append(Workaround(
             node.meta.get(ORIGIN_KEY, node.name), "FoldAndAnnotateQParamsPass (ExecuTorch 1.5.1)",
             f"{parts[1]} fills an int8 tensor (scale {float(qparams.scale):.6g}, zero point "
-            f"{int(qparams.zp)}) with the float value {value:g}; fill value quantized to "
-            f"{quantized}"))
+            f"{int(qparams.zp)}) {what}"))
     if fixes:
         program.graph_module.recompile()
     return fixes
@@ -380,6 +390,7 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
     program = edge_manager.exported_program()
     stamp_origins(program.graph_module)
     kept_float: dict[str, str] = {}  # node name -> the upstream failure
+    failures = 0  # pass-manager runs that failed (a failure's same-operand twins ride along)
     per_channel_refused: dict[str, str] = {}  # node name -> why its linear cannot be int8
     forced = set(forced)
     float_only = [n for n in program.graph_module.graph.nodes
@@ -414,9 +425,10 @@ def route_to_cpu(edge_manager, cpu: str, legalize: bool = True, forced=()):
                                             for n in program.graph_module.graph.nodes):
                 name = _failed_origin(error, name) or name
             if (name is None or name in kept_float or name in per_channel_refused
-                    or len(kept_float) >= MAX_FLOAT_FALLBACKS
+                    or failures >= MAX_FLOAT_FALLBACKS
                     or not _keep_float(copy.deepcopy(program), name)):
                 raise
+            failures += 1
             root = _root_error(error)
             if isinstance(root, upstream_cortex_m.PerChannelWeightScales):
                 per_channel_refused[name] = str(root)

@@ -152,7 +152,7 @@ def test_attention_runs_both_matmuls_on_cmsis_nn_cpu_only(compiles):
         [(row.name, row.placement) for row in bmms]
     early = [w for w in compiled.workarounds if "ReplaceScalarWithTensorArgPass" in w.upstream]
     assert len(early) == 1 and "int8 and int32" in early[0].message, \
-        [w.message for w in compiled.workarounds]
+        [w.message for w in workarounds]
     macs = {"cmsis-nn": 0, "portable": 0}
     for row in compiled.placements:
         macs[row.placement] = macs.get(row.placement, 0) + row.macs
@@ -442,7 +442,7 @@ def test_a_crnn_permute_of_a_channels_last_conv_output_is_legalized(compiles):
     compiled, pte = _crnn(compiles)
     layout = [w for w in compiled.workarounds if w.message.startswith("cortex_m::transpose reads")]
     assert layout and "(0, 2, 3, 1)" in layout[0].message, \
-        [w.message for w in compiled.workarounds]
+        [w.message for w in workarounds]
     report = verify(pte, samples=2, per_op=True)
     assert report.passed, report.verdict
     transposes = [c for c in report.per_op if c.op.startswith("cortex_m::transpose")]
@@ -639,3 +639,58 @@ def test_a_program_the_device_runtime_cannot_load_fails_verify(tmp_path):
     qemu = next(r for r in verdict.results if r.name == "QEMU Cortex-M55")
     assert (qemu.outcome, verdict.exit_code) == ("failed", 4), verdict.render_text()
     assert "cannot load on the device runtime" in qemu.detail and "_fft_r2c" in qemu.detail
+
+
+ATTENTION_OFF_THE_NPU = """
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.out = nn.Linear(16, 16)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(1, 8, 3, 16).permute(2, 0, 1, 3).unsqueeze(2)
+        return self.out(F.scaled_dot_product_attention(q, k, v).squeeze(1))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(16, 16)
+        self.attn = Attention()
+
+    def forward(self, x):
+        return self.attn(torch.relu(self.inp(x)))
+
+
+def model():
+    torch.manual_seed(0)
+    return Model().eval(), (torch.randn(1, 8, 16),)
+"""
+
+
+def test_attention_moved_off_the_npu_fills_its_scale_in_int8(tmp_path):
+    """Upstream's FoldAndAnnotateQParamsPass folds the quantize after SDPA's `full([1], scale)`
+    into the fill (for the Arm backend's constant folding, which the Cortex-M passes do not
+    run), leaving it a float32 fill: the attention forced off the U55 was refused at run time
+    (`cortex_m::dequantize_per_tensor`: input.scalar_type() 6 does not match dtype 1), as
+    torchvision's ViT encoder was. The fill is made int8 with its value quantized, and the
+    program passes the twin, the host runtime and QEMU."""
+    from orchestrator import api
+
+    (tmp_path / "attention.py").write_text(ATTENTION_OFF_THE_NPU)
+    (tmp_path / "policy.yaml").write_text("force_cpu:\n  modules: [attn]\n")
+    pte = tmp_path / "attention.pte"
+    compiled = api.compile(f"{tmp_path / 'attention.py'}:model", pte, npu="ethos-u55-128",
+                           policy=str(tmp_path / "policy.yaml"))
+    workarounds = compiled.compiled.workarounds
+    fills = [w for w in workarounds if "its dtype left torch.float32: made "
+             "torch.int8" in w.message]
+    assert fills and all("fill value quantized to 127" in w.message for w in fills), \
+        [w.message for w in workarounds]
+    _passes_every_device_method(pte)
