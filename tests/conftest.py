@@ -109,7 +109,8 @@ SHARED_COMPILES = ("test_compile.py", "test_plan.py", "test_verify_zoo.py", "tes
 PER_TEST_UNITS = ("test_qemu_families.py", "test_peer_symptoms.py")
 _UNIT_FIRST = ("test_architecture.py", "test_upstream_adapters.py", "test_platforms.py",
                "test_cost_cpu.py", "test_local_check.py")
-_LONGEST_FIRST = (*SHARED_COMPILES, "test_qemu_families.py", "test_firmware.py", "test_wheel.py", "test_sweep.py", "test_device_code.py", "test_user_models.py",
+_LONGEST_FIRST = (*SHARED_COMPILES, "test_qemu_families.py", "test_firmware.py", "test_wheel.py", "test_sweep.py", "test_device_code.py", "test_program_state.py",
+                  "test_user_models.py",
                   "test_qemu.py", "test_qemu_tiers.py", "test_files_are_data.py",
                   "test_sweep_ray.py", "test_policy.py")
 
