@@ -22,6 +22,7 @@ top/left padding: the model executes what the registers say, which is not the TO
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -443,3 +444,51 @@ def test_verify_qemu_on_the_corstone_320_executes_the_u85_bytes(programs, tmp_pa
     captured = capsys.readouterr()
     text = captured.out + captured.err
     assert "lowered_module_0" in text and "weight" in text, text[-2000:]
+
+
+HEAD_SLICE = """
+import torch
+from torch import nn
+
+
+class QScaled(nn.Module):
+    \"\"\"q of an attention's qkv split, scaled: unbind(0) of a permuted 5-D tensor.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("c", torch.tensor([0.35]))
+
+    def forward(self, x):
+        q, k, v = x.reshape(4, 16, 3, 4, 16).permute(2, 0, 3, 1, 4).unbind(0)
+        return (q * self.c).reshape(1, 16, 16, 16)
+
+
+def model():
+    g = torch.Generator().manual_seed(1)
+    return QScaled().eval(), (torch.rand(1, 64, 192, generator=g) * 2 - 1,)
+"""
+
+
+def test_vela_steps_no_head_of_a_sliced_attention_tensor_and_compile_keeps_it_off_the_npu(
+        tmp_path):
+    """Upstream's behaviour: the q of every timm/torchvision attention (`qkv.reshape(B, N, 3,
+    H, D).permute(2, 0, 3, 1, 4).unbind(0)`) scaled on U85-256. Vela 5.1 folds the SLICE (extent
+    1 on its leading axis) into the MUL's IFM and splits the MUL per batch without stepping the
+    IFM (regor's DecomposeLeadingDimensions takes the extent-1 axis for a broadcast): 4 MULs
+    with one IFM_BASE0, so heads 1-3 get head 0's q. The model executes those registers (the
+    U85 has no batch register) and differs from the TOSA graph; MobileViT-XXS was written with
+    exit 0 this way and failed every verify method. The compile's device check compares each
+    invocation with its graph and moves the partition to the CPU, naming the difference, and
+    the program it writes verifies."""
+    from orchestrator import api
+
+    (tmp_path / "head.py").write_text(HEAD_SLICE)
+    pte = tmp_path / "head.pte"
+    api.compile(f"{tmp_path / 'head.py'}:model", pte, platform="corstone320",
+                npu="ethos-u85-256")
+    plan = json.loads((tmp_path / "head.artifacts" / "plan.json").read_text())
+    reasons = [r["message"] for op in plan["ops"] for r in op["reasons"]]
+    assert any("its command stream fails on the ethos-u85-256 (functional model): output 0 of "
+               "the command stream differs from the TOSA graph's" in r for r in reasons), reasons
+    assert plan["summary"]["npu_partitions"] == 0 and not load_twin(pte).partitions
+    assert main(["verify", str(pte), "--samples", "2"]) == 0
