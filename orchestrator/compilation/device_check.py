@@ -119,9 +119,13 @@ class _NpuRun:
         except (UnmodelledCommand, NotRun):
             return  # the model cannot judge this stream
         except (NpuModelError, NpuModelFault, UserError) as error:
-            detail = str(error).removeprefix(f"{where}: ")
+            detail = str(error).removeprefix(f"{where}: ").removeprefix(
+                "the command stream fails on the NPU: ")
             self.fault = (f"Vela's command stream for {where} fails on the "
-                          f"{self.accelerator} (functional model): {detail}")
+                          f"{self.accelerator} (functional model): {detail}"
+                          if not isinstance(error, UserError) else
+                          f"{where}'s command stream cannot be checked: the TOSA reference "
+                          f"model did not run its graph ({detail})")
             self.fault_delegate = index
             self.fault_error = detail
             raise
