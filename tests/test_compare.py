@@ -74,6 +74,7 @@ def test_a_report_name_without_json_or_html_is_refused_before_any_work(capsys, t
     assert not (tmp_path / "r.txt").exists()
 
 
+@pytest.mark.release_images  # opt-in: builds TFLM's and our release images from source (~5 min)
 def test_release_images_weighed_from_their_linker_maps(tmp_path):
     """compare --firmware: both sides' release images (ours `firmware --profile release`, TFLM
     and the file linked the same way), weighed from their maps and run on QEMU (CPU-only)."""
