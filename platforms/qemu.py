@@ -106,6 +106,9 @@ class QemuResult:
     # Where the memory map came from when it is a QEMU machine's rather than the platform's
     # (a core the platform's runner is not built for): the plan's placement is not reproduced.
     memory_note: str = ""
+    # Cases whose expected outputs take a device's float values at a rounding boundary (what
+    # the bundle's writer says; empty when every expectation is the twin's own run)
+    expectation_note: str = ""
 
     def summary(self) -> str:
         counted = (f", {self.instructions:,} instructions per inference (icount; not cycles)"

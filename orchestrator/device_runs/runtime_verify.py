@@ -40,9 +40,10 @@ from orchestrator.errors import NotRun, UserError
 from kernels.program_view import KernelCall
 from kernels.host_scratch import scratch_shortfalls
 from kernels.reference import HOST_TIER, MVE_ONLY_SEMANTICS
+from orchestrator.verification.floats import FLOAT_ULPS_PER_TERM, float_bound
 from orchestrator.verification.npu import NpuExecutor
 from orchestrator.verification.program import ETHOS_U_BACKEND
-from orchestrator.verification.twin import TwinProgram, as_program
+from orchestrator.verification.twin import TwinProgram, TwinRun, as_program, input_key
 from orchestrator.verification.twin_verify import (as_tuple, float_output, output_quantization, quantized_steps,
                                  device_inputs, sample_inputs)
 
@@ -91,6 +92,20 @@ class OpAgreement:
 
 
 @dataclass(frozen=True)
+class FloatBoundary:
+    """A sample whose outputs agree with the twin's once the twin takes the runtime's float
+    values where they differ within the summation-order bound (verification/floats.py): a float
+    on a rounding boundary that the two kernels' summation orders put on either side."""
+
+    sample: int
+    taken: int  # instructions whose float output the twin took from the runtime
+    instruction: int | None  # the first integer value the taken floats moved
+    op: str
+    elements: int  # its elements moved
+    max_steps: int  # by at most this many steps
+
+
+@dataclass(frozen=True)
 class HostLimit:
     """Where the host build cannot run the device's code path, so a difference is expected."""
 
@@ -130,6 +145,7 @@ class RuntimeReport:
     outcome: str
     passed: bool
     verdict: str
+    float_boundaries: tuple[FloatBoundary, ...] = ()
 
 
 def _sha256(data: bytes) -> str:
@@ -185,23 +201,6 @@ def c_path_only(twin: TwinProgram) -> tuple[str, ...]:
 
 def _dim_order_bytes(tensor: torch.Tensor, dim_order) -> bytes:
     return tensor.contiguous().permute(tuple(dim_order)).contiguous().numpy().tobytes()
-
-
-# Float values of two correct kernels differ by their summation order: a result summed over R
-# terms carries up to about R float32 roundings of the largest magnitude involved. Two float
-# tensors agree when every element is within FLOAT_ULPS_PER_TERM x R ulps of the expected
-# tensor's largest magnitude, R being the op's reduction length (input elements per output
-# element, at least 1). Integer and bool tensors must be equal.
-FLOAT_ULPS_PER_TERM = 4
-FLOAT32_EPS = float(torch.finfo(torch.float32).eps)
-
-
-def float_bound(expected: torch.Tensor, reduction: int) -> float:
-    """The largest difference two correct float kernels may show on `expected`."""
-    if not expected.dtype.is_floating_point or not expected.numel():
-        return 0.0
-    peak = float(expected.detach().abs().double().max())
-    return FLOAT_ULPS_PER_TERM * max(1, reduction) * FLOAT32_EPS * peak
 
 
 def _difference(a: torch.Tensor, b: torch.Tensor, bound: float = 0.0) -> tuple[float, int]:
@@ -330,6 +329,7 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
     error = None
     reductions = _output_reductions(twin)
     within_bound = [False] * n_out
+    boundaries: list[FloatBoundary] = []
     for index, sample in enumerate(inputs):
         device = device_inputs(twin, sample)
         try:
@@ -341,6 +341,16 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
         npu_seconds.append(statistics.median(run.npu_seconds))
         twin_run = twin.run(device, npu=twin.npu_executor(npu.choice))
         twin_seconds.append(twin_run.seconds)
+        if not twin.has_state and not _outputs_agree(twin, run.outputs, twin_run, reductions):
+            try:
+                taken = _take_runtime_floats(twin, runtime, handler, device, npu.choice,
+                                             reductions, index)
+            except RuntimeFailure as failure:
+                error = f"traced run: {failure}"
+                break
+            if taken is not None:
+                twin_run, boundary = taken
+                boundaries.append(boundary)
         with torch.no_grad(), numerics.single_threaded():
             quantized = as_tuple(quantized_module(*sample))
         shim = SimpleNamespace(outputs=run.outputs)
@@ -397,8 +407,52 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
         str(pte_path), method_for(twin, npu), len(inputs), source, outputs, rows, traced, divergence, limits,
         tuple(c_path), C_PATH_FORM if c_path else PROGRAM_FORM, error, median(runtime_seconds),
         median(npu_seconds), median(twin_seconds), runtime.library.key[:16], bytes_equal, outcome,
-        passed, "")
+        passed, "", tuple(boundaries))
     return RuntimeReport(**{**report.__dict__, "verdict": _verdict(report)})
+
+
+def _outputs_agree(twin: TwinProgram, outputs, twin_run: TwinRun, reductions) -> bool:
+    """Every output the runtime returned has the twin's bytes (float ones: within the bound)."""
+    for position, got in enumerate(outputs):
+        if _dim_order_bytes(got, twin.output_specs[position].dim_order) == \
+                twin_run.output_bytes[position]:
+            continue
+        expected = twin_run.outputs[position]
+        if not got.dtype.is_floating_point or \
+                _difference(got, expected, float_bound(expected, reductions[position]))[1]:
+            return False
+    return True
+
+
+def _take_runtime_floats(twin: TwinProgram, runtime, handler, device, npu_choice: str,
+                         reductions, sample: int) -> tuple[TwinRun, FloatBoundary] | None:
+    """The twin's run of `device` carried on from the runtime's float values (a traced run's)
+    where they differ within the bound, and what that moved, when its outputs then agree with
+    the runtime's; None when they still differ (a difference the floats do not explain). The
+    values taken are kept in `twin.device_floats` for the sample, so a bundle's expectation
+    (QEMU's) takes them again."""
+    traced = runtime.run(twin.pte_bytes, device, npu=handler, trace=True)
+    logged = {i.instruction: tuple(logical(v) for v in i.values) for i in traced.instructions}
+    taking = twin.run(device, keep_intermediates=True, npu=twin.npu_executor(npu_choice),
+                      device_floats=logged)
+    if not taking.took or not _outputs_agree(twin, traced.outputs, taking, reductions):
+        return None
+    plain = twin.run(device, keep_intermediates=True, npu=twin.npu_executor(npu_choice))
+    moved: tuple = (None, "", 0, 0)
+    for entry in taking.op_trace:
+        for index in entry.outputs:
+            before, after = plain.intermediates.get(index), taking.intermediates.get(index)
+            if before is None or after is None or before.dtype.is_floating_point or \
+                    torch.equal(before, after):
+                continue
+            steps = (before.long() - after.long()).abs()
+            moved = (entry.instruction, entry.op, int((steps > 0).sum()), int(steps.max()))
+            break
+        if moved[0] is not None:
+            break
+    twin.device_floats[input_key(device)] = {t.instruction: logged[t.instruction]
+                                             for t in taking.took}
+    return taking, FloatBoundary(sample, len({t.instruction for t in taking.took}), *moved)
 
 
 def _outcome(error, bytes_equal, rows, divergence, limits) -> str:
@@ -445,7 +499,7 @@ def _verdict(report: RuntimeReport) -> str:
         floats = ("" if not any(o.within_float_bound for o in report.outputs) else
                   f" (float outputs within {FLOAT_ULPS_PER_TERM} ulps per summed term)")
         return (f"PASSED by {SHORT_METHOD}: every output agrees with the twin's{floats} on "
-                f"{report.samples} sample(s){c_path}")
+                f"{report.samples} sample(s){c_path}{_boundaries(report.float_boundaries)}")
     d = report.first_divergence
     if report.outcome == "partial" and report.runtime_error:
         limit = report.host_limits[0]
@@ -462,6 +516,19 @@ def _verdict(report: RuntimeReport) -> str:
         text += (f"; they part at instruction {d.instruction} {d.op} ({_fmt(d.max_difference)} "
                  f"max, {d.differing}/{d.elements} elements)")
     return f"FAILED by {SHORT_METHOD}: {text}"
+
+
+def _boundaries(found: tuple[FloatBoundary, ...]) -> str:
+    """The verdict's words for the samples that agree once the twin takes the runtime's floats."""
+    if not found:
+        return ""
+    moved = [b for b in found if b.instruction is not None]
+    first = (f"; first: sample {moved[0].sample}, instruction {moved[0].instruction} "
+             f"{moved[0].op}, {moved[0].elements} element(s) by {moved[0].max_steps} step(s)"
+             if moved else "")
+    return (f"; {len(found)} sample(s) agree once the twin takes the runtime's float values "
+            f"where they differ within the summation-order bound (a float on a rounding "
+            f"boundary that the two summation orders quantize to neighbouring steps{first})")
 
 
 def _fmt(value: float) -> str:
@@ -499,6 +566,12 @@ def render_text(report: RuntimeReport) -> str:
                      "program's MVE form; the MVE form's steps are the twin's (verify --runtime "
                      "twin), and QEMU's Cortex-M55 runs it byte-exact against the twin (verify "
                      "--qemu)")
+    for b in report.float_boundaries:
+        where = (f"moved instruction {b.instruction} {b.op}: {b.elements} element(s) by "
+                 f"{b.max_steps} step(s)" if b.instruction is not None else "moved no integer value")
+        lines.append(f"  float rounding boundary, sample {b.sample}: the twin took the runtime's "
+                     f"float values at {b.taken} instruction(s), within the summation-order "
+                     f"bound; that {where}; the outputs then agree byte for byte")
     if report.host_limits:
         lines.append("  host limits (the host cannot run the device's code path here):")
         lines += [f"    instruction {h.instruction} {h.op}: {h.reason}" for h in report.host_limits]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from orchestrator.artifacts.files import atomic_write_bytes
 from orchestrator.errors import UserError
-from orchestrator.verification.twin import TwinRun, as_program
+from orchestrator.verification.twin import TwinRun, as_program, input_key
 from orchestrator.verification.twin_verify import device_inputs, sample_inputs
 
 METHOD_NAME = "forward"
@@ -33,11 +33,15 @@ def _patch(bundled_tensor, spec, data: bytes) -> None:
 
 
 def write_bundle(program, bpte_path, samples: int = 4, npu_model: str = "auto",
-                 inputs=None) -> Path:
+                 inputs=None, took: list | None = None) -> Path:
     """Write `bpte_path` with `samples` seeded inputs and the twin's outputs as expected values
     for the program (a loaded TwinProgram, or a `.pte` path);
     the twin computes the NPU partitions as `npu_model` chooses (orchestrator/verification/npu.py:
-    "tosa" makes the partitions' TOSA graphs, what Vela was given, the expectation)."""
+    "tosa" makes the partitions' TOSA graphs, what Vela was given, the expectation).
+
+    Where the host runtime found a sample whose float values sit on a rounding boundary
+    (`TwinProgram.device_floats`, verification/floats.py), that case's expectation takes the
+    runtime's float values again; `took` (a list) receives (case, instructions taken) for each."""
     from executorch.devtools.bundled_program.config import (  # lazy: heavy (executorch devtools)
         MethodTestCase, MethodTestSuite)
     from executorch.devtools.bundled_program.core import (  # lazy: heavy (executorch devtools)
@@ -60,7 +64,10 @@ def write_bundle(program, bpte_path, samples: int = 4, npu_model: str = "auto",
     cases, runs = [], []
     for sample in inputs:
         program_inputs = device_inputs(twin, sample)
-        run: TwinRun = twin.run(program_inputs, npu=twin.npu_executor(npu_model))
+        run: TwinRun = twin.run(program_inputs, npu=twin.npu_executor(npu_model),
+                                device_floats=twin.device_floats.get(input_key(program_inputs)))
+        if run.took and took is not None:
+            took.append((len(runs), len({t.instruction for t in run.took})))
         runs.append(run)
         cases.append(MethodTestCase(inputs=list(program_inputs), expected_outputs=list(run.outputs)))
     # Upstream reads the program from a file: hand it the bytes the twin ran and the manifest

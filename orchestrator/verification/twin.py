@@ -37,6 +37,7 @@ from kernels.reference import KernelError, KernelFault, LayoutRead, RawTensor
 from kernels.upstream_runtime import UpstreamVersionError
 from orchestrator.artifacts.manifest import MANIFEST_NAME, Manifest, artifacts_dir_for
 from orchestrator.errors import NotRun
+from orchestrator.verification.floats import within_float_bound
 from orchestrator.verification.npu import NpuExecutor
 from orchestrator.verification.program import (ETHOS_U_BACKEND, NpuPartition, TwinError,
                                                load_partitions, load_reference)
@@ -85,6 +86,17 @@ class TwinRun:
     op_trace: tuple[TraceEntry, ...]
     faults: tuple[DeviceFault, ...]
     seconds: float
+    took: tuple[TakenFloat, ...] = ()  # the device's float values the run carried on from
+
+
+@dataclass(frozen=True)
+class TakenFloat:
+    """A float output the twin took from a device's run (within the summation-order bound)."""
+
+    instruction: int
+    op: str
+    value: int  # the EValue
+    elements: int  # elements whose bits differed
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,11 @@ class TwinProgram:
     # A program with state: the arenas one run leaves for the next, as the device's Method
     # keeps its planned memory from one `execute` to the next ("arenas"; `reset` drops them)
     carried: dict = field(default_factory=dict, repr=False, compare=False)
+    # Float values a device's kernels wrote (the host runtime's traced run) that differ from the
+    # twin's within the summation-order bound (floats.py), per sample (`input_key` of its
+    # program inputs): {instruction: logged values}. The host runtime records them where taking
+    # them makes its outputs and the twin's agree; a bundle's expectation takes them again.
+    device_floats: dict = field(default_factory=dict, repr=False, compare=False)
 
     def require_manifest(self, action: str = "verify") -> Manifest:
         """The hash-checked manifest; without an artifacts folder, the one-line refusal."""
@@ -164,11 +181,14 @@ class TwinProgram:
         return NpuExecutor(npu_model, self.accelerator)
 
     def run(self, inputs: tuple[torch.Tensor, ...], keep_intermediates: bool = False,
-            npu: NpuExecutor | None = None) -> TwinRun:
+            npu: NpuExecutor | None = None, device_floats: dict | None = None) -> TwinRun:
         """Execute the program; `npu` computes its Ethos-U invocations (default: the
-        functional model on the Vela command stream where the NPU is modelled)."""
+        functional model on the Vela command stream where the NPU is modelled).
+        `device_floats` ({instruction: the values a device logged for it, outputs last}): where
+        a kernel's float output differs from the device's within the summation-order bound,
+        the twin carries on from the device's value (floats.py says why; `TwinRun.took`)."""
         execution = _Execution(self, keep_intermediates, npu or self.npu_executor(),
-                               self.carried.get("arenas"))
+                               self.carried.get("arenas"), device_floats)
         if self.has_state:
             self.carried["arenas"] = execution.arenas
         return execution.run(tuple(inputs))
@@ -191,6 +211,11 @@ class TwinProgram:
         if self.has_state:
             self.carried.clear()
             self.references.clear()
+
+
+def input_key(inputs) -> tuple[bytes, ...]:
+    """A sample's key in `TwinProgram.device_floats`: its program inputs' bytes."""
+    return tuple(t.detach().contiguous().numpy().tobytes() for t in inputs)
 
 
 def load_twin(pte_path) -> TwinProgram:
@@ -242,8 +267,10 @@ class _Execution:
     """One run's state: the arena, the EValues and the trace."""
 
     def __init__(self, twin: TwinProgram, keep_intermediates: bool, npu: NpuExecutor,
-                 arenas: list[bytearray] | None = None):
+                 arenas: list[bytearray] | None = None, device_floats: dict | None = None):
         self.twin = twin
+        self.device_floats = device_floats or {}
+        self.took: list[TakenFloat] = []
         self.npu = npu
         self.view = twin.view
         self.keep = keep_intermediates
@@ -330,7 +357,8 @@ class _Execution:
             outputs.append(reference.read_by_dim_order(raw))
             output_bytes.append(bytes(raw.data))
         return TwinRun(tuple(outputs), tuple(output_bytes), input_bytes, self.intermediates,
-                       tuple(self.trace), tuple(self.faults), time.perf_counter() - start)
+                       tuple(self.trace), tuple(self.faults), time.perf_counter() - start,
+                       tuple(self.took))
 
     def _record(self, position, kind, op, inputs, outputs, semantics, reads, began):
         if self.keep:
@@ -382,8 +410,35 @@ class _Execution:
         inputs = [t for p, i in enumerate(call.args[:len(args)]) if p not in outs
                   for t in self.twin.tensor_indices(i)]
         outputs = [t for p in outs for t in self.twin.tensor_indices(call.args[p])]
+        if position in self.device_floats:
+            self._take_device_floats(position, key, inputs, outputs)
         self._record(position, "kernel", key, inputs, outputs, result.semantics,
                      result.layout_reads, began)
+
+    def _take_device_floats(self, position: int, key: str, inputs, outputs) -> None:
+        """Carry on from the device's float outputs of this instruction where they differ
+        from the twin's within the summation-order bound (floats.py)."""
+        logged = self.device_floats[position]
+        values = logged[-len(outputs):] if outputs else ()
+        if len(values) != len(outputs):
+            return
+        read = sum(self.values[i].numel for i in inputs if isinstance(self.values[i], RawTensor))
+        written = sum(self.values[i].numel for i in outputs)
+        reduction = max(1, read // max(1, written))
+        for index, device in zip(outputs, values):
+            raw = self.values[index]
+            if not raw.dtype.is_floating_point:
+                continue
+            mine = reference.read_by_dim_order(raw)
+            if not within_float_bound(device, mine, reduction):
+                continue
+            same_bits = (mine.contiguous().view(torch.int32) ==
+                         device.contiguous().view(torch.int32)) \
+                if mine.dtype == torch.float32 else (mine == device)
+            differing = int((~same_bits).sum())
+            if differing:
+                reference.write_by_dim_order(raw, device)
+                self.took.append(TakenFloat(position, key, index, differing))
 
     def _delegate(self, position: int, call: DelegateCall, began: float) -> None:
         partition = self.twin.partitions[call.delegate_index]
