@@ -196,6 +196,12 @@ def test_movement_relations_are_exact_not_the_same_multiset():
     assert viewed(x.reshape(6, 4), x) and not viewed(x.permute(0, 1, 3, 2).reshape(6, 4), x)
     _, copied = _relation("_clone_dim_order")
     assert copied(x.clone(), x) and not copied(x.flip(-1), x)
+    # an expand repeats its input along size-1 dims (an attention's per-head key and value,
+    # which the twin had failed against another layer's node at 183 steps)
+    _, expanded = _relation("expand_copy")
+    row = x[:, :1]
+    assert expanded(row.expand(1, 2, 3, 4).contiguous(), row)
+    assert not expanded(x, row) and not expanded(x.reshape(1, 1, 6, 4), x)
 
 
 def test_a_movement_that_is_not_its_input_moved_fails_even_without_a_reference_node(reference):
@@ -397,3 +403,48 @@ def test_bounds_after_each_forced_value_equal_a_fresh_count():
     # one whose side branch reaches back past them counts that branch's stages
     assert kept.rounding_stages(quantizes[9]) == 0 and kept.rounding_stages(quantizes[6]) == 1
     assert kept.rounding_stages(quantizes[8]) == 3 and kept.rounding_stages(quantizes[10]) == 4
+
+
+class _ProgramOnlyTranspose(nn.Module):
+    """A value only the program forms (CMSIS-NN's batch matmul reads its right-hand operand
+    transposed: a ViT's attention x v), and a node of its shape much later, past a multiply
+    whose gain makes the later node's bound, counted from the values forced so far, cover the
+    whole int8 range."""
+
+    def forward(self, x):
+        a = _q(x, 0.1)
+        b = _q(_dq(a, 0.1) + 1.0, 0.1)
+        m = _q(_dq(b, 0.1) * _dq(b, 0.1), 0.001)
+        late = _q(torch.transpose(_dq(m, 0.001), 1, 2), 0.001)
+        return _q(_dq(late, 0.001) * 0.5, 0.001)
+
+
+def test_a_value_within_a_bound_that_covers_the_whole_range_is_not_forced_into_that_node():
+    """torchvision's ViT with its encoder forced onto the CPU: the twin FAILED layer 2 at 166
+    steps while the host runtime and QEMU agreed with it. Layer 1's transposed operand had been
+    matched to layer 2's key, whose bound from the values forced so far was 1.8e4 steps (any
+    int8 value is within it), and forced there. Such a value is checked as what it is (a move
+    of its source) and forces nothing, so the later node is judged on the program's own."""
+    from orchestrator.verification.local_check import ForcedReference, check_locally
+
+    sample = (torch.linspace(-3, 3, 32).reshape(1, 4, 8),)
+    module = torch.export.export(_ProgramOnlyTranspose(), sample, strict=True).module(
+        check_guards=False)
+    with torch.no_grad():
+        recorder = _Recorder(module)
+        recorder.run(*sample)
+    v = recorder.values
+    a, b, m, late, out = (v[f"quantize_per_tensor{s}"] for s in ("", "_1", "_2", "_3", "_4"))
+    assert not torch.equal(a.transpose(1, 2), late)  # a wrong match would be seen
+    written = [(0, "cortex_m::quantize_per_tensor.out", 10, a),
+               (1, "cortex_m::transpose.out", 11, a.transpose(1, 2).contiguous(), (10,)),
+               (2, "cortex_m::quantized_add.out", 12, b, (10,)),
+               (3, "cortex_m::quantized_mul.out", 13, m, (12,)),
+               (4, "cortex_m::transpose.out", 14, late, (13,)),
+               (5, "cortex_m::quantized_mul.out", 15, out, (14,))]
+    checks = check_locally(ForcedReference(module, sample), written, {}, steps_per_stage=1)
+    assert checks[1].reference_node == "moved from EValue 10", checks[1]
+    assert [c.reference_node for c in checks[2:]] == [
+        "quantize_per_tensor_1", "quantize_per_tensor_2", "quantize_per_tensor_3",
+        "quantize_per_tensor_4"]
+    assert all(c.passed for c in checks), checks
