@@ -411,6 +411,43 @@ def _compare(twin, pte_path, inputs, source, quantized_module, runtime, handler,
     return RuntimeReport(**{**report.__dict__, "verdict": _verdict(report)})
 
 
+def runtime_float_values(program, inputs, npu_model: str = "auto",
+                         runtime: HostRuntime | None = None) -> int:
+    """For each sample in `inputs` (model inputs) whose outputs the host runtime and the twin
+    write differently, the runtime's float values that make them agree within the
+    summation-order bound (`_take_runtime_floats`), kept in `TwinProgram.device_floats` for a
+    bundle's expectation (QEMU's, when it runs without the host runtime's method); the number of
+    samples they reconcile. Raises NotRun when the runtime cannot be built or run here."""
+    twin = as_program(program)
+    if twin.has_state:
+        return 0
+    owned = runtime is None
+    try:
+        runtime = runtime or HostRuntime(sources=find_sources())
+    except RuntimeUnavailable as error:
+        raise NotRun(f"not run: the ExecuTorch host runtime is unavailable: {error}") from None
+    npu = twin.npu_executor(npu_model)
+    handler = npu_handler(twin, npu) if twin.partitions else None
+    host_twin = replace(twin, isa_tier=HOST_TIER) if twin.isa_tier in ("mve", "dsp") else twin
+    reductions = _output_reductions(host_twin)
+    found = 0
+    try:
+        for sample in inputs:
+            device = device_inputs(host_twin, sample)
+            run = runtime.run(host_twin.pte_bytes, device, npu=handler)
+            twin_run = host_twin.run(device, npu=host_twin.npu_executor(npu.choice))
+            if not _outputs_agree(host_twin, run.outputs, twin_run, reductions) and \
+                    _take_runtime_floats(host_twin, runtime, handler, device, npu.choice,
+                                         reductions, 0) is not None:
+                found += 1
+    except (RuntimeUnavailable, RuntimeFailure) as error:
+        raise NotRun(f"not run: the ExecuTorch host runtime: {error}") from None
+    finally:
+        if owned:
+            runtime.close()
+    return found
+
+
 def _outputs_agree(twin: TwinProgram, outputs, twin_run: TwinRun, reductions) -> bool:
     """Every output the runtime returned has the twin's bytes (float ones: within the bound)."""
     for position, got in enumerate(outputs):
