@@ -30,6 +30,9 @@ value checked by the twin); docs/benchmarks.md has their QEMU instruction counts
 
 from __future__ import annotations
 
+import math
+import operator
+
 import torch
 from torch._decomp import get_decompositions
 
@@ -663,6 +666,84 @@ def strided_conv_padding_explicit(module: torch.fx.GraphModule) -> list[Workarou
     return fixes
 
 
+def heads_selected_before_permute(module: torch.fx.GraphModule) -> list[Workaround]:
+    """On an Ethos-U85 target, each of q, k and v of `qkv.reshape(B, N, 3, H, D).permute(2, 0,
+    3, 1, 4).unbind(0)` (timm's and torchvision's attention) taken before the permute, as
+    `qkv.view(B, N, 3, H * D).select(2, i).view(B, N, H, D).permute(0, 2, 1, 3)`: the same
+    values (in place); the rewrite's report.
+
+    After the permute, each of the three is a TOSA SLICE of extent 1 on the leading axis. Vela
+    5.1 for the U85 folds that SLICE into the next elementwise op's IFM (the MUL scaling q and
+    k) and splits the op per batch, taking the extent-1 axis for a broadcast (regor's
+    DecomposeLeadingDimensions: "Don't offset broadcasted axis"): every batch reads batch 0's
+    q. Selected before the permute, the slice keeps the batch's extent and Vela steps it
+    (`tests/test_u85_machine.py` shows both streams against the TOSA graph). The select is made
+    on the axes after it merged into one: ExecuTorch 1.5.1's Arm backend lowers a `select` on
+    the middle of five axes, feeding `scaled_dot_product_attention`'s second matmul, as a
+    contiguous SLICE of the batch and that axis merged, which takes the wrong rows when the
+    batch is above 1 (v of 4 batches: 161 steps off the quantized reference on U55 and U85
+    alike)."""
+    aten = torch.ops.aten
+    selects = (aten.select.int, aten.unbind.int)
+    fixes = []
+    for permute in list(module.graph.nodes):
+        if permute.op != "call_function" or permute.target != aten.permute.default:
+            continue
+        source = permute.args[0]
+        value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+        if not isinstance(value, torch.Tensor) or value.dim() < 2:
+            continue
+        dims = [d % value.dim() for d in permute.args[1]]
+        users = list(permute.users)
+        if dims[0] == 0 or not users or not all(
+                u.op == "call_function" and u.target in selects
+                and (u.args[1] if len(u.args) > 1 else u.kwargs.get("dim", 0)) % len(dims) == 0
+                for u in users):
+            continue
+        axis = dims[0]
+        rest = [d - (d > axis) for d in dims[1:]]  # the other axes' order once `axis` is gone
+        taken = []  # (node to replace, index along `axis`)
+        for user in users:
+            if user.target == aten.select.int:
+                taken.append((user, user.args[2]))
+            else:
+                getitems = list(user.users)
+                if not all(g.op == "call_function" and g.target is operator.getitem
+                           for g in getitems):
+                    break
+                taken += [(g, g.args[1]) for g in getitems]
+        else:
+            shape = [int(n) for n in value.shape]
+            merged = shape[:axis + 1] + [math.prod(shape[axis + 1:])]
+            for node, index in taken:
+                meta = {k: v for k, v in node.meta.items()
+                        if k in ("nn_module_stack", "stack_trace", "source_fn_stack")}
+                steps = ((aten.view.default, (merged,)), (aten.select.int, (axis, index)),
+                         (aten.view.default, (shape[:axis] + shape[axis + 1:],)),
+                         (aten.permute.default, (rest,)))
+                moved, val = source, value
+                with module.graph.inserting_before(node):
+                    for target, args in steps:
+                        moved = module.graph.call_function(target, (moved, *args))
+                        moved.meta.update(meta)
+                        val = target(val, *args)
+                        moved.meta["val"] = val
+                node.replace_all_uses_with(moved)
+            for node in [*(n for n, _ in taken), *users, permute]:
+                if not node.users:
+                    module.graph.erase_node(node)
+            fixes.append(Workaround(
+                _module_path(permute), "Vela 5.1 for the Ethos-U85 (regor's "
+                "DecomposeLeadingDimensions takes a folded SLICE's extent-1 leading axis for a "
+                "broadcast and never steps it)",
+                f"the {len(taken)} slices of a permute({dims}) taken along axis {axis} before "
+                f"it, each then permuted by {rest}: the same values, and Vela steps every batch"))
+    if fixes:
+        module.graph.lint()
+        module.recompile()
+    return fixes
+
+
 def legalized(module: torch.fx.GraphModule, npu: str | None, raised) -> list[Workaround]:
     """Every rewrite above the quantizer of `npu` (None: CPU-only) needs, in the order they
     apply; `raised` holds the modules given int16 activations."""
@@ -680,4 +761,5 @@ def legalized(module: torch.fx.GraphModule, npu: str | None, raised) -> list[Wor
               else grouped_transpose_conv_split(module))
     if npu and npu.startswith("ethos-u85"):
         fixes += strided_conv_padding_explicit(module)
+        fixes += heads_selected_before_permute(module)
     return fixes

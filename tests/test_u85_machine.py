@@ -469,26 +469,82 @@ def model():
 """
 
 
-def test_vela_steps_no_head_of_a_sliced_attention_tensor_and_compile_keeps_it_off_the_npu(
-        tmp_path):
+def test_vela_steps_no_head_of_a_sliced_attention_tensor_so_q_is_selected_before_the_permute(
+        tmp_path, monkeypatch):
     """Upstream's behaviour: the q of every timm/torchvision attention (`qkv.reshape(B, N, 3,
     H, D).permute(2, 0, 3, 1, 4).unbind(0)`) scaled on U85-256. Vela 5.1 folds the SLICE (extent
     1 on its leading axis) into the MUL's IFM and splits the MUL per batch without stepping the
     IFM (regor's DecomposeLeadingDimensions takes the extent-1 axis for a broadcast): 4 MULs
     with one IFM_BASE0, so heads 1-3 get head 0's q. The model executes those registers (the
     U85 has no batch register) and differs from the TOSA graph; MobileViT-XXS was written with
-    exit 0 this way and failed every verify method. The compile's device check compares each
-    invocation with its graph and moves the partition to the CPU, naming the difference, and
-    the program it writes verifies."""
+    exit 0 this way and failed every verify method. Without our rewrite, the compile's device
+    check moves the partition to the CPU, naming the difference. With it, q is selected before
+    the permute (`heads_selected_before_permute`), Vela steps every batch, the partition stays
+    on the NPU and the program verifies."""
     from orchestrator import api
+    from partitioners import quantizable
 
     (tmp_path / "head.py").write_text(HEAD_SLICE)
+    with monkeypatch.context() as patched:  # upstream's form: the rewrite not made (and not
+        # cached: the cache's key holds the rewrites' source, which the patch leaves alone)
+        patched.setattr(quantizable, "heads_selected_before_permute", lambda module: [])
+        patched.setenv("ORCHESTRATE_CACHE", "off")
+        api.compile(f"{tmp_path / 'head.py'}:model", tmp_path / "upstream.pte",
+                    platform="corstone320", npu="ethos-u85-256")
+    plan = json.loads((tmp_path / "upstream.artifacts" / "plan.json").read_text())
+    reasons = [r["message"] for op in plan["ops"] for r in op["reasons"]]
+    assert any("its command stream fails on the ethos-u85-256 (functional model): output 0 of "
+               "the command stream differs from the TOSA graph's" in r for r in reasons), reasons
+    assert plan["summary"]["npu_partitions"] == 0
+
     pte = tmp_path / "head.pte"
     api.compile(f"{tmp_path / 'head.py'}:model", pte, platform="corstone320",
                 npu="ethos-u85-256")
     plan = json.loads((tmp_path / "head.artifacts" / "plan.json").read_text())
-    reasons = [r["message"] for op in plan["ops"] for r in op["reasons"]]
-    assert any("its command stream fails on the ethos-u85-256 (functional model): output 0 of "
-               "the command stream differs from the TOSA graph's" in r for r in reasons), reasons
-    assert plan["summary"]["npu_partitions"] == 0 and not load_twin(pte).partitions
+    assert plan["summary"]["npu_partitions"] == 1 and len(load_twin(pte).partitions) == 1
+    workarounds = json.dumps(plan)
+    assert "DecomposeLeadingDimensions" in workarounds
     assert main(["verify", str(pte), "--samples", "2"]) == 0
+
+
+FIVE_AXIS_SELECT = """
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    \"\"\"q, k and v selected on the middle of five axes, then permuted, into SDPA.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv = nn.Linear(64, 192)
+
+    def forward(self, x):
+        t = self.qkv(x).reshape(4, 16, 3, 4, 16)
+        q, k, v = (t.select(2, i).permute(0, 2, 1, 3) for i in range(3))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def model():
+    g = torch.Generator().manual_seed(0)
+    return Attention().eval(), (torch.randn(4, 16, 64, generator=g),)
+"""
+
+
+def test_upstream_lowers_a_select_on_a_middle_axis_into_attention_as_the_wrong_rows(tmp_path):
+    """Upstream's behaviour, which the rewrite above steps around: ExecuTorch 1.5.1's Arm
+    backend lowers v = `select(t, 2, 2).permute(0, 2, 1, 3)` of a 5-D t, feeding SDPA's second
+    matmul, as a TRANSPOSE to (B, 3, H, N, D), a RESHAPE to (B x 3 x H, N, D) and one contiguous
+    SLICE of B x H rows: rows of the wrong batches and of q and k. The TOSA graph, which the
+    command stream computes byte for byte, is then far from the quantized reference (so the
+    rewrite selects on the axes after it merged into one, which lowers right)."""
+    from orchestrator import api
+
+    (tmp_path / "five.py").write_text(FIVE_AXIS_SELECT)
+    pte = tmp_path / "five.pte"
+    api.compile(f"{tmp_path / 'five.py'}:model", pte, platform="corstone320",
+                npu="ethos-u85-256")
+    assert len(load_twin(pte).partitions) == 1  # its stream equals its graph
+    assert main(["verify", str(pte), "--runtime", "twin", "--npu-model", "tosa",
+                 "--samples", "2"]) == 4
