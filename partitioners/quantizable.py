@@ -666,8 +666,9 @@ def strided_conv_padding_explicit(module: torch.fx.GraphModule) -> list[Workarou
     return fixes
 
 
-def heads_selected_before_permute(module: torch.fx.GraphModule) -> list[Workaround]:
-    """On an Ethos-U85 target, each of q, k and v of `qkv.reshape(B, N, 3, H, D).permute(2, 0,
+def heads_selected_before_permute(module: torch.fx.GraphModule,
+                                  npu: str = "ethos-u85") -> list[Workaround]:
+    """On an Ethos-U target, each of q, k and v of `qkv.reshape(B, N, 3, H, D).permute(2, 0,
     3, 1, 4).unbind(0)` (timm's and torchvision's attention) taken before the permute, as
     `qkv.view(B, N, 3, H * D).select(2, i).view(B, N, H, D).permute(0, 2, 1, 3)`: the same
     values (in place); the rewrite's report.
@@ -677,7 +678,12 @@ def heads_selected_before_permute(module: torch.fx.GraphModule) -> list[Workarou
     k) and splits the op per batch, taking the extent-1 axis for a broadcast (regor's
     DecomposeLeadingDimensions: "Don't offset broadcasted axis"): every batch reads batch 0's
     q. Selected before the permute, the slice keeps the batch's extent and Vela steps it
-    (`tests/test_u85_machine.py` shows both streams against the TOSA graph). The select is made
+    (`tests/test_u85_machine.py` shows both streams against the TOSA graph). For the U55 and
+    U65 the same form is what Vela 5.1 compiles: in upstream's form it dies with SIGSEGV in
+    its native compiler on MobileViT-XXS's one partition (compile moved all 1,525 ops to the
+    CPU: 182.0 M instructions per inference on QEMU's M55), in this form that partition
+    compiles (100% of the MACs on the NPU, 43,688 CPU instructions) and verifies; measured by
+    benchmarks/public_models.py, too large for the suite. The select is made
     on the axes after it merged into one: ExecuTorch 1.5.1's Arm backend lowers a `select` on
     the middle of five axes, feeding `scaled_dot_product_attention`'s second matmul, as a
     contiguous SLICE of the batch and that axis merged, which takes the wrong rows when the
@@ -735,9 +741,11 @@ def heads_selected_before_permute(module: torch.fx.GraphModule) -> list[Workarou
             fixes.append(Workaround(
                 _module_path(permute), "Vela 5.1 for the Ethos-U85 (regor's "
                 "DecomposeLeadingDimensions takes a folded SLICE's extent-1 leading axis for a "
-                "broadcast and never steps it)",
+                "broadcast and never steps it)" if npu.startswith("ethos-u85") else
+                "Vela 5.1 (its native compiler dies with SIGSEGV on an attention in this form: "
+                "MobileViT-XXS on the U55)",
                 f"the {len(taken)} slices of a permute({dims}) taken along axis {axis} before "
-                f"it, each then permuted by {rest}: the same values, and Vela steps every batch"))
+                f"it, each then permuted by {rest}: the same values"))
     if fixes:
         module.graph.lint()
         module.recompile()
@@ -761,5 +769,6 @@ def legalized(module: torch.fx.GraphModule, npu: str | None, raised) -> list[Wor
               else grouped_transpose_conv_split(module))
     if npu and npu.startswith("ethos-u85"):
         fixes += strided_conv_padding_explicit(module)
-        fixes += heads_selected_before_permute(module)
+    if npu:
+        fixes += heads_selected_before_permute(module, npu)
     return fixes
