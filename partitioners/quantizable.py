@@ -697,7 +697,7 @@ def heads_selected_before_permute(module: torch.fx.GraphModule,
             continue
         source = permute.args[0]
         value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
-        if not isinstance(value, torch.Tensor) or value.dim() < 2:
+        if not isinstance(value, torch.Tensor) or value.dim() != 5:  # (B, N, 3, H, D) only
             continue
         dims = [d % value.dim() for d in permute.args[1]]
         users = list(permute.users)
