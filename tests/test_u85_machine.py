@@ -487,7 +487,7 @@ def test_vela_steps_no_head_of_a_sliced_attention_tensor_so_q_is_selected_before
     (tmp_path / "head.py").write_text(HEAD_SLICE)
     with monkeypatch.context() as patched:  # upstream's form: the rewrite not made (and not
         # cached: the cache's key holds the rewrites' source, which the patch leaves alone)
-        patched.setattr(quantizable, "heads_selected_before_permute", lambda module: [])
+        patched.setattr(quantizable, "heads_selected_before_permute", lambda *args: [])
         patched.setenv("ORCHESTRATE_CACHE", "off")
         api.compile(f"{tmp_path / 'head.py'}:model", tmp_path / "upstream.pte",
                     platform="corstone320", npu="ethos-u85-256")
