@@ -41,9 +41,9 @@ from platforms.firmware_recipe import (FirmwareConfig, NoEthosUInQemu, NoRunnerF
                                        core_name, load_firmware_config, platform_title,
                                        ram_regions, runner_spec)
 from platforms.qemu_machines import qemu_runner
-from platforms.runner_protocol import (CALIBRATION, CASE_RESULT, CASE_TICKS, CONSTANT_SEGMENT,
-                                       ET_LOG_PREFIX, EXECUTE, EXIT_MEANING, MAILBOX,
-                                       MAILBOX_MAGIC, MAILBOX_PLANNED, MAILBOX_VERSION,
+from platforms.runner_protocol import (CALIBRATION, CASE_DIGEST, CASE_RESULT, CASE_TICKS,
+                                       CONSTANT_SEGMENT, ET_LOG_PREFIX, EXECUTE, EXIT_MEANING,
+                                       MAILBOX, MAILBOX_MAGIC, MAILBOX_PLANNED, MAILBOX_VERSION,
                                        PLANNED_BUFFER, TRACE_CLOCK, TRACE_EXECUTE, TRACE_TENSOR,
                                        TRACE_TICKS, QemuCase, QemuTraceEntry)
 
@@ -331,8 +331,12 @@ def _result(log: str, exit_code: int | None, errors: list[str], firmware: Firmwa
     for match in CASE_TICKS.finditer(log):
         ticks_by_case.setdefault(int(match[1]), int(match[2]))
     verdicts = {int(m[1]): m[2] == "PASS" for m in CASE_RESULT.finditer(log)}
+    digests: dict[int, dict[int, int]] = {}
+    for match in CASE_DIGEST.finditer(log):
+        digests.setdefault(int(match[2]), {})[int(match[1])] = int(match[3], 16)
     cases = tuple(
-        QemuCase(index, verdicts.get(index), round(ticks * ratio) if ratio else None, ticks)
+        QemuCase(index, verdicts.get(index), round(ticks * ratio) if ratio else None, ticks,
+                 tuple(digests.get(index, {}).get(o) for o in range(len(digests.get(index, {})))))
         for index, ticks in sorted(ticks_by_case.items())
     )
     all_errors = [*parsed.errors, *errors]

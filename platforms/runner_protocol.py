@@ -24,6 +24,8 @@ MAILBOX_VERSION = 4
 ET_LOG_PREFIX = re.compile(r"^[DIWEF] \[executorch:[^\]]*\]\s*")
 CASE_TICKS = re.compile(r"Inference\[(\d+)\]: (\d+) SysTick ticks")
 CASE_RESULT = re.compile(r"BundleIO index\[(\d+)\] Test_result: (PASS|FAIL)")
+# A failed case's output bytes as the device wrote them, by digest (runner.cpp report_mismatch)
+CASE_DIGEST = re.compile(r"Output (\d+) of case (\d+): FNV-1a 0x([0-9a-f]{16})")
 CALIBRATION = re.compile(r"Calibration: (\d+) instructions in (\d+) SysTick ticks")
 CONSTANT_SEGMENT = re.compile(
     r"constant segment: (\d+) bytes (?:copied to (\S+)|read in place) at (0x[0-9a-fA-F]+)")
@@ -52,6 +54,16 @@ class QemuCase:
     passed: bool | None
     instructions: int | None  # per inference, from the icount-driven SysTick
     ticks: int
+    # A failed case: the FNV-1a of each output's bytes the device wrote (`fnv1a64`), by output
+    digests: tuple[int, ...] = ()
+
+
+def fnv1a64(data: bytes) -> int:
+    """FNV-1a, 64-bit: the digest the runner logs of a failed case's outputs."""
+    value = 0xcbf29ce484222325
+    for byte in data:
+        value = ((value ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return value
 
 
 @dataclass(frozen=True)

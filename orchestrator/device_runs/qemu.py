@@ -109,11 +109,12 @@ def qemu_on_checked_pte(program, platform, timeout_s: int = 600, atol: float = 0
                                   timeout_s=timeout_s, atol=atol, trace=trace,
                                   cpu=target.get("cpu") or None, **npu)
     if took:
-        cases = ", ".join(f"case {case} ({count} instruction(s))" for case, count in took)
+        cases = "; ".join(f"case {case} ({count} instruction(s)): {origin}"
+                          for case, count, origin in took)
         result = replace(result, expectation_note=(
-            f"{cases}: the expected outputs carry on from the host runtime's float values where "
-            "they differ from the twin's within the summation-order bound (a float on a "
-            "rounding boundary, found by the host runtime's traced run of the same inputs)"))
+            "the expected outputs carry on from a device's float values where they differ from "
+            "the twin's within the summation-order bound (a float on a rounding boundary), "
+            f"found by: {cases}"))
     return result
 
 
@@ -268,6 +269,35 @@ def _runtime_floats(twin, samples: int, npu_model: str) -> int:
         return 0
 
 
+def _device_floats(twin, result, samples: int, npu_model: str) -> int:
+    """For each failed case with output digests, the floats at a rounding boundary whose move
+    gives the device's bytes (`boundary_search.flips_matching`), kept in
+    `twin.device_floats`; the number of cases explained."""
+    from orchestrator.device_runs.runtime_verify import computes_floats  # lazy: heavy (torch)
+    from orchestrator.verification.boundary_search import flips_matching  # lazy: heavy (torch)
+    from orchestrator.verification.twin import (  # lazy: heavy (torch)
+        OUTPUT_DIGESTS, DeviceFloats, input_key)
+    from orchestrator.verification.twin_verify import (  # lazy: heavy (torch)
+        device_inputs, sample_inputs)
+
+    if not computes_floats(twin):
+        return 0
+    float_program, _ = twin.reference("float.pt2")
+    inputs, _ = sample_inputs(float_program, samples, None)
+    choice = "tosa" if twin.partitions else "auto"  # as the bundle's expectation is computed
+    explained = 0
+    for case in result.cases:
+        if case.passed is not False or case.index >= len(inputs):
+            continue
+        program_inputs = device_inputs(twin, inputs[case.index])
+        found = flips_matching(twin, program_inputs, case.digests,
+                               lambda: twin.npu_executor(choice))
+        if found is not None:
+            twin.device_floats[input_key(program_inputs)] = DeviceFloats(OUTPUT_DIGESTS, found)
+            explained += 1
+    return explained
+
+
 def run_qemu(program, platform_override=None, timeout_s: int = 600,
              samples: int = 4, npu_model: str = "auto", atol: float = 0.0) -> MethodResult:
     """The QEMU method on the program (a loaded TwinProgram, or a `.pte` path)."""
@@ -287,10 +317,13 @@ def run_qemu(program, platform_override=None, timeout_s: int = 600,
     try:
         result = qemu_on_checked_pte(twin, platform, timeout_s, atol=atol, samples=samples,
                                      npu_model=npu_model)
-        if atol == 0 and _floats_may_explain(result, twin) and \
-                _runtime_floats(twin, samples, npu_model):
+        if atol == 0 and _floats_may_explain(result, twin) and (
+                _runtime_floats(twin, samples, npu_model)
+                or _device_floats(twin, result, samples, npu_model)):
             # a float on a rounding boundary (verification/floats.py): the expectation carries
-            # on from the host runtime's float values, and QEMU must match that byte for byte
+            # on from the host runtime's float values, or from the floats whose move across
+            # their boundary gives the device's output digests (boundary_search.py), and QEMU
+            # must match that byte for byte
             result = qemu_on_checked_pte(twin, platform, timeout_s, atol=atol,
                                          samples=samples, npu_model=npu_model)
     except KernelsMissing as error:

@@ -43,7 +43,8 @@ from kernels.reference import HOST_TIER, MVE_ONLY_SEMANTICS
 from orchestrator.verification.floats import FLOAT_ULPS_PER_TERM, float_bound
 from orchestrator.verification.npu import NpuExecutor
 from orchestrator.verification.program import ETHOS_U_BACKEND
-from orchestrator.verification.twin import TwinProgram, TwinRun, as_program, input_key
+from orchestrator.verification.twin import (RUNTIME_TRACE, DeviceFloats, TwinProgram, TwinRun,
+                                             as_program, input_key)
 from orchestrator.verification.twin_verify import (as_tuple, float_output, output_quantization, quantized_steps,
                                  device_inputs, sample_inputs)
 
@@ -505,8 +506,8 @@ def _take_runtime_floats(twin: TwinProgram, runtime, handler, device, npu_choice
             break
         if moved[0] is not None:
             break
-    twin.device_floats[input_key(device)] = {t.instruction: logged[t.instruction]
-                                             for t in taking.took}
+    twin.device_floats[input_key(device)] = DeviceFloats(
+        RUNTIME_TRACE, {t.instruction: logged[t.instruction] for t in taking.took})
     return taking, FloatBoundary(sample, len({t.instruction for t in taking.took}), *moved)
 
 

@@ -39,9 +39,10 @@ def write_bundle(program, bpte_path, samples: int = 4, npu_model: str = "auto",
     the twin computes the NPU partitions as `npu_model` chooses (orchestrator/verification/npu.py:
     "tosa" makes the partitions' TOSA graphs, what Vela was given, the expectation).
 
-    Where the host runtime found a sample whose float values sit on a rounding boundary
-    (`TwinProgram.device_floats`, verification/floats.py), that case's expectation takes the
-    runtime's float values again; `took` (a list) receives (case, instructions taken) for each."""
+    Where a device's float values on a rounding boundary were found for a sample
+    (`TwinProgram.device_floats`, verification/floats.py), that case's expectation takes them
+    again; `took` (a list) receives (case, instructions taken, how the
+    floats were found) for each."""
     from executorch.devtools.bundled_program.config import (  # lazy: heavy (executorch devtools)
         MethodTestCase, MethodTestSuite)
     from executorch.devtools.bundled_program.core import (  # lazy: heavy (executorch devtools)
@@ -64,10 +65,11 @@ def write_bundle(program, bpte_path, samples: int = 4, npu_model: str = "auto",
     cases, runs = [], []
     for sample in inputs:
         program_inputs = device_inputs(twin, sample)
+        stored = twin.device_floats.get(input_key(program_inputs))
         run: TwinRun = twin.run(program_inputs, npu=twin.npu_executor(npu_model),
-                                device_floats=twin.device_floats.get(input_key(program_inputs)))
+                                device_floats=stored.values if stored else None)
         if run.took and took is not None:
-            took.append((len(runs), len({t.instruction for t in run.took})))
+            took.append((len(runs), len({t.instruction for t in run.took}), stored.origin))
         runs.append(run)
         cases.append(MethodTestCase(inputs=list(program_inputs), expected_outputs=list(run.outputs)))
     # Upstream reads the program from a file: hand it the bytes the twin ran and the manifest

@@ -90,6 +90,19 @@ class TwinRun:
 
 
 @dataclass(frozen=True)
+class DeviceFloats:
+    """One sample's float values from a device, for the twin to take (floats.py)."""
+
+    origin: str  # how they were found: RUNTIME_TRACE or OUTPUT_DIGESTS
+    values: dict  # {instruction: the values for its outputs, outputs last}
+
+
+RUNTIME_TRACE = "the host runtime's traced run of the same inputs"
+OUTPUT_DIGESTS = ("the floats whose move across their rounding boundary gives the output digests "
+                  "the device logged (boundary_search.py)")
+
+
+@dataclass(frozen=True)
 class TakenFloat:
     """A float output the twin took from a device's run (within the summation-order bound)."""
 
@@ -124,8 +137,8 @@ class TwinProgram:
     carried: dict = field(default_factory=dict, repr=False, compare=False)
     # Float values a device's kernels wrote (the host runtime's traced run) that differ from the
     # twin's within the summation-order bound (floats.py), per sample (`input_key` of its
-    # program inputs): {instruction: logged values}. The host runtime records them where taking
-    # them makes its outputs and the twin's agree; a bundle's expectation takes them again.
+    # program inputs): a DeviceFloats. Recorded where taking them makes a device's outputs and
+    # the twin's agree; a bundle's expectation takes them again.
     device_floats: dict = field(default_factory=dict, repr=False, compare=False)
 
     def require_manifest(self, action: str = "verify") -> Manifest:

@@ -187,6 +187,17 @@ void compare_elements(const void* expected, const void* actual, size_t count, si
   }
 }
 
+// FNV-1a (64-bit) of an output's bytes in memory order: the host compares it with the bytes a
+// candidate expectation would give (a float on a rounding boundary, orchestrator/verification).
+uint64_t fnv1a64(const void* data, size_t bytes) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < bytes; i++) {
+    hash = (hash ^ p[i]) * 0x100000001b3ULL;
+  }
+  return hash;
+}
+
 // For a failed case: how many output elements differ from the bundled ones, and by how much.
 void report_mismatch(Method& method, const bundled_program_flatbuffer::BundledMethodTestCase* test,
                      size_t index) {
@@ -235,6 +246,9 @@ void report_mismatch(Method& method, const bundled_program_flatbuffer::BundledMe
     }
     ET_LOG(Error, "Output %zu of case %zu: %zu of %zu elements differ, max abs error %g", o, index,
            differing, count, max_abs_error);
+    const uint64_t digest = fnv1a64(a, actual.nbytes());
+    ET_LOG(Info, "Output %zu of case %zu: FNV-1a 0x%08lx%08lx", o, index,
+           static_cast<unsigned long>(digest >> 32), static_cast<unsigned long>(digest & 0xffffffffUL));
   }
 }
 
