@@ -29,7 +29,7 @@ from platforms.runner_protocol import fnv1a64
 
 QUANTIZE = "cortex_m::quantize_per_tensor.out"
 MAX_CANDIDATES = 12  # single moves of each, pairs among them: at most 78 twin runs a case
-_MAX_ULPS = 1 << 20  # a move longer than this is not made (its bound is not float rounding)
+_BOUNDARY_ULPS = 64  # the boundary's float32 and the quantize's own rounding are this close
 
 
 def _candidates(twin: TwinProgram, run) -> list[tuple[int, int, int, torch.Tensor]]:
@@ -67,14 +67,25 @@ def _candidates(twin: TwinProgram, run) -> list[tuple[int, int, int, torch.Tenso
 
 
 def _across(x: torch.Tensor, inverse: torch.Tensor, steps) -> torch.Tensor | None:
-    """The float32 nearest `x` that the quantize rounds to the neighbouring step."""
-    toward = torch.tensor(math.inf if float(steps - steps.floor()) < 0.5 else -math.inf)
+    """The float32 nearest `x` that the quantize (x * (1 / scale) in float32, rounded) takes to
+    the neighbouring step: from the boundary's float32, a few ulps either way."""
+    upward = float(steps - steps.floor()) < 0.5  # the nearer boundary is above x
+    boundary = (math.floor(float(steps)) + 0.5) * (1.0 / float(inverse))
+    away = torch.tensor(math.inf if upward else -math.inf)
+    back = -away
     step = torch.round(x * inverse)
-    moved = x.clone()
-    for _ in range(_MAX_ULPS):
-        moved = torch.nextafter(moved, toward)
+    moved = torch.tensor(boundary, dtype=torch.float32)
+    for _ in range(_BOUNDARY_ULPS):  # onto the far side
         if torch.round(moved * inverse) != step:
+            break
+        moved = torch.nextafter(moved, away)
+    else:
+        return None
+    for _ in range(_BOUNDARY_ULPS):  # and as near x as it stays there
+        nearer = torch.nextafter(moved, back)
+        if torch.round(nearer * inverse) == step:
             return moved
+        moved = nearer
     return None
 
 
