@@ -248,10 +248,10 @@ def qemu_lines(result) -> list[str]:
 
 
 def _floats_may_explain(result, twin) -> bool:
-    """A QEMU run whose cases ran and some differed, of a program whose expectation takes no
-    device float values yet: the host runtime may find a float on a rounding boundary."""
-    return (result.passed is False and any(not case.passed for case in result.cases)
-            and not twin.has_state and not twin.device_floats)
+    """A QEMU run whose cases ran and some differed, of a program without state: a float on a
+    rounding boundary may explain it."""
+    return (result.passed is False and any(case.passed is False for case in result.cases)
+            and not twin.has_state)
 
 
 def _runtime_floats(twin, samples: int, npu_model: str) -> int:
@@ -269,8 +269,9 @@ def _runtime_floats(twin, samples: int, npu_model: str) -> int:
         return 0
 
 
-def _device_floats(twin, result, samples: int, npu_model: str) -> int:
-    """For each failed case with output digests, the floats at a rounding boundary whose move
+def _device_floats(twin, result, samples: int, npu_model: str, found_now=()) -> int:
+    """For each failed case with output digests (but those whose floats the host runtime just
+    found, `found_now`: QEMU has not run them), the floats at a rounding boundary whose move
     gives the device's bytes (`boundary_search.flips_matching`), kept in
     `twin.device_floats`; the number of cases explained."""
     from orchestrator.device_runs.runtime_verify import computes_floats  # lazy: heavy (torch)
@@ -290,6 +291,8 @@ def _device_floats(twin, result, samples: int, npu_model: str) -> int:
         if case.passed is not False or case.index >= len(inputs):
             continue
         program_inputs = device_inputs(twin, inputs[case.index])
+        if input_key(program_inputs) in found_now:
+            continue
         found = flips_matching(twin, program_inputs, case.digests,
                                lambda: twin.npu_executor(choice))
         if found is not None:
@@ -317,15 +320,19 @@ def run_qemu(program, platform_override=None, timeout_s: int = 600,
     try:
         result = qemu_on_checked_pte(twin, platform, timeout_s, atol=atol, samples=samples,
                                      npu_model=npu_model)
-        if atol == 0 and _floats_may_explain(result, twin) and (
-                _runtime_floats(twin, samples, npu_model)
-                or _device_floats(twin, result, samples, npu_model)):
+        if atol == 0 and _floats_may_explain(result, twin):
             # a float on a rounding boundary (verification/floats.py): the expectation carries
-            # on from the host runtime's float values, or from the floats whose move across
-            # their boundary gives the device's output digests (boundary_search.py), and QEMU
-            # must match that byte for byte
-            result = qemu_on_checked_pte(twin, platform, timeout_s, atol=atol,
-                                         samples=samples, npu_model=npu_model)
+            # on from the host runtime's float values (where verify's host runtime method has
+            # not found them already), or from the floats whose move across their boundary
+            # gives the device's output digests (boundary_search.py); QEMU runs again and must
+            # match that byte for byte
+            before = dict(twin.device_floats)
+            found = 0 if before else _runtime_floats(twin, samples, npu_model)
+            found_now = {key for key in twin.device_floats if key not in before}
+            found += _device_floats(twin, result, samples, npu_model, found_now)
+            if found:
+                result = qemu_on_checked_pte(twin, platform, timeout_s, atol=atol,
+                                             samples=samples, npu_model=npu_model)
     except KernelsMissing as error:
         # a finding about the program, not this machine: the device runtime cannot load it
         # (the host runtime's library may have the kernel, so the other methods pass)
