@@ -38,11 +38,8 @@ class _Reference(nn.Module):
 @pytest.fixture(scope="module")
 def reference():
     sample = (torch.linspace(-0.6, 0.6, 32).reshape(1, 32),)
-    module = torch.export.export(_Reference(), sample, strict=True).module(check_guards=False)
-    with torch.no_grad():
-        recorder = _Recorder(module)
-        recorder.run(*sample)
-    return module, sample, recorder.values
+    module, values = _exported_and_recorded(_Reference(), sample)
+    return module, sample, values
 
 
 class _Recorder(torch.fx.Interpreter):
@@ -54,6 +51,15 @@ class _Recorder(torch.fx.Interpreter):
         result = super().run_node(node)
         self.values[node.name] = result
         return result
+
+
+def _exported_and_recorded(model: nn.Module, sample) -> tuple[torch.fx.GraphModule, dict]:
+    """The exported reference module, and every node's value on `sample` by node name."""
+    module = torch.export.export(model, sample, strict=True).module(check_guards=False)
+    with torch.no_grad():
+        recorder = _Recorder(module)
+        recorder.run(*sample)
+    return module, recorder.values
 
 
 def _program(values, mid_error: int, out_error: int):
@@ -235,12 +241,7 @@ def test_a_partitions_outputs_in_any_order_and_its_constants_are_each_matched_to
     from orchestrator.verification.local_check import ForcedReference, check_locally
 
     sample = (torch.linspace(-0.6, 0.6, 32).reshape(1, 32),)
-    module = torch.export.export(_DelegateOutputs(), sample, strict=True).module(
-        check_guards=False)
-    with torch.no_grad():
-        recorder = _Recorder(module)
-        recorder.run(*sample)
-    v = recorder.values
+    module, v = _exported_and_recorded(_DelegateOutputs(), sample)
     names = sorted(n for n in v if n.startswith(("quantize_per_tensor", "gt")))
     a, y, z, zeros, w = (v[n] for n in names if n.startswith("quantize"))
     over, positive = v["gt"], v["gt_1"]
@@ -271,11 +272,7 @@ def test_a_branch_the_program_runs_before_the_one_the_reference_lists_first_is_m
     from orchestrator.verification.local_check import ForcedReference, check_locally
 
     sample = (torch.linspace(-0.6, 0.6, 8).reshape(1, 8),)
-    module = torch.export.export(_TwoBranches(), sample, strict=True).module(check_guards=False)
-    with torch.no_grad():
-        recorder = _Recorder(module)
-        recorder.run(*sample)
-    values = recorder.values
+    module, values = _exported_and_recorded(_TwoBranches(), sample)
     written = [(0, "quantize", 10, values["quantize_per_tensor"]),
                (1, "branch 2", 11, values["quantize_per_tensor_2"]),
                (2, "branch 1", 12, values["quantize_per_tensor_1"]),
@@ -428,12 +425,7 @@ def test_a_value_within_a_bound_that_covers_the_whole_range_is_not_forced_into_t
     from orchestrator.verification.local_check import ForcedReference, check_locally
 
     sample = (torch.linspace(-3, 3, 32).reshape(1, 4, 8),)
-    module = torch.export.export(_ProgramOnlyTranspose(), sample, strict=True).module(
-        check_guards=False)
-    with torch.no_grad():
-        recorder = _Recorder(module)
-        recorder.run(*sample)
-    v = recorder.values
+    module, v = _exported_and_recorded(_ProgramOnlyTranspose(), sample)
     a, b, m, late, out = (v[f"quantize_per_tensor{s}"] for s in ("", "_1", "_2", "_3", "_4"))
     assert not torch.equal(a.transpose(1, 2), late)  # a wrong match would be seen
     written = [(0, "cortex_m::quantize_per_tensor.out", 10, a),

@@ -254,22 +254,27 @@ def _floats_may_explain(result, twin) -> bool:
             and not twin.has_state)
 
 
-def _runtime_floats(twin, samples: int, npu_model: str) -> int:
-    """The bundle's samples through the host runtime, keeping the float values that reconcile
-    it with the twin (`runtime_verify.runtime_float_values`); 0 when the runtime is not here."""
-    from orchestrator.device_runs.runtime_verify import (  # lazy: heavy (torch, the runtime)
-        runtime_float_values)
+def _bundle_inputs(twin, samples: int) -> list:
+    """The model inputs `write_bundle` gives the cases when none are passed (seeded)."""
     from orchestrator.verification.twin_verify import sample_inputs  # lazy: heavy (torch)
 
     float_program, _ = twin.reference("float.pt2")
-    inputs, _ = sample_inputs(float_program, samples, None)
+    return sample_inputs(float_program, samples, None)[0]
+
+
+def _runtime_floats(twin, inputs, npu_model: str) -> int:
+    """The bundle's inputs through the host runtime, keeping the float values that reconcile
+    it with the twin (`runtime_verify.runtime_float_values`); 0 when the runtime is not here."""
+    from orchestrator.device_runs.runtime_verify import (  # lazy: heavy (torch, the runtime)
+        runtime_float_values)
+
     try:
         return runtime_float_values(twin, inputs, npu_model)
     except NotRun:
         return 0
 
 
-def _device_floats(twin, result, samples: int, npu_model: str, found_now=()) -> int:
+def _device_floats(twin, result, inputs, found_now=()) -> int:
     """For each failed case with output digests (but those whose floats the host runtime just
     found, `found_now`: QEMU has not run them), the floats at a rounding boundary whose move
     gives the device's bytes (`boundary_search.flips_matching`), kept in
@@ -278,13 +283,10 @@ def _device_floats(twin, result, samples: int, npu_model: str, found_now=()) -> 
     from orchestrator.verification.boundary_search import flips_matching  # lazy: heavy (torch)
     from orchestrator.verification.twin import (  # lazy: heavy (torch)
         OUTPUT_DIGESTS, DeviceFloats, input_key)
-    from orchestrator.verification.twin_verify import (  # lazy: heavy (torch)
-        device_inputs, sample_inputs)
+    from orchestrator.verification.twin_verify import device_inputs  # lazy: heavy (torch)
 
     if not computes_floats(twin):
         return 0
-    float_program, _ = twin.reference("float.pt2")
-    inputs, _ = sample_inputs(float_program, samples, None)
     choice = "tosa" if twin.partitions else "auto"  # as the bundle's expectation is computed
     explained = 0
     for case in result.cases:
@@ -327,9 +329,10 @@ def run_qemu(program, platform_override=None, timeout_s: int = 600,
             # gives the device's output digests (boundary_search.py); QEMU runs again and must
             # match that byte for byte
             before = dict(twin.device_floats)
-            found = 0 if before else _runtime_floats(twin, samples, npu_model)
+            inputs = _bundle_inputs(twin, samples)
+            found = 0 if before else _runtime_floats(twin, inputs, npu_model)
             found_now = {key for key in twin.device_floats if key not in before}
-            found += _device_floats(twin, result, samples, npu_model, found_now)
+            found += _device_floats(twin, result, inputs, found_now)
             if found:
                 result = qemu_on_checked_pte(twin, platform, timeout_s, atol=atol,
                                              samples=samples, npu_model=npu_model)

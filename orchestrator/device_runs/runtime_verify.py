@@ -40,7 +40,7 @@ from orchestrator.errors import NotRun, UserError
 from kernels.program_view import KernelCall
 from kernels.host_scratch import scratch_shortfalls
 from kernels.reference import HOST_TIER, MVE_ONLY_SEMANTICS
-from orchestrator.verification.floats import FLOAT_ULPS_PER_TERM, float_bound
+from orchestrator.verification.floats import FLOAT_ULPS_PER_TERM, float_bound, reduction_length
 from orchestrator.verification.npu import NpuExecutor
 from orchestrator.verification.program import ETHOS_U_BACKEND
 from orchestrator.verification.twin import (RUNTIME_TRACE, DeviceFloats, TwinProgram, TwinRun,
@@ -235,15 +235,6 @@ def _output_reductions(twin: TwinProgram) -> list[int]:
     return lengths
 
 
-def _reduction(twin_run, entry) -> int:
-    """Input elements per output element of a traced instruction (its reduction length)."""
-    read = sum(twin_run.intermediates[i].numel() for i in entry.inputs
-               if i in twin_run.intermediates)
-    written = sum(twin_run.intermediates[i].numel() for i in entry.outputs
-                  if i in twin_run.intermediates)
-    return max(1, read // max(1, written))
-
-
 def _per_op(twin: TwinProgram, twin_run, runtime_run) -> tuple[OpAgreement, ...]:
     by_instruction = {e.instruction: e for e in twin_run.op_trace}
     rows = []
@@ -261,7 +252,7 @@ def _per_op(twin: TwinProgram, twin_run, runtime_run) -> tuple[OpAgreement, ...]
                 continue
             got = logical(raw)
             size, count = _difference(got, expected,
-                                      float_bound(expected, _reduction(twin_run, entry)))
+                                      float_bound(expected, reduction_length(twin_run, entry)))
             equal = equal and got.dtype == expected.dtype and count == 0
             worst, differing, elements = max(worst, size), differing + count, elements + got.numel()
         if len(values) != len(entry.outputs):

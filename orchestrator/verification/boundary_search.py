@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from orchestrator.verification.floats import float_bound
+from orchestrator.verification.floats import float_bound, reduction_length
 from orchestrator.verification.twin import TwinProgram
 from platforms.runner_protocol import fnv1a64
 
@@ -48,11 +48,7 @@ def _candidates(twin: TwinProgram, run) -> list[tuple[int, int, int, torch.Tenso
             continue
         call = twin.view.instructions[entry.instruction]
         scale = float(twin.view.values[call.args[1]].scalar)
-        read = sum(run.intermediates[i].numel() for i in producer.inputs
-                   if i in run.intermediates)
-        written = sum(run.intermediates[i].numel() for i in producer.outputs
-                      if i in run.intermediates)
-        bound = float_bound(x, max(1, read // max(1, written)))
+        bound = float_bound(x, reduction_length(run, producer))
         inverse = torch.tensor(1.0) / torch.tensor(scale, dtype=torch.float32)
         flat = x.reshape(-1)
         steps = flat.double() / scale

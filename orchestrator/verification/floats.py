@@ -46,3 +46,11 @@ def within_float_bound(got: torch.Tensor, expected: torch.Tensor, reduction: int
     difference = torch.where(both_nan, torch.zeros_like(difference), difference)
     return not bool(torch.isnan(difference).any()) and \
         float(difference.max()) <= float_bound(expected, reduction)
+
+
+def reduction_length(run, entry) -> int:
+    """Input elements per output element of an instruction of a traced twin run (`entry` of
+    `run.op_trace`, counted over the values `run.intermediates` holds): its R above."""
+    read = sum(run.intermediates[i].numel() for i in entry.inputs if i in run.intermediates)
+    written = sum(run.intermediates[i].numel() for i in entry.outputs if i in run.intermediates)
+    return max(1, read // max(1, written))
