@@ -36,7 +36,7 @@ import torch
 
 from kernels.host_runtime.session import (InstructionOutput, LibraryError, RawValue, RuntimeSession,
                                           SessionError)
-from kernels.host_runtime.worker import receive, send
+from kernels.host_runtime.worker import REQUEST_MARK, receive, send
 from kernels.native.errors import HostRuntimeUnavailable
 from kernels.native.host import BuiltLibrary, build, default_cache_dir
 from kernels.native.sources import TREE_ENVS, source_tree, sources_hint
@@ -245,6 +245,7 @@ class HostRuntime:
         self._session = None
         self._handler: NpuHandler | None = None
         self._input_orders: dict[str, tuple[tuple[int, ...] | None, ...]] = {}
+        self._number = 0  # of the last request sent (kernels/host_runtime/worker.py)
 
     def __enter__(self) -> "HostRuntime":
         return self
@@ -255,7 +256,8 @@ class HostRuntime:
     def close(self) -> None:
         if self._connection is not None:
             try:
-                send(self._connection, ("bye",))
+                self._number += 1
+                send(self._connection, ("request", self._number, ("bye",)))
             except OSError:
                 pass
             self._connection.close()
@@ -318,19 +320,27 @@ class HostRuntime:
     def _log_size(self) -> int:
         return os.path.getsize(self._log_path) if self._log_path else 0
 
-    def _log_tail(self, since: int = 0, lines: int = 30) -> str:
+    def _log_tail(self, since: int = 0, lines: int = 30, number: int | None = None) -> str:
+        """The log's last `lines` lines written after offset `since`; with `number`, only those
+        after the child's mark for request `number` (an abandoned run may still be logging
+        when the next request starts)."""
         if self._log_path is None:
             return ""
         with open(self._log_path, "rb") as log:
             log.seek(since)
             text = log.read().decode("utf-8", errors="replace")
+        if number is not None:
+            mark = f"{REQUEST_MARK} {number}\n"
+            text = text[text.index(mark) + len(mark):] if mark in text else text
         kept = [line for line in text.splitlines()
                 if line.strip() and "Failed to load" not in line and "torchao" not in line
-                and not _PYTHON_LOG_NOISE.match(line)]
+                and not _PYTHON_LOG_NOISE.match(line) and not line.startswith(REQUEST_MARK)]
         return "\n".join(kept[-lines:])
 
-    def _receive(self, handler: NpuHandler | None):
-        """The child's answer, serving NPU invocations on the way."""
+    def _receive(self, handler: NpuHandler | None, number: int | None = None):
+        """The child's answer to request `number` (None: the one it sends when it starts),
+        serving that request's NPU invocations on the way. Messages of an earlier request the
+        caller abandoned are dropped; an NPU invocation of one is failed."""
         while True:
             try:
                 message = receive(self._connection)
@@ -340,9 +350,15 @@ class HostRuntime:
                 self._drop()
                 raise RuntimeFailure(f"the runtime process ended (exit status {code}); its log "
                                      f"ends:\n{tail}") from None
-            if message[0] != "npu":
+            if number is None:
                 return message
-            _, command, weights_sha256, regions = message
+            if message[1] != number:  # an abandoned request's: not this one's answer
+                if message[0] == "npu":
+                    send(self._connection, ("npu_failed", message[1], "abandoned"))
+                continue
+            if message[0] != "npu":
+                return message[0], message[2]
+            _, _, command, weights_sha256, regions = message
             views = tuple(memoryview(bytearray(r)) for r in regions)
             try:
                 if handler is None:
@@ -352,9 +368,9 @@ class HostRuntime:
                                       weights_sha256, views[1] if len(views) > 1 else None,
                                       views))
             except Exception as error:  # noqa: BLE001 - reported back through the driver
-                send(self._connection, ("npu_failed", f"{type(error).__name__}: {error}"))
+                send(self._connection, ("npu_failed", number, f"{type(error).__name__}: {error}"))
                 continue
-            send(self._connection, ("npu_done", [bytes(v) for v in views[1:]]))
+            send(self._connection, ("npu_done", number, [bytes(v) for v in views[1:]]))
 
     def _drop(self) -> None:
         if self._connection is not None:
@@ -368,15 +384,17 @@ class HostRuntime:
         if self._connection is None or not self._ready:
             self._start()
         since = self._log_size()
+        self._number += 1
+        number = self._number
         try:
-            send(self._connection, request)
+            send(self._connection, ("request", number, request))
         except OSError:
             pass  # the child is gone; _receive reports how it ended
-        status, detail = self._receive(handler)
+        status, detail = self._receive(handler, number)
         if status != "ok":
-            log = self._log_tail(since)
+            log = self._log_tail(since, number=number)
             raise RuntimeFailure(detail + (f"\nruntime log:\n{log}" if log else ""))
-        return detail, self._log_tail(since)
+        return detail, self._log_tail(since, number=number)
 
     # -- in this process ---------------------------------------------------------------------
 

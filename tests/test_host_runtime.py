@@ -116,6 +116,40 @@ def test_quantized_reference_figure_names_the_c_path_it_was_computed_from(c_path
         assert data["reference_comparison_form"] == "program"
 
 
+def test_a_run_its_caller_abandoned_does_not_answer_the_next_request(compiles, host_runtime):
+    """One runtime process serves every compile of a tool process (device_check.shared_runtime).
+    A caller stopped while a run waits for its NPU answer (Ctrl-C in a notebook; any exception
+    the NPU handler does not catch) used to leave that run's failure, and its log, as the answer
+    to the next request: a CPU-only program was then refused on a kernel it does not have (a CI
+    run's `aten::squeeze_copy` refusal of a program without one). Each answer now carries its
+    request's number (kernels/host_runtime/worker.py)."""
+    import torch
+
+    from kernels.runtime import HostRuntime
+    from npu_driver.ethos_u import invocation_handler
+
+    _, npu_pte = compiles.get("ds-cnn", "corstone300", "ethos-u55-128", write=True)
+    _, cpu_pte = compiles.get("ds-cnn", "corstone300", "none", DSP_TIER_CPU, write=True)
+    sample = (torch.randn(1, 1, 49, 10, generator=torch.Generator().manual_seed(3)),)
+    want_cpu = host_runtime.run(cpu_pte, sample).outputs
+    want_npu = host_runtime.run(npu_pte, sample, npu=invocation_handler("ethos-u55-128")).outputs
+
+    def stopped(invocation):
+        raise KeyboardInterrupt
+
+    with HostRuntime(host_runtime.library) as runtime:
+        for _ in range(2):
+            with pytest.raises(KeyboardInterrupt):
+                runtime.run(npu_pte, sample, npu=stopped)
+        cpu = runtime.run(cpu_pte, sample)
+        assert [o.numpy().tobytes() for o in cpu.outputs] == \
+            [o.numpy().tobytes() for o in want_cpu]
+        assert "EthosU" not in cpu.log and "CALL_DELEGATE" not in cpu.log
+        npu = runtime.run(npu_pte, sample, npu=invocation_handler("ethos-u55-128"))
+        assert [o.numpy().tobytes() for o in npu.outputs] == \
+            [o.numpy().tobytes() for o in want_npu]
+
+
 def test_library_is_cached_by_source_hash(host_runtime):
     from kernels.runtime import ensure_library, find_sources
 

@@ -4,14 +4,23 @@ A device kernel that fails an ET_CHECK calls `runtime_abort()`, which ends the p
 device and here alike; running the runtime in a child keeps that from taking the caller (a test
 session, the CLI) down with it, and turns it into a reported failure with the runtime's log.
 
-Protocol over the socket FD (pickled tuples, `multiprocessing.connection`):
-  parent -> child: ("load", pte_bytes) | ("reset", key) | ("run", key, inputs, repeat)
-                   | ("trace", key, inputs)
-                   | ("meta", key) | ("bye",)
-  child -> parent: ("ok", result) | ("error", message)
-                   | ("npu", command_stream, weights_sha256, [region bytes...]) during a run,
-                     answered by ("npu_done", [region bytes for regions 1..]) or
-                     ("npu_failed", message).
+Protocol over the socket FD (pickled tuples, `multiprocessing.connection`), every message
+after the first carrying the number N of the request it belongs to:
+  child -> parent, once at start: ("ok", build key) | ("error", message)
+  parent -> child: ("request", N, R), R one of ("load", pte_bytes) | ("reset", key)
+                   | ("run", key, inputs, repeat) | ("trace", key, inputs) | ("meta", key)
+                   | ("bye",)
+  child -> parent: ("ok", N, result) | ("error", N, message)
+                   | ("npu", N, command_stream, weights_sha256, [region bytes...]) during a run,
+                     answered by ("npu_done", N, [region bytes for regions 1..]) or
+                     ("npu_failed", N, message).
+
+The numbers keep an abandoned request from answering the next one. A caller that stops while a
+run waits for its NPU answer (an exception, Ctrl-C in a notebook) leaves that run here; its next
+request finds this process still in the NPU wait. The run then fails ("abandoned"), its answer
+goes out under its own number, and the parent discards it; the new request is served next.
+Before serving request N the child logs the line `REQUEST_MARK N`, so the parent reads
+only request N's part of the log.
 """
 
 from __future__ import annotations
@@ -35,6 +44,9 @@ def receive(connection: Connection):
     return pickle.loads(connection.recv_bytes())
 
 
+REQUEST_MARK = "orchestrate-host-runtime: request"
+
+
 def _tensors(values):
     return tuple(v.detach().clone() for v in values)
 
@@ -46,14 +58,22 @@ def _serve(connection: Connection, library: str) -> None:
         send(connection, ("error", str(error)))
         return
     send(connection, ("ok", session.build_key))
+    pending: list[tuple] = []  # a request that arrived while an abandoned run waited
+    current = [0]
 
     def npu(invocation) -> None:
-        send(connection, ("npu", invocation.command_stream, invocation.weights_sha256,
-                         [bytes(r) for r in invocation.regions]))
-        reply = receive(connection)
+        send(connection, ("npu", current[0], invocation.command_stream,
+                          invocation.weights_sha256, [bytes(r) for r in invocation.regions]))
+        while True:
+            reply = receive(connection)
+            if reply[0] == "request":  # the caller gave this run up and asks for something new
+                pending.append(reply)
+                raise SessionError("abandoned by the caller while the NPU invocation waited")
+            if reply[1] == current[0]:
+                break  # (an answer to an abandoned run's NPU call is dropped)
         if reply[0] != "npu_done":
-            raise SessionError(reply[1] if len(reply) > 1 else "NPU handler failed")
-        for region, data in zip(invocation.regions[1:], reply[1]):
+            raise SessionError(reply[2] if len(reply) > 2 else "NPU handler failed")
+        for region, data in zip(invocation.regions[1:], reply[2]):
             if len(data) != len(region):
                 raise SessionError(f"NPU handler returned {len(data)} B for a {len(region)} B "
                                    "region")
@@ -62,9 +82,14 @@ def _serve(connection: Connection, library: str) -> None:
     session.npu = npu
     while True:
         try:
-            request = receive(connection)
+            message = pending.pop(0) if pending else receive(connection)
         except EOFError:
             return
+        if message[0] != "request":  # an answer to an NPU wait that is over: nothing to do
+            continue
+        _, number, request = message
+        current[0] = number
+        print(f"{REQUEST_MARK} {number}", flush=True)
         kind = request[0]
         try:
             if kind == "bye":
@@ -88,9 +113,9 @@ def _serve(connection: Connection, library: str) -> None:
             else:
                 raise SessionError(f"unknown request {kind!r}")
         except SessionError as error:
-            send(connection, ("error", str(error)))
+            send(connection, ("error", number, str(error)))
             continue
-        send(connection, ("ok", result))
+        send(connection, ("ok", number, result))
 
 
 def main(argv: list[str]) -> int:
