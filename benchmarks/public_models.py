@@ -135,21 +135,35 @@ def vit():
     return model, (_image(),)
 
 
-def mobilevit_xxs():
-    """timm's MobileViT-XXS (10 classes, random weights), 1x3xSxS. timm is not a dependency:
-    `pip install --no-deps --target DIR timm`, given with --torchvision DIR (timm imports
-    torchvision's transforms, which the stub serves)."""
-    import torch
+def _timm_factory(name: str):
+    def build():
+        import torch
 
-    _without_init("torchvision", "pip install --no-deps --target DIR torchvision==0.28.0 pillow")
-    try:
-        import timm  # lazy: optional, and after the stub
-    except ImportError:
-        raise SystemExit("timm is not importable: pip install --no-deps --target DIR timm, and "
-                         "give DIR with --torchvision") from None
-    torch.manual_seed(0)
-    model = timm.create_model("mobilevit_xxs", num_classes=10, pretrained=False).eval()
-    return model, (_image(),)
+        _without_init("torchvision", "pip install --no-deps --target DIR torchvision==0.28.0 "
+                                     "pillow")
+        try:
+            import timm  # lazy: optional, and after the stub
+        except ImportError:
+            raise SystemExit("timm is not importable: pip install --no-deps --target DIR timm, "
+                             "and give DIR with --torchvision") from None
+        torch.manual_seed(0)
+        return timm.create_model(name, num_classes=10, pretrained=False).eval(), (_image(),)
+
+    build.__name__ = name
+    build.__doc__ = f"timm's {name} (10 classes, random weights), 1x3x{SIZE}x{SIZE}"
+    return build
+
+
+# Beyond the first matrix: architectures no test here was written against.
+LATER_TORCHVISION = ("regnet_x_400mf", "googlenet")
+LATER_TIMM = ("mobilenetv4_conv_small", "lcnet_050")
+for _name in LATER_TORCHVISION:
+    globals()[_name] = _factory(_name)
+for _name in LATER_TIMM:
+    globals()[_name] = _timm_factory(_name)
+# timm is not a dependency: `pip install --no-deps --target DIR timm`, given with --torchvision DIR
+# (timm imports torchvision's transforms, which the stub serves)
+mobilevit_xxs = _timm_factory("mobilevit_xxs")
 
 
 def resnet1d():
