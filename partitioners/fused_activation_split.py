@@ -1,5 +1,6 @@
 """Give a convolution or linear that the Ethos-U quantizer fused with its activation its own
-output quantize, before the Cortex-M passes run on it.
+output quantize: before the Cortex-M passes run on it (`split_fused_activations`), and for a
+grouped convolution before the Arm backend lowers it (`grouped_convolutions_split`).
 
 An op routed to the CPU out of an Ethos-U-quantized program (a placement policy's `force_cpu`,
 or `--placement cost` moving an island) carries the Ethos-U quantizer's annotation: it fuses
@@ -26,6 +27,8 @@ keeps it in float).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -104,3 +107,82 @@ def split_fused_activations(program, moved: set[str] | frozenset = frozenset()
 def _short(node: torch.fx.Node) -> str:
     parts = str(getattr(node.target, "__name__", node.target)).split(".")
     return parts[1] if parts[0] == "aten" and len(parts) > 1 else parts[0]
+
+
+_ATEN_QUANTIZE = torch.ops.quantized_decomposed.quantize_per_tensor.default
+_ATEN_DEQUANTIZE = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+_ATEN_ACTIVATIONS = {torch.ops.aten.relu.default, torch.ops.aten.relu_.default,
+                     torch.ops.aten.hardtanh.default, torch.ops.aten.hardtanh_.default,
+                     torch.ops.aten.clamp.default}
+# The groups argument's position: conv2d(input, weight, bias, stride, padding, dilation,
+# groups), convolution(input, weight, bias, stride, padding, dilation, transposed,
+# output_padding, groups).
+_GROUPS_AT = {torch.ops.aten.conv2d.default: 6, torch.ops.aten.convolution.default: 8}
+
+
+@dataclass(frozen=True)
+class GroupedSplit:
+    """The grouped convolutions given their activation's output quantize before lowering."""
+
+    nodes: tuple[str, ...]
+    groups: tuple[int, ...]
+
+    def workaround(self) -> Workaround:
+        return Workaround(
+            self.nodes[0], "ExecuTorch 1.5.1 Arm backend (DecomposeGroupedConvPass splits a "
+            "grouped convolution into one per group, and RewriteConvPass then finds no output "
+            "quantization for them when the quantizer fused the convolution with its "
+            "activation: \"No output quantization parameter found\", and the whole partition "
+            "went to the CPU)",
+            f"{len(self.nodes)} grouped convolution(s) ({', '.join(sorted(set(map(str, self.groups))))} "
+            "groups) given their activation's output quantize, so each group's convolution "
+            "has one and the partition stays on the NPU; no value changes (the activation's "
+            "range starts at 0, so the quantize clamps as the activation does)")
+
+
+def grouped_convolutions_split(program) -> GroupedSplit | None:
+    """In a quantized ExportedProgram (ATen dialect, before `to_edge`): insert, between each
+    grouped convolution (groups > 1, not depthwise) and the activation the quantizer fused it
+    with, a quantize/dequantize pair with the activation's own output quantization. In place;
+    None when there is none."""
+    graph = program.graph_module.graph
+    nodes, groups = [], []
+    for conv in list(graph.nodes):
+        at = _GROUPS_AT.get(conv.target)
+        if at is None or len(conv.args) <= at or not isinstance(conv.args[at], int) or \
+                conv.args[at] <= 1:
+            continue
+        source = conv.args[0]
+        shape = source.meta.get("val").shape if isinstance(source, torch.fx.Node) and \
+            source.meta.get("val") is not None else None
+        if shape is None or len(shape) < 2 or conv.args[at] == shape[1]:
+            continue  # depthwise: TOSA has it, nothing is split
+        users = list(conv.users)
+        if len(users) != 1 or users[0].target not in _ATEN_ACTIVATIONS or \
+                users[0].args[0] is not conv:
+            continue
+        activation = users[0]
+        quantize = next(iter(activation.users), None)
+        if quantize is None or any(u.target != _ATEN_QUANTIZE for u in activation.users) or \
+                len({tuple(u.args[1:]) for u in activation.users}) != 1:
+            continue
+        qargs = tuple(quantize.args[1:])
+        if qargs[1] != qargs[2]:
+            continue  # the activation's range reaches below 0: not only a clamp at 0
+        with graph.inserting_after(conv):
+            q = graph.call_function(_ATEN_QUANTIZE, (conv, *qargs))
+        with graph.inserting_after(q):
+            dq = graph.call_function(_ATEN_DEQUANTIZE, (q, *qargs))
+        activation.replace_input_with(conv, dq)
+        q.meta["val"] = quantize.meta.get("val")
+        dq.meta["val"] = conv.meta.get("val")
+        for new in (q, dq):
+            for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
+                if key in conv.meta:
+                    new.meta[key] = conv.meta[key]
+        nodes.append(conv.name)
+        groups.append(conv.args[at])
+    if not nodes:
+        return None
+    program.graph_module.recompile()
+    return GroupedSplit(tuple(nodes), tuple(groups))

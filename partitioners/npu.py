@@ -24,6 +24,7 @@ from typing import Iterator
 import torch
 
 from partitioners import upstream_ethos_u
+from partitioners.fused_activation_split import grouped_convolutions_split
 from partitioners.policy import ForceCpuCheck
 from partitioners.records import Workaround
 from partitioners.repeated_steps import StepSplit, partition_digest, split_by_steps
@@ -351,6 +352,7 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None,
     failed: list[int] = []  # Vela calls that raised
     refused: list[int] = []  # backend preprocess calls (partitions) that raised
     reused: list[tuple[int, int]] = []  # partitions whose equal was compiled before them
+    grouped = grouped_convolutions_split(quantized_program)
     try:
         with vela_runs_recorded(work_dir, failed) as runs, \
                 upstream_ethos_u.preprocess_failures_recorded(refused, partition_digest,
@@ -394,7 +396,8 @@ def lower_to_npu(quantized_program, compile_spec, work_dir: Path, policy=None,
                                             for split in splits),
                                           *((_clamps_kept(len(clamps)),) if clamps else ()),
                                           *((_pads_folded(folded),) if folded else ()),
-                                          *((TFLITE_ROUNDING,) if tflite_rounding else ()))
+                                          *((TFLITE_ROUNDING,) if tflite_rounding else ()),
+                                          *((grouped.workaround(),) if grouped else ()))
 
 
 TFLITE_ROUNDING = Workaround(

@@ -246,3 +246,25 @@ class ResNet1d(nn.Module):
 def resnet1d():
     torch.manual_seed(0)
     return _seeded(ResNet1d()), (torch.linspace(-1, 1, 256).reshape(1, 1, 256),)
+
+
+class GroupedConvRelu(nn.Module):
+    """torchvision's RegNet block (`f.b`: a 3x3 convolution of group width 16, BatchNorm,
+    ReLU), in a residual: ExecuTorch 1.5.1's Arm backend splits the grouped convolution per
+    group and then finds no output quantization for the pieces, since the quantizer fused the
+    convolution with its ReLU; upstream's flow refuses the whole partition."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(8, 32, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1, groups=2, bias=False),
+                               nn.BatchNorm2d(32), nn.ReLU())
+        self.c = nn.Conv2d(32, 8, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.c(self.b(self.a(x))) + x
+
+
+def grouped_conv_relu():
+    torch.manual_seed(0)
+    return _seeded(GroupedConvRelu()), (torch.randn(1, 8, 16, 16),)

@@ -88,3 +88,35 @@ def test_the_moved_mlp_runs_on_the_device_code(sensor_mlp_cost):
     """The moved program against the quantized reference on the twin, and byte for byte against
     the twin on the host runtime and on QEMU's Cortex-M55."""
     passes_twin_host_runtime_and_qemu(sensor_mlp_cost.pte)
+
+
+GROUPED = "tests/peer_symptom_models.py:grouped_conv_relu"
+
+
+def _grouped_plan(**options):
+    from orchestrator import api
+
+    return api.plan(GROUPED, npu="ethos-u55-128", **options)
+
+
+def test_upstream_refuses_a_grouped_convolution_fused_with_its_relu(monkeypatch):
+    """Without the split (upstream's form) the Arm backend cannot lower the partition, and
+    every op of the model runs on the CPU."""
+    import partitioners.npu as npu
+
+    monkeypatch.setattr(npu, "grouped_convolutions_split", lambda program: None)
+    made = _grouped_plan()
+    assert made.summary.npu_partitions == 0 and made.summary.npu_mac_coverage_pct == 0.0
+    reasons = " ".join(r.message for row in made.rows for r in row.reasons)
+    assert "No output quantization parameter found" in reasons
+
+
+def test_a_grouped_convolution_fused_with_its_relu_stays_on_the_npu_and_verifies(tmp_path):
+    from orchestrator import api
+
+    written = api.compile(GROUPED, tmp_path / "grouped.pte", npu="ethos-u55-128")
+    summary = written.plan.summary
+    assert summary.npu_partitions == 1 and summary.npu_mac_coverage_pct == 100.0
+    fixes = [w for w in written.compiled.workarounds if "DecomposeGroupedConvPass" in w.upstream]
+    assert len(fixes) == 1 and "1 grouped convolution(s) (2 groups)" in fixes[0].message
+    passes_twin_host_runtime_and_qemu(written.pte, samples=2)
