@@ -174,7 +174,7 @@ def resnet1d():
     return build()
 
 
-EXTRA = ("resnet1d", "wav2letter", "vit", "mobilevit_xxs")
+EXTRA = ("resnet1d", "wav2letter", "vit", "mobilevit_xxs", *LATER_TORCHVISION, *LATER_TIMM)
 
 
 def _cell(name: str, target: str, work: Path, env: dict) -> dict:
