@@ -143,8 +143,9 @@ class GroupedSplit:
 def grouped_convolutions_split(program) -> GroupedSplit | None:
     """In a quantized ExportedProgram (ATen dialect, before `to_edge`): insert, between each
     grouped convolution (groups > 1, not depthwise) and the activation the quantizer fused it
-    with, a quantize/dequantize pair with the activation's own output quantization. In place;
-    None when there is none."""
+    with, a quantize/dequantize pair with the activation's own output quantization. In place,
+    once: a program lowered again (after the planner moved ops) reports the same split. None
+    when there is none."""
     graph = program.graph_module.graph
     nodes, groups = [], []
     for conv in list(graph.nodes):
@@ -158,6 +159,10 @@ def grouped_convolutions_split(program) -> GroupedSplit | None:
         if shape is None or len(shape) < 2 or conv.args[at] == shape[1]:
             continue  # depthwise: TOSA has it, nothing is split
         users = list(conv.users)
+        if len(users) == 1 and users[0].meta.get(_SPLIT_MARK):  # split by an earlier lowering
+            nodes.append(conv.name)  # of this program (the planner lowers again after a move)
+            groups.append(conv.args[at])
+            continue
         if len(users) != 1 or users[0].target not in _ATEN_ACTIVATIONS or \
                 users[0].args[0] is not conv:
             continue
@@ -174,6 +179,7 @@ def grouped_convolutions_split(program) -> GroupedSplit | None:
         with graph.inserting_after(q):
             dq = graph.call_function(_ATEN_DEQUANTIZE, (q, *qargs))
         activation.replace_input_with(conv, dq)
+        q.meta[_SPLIT_MARK] = True
         q.meta["val"] = quantize.meta.get("val")
         dq.meta["val"] = conv.meta.get("val")
         for new in (q, dq):
@@ -186,3 +192,6 @@ def grouped_convolutions_split(program) -> GroupedSplit | None:
         return None
     program.graph_module.recompile()
     return GroupedSplit(tuple(nodes), tuple(groups))
+
+
+_SPLIT_MARK = "orchestrate_grouped_split"  # on the quantize grouped_convolutions_split inserted

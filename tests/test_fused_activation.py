@@ -120,3 +120,23 @@ def test_a_grouped_convolution_fused_with_its_relu_stays_on_the_npu_and_verifies
     fixes = [w for w in written.compiled.workarounds if "DecomposeGroupedConvPass" in w.upstream]
     assert len(fixes) == 1 and "1 grouped convolution(s) (2 groups)" in fixes[0].message
     passes_twin_host_runtime_and_qemu(written.pte, samples=2)
+
+
+def test_a_program_lowered_again_is_split_once_and_reports_the_same_split():
+    """The planner lowers the same quantized program again after it moves ops to the CPU: the
+    second call inserts nothing and still names the convolution (the plan keeps the row)."""
+    from orchestrator.compilation.pipeline import capture, quantize
+    from orchestrator.sources.loader import load_calibration, load_model
+    from orchestrator.target import resolve_target
+    from partitioners.fused_activation_split import grouped_convolutions_split
+
+    model = load_model(GROUPED)
+    quantized = quantize(capture(model), load_calibration(None, model.example_inputs),
+                         resolve_target("corstone300", npu="ethos-u55-128"))
+    graph = quantized.program.graph_module.graph
+    before = len(graph.nodes)
+    first = grouped_convolutions_split(quantized.program)
+    after_first = len(graph.nodes)
+    assert grouped_convolutions_split(quantized.program) == first
+    assert after_first == before + 2 and len(graph.nodes) == after_first
+    assert first.groups == (2,)
