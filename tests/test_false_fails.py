@@ -171,28 +171,6 @@ def test_a_float_on_a_rounding_boundary_takes_the_devices_step_and_verifies(comp
     assert took == []
 
 
-class HeadsAttention(nn.Module):
-    """Four heads through `scaled_dot_product_attention`, which the Cortex-M passes leave float
-    (portable kernels); on QEMU's M55 one float of case 1 rounds to the other side of a
-    quantize's boundary than on the twin and the host runtime."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.qkv = nn.Linear(64, 192)
-        self.proj = nn.Linear(64, 64)
-
-    def forward(self, x):
-        q, k, v = self.qkv(x).reshape(1, 65, 3, 4, 16).permute(2, 0, 3, 1, 4).unbind(0)
-        o = torch.nn.functional.scaled_dot_product_attention(q, k, v)
-        return self.proj(o.transpose(1, 2).reshape(1, 65, 64))
-
-
-def heads_attention():
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return HeadsAttention().eval(), (torch.randn(1, 65, 64),)
-
-
 def test_a_float_the_devices_build_rounds_apart_is_found_from_its_output_digests(compiles):
     """The device's own build (QEMU's M55: contracted multiply-adds, newlib's expf) rounds one
     float of case 1 to the other side of a boundary, where the host runtime agrees with the
@@ -207,7 +185,7 @@ def test_a_float_the_devices_build_rounds_apart_is_found_from_its_output_digests
     from tests.device_tools import qemu_or_missing
 
     qemu_or_missing()
-    _, pte = compiles.get(f"{Path(__file__)}:heads_attention", *CPU_ONLY, write=True)
+    _, pte = compiles.get("tests/attention_models.py:heads_attention", *CPU_ONLY, write=True)
     twin = load_twin(pte)
     platform = installed_platform(twin.require_manifest().target)
     plain = qemu_on_checked_pte(twin, platform, samples=4)

@@ -187,32 +187,6 @@ def test_a_converted_upsampling_network_is_one_npu_partition_as_vela_makes_it(tm
     assert tflm.compare(load_program(result.pte), 2).differing == 0
 
 
-TIMM_ATTENTION = """
-import torch
-from torch import nn
-
-
-class Attention(nn.Module):
-    \"\"\"timm's attention: q, k, v of one qkv projection, permuted and unbound, into SDPA.\"\"\"
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.qkv = nn.Linear(64, 192)
-        self.proj = nn.Linear(64, 64)
-
-    def forward(self, x):
-        q, k, v = self.qkv(x).reshape(4, 16, 3, 4, 16).permute(2, 0, 3, 1, 4).unbind(0)
-        o = torch.nn.functional.scaled_dot_product_attention(q, k, v)
-        return self.proj(o.transpose(1, 2).reshape(4, 16, 64))
-
-
-def model():
-    g = torch.Generator().manual_seed(0)
-    return Attention().eval(), (torch.randn(4, 16, 64, generator=g),)
-"""
-
-
 def test_an_attentions_heads_are_selected_before_the_permute_and_stay_on_the_npu(tmp_path):
     """What Vela 5.1 is handed for timm's attention on the U55: q, k and v selected before the
     permute (partitioners/quantizable.py heads_selected_before_permute; in upstream's form
@@ -225,9 +199,8 @@ def test_an_attentions_heads_are_selected_before_the_permute_and_stay_on_the_npu
     from orchestrator.cli import main
     from orchestrator.verification.twin import load_twin
 
-    (tmp_path / "attention.py").write_text(TIMM_ATTENTION)
     pte = tmp_path / "attention.pte"
-    api.compile(f"{tmp_path / 'attention.py'}:model", pte, npu="ethos-u55-128")
+    api.compile("tests/attention_models.py:batched_heads_attention", pte, npu="ethos-u55-128")
     plan = json.loads((tmp_path / "attention.artifacts" / "plan.json").read_text())
     assert "the 3 slices of a permute([2, 0, 3, 1, 4]) taken along axis 2" in json.dumps(plan)
     assert plan["summary"]["npu_partitions"] == 1 and len(load_twin(pte).partitions) == 1
