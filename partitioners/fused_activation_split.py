@@ -50,14 +50,27 @@ def folds_into_its_producer(node: torch.fx.Node) -> bool:
             and producer.target in _PRODUCERS and list(producer.users) == [node])
 
 
-def _output_quantize(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The one quantize every user of `node` is (all with the same arguments), else None."""
+def _output_quantize(node: torch.fx.Node, quantize=_QUANTIZE) -> torch.fx.Node | None:
+    """The one `quantize` every user of `node` is (all with the same arguments), else None."""
     users = list(node.users)
-    if not users or any(u.target != _QUANTIZE for u in users):
+    if not users or any(u.target != quantize for u in users):
         return None
     if len({tuple(u.args[1:]) for u in users}) != 1:
         return None
     return users[0]
+
+
+def _quantized_between(producer: torch.fx.Node, activation: torch.fx.Node, qargs: tuple,
+                       quantize, dequantize) -> tuple[torch.fx.Node, torch.fx.Node]:
+    """Insert quantize(producer, *qargs) and its dequantize, and make `activation` read the
+    dequantize instead of `producer`: (quantize, dequantize)."""
+    graph = producer.graph
+    with graph.inserting_after(producer):
+        q = graph.call_function(quantize, (producer, *qargs))
+    with graph.inserting_after(q):
+        dq = graph.call_function(dequantize, (q, *qargs))
+    activation.replace_input_with(producer, dq)
+    return q, dq
 
 
 def split_fused_activations(program, moved: set[str] | frozenset = frozenset()
@@ -81,11 +94,7 @@ def split_fused_activations(program, moved: set[str] | frozenset = frozenset()
         if quantize is None:
             continue
         qargs = tuple(quantize.args[1:])
-        with graph.inserting_after(producer):
-            q = graph.call_function(_QUANTIZE, (producer, *qargs))
-        with graph.inserting_after(q):
-            dq = graph.call_function(_DEQUANTIZE, (q, *qargs))
-        activation.replace_input_with(producer, dq)
+        q, dq = _quantized_between(producer, activation, qargs, _QUANTIZE, _DEQUANTIZE)
         origin = producer.meta.get(ORIGIN_KEY, producer.name)
         for new, val in ((q, quantize.meta.get("val")), (dq, producer.meta.get("val"))):
             new.meta["val"] = val
@@ -167,18 +176,13 @@ def grouped_convolutions_split(program) -> GroupedSplit | None:
                 users[0].args[0] is not conv:
             continue
         activation = users[0]
-        quantize = next(iter(activation.users), None)
-        if quantize is None or any(u.target != _ATEN_QUANTIZE for u in activation.users) or \
-                len({tuple(u.args[1:]) for u in activation.users}) != 1:
+        quantize = _output_quantize(activation, _ATEN_QUANTIZE)
+        if quantize is None:
             continue
         qargs = tuple(quantize.args[1:])
         if qargs[1] != qargs[2]:
             continue  # the activation's range reaches below 0: not only a clamp at 0
-        with graph.inserting_after(conv):
-            q = graph.call_function(_ATEN_QUANTIZE, (conv, *qargs))
-        with graph.inserting_after(q):
-            dq = graph.call_function(_ATEN_DEQUANTIZE, (q, *qargs))
-        activation.replace_input_with(conv, dq)
+        q, dq = _quantized_between(conv, activation, qargs, _ATEN_QUANTIZE, _ATEN_DEQUANTIZE)
         q.meta[_SPLIT_MARK] = True
         q.meta["val"] = quantize.meta.get("val")
         dq.meta["val"] = conv.meta.get("val")
